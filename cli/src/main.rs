@@ -1,0 +1,53 @@
+//! `palisade`: the command-line front end of the palisade guardrails.
+//!
+//! This binary is the only place in the workspace that reads files, the
+//! environment and the clock, prints, and chooses exit codes. Each
+//! subcommand lives in its own module with an `Args` struct and a `run`
+//! function returning the process exit code.
+
+#![forbid(unsafe_code)]
+#![allow(clippy::print_stdout, reason = "the CLI prints")]
+
+mod check;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Guardrails for AI-agent workers.
+#[derive(Debug, Parser)]
+#[command(name = "palisade", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate hub workflows, provider options and the host policy.
+    Check(check::Args),
+}
+
+/// Exit status for usage and IO errors, as `palisade check` documents.
+const EXIT_USAGE: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            let code = if err.use_stderr() { EXIT_USAGE } else { 0 };
+            let _ = err.print();
+            return ExitCode::from(code);
+        }
+    };
+    let res = match cli.command {
+        Command::Check(args) => check::run(args),
+    };
+    match res {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("palisade: {err}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}

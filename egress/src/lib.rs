@@ -1,0 +1,2 @@
+//! A recording, limiting egress proxy and credential-injecting host relays.
+#![forbid(unsafe_code)]

@@ -1,0 +1,1 @@
+//! Linux worker sandboxes that fail closed: namespaces, host masks, Landlock, seccomp, capabilities.

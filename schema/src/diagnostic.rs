@@ -1,0 +1,327 @@
+//! Diagnostics: what went wrong, where, and under which stable code.
+//!
+//! Every parser in palisade reports through [`Diagnostic`]. A diagnostic is
+//! plain data; rendering it (rustc-style text, JSON, SARIF) is the caller's
+//! business.
+
+use std::fmt;
+
+use serde::Serialize;
+
+/// How bad a finding is.
+///
+/// `palisade check` exits 1 when any diagnostic is an [`Severity::Error`];
+/// warnings alone leave the exit status at 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// The input is invalid or unsafe; it must not be used.
+    Error,
+    /// The input is valid but a reviewer should look at it.
+    Warning,
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Error => "error",
+            Self::Warning => "warning",
+        })
+    }
+}
+
+/// One step of an authored path: a mapping key or a sequence index.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PathSegment {
+    /// A key of a mapping.
+    Key(String),
+    /// A zero-based index into a sequence.
+    Index(usize),
+}
+
+/// The authored path of a node inside a document, such as
+/// `triggers[0].steps[1].agent.options.sandbox_mode`.
+///
+/// Displayed in the format of Paseo's provider-option errors: an index is
+/// `[n]`, a key that looks like an identifier (`^[A-Za-z_$][A-Za-z0-9_$]*$`)
+/// is `.key`, any other key is `["json-quoted"]`. The root is empty; callers
+/// that want a prefix such as `agent.options` print it themselves.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Path(pub Vec<PathSegment>);
+
+impl Path {
+    /// The empty (root) path.
+    pub fn root() -> Self {
+        Self(Vec::new())
+    }
+
+    /// This path extended by a mapping key.
+    #[must_use]
+    pub fn key(&self, key: impl Into<String>) -> Self {
+        let mut segments = self.0.clone();
+        segments.push(PathSegment::Key(key.into()));
+        Self(segments)
+    }
+
+    /// This path extended by a sequence index.
+    #[must_use]
+    pub fn index(&self, index: usize) -> Self {
+        let mut segments = self.0.clone();
+        segments.push(PathSegment::Index(index));
+        Self(segments)
+    }
+
+    /// Whether this is the root path.
+    pub fn is_root(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Display for Path {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for segment in &self.0 {
+            match segment {
+                PathSegment::Index(n) => write!(f, "[{n}]")?,
+                PathSegment::Key(k) if is_identifier(k) => write!(f, ".{k}")?,
+                PathSegment::Key(k) => {
+                    // A JSON string literal is exactly the quoting the format asks for.
+                    let quoted = serde_json::Value::String(k.clone()).to_string();
+                    write!(f, "[{quoted}]")?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Serialize for Path {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+fn is_identifier(key: &str) -> bool {
+    let mut chars = key.chars();
+    match chars.next() {
+        Some(c) if c.is_ascii_alphabetic() || c == '_' || c == '$' => {}
+        _ => return false,
+    }
+    chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
+}
+
+/// A finding about an input document.
+///
+/// `line` and `column` are 1-based and point at the offending node; both are
+/// 0 only when the finding concerns the document as a whole (an empty file,
+/// a file that is not UTF-8) and no better position exists. `column` counts
+/// Unicode scalar values, not bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Diagnostic {
+    /// Error or warning.
+    pub severity: Severity,
+    /// A stable, machine-readable code such as `unknown_key`.
+    pub code: &'static str,
+    /// A one-line human message.
+    pub message: String,
+    /// The file the node came from, as the caller named it.
+    pub file: String,
+    /// 1-based line of the node.
+    pub line: u32,
+    /// 1-based column of the node.
+    pub column: u32,
+    /// The authored path of the node.
+    pub path: Path,
+    /// An optional hint on how to fix the finding.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub help: Option<String>,
+}
+
+impl Diagnostic {
+    /// An error with the given code and message, located at the document root.
+    pub fn error(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(Severity::Error, code, message)
+    }
+
+    /// A warning with the given code and message, located at the document root.
+    pub fn warning(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(Severity::Warning, code, message)
+    }
+
+    fn new(severity: Severity, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            severity,
+            code,
+            message: message.into(),
+            file: String::new(),
+            line: 0,
+            column: 0,
+            path: Path::root(),
+            help: None,
+        }
+    }
+
+    /// Sets the file name.
+    #[must_use]
+    pub fn in_file(mut self, file: impl Into<String>) -> Self {
+        self.file = file.into();
+        self
+    }
+
+    /// Sets the 1-based line and column.
+    #[must_use]
+    pub fn at(mut self, line: u32, column: u32) -> Self {
+        self.line = line;
+        self.column = column;
+        self
+    }
+
+    /// Sets the authored path.
+    #[must_use]
+    pub fn with_path(mut self, path: Path) -> Self {
+        self.path = path;
+        self
+    }
+
+    /// Sets the help text.
+    #[must_use]
+    pub fn with_help(mut self, help: impl Into<String>) -> Self {
+        self.help = Some(help.into());
+        self
+    }
+
+    /// Whether this is an error (as opposed to a warning).
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}[{}]: ", self.severity, self.code)?;
+        if !self.file.is_empty() {
+            write!(f, "{}:{}:{}: ", self.file, self.line, self.column)?;
+        }
+        if !self.path.is_root() {
+            write!(f, "{}: ", self.path)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// Maps byte offsets of a text to 1-based lines and columns.
+///
+/// Build it once per document; each lookup is a binary search.
+#[derive(Clone, Debug)]
+pub struct LineIndex<'a> {
+    text: &'a str,
+    line_starts: Vec<usize>,
+}
+
+impl<'a> LineIndex<'a> {
+    /// Indexes `text`.
+    pub fn new(text: &'a str) -> Self {
+        let mut line_starts = vec![0];
+        line_starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        Self { text, line_starts }
+    }
+
+    /// The 1-based line and column (in characters) of a byte offset.
+    ///
+    /// Offsets past the end map to the end of the text; an offset inside a
+    /// multi-byte character maps to that character.
+    pub fn line_col(&self, offset: usize) -> (u32, u32) {
+        let offset = offset.min(self.text.len());
+        let line = self
+            .line_starts
+            .partition_point(|&start| start <= offset)
+            .max(1);
+        let start = self.line_starts.get(line - 1).copied().unwrap_or(0);
+        let column = self.text.get(start..).map_or(0, |rest| {
+            rest.char_indices()
+                .take_while(|(i, _)| start + i < offset)
+                .count()
+        });
+        (saturate(line), saturate(column + 1))
+    }
+
+    /// The text of a 1-based line, without its line terminator.
+    pub fn line_text(&self, line: u32) -> Option<&'a str> {
+        let idx = usize::try_from(line).ok()?.checked_sub(1)?;
+        let start = *self.line_starts.get(idx)?;
+        let end = self
+            .line_starts
+            .get(idx + 1)
+            .map_or(self.text.len(), |&next| next - 1);
+        self.text
+            .get(start..end)
+            .map(|l| l.strip_suffix('\r').unwrap_or(l))
+    }
+}
+
+fn saturate(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_display_follows_paseo_format() {
+        let p = Path::root()
+            .key("sandbox_workspace_write")
+            .key("network-access")
+            .key("writable_roots")
+            .index(2);
+        assert_eq!(
+            p.to_string(),
+            r#".sandbox_workspace_write["network-access"].writable_roots[2]"#
+        );
+        assert_eq!(
+            Path::root().key("$ref").key("1a").to_string(),
+            r#".$ref["1a"]"#
+        );
+        assert_eq!(Path::root().key("").to_string(), r#"[""]"#);
+        assert_eq!(Path::root().key("a\"b").to_string(), r#"["a\"b"]"#);
+    }
+
+    #[test]
+    fn line_index_maps_offsets() {
+        let text = "ab\ncé\n\nx";
+        let idx = LineIndex::new(text);
+        assert_eq!(idx.line_col(0), (1, 1));
+        assert_eq!(idx.line_col(1), (1, 2));
+        assert_eq!(idx.line_col(3), (2, 1));
+        // 'é' is two bytes; the character after it is column 3.
+        assert_eq!(idx.line_col(6), (2, 3));
+        assert_eq!(idx.line_col(7), (3, 1));
+        assert_eq!(idx.line_col(8), (4, 1));
+        assert_eq!(idx.line_col(999), (4, 2));
+        assert_eq!(idx.line_text(2), Some("cé"));
+        assert_eq!(idx.line_text(3), Some(""));
+        assert_eq!(idx.line_text(4), Some("x"));
+        assert_eq!(idx.line_text(5), None);
+        assert_eq!(idx.line_text(0), None);
+    }
+
+    #[test]
+    fn diagnostic_serializes_with_stable_field_names() {
+        let d = Diagnostic::error("unknown_key", "Unrecognized key: \"sandbox\"")
+            .in_file(".paseo/workflows/t.yml")
+            .at(7, 9)
+            .with_path(Path::root().key("steps").index(0));
+        let json = serde_json::to_value(&d).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "severity": "error",
+                "code": "unknown_key",
+                "message": "Unrecognized key: \"sandbox\"",
+                "file": ".paseo/workflows/t.yml",
+                "line": 7,
+                "column": 9,
+                "path": ".steps[0]",
+            })
+        );
+    }
+}

@@ -1,0 +1,2 @@
+//! The sticky session-taint state machine.
+#![forbid(unsafe_code)]
