@@ -1067,6 +1067,17 @@ fn lint(cx: &mut Cx<'_>, root: &Table<'_, '_>, p: &HostPolicy) {
             ));
         }
     }
+    // A writable worker whose steering writes nobody will see.
+    if p.taint.steering_paths.is_empty() && !p.worker.writable.is_empty() {
+        let path = Path::root().key("worker").key("writable");
+        cx.warning(
+            "no_steering_paths",
+            &span_of(&path),
+            &path,
+            "the worker can write, but `taint.steering_paths` is empty: writes to workflows, agent instructions or this policy are not flagged",
+        )
+        .help("add e.g. steering_paths = [\".paseo/**\", \"AGENTS.md\", \"CLAUDE.md\", \"palisade.toml\"]");
+    }
     // Routing rules that send to no provider.
     for (i, r) in p.routing.iter().enumerate() {
         if r.providers.is_empty() {

@@ -295,3 +295,16 @@ fn lints_point_at_the_offending_element() {
         ]
     );
 }
+
+#[test]
+fn writable_worker_without_steering_paths_is_flagged() {
+    let got = codes("[worker]\nwritable = [\"/w\"]\n");
+    assert_eq!(
+        got,
+        vec![("no_steering_paths", ".worker.writable".to_owned(), 2, 12)]
+    );
+    assert_eq!(
+        codes("[worker]\nwritable = [\"/w\"]\n[taint]\nsteering_paths = [\"AGENTS.md\"]\n"),
+        vec![]
+    );
+}
