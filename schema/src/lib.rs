@@ -22,6 +22,7 @@ pub mod bundle;
 pub mod diagnostic;
 pub mod expr;
 mod hub;
+pub mod hub_schema;
 mod lints;
 pub mod model;
 pub mod options;
