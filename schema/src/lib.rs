@@ -192,10 +192,7 @@ fn single_file(
         root,
         env_paths,
     };
-    let mut checker = Checker {
-        config: &config,
-        diags: Vec::new(),
-    };
+    let mut checker = Checker::new(&config, diags, file);
     checker.run(&res, &sites);
     diags.extend(checker.diags);
     diags.extend(lints::run(&config, &res, &sites));
