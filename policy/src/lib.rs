@@ -11,11 +11,13 @@
 //! - [`digest::PolicyDigest`]: the acknowledgement a daemon returns after applying it;
 //! - [`ledger::OutputLedger`]: output budgets while the execution runs.
 //!
-//! Trigger admission and webhook authentication follow.
+//! Trigger admission: [`admission::admit`], after [`webhook`] authentication.
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod capability;
 pub mod derive;
 pub mod digest;
 pub mod ledger;
 pub mod translate;
+pub mod webhook;
