@@ -18,6 +18,7 @@ pub mod admission;
 pub mod capability;
 pub mod derive;
 pub mod digest;
+pub mod grant;
 pub mod ledger;
 pub mod translate;
 pub mod webhook;

@@ -197,6 +197,38 @@ pub fn translate(req: &TranslateRequest<'_>) -> Result<Option<Value>, TranslateE
     Ok(Some(Value::Object(opts)))
 }
 
+/// The placeholder URL shown for the injected `hub` MCP server when the real,
+/// per-execution URL is not known (e.g. in `palisade policy`).
+pub const HUB_URL_PLACEHOLDER: &str = "<hub-mcp-url>";
+
+/// Adds the injected `hub` MCP server with `url` to Codex options, which carry
+/// MCP servers inside the options (`mcp_servers`); other providers receive MCP
+/// servers beside their options, so their options are returned unchanged.
+///
+/// An existing `mcp_servers.hub.url` is kept. Non-object options are returned
+/// unchanged, so that [`translate`] reports them.
+pub fn seed_hub_server(provider: &str, options: Option<&Value>, url: &str) -> Option<Value> {
+    if Provider::from_id(provider) != Ok(Provider::Codex) {
+        return options.cloned();
+    }
+    let mut opts = match options {
+        None => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(other) => return Some(other.clone()),
+    };
+    if let Value::Object(servers) = opts
+        .entry("mcp_servers")
+        .or_insert_with(|| Value::Object(Map::new()))
+        && let Value::Object(hub) = servers
+            .entry(crate::derive::HUB_SERVER)
+            .or_insert_with(|| Value::Object(Map::new()))
+    {
+        hub.entry("url")
+            .or_insert_with(|| Value::String(url.to_owned()));
+    }
+    Some(Value::Object(opts))
+}
+
 type ShapeError = (String, &'static str);
 
 fn apply_claude(opts: &mut Map<String, Value>, policy: &ToolPolicy) -> Result<(), ShapeError> {
