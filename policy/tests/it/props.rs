@@ -529,7 +529,11 @@ fn applicable(mut f: Filters, on: &str) -> Filters {
     f
 }
 
-/// Sets one condition of `more` (index `k`) from `extra`, if `base` lacks it.
+/// Sets one condition (index `k`) from `extra`, if `base` lacks it.
+///
+/// `from_users` is an allowlist, not an optional condition: without it nobody
+/// is admitted. Restricting it means listing fewer users, so index 8 drops a
+/// listed user instead of adding the key.
 fn add_condition(base: &Filters, extra: &Filters, k: usize) -> Filters {
     let mut f = base.clone();
     macro_rules! add {
@@ -548,7 +552,11 @@ fn add_condition(base: &Filters, extra: &Filters, k: usize) -> Filters {
         5 => add!(guild),
         6 => add!(workspace),
         7 => add!(channels),
-        8 => add!(from_users),
+        8 => {
+            if let Some(users) = &mut f.from_users {
+                users.pop();
+            }
+        }
         9 => add!(inputs),
         _ => add!(connection),
     }
