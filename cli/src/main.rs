@@ -9,6 +9,7 @@
 #![allow(clippy::print_stdout, reason = "the CLI prints")]
 
 mod check;
+mod schema_cmd;
 
 use std::process::ExitCode;
 
@@ -26,6 +27,8 @@ struct Cli {
 enum Command {
     /// Validate hub workflows, provider options and the host policy.
     Check(check::Args),
+    /// Print JSON Schema documents for hub.yml, workflow files and provider options.
+    Schema(schema_cmd::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -42,6 +45,7 @@ fn main() -> ExitCode {
     };
     let res = match cli.command {
         Command::Check(args) => check::run(args),
+        Command::Schema(args) => schema_cmd::run(args),
     };
     match res {
         Ok(code) => code,
