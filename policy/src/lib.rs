@@ -20,5 +20,6 @@ pub mod derive;
 pub mod digest;
 pub mod grant;
 pub mod ledger;
+pub mod plan;
 pub mod translate;
 pub mod webhook;

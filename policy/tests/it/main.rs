@@ -11,5 +11,6 @@
 
 mod fixture;
 mod naive;
+mod plan;
 mod props;
 mod vectors;
