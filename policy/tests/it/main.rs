@@ -1,0 +1,16 @@
+//! Integration tests of `palisade-policy`: the spec's vectors as data, property
+//! tests and a differential test against a naive reference implementation.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::disallowed_methods,
+    reason = "tests; they read fixture files"
+)]
+
+mod fixture;
+mod naive;
+mod plan;
+mod props;
+mod vectors;
