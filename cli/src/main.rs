@@ -9,10 +9,10 @@
 #![allow(clippy::print_stdout, reason = "the CLI prints")]
 
 mod check;
-mod check_policy;
 mod decide;
 mod host_policy_file;
 mod mark_untrusted;
+mod schema_cmd;
 
 use std::process::ExitCode;
 
@@ -34,6 +34,8 @@ enum Command {
     Decide(decide::Args),
     /// Mark files untrusted: a session that reads them becomes tainted.
     MarkUntrusted(mark_untrusted::Args),
+    /// Print JSON Schema documents for hub.yml, workflow files and provider options.
+    Schema(schema_cmd::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -52,6 +54,7 @@ fn main() -> ExitCode {
         Command::Check(args) => check::run(args),
         Command::Decide(args) => decide::run(args),
         Command::MarkUntrusted(args) => mark_untrusted::run(args),
+        Command::Schema(args) => schema_cmd::run(args),
     };
     match res {
         Ok(code) => code,
