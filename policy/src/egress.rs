@@ -18,7 +18,6 @@
 //! *name* as requested (check before resolve); the caller dials the
 //! normalised name from [`RequestHost::parse`] and applies its address deny
 //! set to whatever that name resolves to.
-
 //!
 //! ```
 //! use palisade_policy::egress::{ConnectRequest, decide};
