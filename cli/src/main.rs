@@ -9,6 +9,8 @@
 #![allow(clippy::print_stdout, reason = "the CLI prints")]
 
 mod check;
+mod explain;
+mod policy_cmd;
 mod schema_cmd;
 
 use std::process::ExitCode;
@@ -29,6 +31,10 @@ enum Command {
     Check(check::Args),
     /// Print JSON Schema documents for hub.yml, workflow files and provider options.
     Schema(schema_cmd::Args),
+    /// Print each step's exact Hub tool policy and translated provider options.
+    Policy(policy_cmd::Args),
+    /// Explain the run plan for an event: admission, steps run or skipped, tools per step.
+    Explain(explain::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -46,6 +52,8 @@ fn main() -> ExitCode {
     let res = match cli.command {
         Command::Check(args) => check::run(args),
         Command::Schema(args) => schema_cmd::run(args),
+        Command::Policy(args) => policy_cmd::run(args),
+        Command::Explain(args) => explain::run(args),
     };
     match res {
         Ok(code) => code,
