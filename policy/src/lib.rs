@@ -23,3 +23,10 @@ pub mod ledger;
 pub mod plan;
 pub mod translate;
 pub mod webhook;
+
+/// Fuzzing entry points; not part of the API.
+#[doc(hidden)]
+pub mod __fuzz {
+    pub use crate::fuzz::derive_translate;
+}
+mod fuzz;
