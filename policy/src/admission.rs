@@ -355,7 +355,7 @@ fn check_applicable(f: &Filters, source: Source) -> Result<(), Rejection> {
 }
 
 /// The text after the earliest bot mention, or `None` when there is none.
-fn after_mention<'a>(text: &'a str, mentions: &[String]) -> Option<&'a str> {
+pub(crate) fn after_mention<'a>(text: &'a str, mentions: &[String]) -> Option<&'a str> {
     mentions
         .iter()
         .filter(|m| !m.is_empty())
@@ -365,7 +365,7 @@ fn after_mention<'a>(text: &'a str, mentions: &[String]) -> Option<&'a str> {
 }
 
 /// `body` (leading whitespace ignored) starts with `marker`, followed by whitespace or the end.
-fn starts_with_word(body: &str, marker: &str) -> bool {
+pub(crate) fn starts_with_word(body: &str, marker: &str) -> bool {
     body.trim_start()
         .strip_prefix(marker)
         .is_some_and(|rest| rest.chars().next().is_none_or(char::is_whitespace))

@@ -46,6 +46,7 @@ pub mod capability;
 pub mod derive;
 pub mod digest;
 pub mod grant;
+pub mod invocation;
 pub mod ledger;
 pub mod plan;
 pub mod translate;
