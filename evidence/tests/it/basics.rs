@@ -29,8 +29,18 @@ fn closed_journal_verifies_and_every_line_is_json() {
     }
     let text = String::from_utf8(w.bytes).unwrap();
     assert!(text.contains(r#""flags":["irreversible"]"#));
-    assert!(text.lines().next().unwrap().contains(r#""kind":"journal_opened""#));
-    assert!(text.lines().last().unwrap().contains(r#""kind":"journal_closed""#));
+    assert!(
+        text.lines()
+            .next()
+            .unwrap()
+            .contains(r#""kind":"journal_opened""#)
+    );
+    assert!(
+        text.lines()
+            .last()
+            .unwrap()
+            .contains(r#""kind":"journal_closed""#)
+    );
 }
 
 #[test]
@@ -91,8 +101,8 @@ fn reserved_kinds_are_refused_custom_kinds_accepted() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("j");
     let key = test_key();
-    let writer = JournalWriter::create(&path, &key, &unsynced(every_records(4)), Timestamp(0))
-        .unwrap();
+    let writer =
+        JournalWriter::create(&path, &key, &unsynced(every_records(4)), Timestamp(0)).unwrap();
     for kind in [
         Kind::JournalClosed,
         Kind::EpochSealed,
@@ -112,7 +122,12 @@ fn reserved_kinds_are_refused_custom_kinds_accepted() {
     let long_session = "x".repeat(257);
     assert!(
         writer
-            .append(&Entry::new(Timestamp(1), long_session, Kind::PolicyLoaded, Body::empty()))
+            .append(&Entry::new(
+                Timestamp(1),
+                long_session,
+                Kind::PolicyLoaded,
+                Body::empty()
+            ))
             .is_err()
     );
     writer.close(Timestamp(2)).unwrap();
@@ -154,13 +169,15 @@ fn append_after_close_fails_on_every_clone() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("j");
     let writer =
-        JournalWriter::create(&path, &test_key(), &WriterOptions::default(), Timestamp(0))
-            .unwrap();
+        JournalWriter::create(&path, &test_key(), &WriterOptions::default(), Timestamp(0)).unwrap();
     let clone = writer.clone();
     clone.append(&entry(0)).unwrap();
     writer.close(Timestamp(1)).unwrap();
     assert!(matches!(clone.append(&entry(1)), Err(JournalError::Closed)));
-    assert!(matches!(writer.close(Timestamp(2)), Err(JournalError::Closed)));
+    assert!(matches!(
+        writer.close(Timestamp(2)),
+        Err(JournalError::Closed)
+    ));
 }
 
 #[test]
@@ -205,7 +222,12 @@ fn time_never_runs_backwards_in_the_journal() {
     writer.close(Timestamp(0)).unwrap();
     let bytes = std::fs::read(&path).unwrap();
     assert_eq!(verify(&bytes, &key, None).verdict(), Verdict::Closed);
-    assert!(String::from_utf8(bytes).unwrap().lines().all(|l| l.contains(r#""time":50"#)));
+    assert!(
+        String::from_utf8(bytes)
+            .unwrap()
+            .lines()
+            .all(|l| l.contains(r#""time":50"#))
+    );
 }
 
 #[test]
@@ -278,7 +300,10 @@ fn torn_tail_is_cut_and_recorded_at_every_offset_of_the_last_line() {
         assert_eq!(report.recovered_torn_tails, 1);
         let text = String::from_utf8(bytes).unwrap();
         let recovery = text.lines().nth(3).unwrap();
-        assert!(recovery.contains(r#""kind":"recovered_torn_tail""#), "{recovery}");
+        assert!(
+            recovery.contains(r#""kind":"recovered_torn_tail""#),
+            "{recovery}"
+        );
         assert!(recovery.contains(&format!(r#""cut_bytes":{}"#, cut - last_start)));
     }
     // Positive control: at the line boundary there is nothing to recover.
@@ -299,7 +324,11 @@ fn an_invalid_record_before_the_tail_is_never_repaired() {
     let opts = WriterOptions::default();
     let err = JournalWriter::open(&w.path, &w.key, &opts, Timestamp(0)).unwrap_err();
     assert!(matches!(err, JournalError::Tampered(_)), "{err}");
-    assert_eq!(std::fs::read(&w.path).unwrap(), bytes, "the file was changed");
+    assert_eq!(
+        std::fs::read(&w.path).unwrap(),
+        bytes,
+        "the file was changed"
+    );
 }
 
 #[test]
@@ -330,7 +359,10 @@ fn group_commit_acknowledges_concurrent_appends() {
             })
         })
         .collect();
-    let mut all: Vec<u64> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    let mut all: Vec<u64> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
     all.sort_unstable();
     all.dedup();
     assert_eq!(all.len(), 320);

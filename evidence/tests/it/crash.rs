@@ -20,6 +20,7 @@ use palisade_evidence::{
 use crate::util::{every_records, test_key};
 
 const CRASH_CHILD_ENV: &str = "PALISADE_EVIDENCE_CRASH_CHILD";
+const CRASH_BIG_ENV: &str = "PALISADE_EVIDENCE_CRASH_BIG";
 const KILLS: u32 = 60;
 /// Kills per journal before starting a fresh one (keeps reopening cheap).
 const ROUNDS_PER_JOURNAL: u32 = 10;
@@ -42,13 +43,14 @@ fn child(path: &Path) -> ! {
     let now = Timestamp(2_000_000_000_000);
     let writer = match JournalWriter::open(path, &key, &options(), now) {
         Ok((writer, _)) => writer,
-        Err(JournalError::Io { .. }) => {
-            JournalWriter::create(path, &key, &options(), now).unwrap()
-        }
+        Err(JournalError::Io { .. }) => JournalWriter::create(path, &key, &options(), now).unwrap(),
         Err(err) => panic!("child cannot open the journal: {err}"),
     };
     println!("ready");
-    let padding = "p".repeat(4_000);
+    // Every third round writes ~256 KiB bodies: 8 MiB batches take long
+    // enough to write that some kills land inside a `write` and tear it.
+    let big = std::env::var_os(CRASH_BIG_ENV).is_some();
+    let padding = "p".repeat(if big { 256_000 } else { 4_000 });
     let threads: Vec<_> = (0..4)
         .map(|t| {
             let writer = writer.clone();
@@ -62,8 +64,7 @@ fn child(path: &Path) -> ! {
                     let entry = Entry::new(now, format!("t{t}"), Kind::RelayRequest, body);
                     // Eight in flight per thread, so batches are large and a
                     // kill can land inside a multi-page write.
-                    let tickets: Vec<_> =
-                        (0..8).map(|_| writer.submit(&entry).unwrap()).collect();
+                    let tickets: Vec<_> = (0..8).map(|_| writer.submit(&entry).unwrap()).collect();
                     for ticket in tickets {
                         let receipt = ticket.wait().unwrap();
                         let mut out = std::io::stdout().lock();
@@ -119,7 +120,11 @@ fn sigkill_never_loses_an_acknowledged_record() {
             acked.clear();
             recoveries = 0;
         }
-        let mut child = Command::new(&exe)
+        let mut cmd = Command::new(&exe);
+        if round % 3 == 2 {
+            cmd.env(CRASH_BIG_ENV, "1");
+        }
+        let mut child = cmd
             .args([
                 "--exact",
                 "crash::sigkill_never_loses_an_acknowledged_record",
@@ -165,7 +170,10 @@ fn sigkill_never_loses_an_acknowledged_record() {
         match report.failure.as_ref().map(|f| f.kind) {
             None => assert_eq!(report.verdict(), Verdict::Open),
             Some(FailureKind::TornTail) => torn += 1,
-            Some(other) => panic!("round {round}: the crash left {other}: {:?}", report.failure),
+            Some(other) => panic!(
+                "round {round}: the crash left {other}: {:?}",
+                report.failure
+            ),
         }
         // Every acknowledged record is among the verified records.
         if let Some(&max) = acked.last() {
@@ -190,7 +198,10 @@ fn sigkill_never_loses_an_acknowledged_record() {
     println!(
         "crash test: {KILLS} kills ({kills_with_acks} after acknowledgements), {total_acked} acknowledged records kept, {torn} torn tails recovered, {elapsed:?}"
     );
-    assert!(kills_with_acks >= KILLS / 2, "the child rarely got to append");
+    assert!(
+        kills_with_acks >= KILLS / 2,
+        "the child rarely got to append"
+    );
 }
 
 /// Closes and verifies a journal: every acknowledged seq is there, as the

@@ -4,7 +4,9 @@
 
 use palisade_evidence::{FailureKind, Verdict, verify};
 
-use crate::util::{TEST_KEY_BYTES, epoch_of, every_records, line_starts, raw_key, rechain, written};
+use crate::util::{
+    TEST_KEY_BYTES, epoch_of, every_records, line_starts, raw_key, rechain, written,
+};
 
 /// Replaces `"i":N` by `"i":N+1000000` in line `idx`.
 fn edit_line(bytes: &[u8], idx: usize) -> Vec<u8> {
@@ -50,7 +52,12 @@ fn holding_only_a_later_key_cannot_rewrite_earlier_epochs() {
         let report = verify(&forged, &w.key, None);
         let failure = report.failure.unwrap();
         assert_eq!(failure.seq, idx as u64, "rewriting line {}", idx + 1);
-        assert_eq!(failure.kind, FailureKind::EpochKeyMismatch, "line {}", idx + 1);
+        assert_eq!(
+            failure.kind,
+            FailureKind::EpochKeyMismatch,
+            "line {}",
+            idx + 1
+        );
         attempts += 1;
     }
     assert!(attempts > 100);
@@ -60,7 +67,9 @@ fn holding_only_a_later_key_cannot_rewrite_earlier_epochs() {
     // the attacker's tool works.
     let idx = epochs.iter().position(|&e| e == stolen_epoch + 1).unwrap() + 1;
     let edited = edit_line(&w.bytes, idx);
-    let forged = rechain(&edited, idx, &|epoch| raw_key(&stolen, epoch - stolen_epoch));
+    let forged = rechain(&edited, idx, &|epoch| {
+        raw_key(&stolen, epoch - stolen_epoch)
+    });
     assert_eq!(verify(&forged, &w.key, None).verdict(), Verdict::Closed);
     // ... but an anchor taken before the theft still exposes it.
     let report = verify(&forged, &w.key, Some(&w.anchor));

@@ -97,7 +97,10 @@ fn every_single_bit_flip_of_every_byte_is_detected() {
                 bytes[pos] ^= 1 << bit;
                 let report = s.resume(idx, &bytes[start..], false);
                 let failure = report.failure.as_ref().unwrap_or_else(|| {
-                    panic!("flip of bit {bit} at byte {pos} (line {}) was not detected", idx + 1)
+                    panic!(
+                        "flip of bit {bit} at byte {pos} (line {}) was not detected",
+                        idx + 1
+                    )
                 });
                 // The failure is at or right after the damaged record.
                 assert!(
@@ -106,7 +109,7 @@ fn every_single_bit_flip_of_every_byte_is_detected() {
                     failure.line
                 );
                 *kinds.entry(failure.kind).or_default() += 1;
-                if flips % 4_999 == 0 {
+                if flips.is_multiple_of(4_999) {
                     let full = verify(&bytes, &s.w.key, None).failure.unwrap();
                     assert_eq!(
                         (full.seq, full.line, full.offset),
@@ -165,7 +168,10 @@ fn duplicating_any_record_is_detected() {
         let report = s.resume(idx + 1, &spliced, false);
         let failure = report.failure.unwrap();
         assert!(
-            matches!(failure.kind, FailureKind::Reordered | FailureKind::Malformed),
+            matches!(
+                failure.kind,
+                FailureKind::Reordered | FailureKind::Malformed
+            ),
             "duplicating line {}: {}",
             idx + 1,
             failure.kind
@@ -183,7 +189,12 @@ fn swapping_any_two_adjacent_records_is_detected() {
         swapped.extend_from_slice(&s.w.bytes[s.starts[idx + 2]..]);
         let report = s.resume(idx, &swapped, true);
         let failure = report.failure.unwrap();
-        assert_eq!(failure.kind, FailureKind::Reordered, "swapping line {}", idx + 1);
+        assert_eq!(
+            failure.kind,
+            FailureKind::Reordered,
+            "swapping line {}",
+            idx + 1
+        );
         assert_eq!(failure.seq, idx as u64);
     }
     // Swapping distant records (first epoch with last) from scratch.

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use hmac::{Hmac, Mac};
 use palisade_evidence::{
-    Anchor, Body, Durability, Entry, Flags, JournalKey, JournalWriter, Kind, SealPolicy,
-    Timestamp, WriterOptions,
+    Anchor, Body, Durability, Entry, Flags, JournalKey, JournalWriter, Kind, SealPolicy, Timestamp,
+    WriterOptions,
 };
 use sha2::Sha256;
 
@@ -97,10 +97,7 @@ pub(crate) fn line_starts(bytes: &[u8]) -> Vec<usize> {
 /// MAC rule (`HMAC(k, prev_mac ‖ line[..len-74])`).
 pub(crate) fn rechain(bytes: &[u8], from: usize, key_for: &dyn Fn(u64) -> [u8; 32]) -> Vec<u8> {
     let starts = line_starts(bytes);
-    let lines: Vec<&[u8]> = starts
-        .windows(2)
-        .map(|w| &bytes[w[0]..w[1] - 1])
-        .collect();
+    let lines: Vec<&[u8]> = starts.windows(2).map(|w| &bytes[w[0]..w[1] - 1]).collect();
     let mut out = Vec::new();
     let mut prev = [0u8; 32];
     for (idx, line) in lines.iter().enumerate() {
@@ -129,12 +126,7 @@ pub(crate) fn rechain(bytes: &[u8], from: usize, key_for: &dyn Fn(u64) -> [u8; 3
 pub(crate) fn epoch_of(line: &[u8]) -> u64 {
     let text = std::str::from_utf8(line).unwrap();
     let at = text.find(r#""epoch":"#).unwrap() + 8;
-    text[at..]
-        .split(',')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap()
+    text[at..].split(',').next().unwrap().parse().unwrap()
 }
 
 /// The raw key bytes of `key` evolved to `epoch`, derived independently of
