@@ -7,7 +7,7 @@ use palisade_evidence::{
     SealPolicy, Timestamp, Verdict, WriterOptions, verify,
 };
 
-use crate::util::{entry, every_records, line_starts, test_key, unsynced, written};
+use crate::util::{entry, every_records, line_starts, open_retry, test_key, unsynced, written};
 
 #[test]
 fn closed_journal_verifies_and_every_line_is_json() {
@@ -148,7 +148,7 @@ fn one_writer_at_a_time() {
     assert!(matches!(err, JournalError::Locked { .. }), "{err}");
     drop(first);
     // Positive control: once the first writer is gone the lock is free.
-    let (second, report) = JournalWriter::open(&path, &key, &opts, Timestamp(1)).unwrap();
+    let (second, report) = open_retry(&path, &key, &opts, Timestamp(1)).unwrap();
     assert_eq!(report.records, 1);
     assert_eq!(report.cut_bytes, None);
     second.close(Timestamp(2)).unwrap();
@@ -243,14 +243,14 @@ fn reopen_continues_the_chain_with_initial_or_evolved_key() {
     writer.sync().unwrap();
     drop(writer);
     // 13 records, epochs of 5: the journal is in epoch 2.
-    let (writer, report) = JournalWriter::open(&path, &k0, &opts, Timestamp(2_000_000)).unwrap();
+    let (writer, report) = open_retry(&path, &k0, &opts, Timestamp(2_000_000)).unwrap();
     assert_eq!(report.epoch, 2);
     writer.append(&entry(100)).unwrap();
     writer.sync().unwrap();
     drop(writer);
     // A host holding only the epoch-2 key can keep writing.
     let k2 = k0.derive(2).unwrap();
-    let (writer, _) = JournalWriter::open(&path, &k2, &opts, Timestamp(2_000_000)).unwrap();
+    let (writer, _) = open_retry(&path, &k2, &opts, Timestamp(2_000_000)).unwrap();
     writer.append(&entry(101)).unwrap();
     writer.sync().unwrap();
     drop(writer);
@@ -262,7 +262,7 @@ fn reopen_continues_the_chain_with_initial_or_evolved_key() {
     let wrong = JournalKey::from_bytes([1u8; 32], 0);
     let err = JournalWriter::open(&path, &wrong, &opts, Timestamp(2_000_000)).unwrap_err();
     assert!(matches!(err, JournalError::Tampered(_)), "{err}");
-    let (writer, _) = JournalWriter::open(&path, &k0, &opts, Timestamp(2_000_000)).unwrap();
+    let (writer, _) = open_retry(&path, &k0, &opts, Timestamp(2_000_000)).unwrap();
     let anchor = writer.close(Timestamp(2_000_001)).unwrap();
     let report = verify(&std::fs::read(&path).unwrap(), &k0, Some(&anchor));
     assert_eq!(report.verdict(), Verdict::Closed, "{:?}", report.failure);
@@ -288,8 +288,7 @@ fn torn_tail_is_cut_and_recorded_at_every_offset_of_the_last_line() {
         let report = verify(&full[..cut], &k0, None);
         assert_eq!(report.failure.as_ref().unwrap().kind, FailureKind::TornTail);
         assert_eq!(report.torn_tail_bytes, (cut - last_start) as u64);
-        let (writer, opened) =
-            JournalWriter::open(&path, &k0, &opts, Timestamp(2_000_000)).unwrap();
+        let (writer, opened) = open_retry(&path, &k0, &opts, Timestamp(2_000_000)).unwrap();
         assert_eq!(opened.cut_bytes, Some((cut - last_start) as u64));
         assert_eq!(opened.recovery_seq, Some(3));
         writer.close(Timestamp(2_000_001)).unwrap();
@@ -308,7 +307,7 @@ fn torn_tail_is_cut_and_recorded_at_every_offset_of_the_last_line() {
     }
     // Positive control: at the line boundary there is nothing to recover.
     std::fs::write(&path, &full).unwrap();
-    let (_writer, opened) = JournalWriter::open(&path, &k0, &opts, Timestamp(2_000_000)).unwrap();
+    let (_writer, opened) = open_retry(&path, &k0, &opts, Timestamp(2_000_000)).unwrap();
     assert_eq!(opened.cut_bytes, None);
 }
 

@@ -17,7 +17,7 @@ use palisade_evidence::{
     WriterOptions, verify,
 };
 
-use crate::util::{every_records, test_key};
+use crate::util::{every_records, open_retry, test_key};
 
 const CRASH_CHILD_ENV: &str = "PALISADE_EVIDENCE_CRASH_CHILD";
 const CRASH_BIG_ENV: &str = "PALISADE_EVIDENCE_CRASH_BIG";
@@ -46,7 +46,6 @@ fn child(path: &Path) -> ! {
         Err(JournalError::Io { .. }) => JournalWriter::create(path, &key, &options(), now).unwrap(),
         Err(err) => panic!("child cannot open the journal: {err}"),
     };
-    println!("ready");
     // Every third round writes ~256 KiB bodies: 8 MiB batches take long
     // enough to write that some kills land inside a `write` and tear it.
     let big = std::env::var_os(CRASH_BIG_ENV).is_some();
@@ -110,7 +109,7 @@ fn sigkill_never_loses_an_acknowledged_record() {
     println!("crash test seed {seed}");
     let mut rng = XorShift(seed);
     let mut acked: BTreeSet<u64> = BTreeSet::new();
-    let (mut torn, mut recoveries, mut kills_with_acks) = (0u32, 0u64, 0u32);
+    let (mut torn, mut recoveries) = (0u32, 0u64);
     let mut total_acked = 0usize;
     let started = Instant::now();
     for round in 0..KILLS {
@@ -142,23 +141,22 @@ fn sigkill_never_loses_an_acknowledged_record() {
             let mut seqs = Vec::new();
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                if line.ends_with("ready") {
-                    let _ = ready_tx.send(());
-                } else if let Some(seq) = line.strip_prefix("ack ") {
+                if let Some(seq) = line.strip_prefix("ack ") {
+                    if seqs.is_empty() {
+                        let _ = ready_tx.send(());
+                    }
                     seqs.push(seq.parse::<u64>().unwrap());
                 }
             }
             seqs
         });
-        // Wait until the child has opened the journal, then a random while.
-        ready_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+        // Wait until the child's first acknowledgement (however slow the
+        // loaded machine is to start it), then a random while.
+        ready_rx.recv_timeout(Duration::from_secs(30)).unwrap();
         std::thread::sleep(Duration::from_micros(2_000 + rng.below(50_000)));
         child.kill().unwrap(); // SIGKILL.
         child.wait().unwrap();
         let seqs = reader.join().unwrap();
-        if !seqs.is_empty() {
-            kills_with_acks += 1;
-        }
         total_acked += seqs.len();
         acked.extend(seqs);
 
@@ -186,7 +184,7 @@ fn sigkill_never_loses_an_acknowledged_record() {
         // Recover explicitly (the next child would do it too; doing it here
         // checks the recovery record each time).
         let (writer, opened) =
-            JournalWriter::open(&path, &key, &options(), Timestamp(2_000_000_000_001)).unwrap();
+            open_retry(&path, &key, &options(), Timestamp(2_000_000_000_001)).unwrap();
         assert_eq!(opened.cut_bytes.is_some(), report.torn_tail_bytes > 0);
         if opened.cut_bytes.is_some() {
             recoveries += 1;
@@ -196,11 +194,7 @@ fn sigkill_never_loses_an_acknowledged_record() {
     finish(&path, &acked, recoveries);
     let elapsed = started.elapsed();
     println!(
-        "crash test: {KILLS} kills ({kills_with_acks} after acknowledgements), {total_acked} acknowledged records kept, {torn} torn tails recovered, {elapsed:?}"
-    );
-    assert!(
-        kills_with_acks >= KILLS / 2,
-        "the child rarely got to append"
+        "crash test: {KILLS} kills {total_acked} acknowledged records kept, {torn} torn tails recovered, {elapsed:?}"
     );
 }
 
@@ -208,8 +202,7 @@ fn sigkill_never_loses_an_acknowledged_record() {
 /// record the child wrote.
 fn finish(path: &Path, acked: &BTreeSet<u64>, recoveries: u64) {
     let key = test_key();
-    let (writer, _) =
-        JournalWriter::open(path, &key, &options(), Timestamp(2_000_000_000_002)).unwrap();
+    let (writer, _) = open_retry(path, &key, &options(), Timestamp(2_000_000_000_002)).unwrap();
     writer.close(Timestamp(2_000_000_000_003)).unwrap();
     let bytes = std::fs::read(path).unwrap();
     let report = verify(&bytes, &key, None);

@@ -142,3 +142,23 @@ pub(crate) fn raw_key(k0: &[u8; 32], epoch: u64) -> [u8; 32] {
 }
 
 pub(crate) const TEST_KEY_BYTES: &[u8; 32] = b"palisade-test-key-0123456789abcd";
+
+/// Opens a journal, retrying while another process briefly holds its lock:
+/// a child spawned by a concurrent test inherits the lock file's open file
+/// description between `fork` and `exec`.
+pub(crate) fn open_retry(
+    path: &std::path::Path,
+    key: &JournalKey,
+    options: &WriterOptions,
+    now: Timestamp,
+) -> Result<(JournalWriter, palisade_evidence::OpenReport), palisade_evidence::JournalError> {
+    for _ in 0..200 {
+        match JournalWriter::open(path, key, options, now) {
+            Err(palisade_evidence::JournalError::Locked { .. }) => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+    JournalWriter::open(path, key, options, now)
+}
