@@ -9,6 +9,7 @@
 #![allow(clippy::print_stdout, reason = "the CLI prints")]
 
 mod check;
+mod journal;
 
 use std::process::ExitCode;
 
@@ -26,6 +27,8 @@ struct Cli {
 enum Command {
     /// Validate hub workflows, provider options and the host policy.
     Check(check::Args),
+    /// Generate keys for, verify, show and append to sealed journals.
+    Journal(journal::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -42,6 +45,7 @@ fn main() -> ExitCode {
     };
     let res = match cli.command {
         Command::Check(args) => check::run(args),
+        Command::Journal(args) => journal::run(args),
     };
     match res {
         Ok(code) => code,
