@@ -10,8 +10,11 @@
 
 mod check;
 mod decide;
+mod explain;
 mod host_policy_file;
+mod journal;
 mod mark_untrusted;
+mod policy_cmd;
 mod schema_cmd;
 
 use std::process::ExitCode;
@@ -36,6 +39,12 @@ enum Command {
     MarkUntrusted(mark_untrusted::Args),
     /// Print JSON Schema documents for hub.yml, workflow files and provider options.
     Schema(schema_cmd::Args),
+    /// Print each step's exact Hub tool policy and translated provider options.
+    Policy(policy_cmd::Args),
+    /// Explain the run plan for an event: admission, steps run or skipped, tools per step.
+    Explain(explain::Args),
+    /// Generate keys for, verify, show and append to sealed journals.
+    Journal(journal::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -55,6 +64,9 @@ fn main() -> ExitCode {
         Command::Decide(args) => decide::run(args),
         Command::MarkUntrusted(args) => mark_untrusted::run(args),
         Command::Schema(args) => schema_cmd::run(args),
+        Command::Policy(args) => policy_cmd::run(args),
+        Command::Explain(args) => explain::run(args),
+        Command::Journal(args) => journal::run(args),
     };
     match res {
         Ok(code) => code,
