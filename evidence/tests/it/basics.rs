@@ -393,3 +393,32 @@ fn fuzz_harness_runs_on_valid_and_damaged_journals() {
     }
     palisade_evidence::__fuzz::verify_bytes(b"{\"journal\":\"00\",\"seq\":1}");
 }
+
+/// A journal written by an independent implementation (Python's `hmac`,
+/// following `docs/journal.md`) with key bytes `0x42` × 32.
+#[test]
+fn golden_journal_from_an_independent_writer_verifies() {
+    let bytes = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/golden.jsonl"
+    ))
+    .unwrap();
+    let key = JournalKey::from_bytes([0x42; 32], 0);
+    let report = verify(&bytes, &key, None);
+    assert_eq!(report.verdict(), Verdict::Closed, "{:?}", report.failure);
+    assert_eq!(report.records, 4);
+    assert_eq!(report.sealed_epochs, 2);
+    assert_eq!(
+        report.journal.unwrap().to_hex(),
+        "00112233445566778899aabbccddeeff"
+    );
+    // The same file fails under any other key.
+    let other = JournalKey::from_bytes([0x43; 32], 0);
+    assert_eq!(verify(&bytes, &other, None).verdict(), Verdict::Invalid);
+    // The evolved key matches the independent derivation.
+    let k1 = key.derive(1).unwrap();
+    assert!(
+        k1.expose_text()
+            .contains("4eef2e79d41a544c39e605641fc58a912159221260363a9dfc75f14a58f76499")
+    );
+}
