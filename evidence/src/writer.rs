@@ -548,6 +548,16 @@ impl JournalWriter {
         Ok(st.durable.clone())
     }
 
+    /// The key of the current epoch, for a host that persists its evolving
+    /// key (forward security: once it is stored, erase the older key).
+    ///
+    /// Persist it only after [`JournalWriter::sync`] (or `close`) returned:
+    /// a key file newer than the journal's last durable seal cannot reopen
+    /// the journal after a crash ([`JournalError::KeyTooNew`]).
+    pub fn current_key(&self) -> JournalKey {
+        self.inner.lock().chain.key.clone()
+    }
+
     /// The anchor of the newest durable record: keep it off the host so that
     /// truncation back past it is detected.
     pub fn anchor(&self) -> Option<Anchor> {
