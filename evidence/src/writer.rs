@@ -487,9 +487,19 @@ impl JournalWriter {
     /// As [`JournalWriter::append`], except that write failures surface in
     /// [`Ticket::wait`].
     pub fn submit(&self, entry: &Entry) -> Result<Ticket, JournalError> {
-        if entry.kind.is_reserved() {
+        // `Kind::Custom` can be built directly, so check the name itself:
+        // it is written unescaped, and a custom kind spelled like one of the
+        // journal's own would forge a seal or an end marker.
+        let name = entry.kind.as_str();
+        if !crate::record::is_valid_kind(name.as_bytes()) {
+            return Err(RecordError::InvalidKind {
+                kind: name.chars().take(crate::record::MAX_KIND_LEN).collect(),
+            }
+            .into());
+        }
+        if Kind::from_valid(name).is_reserved() {
             return Err(RecordError::ReservedKind {
-                kind: entry.kind.to_string(),
+                kind: name.to_owned(),
             }
             .into());
         }

@@ -114,6 +114,19 @@ fn reserved_kinds_are_refused_custom_kinds_accepted() {
             .unwrap_err();
         assert!(matches!(err, JournalError::Record(_)), "{err}");
     }
+    // A `Custom` kind built directly cannot smuggle in a reserved name or
+    // characters that would break the line.
+    for name in ["journal_closed", "epoch_sealed", "bad\",\"x", "", "UPPER"] {
+        let err = writer
+            .append(&Entry::new(
+                Timestamp(1),
+                "s",
+                Kind::Custom(name.to_owned()),
+                Body::empty(),
+            ))
+            .unwrap_err();
+        assert!(matches!(err, JournalError::Record(_)), "{name:?}: {err}");
+    }
     let custom = Kind::custom("deploy.approved").unwrap();
     let receipt = writer
         .append(&Entry::new(Timestamp(1), "s", custom, Body::empty()))
