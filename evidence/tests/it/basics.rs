@@ -484,3 +484,28 @@ fn fuzz_harness_reseals_lines_so_structure_checks_are_reached() {
     assert_eq!(resealed, golden.as_bytes());
     palisade_evidence::__fuzz::verify_bytes(zeroed.as_bytes());
 }
+
+#[test]
+fn writer_handles_and_tickets_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<JournalWriter>();
+    send_sync::<palisade_evidence::Verifier>();
+    send::<palisade_evidence::Ticket>();
+    // And a ticket waited on by another thread than the submitter's.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j");
+    let writer = JournalWriter::create(
+        &path,
+        &test_key(),
+        &WriterOptions::default(),
+        Timestamp(1_000_000),
+    )
+    .unwrap();
+    let ticket = writer.submit(&entry(0)).unwrap();
+    let receipt = std::thread::spawn(move || ticket.wait().unwrap())
+        .join()
+        .unwrap();
+    assert_eq!(receipt.seq, 1);
+    assert_eq!(writer.anchor().unwrap().seq, 1);
+}
