@@ -747,3 +747,86 @@ proptest! {
         }
     }
 }
+
+// ---- output ledger against a model ----
+
+#[derive(Clone, Debug)]
+enum LedgerOp {
+    /// Call a tool; `ok` says whether the outbound call then succeeds.
+    Call {
+        tool: &'static str,
+        ok: bool,
+    },
+    Finish,
+}
+
+fn ledger_op() -> impl Strategy<Value = LedgerOp> {
+    prop_oneof![
+        4 => (prop::sample::select(&["reply", "progress", "nope"][..]), prop::bool::weighted(0.7))
+            .prop_map(|(tool, ok)| LedgerOp::Call { tool, ok }),
+        1 => Just(LedgerOp::Finish),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// The ledger agrees with a model: attempts never exceed the first
+    /// declaration's `max`, finish succeeds exactly when every required type
+    /// was emitted, and nothing is accepted after a successful finish.
+    #[test]
+    fn ledger_agrees_with_a_model(ds in decls(), c in ctx(), reg in registry(), ops in prop::collection::vec(ledger_op(), 0..12)) {
+        use palisade_policy::ledger::{LedgerError, OutputLedger};
+        let mut ledger = OutputLedger::new(&ds, c.as_ref(), &reg);
+        // Model: per type (first declaration wins max; any declaration makes it required).
+        let mut types: Vec<(String, Option<String>, u32, bool, u32, u32)> = Vec::new();
+        for d in &ds {
+            if let Some(t) = types.iter_mut().find(|t| t.0 == d.kind) {
+                t.3 |= d.required;
+                continue;
+            }
+            let tool = reg.get(&d.kind).filter(|cap| cap.availability.is_available(c.as_ref())).map(|cap| cap.tool.name.clone());
+            types.push((d.kind.clone(), tool, d.max, d.required, 0, 0));
+        }
+        let mut finished = false;
+        for op in ops {
+            match op {
+                LedgerOp::Call { tool, ok } => {
+                    let res = ledger.reserve_tool(tool);
+                    let entry = types.iter_mut().find(|t| t.1.as_deref() == Some(tool));
+                    match (finished, entry) {
+                        (true, _) => prop_assert_eq!(res, Err(LedgerError::Finished)),
+                        (false, None) => prop_assert_eq!(res, Err(LedgerError::ToolNotFound { tool: tool.to_owned() })),
+                        (false, Some(t)) if t.4 >= t.2 => prop_assert_eq!(res, Err(LedgerError::LimitReached { kind: t.0.clone() })),
+                        (false, Some(t)) => {
+                            let r = res.unwrap();
+                            prop_assert_eq!(r.kind(), t.0.as_str());
+                            t.4 += 1;
+                            if ok {
+                                t.5 += 1;
+                                ledger.record(r);
+                            }
+                        }
+                    }
+                }
+                LedgerOp::Finish => {
+                    let res = ledger.finish();
+                    if finished {
+                        prop_assert_eq!(res, Err(LedgerError::Finished));
+                    } else if types.iter().any(|t| t.3 && t.5 == 0) {
+                        let missing = matches!(res, Err(LedgerError::RequiredOutputMissing { .. }));
+                        prop_assert!(missing, "expected a missing required output, got {:?}", res);
+                    } else {
+                        prop_assert_eq!(res, Ok(()));
+                        finished = true;
+                    }
+                }
+            }
+        }
+        for t in &types {
+            prop_assert_eq!(ledger.attempts(&t.0), t.4);
+            prop_assert_eq!(ledger.emitted(&t.0), t.5);
+            prop_assert!(t.4 <= t.2);
+        }
+    }
+}
