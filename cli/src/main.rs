@@ -9,7 +9,10 @@
 #![allow(clippy::print_stdout, reason = "the CLI prints")]
 
 mod check;
+mod decide;
 mod explain;
+mod host_policy_file;
+mod mark_untrusted;
 mod policy_cmd;
 mod schema_cmd;
 
@@ -29,6 +32,10 @@ struct Cli {
 enum Command {
     /// Validate hub workflows, provider options and the host policy.
     Check(check::Args),
+    /// Decide egress, outward or routing requests against the host policy.
+    Decide(decide::Args),
+    /// Mark files untrusted: a session that reads them becomes tainted.
+    MarkUntrusted(mark_untrusted::Args),
     /// Print JSON Schema documents for hub.yml, workflow files and provider options.
     Schema(schema_cmd::Args),
     /// Print each step's exact Hub tool policy and translated provider options.
@@ -51,6 +58,8 @@ fn main() -> ExitCode {
     };
     let res = match cli.command {
         Command::Check(args) => check::run(args),
+        Command::Decide(args) => decide::run(args),
+        Command::MarkUntrusted(args) => mark_untrusted::run(args),
         Command::Schema(args) => schema_cmd::run(args),
         Command::Policy(args) => policy_cmd::run(args),
         Command::Explain(args) => explain::run(args),

@@ -129,10 +129,13 @@ fn policy_dispatch_error_prints_code_and_message_and_exits_1() {
         "reply"
     );
 
-    let edge = vectors("edge");
+    // An unsupported provider never gets a grant: palisade-schema already
+    // refuses it while loading (usage error, exit 2), and derive + translate
+    // refuse it on their own (vectors/unsupported).
+    let unsupported = vectors("unsupported");
     let o = palisade(&[
         "policy",
-        edge.to_str().unwrap(),
+        unsupported.to_str().unwrap(),
         "--trigger",
         "unsupported",
         "--step",
@@ -142,8 +145,9 @@ fn policy_dispatch_error_prints_code_and_message_and_exits_1() {
         "--format",
         "json",
     ]);
-    assert_eq!(o.status.code(), Some(1));
-    assert_eq!(json_out(&o)["error"]["code"], "tool_policy_unsupported");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(o.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot preapprove exact MCP tools"));
 }
 
 #[test]

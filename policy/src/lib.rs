@@ -14,6 +14,12 @@
 //! Trigger admission: [`admission::admit`], after [`webhook`] authentication.
 //! The run plan: [`plan::plan`], over `palisade-schema`'s workflow model.
 //!
+//! Host policy decisions: [`egress::decide`], [`outward::decide`] and
+//! [`route::decide_route`] / [`route::decide_dispatch`] take a parsed host
+//! policy (`palisade_schema::host_policy::HostPolicy`), a session state
+//! (`palisade_taint::Session`) and a request, and return a
+//! [`verdict::Verdict`]: allow, ask or deny, the rule that decided and why.
+//!
 //! What this crate does **not** do: it does not sandbox the agent, and it
 //! does not govern the provider's native tools (shell, files, web); those are
 //! the provider's options and the host boundary (see `docs/tool-authority.md`).
@@ -45,11 +51,16 @@ pub mod admission;
 pub mod capability;
 pub mod derive;
 pub mod digest;
+pub mod egress;
 pub mod grant;
+pub mod host_pattern;
 pub mod invocation;
 pub mod ledger;
+pub mod outward;
 pub mod plan;
+pub mod route;
 pub mod translate;
+pub mod verdict;
 pub mod webhook;
 
 /// Fuzzing entry points; not part of the API.

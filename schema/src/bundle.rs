@@ -340,10 +340,7 @@ pub fn parse_bundle(files: &[(&str, &[u8])]) -> (Option<HubConfig>, Vec<Diagnost
             root,
             env_paths,
         };
-        let mut checker = Checker {
-            config: &config,
-            diags: Vec::new(),
-        };
+        let mut checker = Checker::new(&config, &diags, hub_path);
         checker.run(&res, &sites);
         diags.extend(checker.diags);
         diags.extend(crate::lints::run(&config, &res, &sites));

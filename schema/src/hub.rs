@@ -467,6 +467,24 @@ impl Walker<'_> {
             .required(node, "provider", path)
             .and_then(|n| self.string(n, &path.key("provider")));
         let mut ok = provider.is_some();
+        if let Some(p) = &provider
+            && !p.contains("${{")
+            && crate::options::provider_shape(p).is_none()
+            && let Some(pn) = node.get("provider")
+        {
+            self.diags.push(
+                Diagnostic::error(
+                    "unknown_provider",
+                    format!(
+                        "provider {p:?} cannot preapprove exact MCP tools for unattended execution and has no strict option schema; select claude, codex or opencode"
+                    ),
+                )
+                .in_file(self.file.clone())
+                .at(pn.pos.line, pn.pos.column)
+                .with_path(path.key("provider")),
+            );
+            ok = false;
+        }
         let mut field = |w: &mut Self, key: &str| -> Option<String> {
             let n = node.get(key)?;
             let s = w.string(n, &path.key(key));
@@ -506,7 +524,10 @@ impl Walker<'_> {
                 let opath = path.key("options");
                 match &o.value {
                     Y::Map(_) => {
-                        if let Some(p) = &provider {
+                        if let Some(p) = provider
+                            .as_ref()
+                            .filter(|p| crate::options::provider_shape(p).is_some())
+                        {
                             let before = self.diags.len();
                             let found = crate::options::validate(p, o, &opath, &self.file);
                             self.diags.extend(found);

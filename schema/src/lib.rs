@@ -21,6 +21,7 @@
 pub mod bundle;
 pub mod diagnostic;
 pub mod expr;
+pub mod host_policy;
 mod hub;
 pub mod hub_schema;
 mod lints;
@@ -192,10 +193,7 @@ fn single_file(
         root,
         env_paths,
     };
-    let mut checker = Checker {
-        config: &config,
-        diags: Vec::new(),
-    };
+    let mut checker = Checker::new(&config, diags, file);
     checker.run(&res, &sites);
     diags.extend(checker.diags);
     diags.extend(lints::run(&config, &res, &sites));

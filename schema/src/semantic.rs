@@ -33,6 +33,31 @@ pub(crate) struct ResourceSite<'a> {
 pub(crate) struct Checker<'a> {
     pub(crate) config: &'a HubConfig,
     pub(crate) diags: Vec<Diagnostic>,
+    /// Some environment failed to parse: unknown-environment findings
+    /// would be noise, so they are not reported.
+    pub(crate) environments_broken: bool,
+    /// Some named agent failed to parse.
+    pub(crate) agents_broken: bool,
+}
+
+impl<'a> Checker<'a> {
+    /// A checker that suppresses reference findings for sections that
+    /// already have errors in `prior`.
+    pub(crate) fn new(config: &'a HubConfig, prior: &[Diagnostic], resource_file: &str) -> Self {
+        let broken = |section: &str| {
+            prior.iter().any(|d| {
+                d.is_error()
+                    && d.file == resource_file
+                    && matches!(d.path.0.first(), Some(crate::PathSegment::Key(k)) if k == section)
+            })
+        };
+        Self {
+            config,
+            diags: Vec::new(),
+            environments_broken: broken("environments"),
+            agents_broken: broken("agents"),
+        }
+    }
 }
 
 /// Where an expression sits, which decides the paths it may read.
@@ -234,7 +259,7 @@ impl<'a> Checker<'a> {
         // agent
         match &s.agent {
             AgentRef::Named(name) => {
-                if self.config.agent(name).is_none() {
+                if self.config.agent(name).is_none() && !self.agents_broken {
                     let known: Vec<&str> =
                         self.config.agents.iter().map(|a| a.name.as_str()).collect();
                     let msg = if known.is_empty() {
@@ -259,7 +284,8 @@ impl<'a> Checker<'a> {
                     self.authority_choices(t, index, tpl, site, &p, &s.id, "agent")
                 {
                     for c in choices {
-                        let ok = c.as_str().is_some_and(|n| self.config.agent(n).is_some());
+                        let ok = self.agents_broken
+                            || c.as_str().is_some_and(|n| self.config.agent(n).is_some());
                         if !ok {
                             self.err(
                                 site,
@@ -317,6 +343,7 @@ impl<'a> Checker<'a> {
 
     fn check_environment_name(&mut self, name: &str, site: &TriggerSite<'_>, p: &Path, s: &Step) {
         match self.config.environment(name) {
+            None if self.environments_broken => {}
             None => {
                 let known: Vec<&str> = self
                     .config

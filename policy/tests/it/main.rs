@@ -1,5 +1,7 @@
 //! Integration tests of `palisade-policy`: the spec's vectors as data, property
-//! tests and a differential test against a naive reference implementation.
+//! tests and a differential test against a naive reference implementation for
+//! tool authority; data-driven cases and a model-based property test for the
+//! egress, outward and routing deciders.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -9,7 +11,9 @@
     reason = "tests; they read fixture files"
 )]
 
+mod cases;
 mod fixture;
+mod model;
 mod naive;
 mod plan;
 mod props;
