@@ -274,3 +274,65 @@ fn explain_rejected_event_exits_1_with_the_reason() {
     assert!(text.contains("rejected (user_not_allowed)"), "{text}");
     assert!(text.contains("step classify: not run"), "{text}");
 }
+
+#[test]
+fn agent_chosen_by_an_expression_shows_every_choice_and_the_plan_resolves_it() {
+    let root = data("dynamic");
+    let o = palisade(&[
+        "policy",
+        root.to_str().unwrap(),
+        "--trigger",
+        "pick",
+        "--step",
+        "work",
+        "--context",
+        "slack",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let got = json_out(&o);
+    let agents: Vec<(&str, &str)> = got
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["agent"].as_str().unwrap(),
+                e["provider"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(agents, [("reader", "claude"), ("writer", "codex")]);
+
+    let ev = data("dynamic-event.json");
+    let out = data("route-writer.json");
+    let arg = format!("route={}", out.display());
+    let o = palisade(&[
+        "explain",
+        root.to_str().unwrap(),
+        "--event",
+        ev.to_str().unwrap(),
+        "--output",
+        &arg,
+        "--format",
+        "json",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let work = &json_out(&o)[0]["steps"][1];
+    assert_eq!(
+        (work["agent"].as_str(), work["provider"].as_str()),
+        (Some("writer"), Some("codex"))
+    );
+    assert_eq!(work["tools"], json!(["finish_execution", "reply"]));
+}
