@@ -12,6 +12,7 @@ mod check;
 mod decide;
 mod explain;
 mod host_policy_file;
+mod journal;
 mod mark_untrusted;
 mod policy_cmd;
 mod schema_cmd;
@@ -42,6 +43,8 @@ enum Command {
     Policy(policy_cmd::Args),
     /// Explain the run plan for an event: admission, steps run or skipped, tools per step.
     Explain(explain::Args),
+    /// Generate keys for, verify, show and append to sealed journals.
+    Journal(journal::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
         Command::Schema(args) => schema_cmd::run(args),
         Command::Policy(args) => policy_cmd::run(args),
         Command::Explain(args) => explain::run(args),
+        Command::Journal(args) => journal::run(args),
     };
     match res {
         Ok(code) => code,
