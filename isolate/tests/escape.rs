@@ -1174,3 +1174,68 @@ fn exit_codes_pass_through() {
         other => panic!("expected an exec error, got {other:?}"),
     }
 }
+
+// The same guards when the launcher is an unprivileged user (uid 65534):
+// the worker runs as that uid, mapped 1:1, with `setgroups` denied.
+#[test]
+fn unprivileged_launcher() {
+    if skip_unless_root() {
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let as_nobody = |args: &[&str]| -> String {
+        let out = std::process::Command::new(PROBE)
+            .args(args)
+            .uid(65534)
+            .gid(65534)
+            .current_dir("/")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim_end().to_owned()
+    };
+    let newuser = format!("{}", libc::CLONE_NEWUSER);
+    for profile in ["strict", "governed"] {
+        let st = as_nobody(&["sandboxed", profile, PROBE, "status"]);
+        assert!(
+            st.contains("Uid: 65534 65534 65534 65534"),
+            "{profile}: {st}"
+        );
+        assert!(
+            st.contains("CapEff: 0000000000000000") && st.contains("CapBnd: 0000000000000000"),
+            "{profile}: {st}"
+        );
+        assert!(
+            st.contains("NoNewPrivs: 1") && st.contains("Seccomp: 2"),
+            "{profile}: {st}"
+        );
+        assert_eq!(
+            as_nobody(&["sandboxed", profile, PROBE, "unshare", &newuser]),
+            EPERM,
+            "{profile}"
+        );
+        assert_eq!(
+            as_nobody(&["sandboxed", profile, PROBE, "socket", "1"]),
+            EPERM,
+            "{profile}"
+        );
+        assert_eq!(
+            as_nobody(&["sandboxed", profile, PROBE, "net-ifaces"]),
+            "ok lo",
+            "{profile}"
+        );
+        // Twin: the scratch HOME is writable.
+        assert_eq!(
+            as_nobody(&["sandboxed", profile, PROBE, "write", "/tmp/home/x"]),
+            "ok",
+            "{profile}"
+        );
+    }
+    assert_eq!(
+        as_nobody(&["sandboxed", "governed", PROBE, "write", "/etc/palisade-x"]),
+        EROFS
+    );
+    // Control: unsandboxed, the same user may create a user namespace and
+    // an AF_UNIX socket.
+    assert_eq!(as_nobody(&["unshare", &newuser]), "ok");
+    assert_eq!(as_nobody(&["socket", "1"]), "ok");
+}
