@@ -21,6 +21,7 @@ pub(crate) type MountResult = Result<(), (i32, String)>;
 const STAGE: &str = "/tmp";
 const NEW: &str = "/newroot";
 const OLD: &str = "/oldroot";
+const EMPTY: &str = "/empty";
 
 fn e(what: impl Into<String>) -> impl FnOnce(nix::errno::Errno) -> (i32, String) {
     let what = what.into();
@@ -234,6 +235,10 @@ pub(crate) fn apply(plan: &MountPlan, uid: u32, gid: u32) -> MountResult {
     nix::unistd::pivot_root(STAGE, &Path::new(STAGE).join("oldroot"))
         .map_err(e("pivot_root to staging"))?;
     nix::unistd::chdir("/").map_err(e("chdir /"))?;
+    // The empty, read-only file every masked file is bound to.
+    std::fs::write(EMPTY, b"").map_err(io("create the mask file"))?;
+    std::fs::set_permissions(EMPTY, std::os::unix::fs::PermissionsExt::from_mode(0o444))
+        .map_err(io("chmod the mask file"))?;
 
     let new = Path::new(NEW);
     let mut masks: Vec<PathBuf> = Vec::new();
@@ -278,7 +283,7 @@ pub(crate) fn apply(plan: &MountPlan, uid: u32, gid: u32) -> MountResult {
                 let t = inside(path);
                 ensure_mountpoint(&t, false)?;
                 mount(
-                    Some(&host(Path::new("/dev/null"))),
+                    Some(EMPTY),
                     &t,
                     None::<&str>,
                     MsFlags::MS_BIND,

@@ -48,7 +48,7 @@ pub enum MountOp {
         /// The masked directory.
         path: PathBuf,
     },
-    /// A read-only `/dev/null` over a file or socket.
+    /// An empty read-only file over a file or socket.
     MaskFile {
         /// The masked file.
         path: PathBuf,

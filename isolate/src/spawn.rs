@@ -176,8 +176,34 @@ impl SandboxChild {
         nix::sys::signal::kill(self.pid, sig).map_err(std::io::Error::from)
     }
 
+    /// Check without blocking whether the worker has ended: its exit code
+    /// (or `128 + signal`), or `None` while it runs.
+    pub fn try_wait(&mut self) -> std::io::Result<Option<i32>> {
+        use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+        if self.reaped {
+            return Err(std::io::Error::other("sandbox already reaped"));
+        }
+        match waitpid(self.pid, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(_, code)) => {
+                self.reaped = true;
+                plan::remove_placeholders(&self.placeholders);
+                Ok(Some(code))
+            }
+            Ok(WaitStatus::Signaled(_, sig, _)) => {
+                self.reaped = true;
+                plan::remove_placeholders(&self.placeholders);
+                Ok(Some(128 + sig as i32))
+            }
+            Ok(_) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Wait for the worker: its exit code, or `128 + signal`.
     pub fn wait(mut self) -> std::io::Result<i32> {
+        if self.reaped {
+            return Err(std::io::Error::other("sandbox already reaped"));
+        }
         let code = wait_code(self.pid)?;
         self.reaped = true;
         plan::remove_placeholders(&self.placeholders);
@@ -252,6 +278,13 @@ impl Sandbox {
     /// Add a read-only bind (a required runtime file or directory).
     pub fn read_only(&mut self, path: impl Into<PathBuf>) -> &mut Self {
         self.profile.read_paths.push(path.into());
+        self
+    }
+
+    /// Hide a host path behind an empty read-only tmpfs (a directory) or
+    /// an empty read-only file, on top of the profile's host masks.
+    pub fn mask(&mut self, path: impl Into<PathBuf>) -> &mut Self {
+        self.profile.host_masks.push(path.into());
         self
     }
 
@@ -446,6 +479,7 @@ impl Sandbox {
             envp: &envp,
             cwd: &cwd_c,
             rlimits: self.profile.rlimits,
+            wall_limit: self.profile.wall_limit,
             filters: filters.as_ref(),
             landlock: landlock.as_ref(),
             stdio: [&command.stdin, &command.stdout, &command.stderr],
@@ -523,6 +557,7 @@ struct ChildSetup<'a> {
     envp: &'a [CString],
     cwd: &'a CString,
     rlimits: crate::profile::Rlimits,
+    wall_limit: Option<std::time::Duration>,
     filters: Option<&'a seccomp::Filters>,
     landlock: Option<&'a landlock_rules::Rules>,
     stdio: [&'a Stdio; 3],
@@ -909,7 +944,7 @@ fn init_stage(setup: &ChildSetup<'_>, err_fd: RawFd) -> Result<std::convert::Inf
     }
     let _ = sys::close_all_except(&keep);
     let mask = forwarded_mask();
-    let code = init::run(worker, &mask, listeners);
+    let code = init::run(worker, &mask, listeners, setup.wall_limit);
     sys::exit_now(code)
 }
 

@@ -200,6 +200,35 @@ fn g01_writes_and_reads_outside_policy() {
             "{profile}: twin read"
         );
     }
+    // A configured mask hides a host directory and a host file (governed).
+    std::fs::write(host.path().join("secret.txt"), "s").unwrap();
+    std::fs::create_dir(host.path().join("private")).unwrap();
+    std::fs::write(host.path().join("private/key"), "k").unwrap();
+    let mut sb = sandbox("governed", &root);
+    sb.mask(host.path().join("private"))
+        .mask(host.path().join("secret.txt"));
+    assert_eq!(
+        inside(
+            &sb,
+            &["ls", &host.path().join("private").display().to_string()]
+        ),
+        "ok"
+    );
+    assert_eq!(
+        inside(
+            &sb,
+            &["cat", &host.path().join("secret.txt").display().to_string()]
+        ),
+        "ok"
+    );
+    let unmasked = sandbox("governed", &root);
+    assert_eq!(
+        inside(
+            &unmasked,
+            &["cat", &host.path().join("secret.txt").display().to_string()]
+        ),
+        "ok s"
+    );
     // Positive control: the same host write and read succeed unsandboxed.
     assert_eq!(outside(&["write", &target]), "ok");
     assert_eq!(outside(&["read", "/etc/shadow"]), "ok");
@@ -973,6 +1002,17 @@ fn g18_resources() {
     assert_eq!(inside(&sb, &["fork-many", "4"]), "ok 4");
     assert_eq!(inside(&sb, &["alloc", "16"]), "ok");
     assert_eq!(inside(&sb, &["fill", "/tmp/small", "1"]), "ok");
+    // Wall-clock limit: a sleeper is killed (137), a short command is not.
+    let mut p = Profile::governed();
+    p.wall_limit = Some(Duration::from_millis(500));
+    let mut timed = Sandbox::new(p);
+    timed.writable(root.path()).cwd(root.path());
+    let started = std::time::Instant::now();
+    let c = timed.spawn(Command::new(["/bin/sleep", "30"])).unwrap();
+    assert_eq!(c.wait().unwrap(), 128 + libc::SIGKILL);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let c = timed.spawn(Command::new(["/bin/sleep", "0.05"])).unwrap();
+    assert_eq!(c.wait().unwrap(), 0);
     // Die with the parent: killing the supervisor kills the worker.
     let marker = format!("{}.{}", 300 + std::process::id() % 100, std::process::id());
     let child = sb
