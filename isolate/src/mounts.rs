@@ -69,6 +69,21 @@ fn ensure_mountpoint(target: &Path, dir: bool) -> MountResult {
     }
 }
 
+/// A protected path or pinned ancestor must not have become a symlink
+/// since the plan was made (the bind would follow it).
+fn refuse_symlink(t: &Path) -> MountResult {
+    match std::fs::symlink_metadata(t) {
+        Ok(m) if m.file_type().is_symlink() => {
+            Err((libc::ELOOP, format!("{} became a symlink", t.display())))
+        }
+        Ok(_) => Ok(()),
+        Err(err) => Err((
+            err.raw_os_error().unwrap_or(libc::EIO),
+            format!("stat {}", t.display()),
+        )),
+    }
+}
+
 const RO_ATTRS: u64 = libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV;
 
 fn bind(source: &Path, target: &Path, read_only: bool) -> MountResult {
@@ -297,11 +312,13 @@ pub(crate) fn apply(plan: &MountPlan, uid: u32, gid: u32) -> MountResult {
             MountOp::Proc => mount_proc()?,
             MountOp::Pin { path } => {
                 let t = inside(path);
+                refuse_symlink(&t)?;
                 mount(Some(&t), &t, None::<&str>, MsFlags::MS_BIND, None::<&str>)
                     .map_err(e(format!("pin {}", path.display())))?;
             }
             MountOp::Protect { path } => {
                 let t = inside(path);
+                refuse_symlink(&t)?;
                 mount(
                     Some(&t),
                     &t,

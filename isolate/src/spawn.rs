@@ -155,7 +155,7 @@ pub struct LaunchReport {
 pub struct SandboxChild {
     pid: nix::unistd::Pid,
     report: LaunchReport,
-    placeholders: Vec<PathBuf>,
+    placeholders: Vec<plan::Placeholder>,
     reaped: bool,
 }
 
@@ -487,11 +487,11 @@ impl Sandbox {
         let pid = match launch(&setup) {
             Ok(pid) => pid,
             Err(e) => {
-                plan::remove_placeholders(&plan.placeholders);
+                plan::remove_placeholders(&plan.created);
                 return Err(e);
             }
         };
-        let placeholders = plan.placeholders.clone();
+        let placeholders = plan.created.clone();
         let mut downgraded: Vec<Layer> = self.disabled.iter().copied().collect();
         downgraded.sort();
         let report = LaunchReport {

@@ -371,6 +371,28 @@ fn g04_symlinks_and_hardlinks() {
         );
     }
     assert_eq!(outside(&["write", &outside_target]), "ok");
+
+    // A protected name that is a symlink, or a `.git` symlink in a nested
+    // directory, cannot be kept read-only (a bind follows it): refused.
+    for (make, rel) in [(".bashrc", ".bashrc"), ("sub2/.git", "sub2/.git")] {
+        let root = Root::new();
+        let link = root.path().join(make);
+        std::fs::create_dir_all(link.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(root.path().join("plain"), &link).unwrap();
+        match sandbox("governed", &root).spawn(Command::new(["/bin/true"])) {
+            Err(SandboxError::InvalidPath { path, reason }) => {
+                assert_eq!(path, root.path().join(rel));
+                assert!(reason.contains("symlink"), "{reason}");
+            }
+            other => panic!("{rel}: expected a refusal, got {other:?}"),
+        }
+        // Control: the same root without the symlink launches.
+        std::fs::remove_file(&link).unwrap();
+        let c = sandbox("governed", &root)
+            .spawn(Command::new(["/bin/true"]))
+            .unwrap();
+        assert_eq!(c.wait().unwrap(), 0);
+    }
 }
 
 // 5. The nested-namespace chain: new user namespace, new mount API, setns.
