@@ -108,6 +108,7 @@ pub struct Sandbox {
     identity: Option<WorkerIdentity>,
     disabled: BTreeSet<Layer>,
     simulated: Vec<(Layer, String)>,
+    simulated_abi: Option<u32>,
 }
 
 /// The explicit, named downgrade door: see [`Sandbox::dangerous`].
@@ -261,6 +262,7 @@ impl Sandbox {
             identity: None,
             disabled: BTreeSet::new(),
             simulated: Vec::new(),
+            simulated_abi: None,
         }
     }
 
@@ -332,6 +334,15 @@ impl Sandbox {
         self
     }
 
+    /// Test hook: pretend the kernel's Landlock ABI is `abi` (if lower than
+    /// the real one) for the requirement check. Enforcement always uses the
+    /// real ABI, so this can only cause a refusal.
+    #[doc(hidden)]
+    pub fn __simulate_landlock_abi(&mut self, abi: u32) -> &mut Self {
+        self.simulated_abi = Some(abi);
+        self
+    }
+
     fn worker_ids(&self) -> (u32, u32) {
         let uid = nix::unistd::getuid().as_raw();
         let gid = nix::unistd::getgid().as_raw();
@@ -353,6 +364,10 @@ impl Sandbox {
         &self,
         mut report: ProbeReport,
     ) -> Result<(Vec<(Layer, LayerStatus)>, u32), SandboxError> {
+        let real_abi = report.landlock_abi.unwrap_or(0);
+        if let Some(sim) = self.simulated_abi {
+            report.landlock_abi = Some(sim.min(real_abi));
+        }
         for (layer, detail) in &self.simulated {
             report.set(
                 *layer,
@@ -381,7 +396,12 @@ impl Sandbox {
                 continue;
             }
             let abi = report.landlock_abi.unwrap_or(0);
-            if layer == Layer::Landlock && status.is_active() && abi < self.profile.min_landlock_abi
+            if layer == Layer::Landlock
+                && matches!(
+                    status,
+                    LayerStatus::Active { .. } | LayerStatus::Degraded { .. }
+                )
+                && abi < self.profile.min_landlock_abi
             {
                 return Err(SandboxError::LayerUnavailable {
                     layer,
@@ -390,6 +410,11 @@ impl Sandbox {
             }
             match status {
                 LayerStatus::Active { .. } => out.push((layer, status)),
+                // Landlock below ABI 6 but at or above the profile's minimum
+                // runs, reported as degraded (the minimum was checked above).
+                LayerStatus::Degraded { .. } if layer == Layer::Landlock => {
+                    out.push((layer, status))
+                }
                 other if required => {
                     return Err(SandboxError::LayerUnavailable {
                         layer,
@@ -412,7 +437,7 @@ impl Sandbox {
                 ),
             });
         }
-        Ok((out, report.landlock_abi.unwrap_or(0)))
+        Ok((out, real_abi))
     }
 
     /// Probe, plan and launch `command`. Returns once the command has been
@@ -742,6 +767,8 @@ fn is_unavailable(step: Step, errno: i32) -> bool {
             )
         }
         Step::Landlock | Step::Seccomp => matches!(errno, libc::ENOSYS | libc::EOPNOTSUPP),
+        // mount_setattr (Linux 5.12) missing.
+        Step::MountPlan => errno == libc::ENOSYS,
         _ => false,
     }
 }

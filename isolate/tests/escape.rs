@@ -1118,6 +1118,14 @@ fn g19_degradation() {
             );
         }
     }
+    // A kernel whose Landlock ABI is below the profile's minimum (simulated).
+    let mut sb = sandbox("governed", &root);
+    sb.__simulate_landlock_abi(3);
+    let err = sb.spawn(Command::new(["/bin/true"])).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "isolation_layer_unavailable: landlock (ABI 3, 4 required)"
+    );
     // A Landlock ABI below the profile's minimum.
     let mut p = Profile::governed();
     p.min_landlock_abi = 99;
