@@ -453,6 +453,13 @@ pub fn fork_for_tests() -> i32 {
     }
 }
 
+/// Leave a child forked by [`fork_for_tests`] at once (`_exit`), without
+/// running the parent's exit handlers or touching locks other threads held
+/// at fork time.
+pub fn exit_for_tests(code: i32) -> ! {
+    crate::sys::exit_now(code)
+}
+
 /// Wait for a child forked by [`fork_for_tests`]: its exit code, or
 /// `128 + signal`.
 pub fn wait_for_tests(pid: i32) -> i32 {
