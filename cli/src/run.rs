@@ -69,6 +69,22 @@ pub(crate) fn layer_json(l: Layer, s: &LayerStatus) -> serde_json::Value {
     serde_json::json!({"layer": l.name(), "status": s.word(), "detail": s.detail()})
 }
 
+fn forwarded_signals() -> nix::sys::signal::SigSet {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    for s in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+    ] {
+        set.add(s);
+    }
+    set
+}
+
 fn setup_failure(msg: impl std::fmt::Display) -> Result<ExitCode, String> {
     eprintln!("palisade: {msg}");
     Ok(ExitCode::from(EXIT_SETUP))
@@ -131,6 +147,13 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         }
         eprintln!("palisade: warning: running without `{name}` (dangerously disabled)");
     }
+    // Termination signals are forwarded to the worker (through the
+    // supervisor and init) instead of killing palisade; the worker's exit
+    // status then becomes ours. Blocked before the fork, so none is lost.
+    let forwarded = forwarded_signals();
+    if let Err(e) = forwarded.thread_block() {
+        return setup_failure(format!("cannot block signals: {e}"));
+    }
     let child = match sb.spawn(Command::new(args.command)) {
         Ok(c) => c,
         Err(e) => return setup_failure(e),
@@ -144,6 +167,12 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
             );
         }
     }
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.pid()).unwrap_or(0));
+    std::thread::spawn(move || {
+        while let Ok(sig) = forwarded.wait() {
+            let _ = nix::sys::signal::kill(pid, sig);
+        }
+    });
     match child.wait() {
         Ok(code) => Ok(ExitCode::from(u8::try_from(code).unwrap_or(EXIT_SETUP))),
         Err(e) => setup_failure(format!("waiting for the sandbox: {e}")),

@@ -178,3 +178,50 @@ fn probe_json_lists_every_layer() {
     let ready = v["ready"].as_bool().unwrap();
     assert_eq!(out.status.code(), Some(if ready { 0 } else { 1 }));
 }
+
+#[test]
+fn termination_signals_reach_the_worker() {
+    if !is_root() {
+        return;
+    }
+    let cwd = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .args([
+            "run",
+            "--profile",
+            "governed",
+            "--",
+            "/bin/sh",
+            "-c",
+            "trap 'exit 42' TERM; echo ready; while :; do sleep 0.05; done",
+        ])
+        .current_dir(cwd.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut buf = [0u8; 6];
+    std::io::Read::read_exact(&mut out, &mut buf).unwrap();
+    assert_eq!(&buf, b"ready\n");
+    let pid = i32::try_from(child.id()).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let mut status = None;
+    for _ in 0..200 {
+        if let Some(s) = child.try_wait().unwrap() {
+            status = Some(s);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("palisade did not end within 10 s of SIGTERM");
+    };
+    // The worker's trap ran: palisade exits with the worker's own code.
+    assert_eq!(status.code(), Some(42));
+}

@@ -820,6 +820,9 @@ fn supervisor(
     if nix::unistd::getppid() != launcher {
         sys::exit_now(125);
     }
+    // Own process group: a terminal's Ctrl-C reaches the launcher only,
+    // which forwards it once (the worker is in its own session anyway).
+    let _ = nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0));
     nix::sched::unshare(CloneFlags::CLONE_NEWUSER)
         .map_err(nx(Step::UnshareUser, "unshare(CLONE_NEWUSER)"))?;
     let _ = nix::unistd::write(&ready_w, b"r");
