@@ -45,6 +45,12 @@ pub(crate) struct Args {
     /// landlock, seccomp, net_ns, ipc_ns, uts_ns and cgroups can be named.
     #[arg(long = "dangerously-disable", value_name = "LAYER")]
     dangerously_disable: Vec<String>,
+    /// The worker's uid (and gid) inside the sandbox, mapped 1:1. Default:
+    /// the invoking user, or 64000 when palisade runs as root. As root,
+    /// writable roots must be writable by this uid; `--worker-uid 0` keeps
+    /// root's file ownership (still without any capability).
+    #[arg(long, value_name = "UID")]
+    worker_uid: Option<u32>,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<OsString>,
@@ -137,6 +143,9 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
             return setup_failure(format!("--bridge `{b}` is not PORT=SOCKET"));
         };
         sb.bridge(Bridge { port, target });
+    }
+    if let Some(uid) = args.worker_uid {
+        sb.identity(palisade_isolate::WorkerIdentity::Dedicated { uid, gid: uid });
     }
     for name in &args.dangerously_disable {
         let Some(layer) = Layer::from_name(name) else {

@@ -225,3 +225,37 @@ fn termination_signals_reach_the_worker() {
     // The worker's trap ran: palisade exits with the worker's own code.
     assert_eq!(status.code(), Some(42));
 }
+
+#[test]
+fn worker_uid_is_selectable_as_root() {
+    if !is_root() {
+        return;
+    }
+    let cwd = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "--profile", "governed"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "/bin/sh", "-c", "id -u; touch written"]);
+        Command::new(BIN)
+            .args(&args)
+            .current_dir(cwd.path())
+            .output()
+            .unwrap()
+    };
+    // Default as root: the dedicated worker uid, which cannot write the
+    // root-owned working directory.
+    let out = run(&[]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "64000");
+    assert_ne!(out.status.code(), Some(0));
+    assert!(!cwd.path().join("written").exists());
+    // Explicitly root's uid: the write succeeds, capabilities stay dropped.
+    let out = run(&["--worker-uid", "0"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(cwd.path().join("written").exists());
+}
