@@ -9,8 +9,15 @@
 #![allow(clippy::print_stdout, reason = "the CLI prints")]
 
 mod check;
+mod decide;
+mod explain;
+mod host_policy_file;
+mod journal;
+mod mark_untrusted;
+mod policy_cmd;
 mod probe;
 mod run;
+mod schema_cmd;
 
 use std::process::ExitCode;
 
@@ -33,6 +40,18 @@ enum Command {
     Run(run::Args),
     /// Report every isolation layer as active, degraded or unavailable.
     Probe(probe::Args),
+    /// Decide egress, outward or routing requests against the host policy.
+    Decide(decide::Args),
+    /// Mark files untrusted: a session that reads them becomes tainted.
+    MarkUntrusted(mark_untrusted::Args),
+    /// Print JSON Schema documents for hub.yml, workflow files and provider options.
+    Schema(schema_cmd::Args),
+    /// Print each step's exact Hub tool policy and translated provider options.
+    Policy(policy_cmd::Args),
+    /// Explain the run plan for an event: admission, steps run or skipped, tools per step.
+    Explain(explain::Args),
+    /// Generate keys for, verify, show and append to sealed journals.
+    Journal(journal::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -51,6 +70,12 @@ fn main() -> ExitCode {
         Command::Check(args) => check::run(args),
         Command::Run(args) => run::run(args),
         Command::Probe(args) => probe::run(args),
+        Command::Decide(args) => decide::run(args),
+        Command::MarkUntrusted(args) => mark_untrusted::run(args),
+        Command::Schema(args) => schema_cmd::run(args),
+        Command::Policy(args) => policy_cmd::run(args),
+        Command::Explain(args) => explain::run(args),
+        Command::Journal(args) => journal::run(args),
     };
     match res {
         Ok(code) => code,
