@@ -505,6 +505,23 @@ fn g07_proc() {
             "ok /",
             "twin"
         );
+        // The mount table shows the sandbox only: no staging or old root.
+        let mounts = inside(&sb, &["mountpoints"]);
+        assert!(mounts.starts_with("ok /"), "{mounts}");
+        for gone in ["/oldroot", "/newroot"] {
+            assert!(
+                !mounts.split(',').any(|m| m.starts_with(gone)),
+                "{profile}: {gone} in {mounts}"
+            );
+        }
+        if profile == "strict" {
+            assert!(
+                !mounts
+                    .split(',')
+                    .any(|m| m == "/home" || m == "/var" || m == "/boot"),
+                "{mounts}"
+            );
+        }
     }
     // Control: outside, the root link of a same-uid process is readable.
     let own = format!("/proc/{}/root", std::process::id());
