@@ -15,6 +15,8 @@ mod host_policy_file;
 mod journal;
 mod mark_untrusted;
 mod policy_cmd;
+mod probe;
+mod run;
 mod schema_cmd;
 
 use std::process::ExitCode;
@@ -33,6 +35,11 @@ struct Cli {
 enum Command {
     /// Validate hub workflows, provider options and the host policy.
     Check(check::Args),
+    /// Run a command in a fail-closed sandbox (exit code: the command's;
+    /// 125 on setup failure).
+    Run(run::Args),
+    /// Report every isolation layer as active, degraded or unavailable.
+    Probe(probe::Args),
     /// Decide egress, outward or routing requests against the host policy.
     Decide(decide::Args),
     /// Mark files untrusted: a session that reads them becomes tainted.
@@ -61,6 +68,8 @@ fn main() -> ExitCode {
     };
     let res = match cli.command {
         Command::Check(args) => check::run(args),
+        Command::Run(args) => run::run(args),
+        Command::Probe(args) => probe::run(args),
         Command::Decide(args) => decide::run(args),
         Command::MarkUntrusted(args) => mark_untrusted::run(args),
         Command::Schema(args) => schema_cmd::run(args),
