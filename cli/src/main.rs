@@ -9,6 +9,10 @@
 #![allow(clippy::print_stdout, reason = "the CLI prints")]
 
 mod check;
+mod check_policy;
+mod decide;
+mod host_policy_file;
+mod mark_untrusted;
 
 use std::process::ExitCode;
 
@@ -26,6 +30,10 @@ struct Cli {
 enum Command {
     /// Validate hub workflows, provider options and the host policy.
     Check(check::Args),
+    /// Decide egress, outward or routing requests against the host policy.
+    Decide(decide::Args),
+    /// Mark files untrusted: a session that reads them becomes tainted.
+    MarkUntrusted(mark_untrusted::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -42,6 +50,8 @@ fn main() -> ExitCode {
     };
     let res = match cli.command {
         Command::Check(args) => check::run(args),
+        Command::Decide(args) => decide::run(args),
+        Command::MarkUntrusted(args) => mark_untrusted::run(args),
     };
     match res {
         Ok(code) => code,
