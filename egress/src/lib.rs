@@ -15,7 +15,9 @@
 pub mod addr;
 pub mod decide;
 pub mod head;
+pub mod journal;
 pub mod net;
+pub mod policy;
 pub mod proxy;
 pub mod record;
 pub mod relay;
