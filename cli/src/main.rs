@@ -13,6 +13,8 @@ mod check_policy;
 mod decide;
 mod host_policy_file;
 mod mark_untrusted;
+mod proxy;
+mod relay;
 
 use std::process::ExitCode;
 
@@ -34,6 +36,10 @@ enum Command {
     Decide(decide::Args),
     /// Mark files untrusted: a session that reads them becomes tainted.
     MarkUntrusted(mark_untrusted::Args),
+    /// Run the recording, limiting egress proxy until SIGINT or SIGTERM.
+    Proxy(proxy::Args),
+    /// Run a credential-injecting host relay until SIGINT or SIGTERM.
+    Relay(relay::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -52,6 +58,8 @@ fn main() -> ExitCode {
         Command::Check(args) => check::run(args),
         Command::Decide(args) => decide::run(args),
         Command::MarkUntrusted(args) => mark_untrusted::run(args),
+        Command::Proxy(args) => proxy::run(args),
+        Command::Relay(args) => relay::run(args),
     };
     match res {
         Ok(code) => code,
