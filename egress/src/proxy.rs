@@ -383,11 +383,16 @@ impl Proxy {
         let mut buf: Vec<u8> = Vec::with_capacity(1024);
         let parsed = tokio::time::timeout(limits.header_timeout, async {
             let mut chunk = [0u8; 2048];
+            // Re-parse only when a read brought a line end (or filled the cap),
+            // so a client dribbling bytes cannot make parsing quadratic.
+            let mut fresh_line_end = false;
             loop {
-                match parse_head(&buf, limits.max_header_bytes) {
-                    Ok(Some(done)) => return Ok(Some(done)),
-                    Ok(None) => {}
-                    Err(e) => return Err(Some(e)),
+                if fresh_line_end || buf.len() >= limits.max_header_bytes {
+                    match parse_head(&buf, limits.max_header_bytes) {
+                        Ok(Some(done)) => return Ok(Some(done)),
+                        Ok(None) => {}
+                        Err(e) => return Err(Some(e)),
+                    }
                 }
                 let room = limits
                     .max_header_bytes
@@ -398,7 +403,11 @@ impl Proxy {
                 };
                 match client.read(slot).await {
                     Ok(0) | Err(_) => return Ok(None),
-                    Ok(n) => buf.extend_from_slice(slot.get(..n).unwrap_or_default()),
+                    Ok(n) => {
+                        let got = slot.get(..n).unwrap_or_default();
+                        fresh_line_end = got.contains(&b'\n');
+                        buf.extend_from_slice(got);
+                    }
                 }
             }
         })
