@@ -9,12 +9,12 @@
 #![allow(clippy::print_stdout, reason = "the CLI prints")]
 
 mod check;
-mod check_policy;
 mod decide;
 mod host_policy_file;
 mod mark_untrusted;
 mod proxy;
 mod relay;
+mod schema_cmd;
 
 use std::process::ExitCode;
 
@@ -40,6 +40,8 @@ enum Command {
     Proxy(proxy::Args),
     /// Run a credential-injecting host relay until SIGINT or SIGTERM.
     Relay(relay::Args),
+    /// Print JSON Schema documents for hub.yml, workflow files and provider options.
+    Schema(schema_cmd::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -60,6 +62,7 @@ fn main() -> ExitCode {
         Command::MarkUntrusted(args) => mark_untrusted::run(args),
         Command::Proxy(args) => proxy::run(args),
         Command::Relay(args) => relay::run(args),
+        Command::Schema(args) => schema_cmd::run(args),
     };
     match res {
         Ok(code) => code,
