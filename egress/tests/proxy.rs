@@ -185,11 +185,62 @@ async fn ip_literal_targets_follow_the_address_rules() {
     }
     assert_eq!(p.records(2).await[0].reason, "address_not_allowed:loopback");
     assert_eq!(p.resolver.lookups(), 0);
-    // positive control
-    let p2 = TestProxy::start(cfg(), &allow, &[] as &[&str], StaticResolver::new()).await;
+    // positive control (IPv4 and bracketed IPv6 literals)
+    let both = ProxyConfig {
+        addresses: AddressPolicy::new(vec![
+            "127.0.0.0/8".parse().unwrap(),
+            "::1/128".parse().unwrap(),
+        ]),
+        ..ProxyConfig::default()
+    };
+    let p2 = TestProxy::start(both, &allow, &[] as &[&str], StaticResolver::new()).await;
     let (mut s, head) = connect_tunnel(p2.addr, &format!("127.0.0.1:{}", origin.port()), "").await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(tunnel_works(&mut s).await);
+    let v6 = tokio::net::TcpListener::bind("[::1]:0").await;
+    if let Ok(l) = v6 {
+        let port = l.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut c, _) = l.accept().await.unwrap();
+            let (mut r, mut w) = c.split();
+            let _ = tokio::io::copy(&mut r, &mut w).await;
+        });
+        let (mut s, head) = connect_tunnel(p2.addr, &format!("[::1]:{port}"), "").await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(tunnel_works(&mut s).await);
+    }
+}
+
+#[tokio::test]
+async fn plain_http_body_over_the_byte_budget_gets_413() {
+    let origin = http_origin().await;
+    let config = ProxyConfig {
+        limits: Limits {
+            bytes_per_connection: Some(1000),
+            ..Limits::default()
+        },
+        ..cfg()
+    };
+    let p = TestProxy::start(
+        config,
+        &["127.0.0.1"],
+        &[] as &[&str],
+        StaticResolver::new(),
+    )
+    .await;
+    let port = origin.port();
+    let big = format!(
+        "POST http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 5000\r\n\r\n"
+    );
+    let resp = raw_exchange(p.addr, big.as_bytes()).await;
+    assert_eq!(status_of(&resp), 413, "{resp}");
+    assert_eq!(p.last_record(1).await.close, CloseReason::LimitExceeded);
+    // positive control: a small body is forwarded
+    let small = format!(
+        "POST http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 2\r\n\r\nhi"
+    );
+    let resp = raw_exchange(p.addr, small.as_bytes()).await;
+    assert_eq!(status_of(&resp), 200, "{resp}");
 }
 
 #[tokio::test]
