@@ -10,8 +10,11 @@
 
 mod check;
 mod decide;
+mod explain;
 mod host_policy_file;
+mod journal;
 mod mark_untrusted;
+mod policy_cmd;
 mod proxy;
 mod relay;
 mod schema_cmd;
@@ -42,6 +45,12 @@ enum Command {
     Relay(relay::Args),
     /// Print JSON Schema documents for hub.yml, workflow files and provider options.
     Schema(schema_cmd::Args),
+    /// Print each step's exact Hub tool policy and translated provider options.
+    Policy(policy_cmd::Args),
+    /// Explain the run plan for an event: admission, steps run or skipped, tools per step.
+    Explain(explain::Args),
+    /// Generate keys for, verify, show and append to sealed journals.
+    Journal(journal::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -63,6 +72,9 @@ fn main() -> ExitCode {
         Command::Proxy(args) => proxy::run(args),
         Command::Relay(args) => relay::run(args),
         Command::Schema(args) => schema_cmd::run(args),
+        Command::Policy(args) => policy_cmd::run(args),
+        Command::Explain(args) => explain::run(args),
+        Command::Journal(args) => journal::run(args),
     };
     match res {
         Ok(code) => code,
