@@ -748,3 +748,56 @@ async fn the_proxy_never_connects_to_itself() {
     assert!(h.starts_with("HTTP/1.1 200"), "{h}");
     assert!(tunnel_works(&mut s).await);
 }
+
+#[tokio::test]
+async fn a_non_relay_connection_taints_the_session_and_narrows_later_connections() {
+    use palisade_egress::policy::PolicyDecider;
+    use palisade_egress::proxy::{Listener, Proxy, shutdown_channel};
+    use palisade_egress::record::MemoryRecorder;
+    use std::sync::{Arc, Mutex};
+    let origin = echo_origin().await;
+    let toml = "[egress]\nallow = [\"*.lab.test\"]\nallow_addresses = [\"127.0.0.0/8\"]\n[taint]\nsources = [\"proxy_non_relay\"]\negress_allow = [\"safe.lab.test\"]\n";
+    let (policy, _) = palisade_schema::host_policy::parse_strict(toml, "palisade.toml").unwrap();
+    let rules = palisade_taint::Rules::new(&policy, &[]).unwrap();
+    let session = Arc::new(Mutex::new(palisade_taint::Session::new()));
+    let decider = PolicyDecider::new(Arc::new(policy), Arc::new(rules), session.clone());
+    let res = StaticResolver::new()
+        .with("first.lab.test", &[lo()])
+        .with("second.lab.test", &[lo()])
+        .with("safe.lab.test", &[lo()]);
+    let rec = Arc::new(MemoryRecorder::new());
+    let proxy = Proxy::new(
+        ProxyConfig {
+            addresses: loopback_allowed(),
+            ..ProxyConfig::default()
+        },
+        Arc::new(decider),
+        Arc::new(res),
+        rec.clone(),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (_shutdown, signal) = shutdown_channel();
+    tokio::spawn(async move { proxy.serve(Listener::Tcp(l), signal).await });
+    let port = origin.port();
+    // positive control: a clean session reaches any allowed host
+    let (mut s, h) = connect_tunnel(addr, &format!("first.lab.test:{port}"), "").await;
+    assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+    assert!(tunnel_works(&mut s).await);
+    assert!(
+        session.lock().unwrap().is_tainted(),
+        "a non-relay proxy connection taints"
+    );
+    // tainted: a new host outside taint.egress_allow is refused
+    let (_s, h) = connect_tunnel(addr, &format!("second.lab.test:{port}"), "").await;
+    assert!(
+        h.starts_with("HTTP/1.1 403") && h.contains("tainted_session"),
+        "{h}"
+    );
+    // still allowed: the host already contacted, and taint.egress_allow
+    for host in ["first.lab.test", "safe.lab.test"] {
+        let (mut s, h) = connect_tunnel(addr, &format!("{host}:{port}"), "").await;
+        assert!(h.starts_with("HTTP/1.1 200"), "{host}: {h}");
+        assert!(tunnel_works(&mut s).await);
+    }
+}
