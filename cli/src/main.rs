@@ -16,6 +16,8 @@ mod journal;
 mod mark_untrusted;
 mod policy_cmd;
 mod probe;
+mod proxy;
+mod relay;
 mod run;
 mod schema_cmd;
 
@@ -44,6 +46,10 @@ enum Command {
     Decide(decide::Args),
     /// Mark files untrusted: a session that reads them becomes tainted.
     MarkUntrusted(mark_untrusted::Args),
+    /// Run the recording, limiting egress proxy until SIGINT or SIGTERM.
+    Proxy(proxy::Args),
+    /// Run a credential-injecting host relay until SIGINT or SIGTERM.
+    Relay(relay::Args),
     /// Print JSON Schema documents for hub.yml, workflow files and provider options.
     Schema(schema_cmd::Args),
     /// Print each step's exact Hub tool policy and translated provider options.
@@ -72,6 +78,8 @@ fn main() -> ExitCode {
         Command::Probe(args) => probe::run(args),
         Command::Decide(args) => decide::run(args),
         Command::MarkUntrusted(args) => mark_untrusted::run(args),
+        Command::Proxy(args) => proxy::run(args),
+        Command::Relay(args) => relay::run(args),
         Command::Schema(args) => schema_cmd::run(args),
         Command::Policy(args) => policy_cmd::run(args),
         Command::Explain(args) => explain::run(args),
