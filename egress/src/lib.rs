@@ -1,2 +1,4 @@
 //! A recording, limiting egress proxy and credential-injecting host relays.
 #![forbid(unsafe_code)]
+
+pub mod control;
