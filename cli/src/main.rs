@@ -8,7 +8,9 @@
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout, reason = "the CLI prints")]
 
+mod approve;
 mod check;
+mod ctl;
 
 use std::process::ExitCode;
 
@@ -26,6 +28,10 @@ struct Cli {
 enum Command {
     /// Validate hub workflows, provider options and the host policy.
     Check(check::Args),
+    /// Talk to the session control channel from inside a governed worker.
+    Ctl(ctl::Args),
+    /// Approve or deny an outward action a governed worker asked for.
+    Approve(approve::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -42,6 +48,8 @@ fn main() -> ExitCode {
     };
     let res = match cli.command {
         Command::Check(args) => check::run(args),
+        Command::Ctl(args) => ctl::run(args),
+        Command::Approve(args) => approve::run(args),
     };
     match res {
         Ok(code) => code,
