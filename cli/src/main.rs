@@ -11,6 +11,8 @@
 mod approve;
 mod check;
 mod ctl;
+#[cfg_attr(not(test), expect(dead_code, reason = "wired into the session next"))]
+mod steering;
 
 use std::process::ExitCode;
 
