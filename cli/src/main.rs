@@ -11,6 +11,7 @@
 mod approve;
 mod check;
 mod ctl;
+mod report;
 #[cfg_attr(not(test), expect(dead_code, reason = "wired into the session next"))]
 mod steering;
 
@@ -34,6 +35,8 @@ enum Command {
     Ctl(ctl::Args),
     /// Approve or deny an outward action a governed worker asked for.
     Approve(approve::Args),
+    /// Summarise a run's sealed journal: hosts, denials, taint, outward actions, steering writes.
+    Report(report::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -52,6 +55,7 @@ fn main() -> ExitCode {
         Command::Check(args) => check::run(args),
         Command::Ctl(args) => ctl::run(args),
         Command::Approve(args) => approve::run(args),
+        Command::Report(args) => report::run(args),
     };
     match res {
         Ok(code) => code,
