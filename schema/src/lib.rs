@@ -9,5 +9,6 @@
 #![forbid(unsafe_code)]
 
 pub mod diagnostic;
+pub mod host_policy;
 
 pub use diagnostic::{Diagnostic, LineIndex, Path, PathSegment, Severity};
