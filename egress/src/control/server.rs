@@ -247,7 +247,7 @@ impl ControlServer {
 
     /// Stops accepting, and denies every pending action as cancelled.
     pub fn shutdown(&self) {
-        let _ = self.shared.stop.send(true);
+        self.shared.stop.send_replace(true);
         let drained: Vec<PendingEntry> = {
             let mut p = lock(&self.shared.pending);
             std::mem::take(&mut *p).into_values().collect()
