@@ -12,7 +12,15 @@ mod approve;
 mod check;
 mod ctl;
 mod report;
-#[cfg_attr(not(test), expect(dead_code, reason = "wired into the session next"))]
+#[cfg_attr(
+    not(test),
+    expect(dead_code, reason = "`palisade run --policy` routes here once the sandbox lands")
+)]
+mod session;
+#[cfg_attr(
+    not(test),
+    expect(dead_code, reason = "`palisade run --policy` routes here once the sandbox lands")
+)]
 mod steering;
 
 use std::process::ExitCode;
