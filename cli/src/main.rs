@@ -22,6 +22,8 @@ mod session;
     expect(dead_code, reason = "`palisade run --policy` routes here once the sandbox lands")
 )]
 mod steering;
+mod probe;
+mod run;
 
 use std::process::ExitCode;
 
@@ -45,6 +47,11 @@ enum Command {
     Approve(approve::Args),
     /// Summarise a run's sealed journal: hosts, denials, taint, outward actions, steering writes.
     Report(report::Args),
+    /// Run a command in a fail-closed sandbox (exit code: the command's;
+    /// 125 on setup failure).
+    Run(run::Args),
+    /// Report every isolation layer as active, degraded or unavailable.
+    Probe(probe::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -64,6 +71,8 @@ fn main() -> ExitCode {
         Command::Ctl(args) => ctl::run(args),
         Command::Approve(args) => approve::run(args),
         Command::Report(args) => report::run(args),
+        Command::Run(args) => run::run(args),
+        Command::Probe(args) => probe::run(args),
     };
     match res {
         Ok(code) => code,
