@@ -24,6 +24,10 @@ mod session;
 mod steering;
 mod probe;
 mod run;
+mod check_policy;
+mod decide;
+mod host_policy_file;
+mod mark_untrusted;
 
 use std::process::ExitCode;
 
@@ -52,6 +56,10 @@ enum Command {
     Run(run::Args),
     /// Report every isolation layer as active, degraded or unavailable.
     Probe(probe::Args),
+    /// Decide egress, outward or routing requests against the host policy.
+    Decide(decide::Args),
+    /// Mark files untrusted: a session that reads them becomes tainted.
+    MarkUntrusted(mark_untrusted::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -73,6 +81,8 @@ fn main() -> ExitCode {
         Command::Report(args) => report::run(args),
         Command::Run(args) => run::run(args),
         Command::Probe(args) => probe::run(args),
+        Command::Decide(args) => decide::run(args),
+        Command::MarkUntrusted(args) => mark_untrusted::run(args),
     };
     match res {
         Ok(code) => code,

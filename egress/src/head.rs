@@ -168,7 +168,7 @@ impl HeadError {
         match self {
             Self::TooLarge | Self::TooManyHeaders => 431,
             Self::MethodNotAllowed => 405,
-            Self::BadVersion => 505,
+            Self::BadVersion => 400,
             _ => 400,
         }
     }

@@ -21,6 +21,7 @@ pub mod head;
 pub mod net;
 pub mod proxy;
 pub mod record;
+pub mod relay;
 pub mod resolve;
 pub mod sni;
 

@@ -211,7 +211,8 @@ pub struct ShutdownSignal {
 }
 
 impl ShutdownSignal {
-    async fn wait(&mut self) {
+    /// Resolves once shutdown was triggered.
+    pub async fn wait(&mut self) {
         while !*self.rx.borrow() {
             if self.rx.changed().await.is_err() {
                 // sender gone: never fires

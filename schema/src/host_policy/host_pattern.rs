@@ -327,13 +327,13 @@ fn looks_like_ip(text: &str) -> bool {
 
 /// Lowercase punycode, trailing dot removed, labels checked.
 fn normalize_name(text: &str) -> Result<String, HostError> {
-    let text = text.strip_suffix('.').unwrap_or(text);
-    if text.is_empty() {
+    if text.is_empty() || text == "." {
         return Err(HostError::Empty);
     }
     let ascii = idna::domain_to_ascii_cow(text.as_bytes(), idna::AsciiDenyList::URL)
         .map_err(|e| HostError::InvalidName(e.to_string()))?;
-    // UTS #46 maps ideographic full stops to `.`; a trailing one survives as a dot.
+    // Exactly one trailing dot (after UTS #46 mapped ideographic and
+    // fullwidth full stops to `.`) is the root; a second one is an empty label.
     let ascii = ascii.strip_suffix('.').unwrap_or(&ascii);
     if ascii.is_empty() {
         return Err(HostError::Empty);
@@ -407,6 +407,8 @@ mod tests {
             ("example.com:65536", HostError::InvalidPort("65536".into())),
             ("a..b", HostError::EmptyLabel),
             ("0x7f.1", HostError::NumericName),
+            ("example.com..", HostError::EmptyLabel),
+            (".example.com", HostError::EmptyLabel),
         ] {
             assert_eq!(HostPattern::parse(text), Err(err), "{text}");
         }
