@@ -10,24 +10,16 @@
 
 mod approve;
 mod check;
-mod ctl;
-mod report;
-#[cfg_attr(
-    not(test),
-    expect(dead_code, reason = "`palisade run --policy` routes here once the sandbox lands")
-)]
-mod session;
-#[cfg_attr(
-    not(test),
-    expect(dead_code, reason = "`palisade run --policy` routes here once the sandbox lands")
-)]
-mod steering;
-mod probe;
-mod run;
 mod check_policy;
+mod ctl;
 mod decide;
 mod host_policy_file;
 mod mark_untrusted;
+mod probe;
+mod report;
+mod run;
+mod session;
+mod steering;
 
 use std::process::ExitCode;
 
@@ -53,7 +45,7 @@ enum Command {
     Report(report::Args),
     /// Run a command in a fail-closed sandbox (exit code: the command's;
     /// 125 on setup failure).
-    Run(run::Args),
+    Run(Box<run::Args>),
     /// Report every isolation layer as active, degraded or unavailable.
     Probe(probe::Args),
     /// Decide egress, outward or routing requests against the host policy.
@@ -79,7 +71,7 @@ fn main() -> ExitCode {
         Command::Ctl(args) => ctl::run(args),
         Command::Approve(args) => approve::run(args),
         Command::Report(args) => report::run(args),
-        Command::Run(args) => run::run(args),
+        Command::Run(args) => run::run(*args),
         Command::Probe(args) => probe::run(args),
         Command::Decide(args) => decide::run(args),
         Command::MarkUntrusted(args) => mark_untrusted::run(args),

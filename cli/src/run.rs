@@ -44,6 +44,9 @@ pub(crate) struct Args {
     /// landlock, seccomp, net_ns, ipc_ns, uts_ns and cgroups can be named.
     #[arg(long = "dangerously-disable", value_name = "LAYER")]
     dangerously_disable: Vec<String>,
+    /// The governed form: `--policy palisade.toml --journal FILE --key KEY`.
+    #[command(flatten)]
+    governed: crate::session::launch::GovernedArgs,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<OsString>,
@@ -130,6 +133,9 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
             return setup_failure(e);
         }
         eprintln!("palisade: warning: running without `{name}` (dangerously disabled)");
+    }
+    if args.governed.policy.is_some() {
+        return crate::session::launch::run(sb, args.governed, args.command, args.launch_report);
     }
     let child = match sb.spawn(Command::new(args.command)) {
         Ok(c) => c,

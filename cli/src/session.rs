@@ -6,6 +6,7 @@
 //! the pieces here are also what an embedding orchestrator would wire.
 
 pub(crate) mod core;
+pub(crate) mod launch;
 
 use palisade_egress::addr::{AddressPolicy, Cidr};
 use palisade_egress::proxy::{Limits, ProxyConfig};

@@ -104,6 +104,7 @@ impl SteeringWatch {
     }
 
     /// The most recent snapshot.
+    #[cfg(test)]
     pub(crate) fn last(&self) -> &Snapshot {
         &self.last
     }

@@ -103,6 +103,11 @@ impl Journal {
         }
     }
 
+    /// Whether a write failed.
+    pub(crate) fn failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
+    }
+
     /// Seals and closes the journal.
     pub(crate) fn close(&self) -> Result<String, String> {
         self.writer
