@@ -16,6 +16,8 @@ mod decide;
 mod host_policy_file;
 mod mark_untrusted;
 mod probe;
+mod proxy;
+mod relay;
 mod report;
 mod run;
 mod session;
@@ -52,6 +54,10 @@ enum Command {
     Decide(decide::Args),
     /// Mark files untrusted: a session that reads them becomes tainted.
     MarkUntrusted(mark_untrusted::Args),
+    /// Run the recording, limiting egress proxy until SIGINT or SIGTERM.
+    Proxy(proxy::Args),
+    /// Run a credential-injecting host relay until SIGINT or SIGTERM.
+    Relay(relay::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -75,6 +81,8 @@ fn main() -> ExitCode {
         Command::Probe(args) => probe::run(args),
         Command::Decide(args) => decide::run(args),
         Command::MarkUntrusted(args) => mark_untrusted::run(args),
+        Command::Proxy(args) => proxy::run(args),
+        Command::Relay(args) => relay::run(args),
     };
     match res {
         Ok(code) => code,

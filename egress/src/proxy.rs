@@ -302,29 +302,40 @@ impl Proxy {
         let t0 = Instant::now();
         let mut rec = ConnectionRecord::new(id, peer, SystemTime::now());
         let permit = inner.conns.clone().try_acquire_owned();
-        match permit {
-            Err(_) => {
-                refuse(
-                    &mut client,
-                    &mut rec,
-                    503,
-                    "concurrency_limit",
-                    "too many connections",
-                )
-                .await;
-            }
-            Ok(_permit) => {
-                if self.rate_limited(t0) {
+        if !inner.recorder.healthy() {
+            refuse(
+                &mut client,
+                &mut rec,
+                503,
+                "recording_unavailable",
+                "connections cannot be recorded",
+            )
+            .await;
+        } else {
+            match permit {
+                Err(_) => {
                     refuse(
                         &mut client,
                         &mut rec,
-                        429,
-                        "rate_limited",
-                        "too many new connections",
+                        503,
+                        "concurrency_limit",
+                        "too many connections",
                     )
                     .await;
-                } else {
-                    self.serve_one(&mut client, &mut rec, signal).await;
+                }
+                Ok(_permit) => {
+                    if self.rate_limited(t0) {
+                        refuse(
+                            &mut client,
+                            &mut rec,
+                            429,
+                            "rate_limited",
+                            "too many new connections",
+                        )
+                        .await;
+                    } else {
+                        self.serve_one(&mut client, &mut rec, signal).await;
+                    }
                 }
             }
         }

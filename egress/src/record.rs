@@ -307,6 +307,12 @@ impl Event {
 pub trait Recorder: Send + Sync + fmt::Debug {
     /// Record one event.
     fn record(&self, event: &Event);
+
+    /// Whether records can still be written. The proxy and the relays
+    /// refuse new work while this is `false` (fail closed).
+    fn healthy(&self) -> bool {
+        true
+    }
 }
 
 /// A recorder that keeps events in memory (tests, embedding).

@@ -697,6 +697,13 @@ impl Relay {
         B::Error: Into<BoxError>,
     {
         let cfg = &self.inner.config;
+        if !self.inner.recorder.healthy() {
+            return Err((
+                StatusCode::SERVICE_UNAVAILABLE,
+                "recording_unavailable",
+                "Relay requests cannot be recorded",
+            ));
+        }
         // 1. placeholder, compared in constant time
         let presented = req
             .headers()

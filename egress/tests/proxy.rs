@@ -585,3 +585,100 @@ async fn half_closed_client_still_gets_the_answer() {
     let got = String::from_utf8_lossy(&read_to_end(&mut s).await).into_owned();
     assert!(got.starts_with("HTTP/1.1 200"), "{got}");
 }
+
+#[derive(Debug)]
+struct Broken(std::sync::atomic::AtomicBool);
+
+impl palisade_egress::record::Recorder for Broken {
+    fn record(&self, _event: &palisade_egress::record::Event) {}
+    fn healthy(&self) -> bool {
+        !self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[tokio::test]
+async fn a_recorder_that_cannot_write_stops_new_connections() {
+    use palisade_egress::decide::HostRules;
+    use palisade_egress::proxy::{Listener, Proxy, shutdown_channel};
+    use std::sync::Arc;
+    let origin = echo_origin().await;
+    let broken = Arc::new(Broken(std::sync::atomic::AtomicBool::new(false)));
+    let proxy = Proxy::new(
+        cfg(),
+        Arc::new(HostRules::new(&["127.0.0.1"], &[] as &[&str]).unwrap()),
+        Arc::new(StaticResolver::new()),
+        broken.clone(),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (_shutdown, signal) = shutdown_channel();
+    tokio::spawn(async move { proxy.serve(Listener::Tcp(l), signal).await });
+    let auth = format!("127.0.0.1:{}", origin.port());
+    // positive control: healthy recorder, tunnel works
+    let (mut s, h) = connect_tunnel(addr, &auth, "").await;
+    assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+    assert!(tunnel_works(&mut s).await);
+    broken.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (_s, h) = connect_tunnel(addr, &auth, "").await;
+    assert!(
+        h.starts_with("HTTP/1.1 503") && h.contains("recording_unavailable"),
+        "{h}"
+    );
+}
+
+#[tokio::test]
+async fn records_reach_a_sealed_journal_that_verifies() {
+    use palisade_egress::decide::HostRules;
+    use palisade_egress::journal::JournalRecorder;
+    use palisade_egress::proxy::{Listener, Proxy, shutdown_channel};
+    use palisade_evidence::{JournalKey, JournalWriter, Timestamp, Verdict, WriterOptions, verify};
+    use std::sync::Arc;
+    let origin = echo_origin().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("egress.jsonl");
+    let key = JournalKey::generate().unwrap();
+    let writer = JournalWriter::create(
+        &path,
+        &key,
+        &WriterOptions::default(),
+        Timestamp(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as u64,
+        ),
+    )
+    .unwrap();
+    let (rec, thread) = JournalRecorder::start(writer, "session-1".into());
+    let proxy = Proxy::new(
+        cfg(),
+        Arc::new(HostRules::new(&["127.0.0.1"], &[] as &[&str]).unwrap()),
+        Arc::new(StaticResolver::new()),
+        rec.clone(),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (shutdown, signal) = shutdown_channel();
+    let task = tokio::spawn(async move { proxy.serve(Listener::Tcp(l), signal).await });
+    let (mut s, h) = connect_tunnel(addr, &format!("127.0.0.1:{}", origin.port()), "").await;
+    assert!(h.starts_with("HTTP/1.1 200"));
+    assert!(tunnel_works(&mut s).await);
+    drop(s);
+    let (_s, h) = connect_tunnel(addr, "denied.test:443", "").await;
+    assert!(h.starts_with("HTTP/1.1 403"));
+    drop(_s);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    shutdown.trigger();
+    task.await.unwrap().unwrap();
+    let anchor = thread.finish(&rec).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let report = verify(&bytes, &key, Some(&anchor));
+    assert_eq!(report.verdict(), Verdict::Closed, "{report:?}");
+    let text = String::from_utf8(bytes).unwrap();
+    assert_eq!(text.matches("egress_connection").count(), 2, "{text}");
+    assert!(
+        text.contains("host_not_allowed") && text.contains("\"bytes_up\""),
+        "{text}"
+    );
+    assert!(!text.contains("ping"), "no payload bytes in records");
+}

@@ -545,7 +545,14 @@ fn create_placeholder(path: &Path, dir: bool) -> Result<(), SandboxError> {
     res.map_err(|e| SandboxError::InvalidPath {
         path: path.to_owned(),
         reason: format!("cannot create read-only placeholder: {e}"),
-    })
+    })?;
+    // Owned like its directory, so the only refusal inside is the
+    // read-only mount (EROFS), as for an existing protected file.
+    if let Ok(meta) = std::fs::metadata(parent) {
+        use std::os::unix::fs::MetadataExt;
+        let _ = std::os::unix::fs::chown(path, Some(meta.uid()), Some(meta.gid()));
+    }
+    Ok(())
 }
 
 /// Remove placeholders that are still empty.

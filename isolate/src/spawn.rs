@@ -195,7 +195,7 @@ impl Drop for SandboxChild {
     }
 }
 
-fn wait_code(pid: nix::unistd::Pid) -> std::io::Result<i32> {
+pub(crate) fn wait_code(pid: nix::unistd::Pid) -> std::io::Result<i32> {
     use nix::sys::wait::{WaitStatus, waitpid};
     loop {
         match waitpid(pid, None) {
@@ -786,7 +786,8 @@ fn supervisor(
         }
         Ok(sys::Forked::Parent(pid)) => nix::unistd::Pid::from_raw(pid),
     };
-    sys::close(err_w.as_raw_fd());
+    // Nothing of the launcher's is needed any more (pipes, stdio).
+    let _ = sys::close_all_except(&[]);
     // Forward signals to init and leave with its status.
     let code = init::supervise(init_pid, &mask);
     sys::exit_now(code)
@@ -861,7 +862,12 @@ fn init_stage(setup: &ChildSetup<'_>, err_fd: RawFd) -> Result<std::convert::Inf
         }
         Ok(sys::Forked::Parent(pid)) => nix::unistd::Pid::from_raw(pid),
     };
-    sys::close(err_fd);
+    let mut keep = Vec::new();
+    for l in &listeners {
+        keep.push(l.listener.as_raw_fd());
+        keep.push(l.dir.as_raw_fd());
+    }
+    let _ = sys::close_all_except(&keep);
     let mask = forwarded_mask();
     let code = init::run(worker, &mask, listeners);
     sys::exit_now(code)
