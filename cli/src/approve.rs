@@ -27,7 +27,7 @@ pub(crate) struct Args {
     /// Deny instead of approve.
     #[arg(long)]
     deny: bool,
-    /// With --next: how long to wait for an action to arrive, in seconds.
+    /// With --next: how long to wait for the session and an action to arrive, in seconds.
     #[arg(long, default_value_t = 60)]
     wait: u64,
 }
@@ -50,13 +50,19 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
             .map_err(|_| format!("no host endpoint: pass --socket or set {HOST_CONTROL_ENV}"))?,
     };
     let addr = ControlAddr::parse(&raw).map_err(|e| format!("bad host endpoint: {e}"))?;
-    let mut client =
-        ControlClient::connect(&addr, Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
+    // With --next, the session may still be starting: wait for its endpoint too.
+    let deadline = Instant::now() + Duration::from_secs(args.wait);
+    let mut client = loop {
+        match ControlClient::connect(&addr, Some(Duration::from_secs(30))) {
+            Ok(c) => break c,
+            Err(e) if !args.next || Instant::now() >= deadline => return Err(e.to_string()),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    };
     let approve = !args.deny;
     let ticket = if let Some(t) = args.ticket {
         t
     } else if args.next {
-        let deadline = Instant::now() + Duration::from_secs(args.wait);
         loop {
             if let Some(p) = client
                 .pending()
