@@ -19,8 +19,9 @@ pub(crate) struct Args {
     /// Sandbox profile: strict, governed or maintenance.
     #[arg(long, default_value = "governed")]
     profile: String,
-    /// Working directory of the command (default: the current directory).
-    /// Writable under governed and maintenance.
+    /// Working directory of the command, bound writable. Default: the
+    /// current directory under governed and maintenance, the scratch HOME
+    /// (`/tmp/home`) under strict.
     #[arg(long)]
     cwd: Option<PathBuf>,
     /// An extra writable root (repeatable).
@@ -87,9 +88,10 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     };
     let host_view = profile.root == palisade_isolate::RootView::HostReadOnly;
     let mut sb = Sandbox::new(profile);
-    // Under the host-view profiles the working directory (default: the
-    // current one) is the writable root; under strict it must be one of the
-    // visible paths, and defaults to the scratch HOME.
+    // The working directory is a writable root. Under the host-view
+    // profiles it defaults to the current directory; under strict only an
+    // explicit --cwd is bound in, otherwise the command starts in the
+    // scratch HOME.
     let cwd = match (args.cwd, host_view) {
         (Some(c), _) => Some(c),
         (None, true) => match std::env::current_dir() {
@@ -99,9 +101,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         (None, false) => None,
     };
     if let Some(cwd) = cwd {
-        if host_view {
-            sb.writable(cwd.clone());
-        }
+        sb.writable(cwd.clone());
         sb.cwd(cwd);
     }
     for w in args.writable {

@@ -220,9 +220,14 @@ fn walk(root: &Path, find_repos: bool, out: &mut Walk) -> Result<(), SandboxErro
 /// Pathname sockets bound in the launcher's network namespace
 /// (`/proc/net/unix`), as a complement to the walk for large system trees.
 fn kernel_socket_paths() -> Vec<PathBuf> {
-    let Ok(text) = std::fs::read_to_string("/proc/net/unix") else {
-        return Vec::new();
-    };
+    std::fs::read_to_string("/proc/net/unix")
+        .map(|t| parse_net_unix(&t))
+        .unwrap_or_default()
+}
+
+/// The pathname sockets of a `/proc/net/unix` table (field 8, absolute
+/// paths only; abstract names start with `@`).
+pub(crate) fn parse_net_unix(text: &str) -> Vec<PathBuf> {
     text.lines()
         .skip(1)
         .filter_map(|l| l.split_whitespace().nth(7))
@@ -234,9 +239,13 @@ fn kernel_socket_paths() -> Vec<PathBuf> {
 /// Mount points of the launcher's mount namespace (`/proc/self/mountinfo`,
 /// field 5, octal escapes decoded).
 fn mount_points() -> Vec<PathBuf> {
-    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return Vec::new();
-    };
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|t| parse_mountinfo(&t))
+        .unwrap_or_default()
+}
+
+/// The mount points of a `mountinfo` table (field 5, octal escapes decoded).
+pub(crate) fn parse_mountinfo(text: &str) -> Vec<PathBuf> {
     text.lines()
         .filter_map(|l| l.split(' ').nth(4))
         .map(|p| PathBuf::from(unescape_mountinfo(p)))
@@ -565,5 +574,29 @@ pub(crate) fn remove_placeholders(paths: &[PathBuf]) {
                 let _ = std::fs::remove_file(p);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes_are_decoded() {
+        let line = "36 35 98:0 / /mnt/with\\040space rw,noatime master:1 - ext3 /dev/root rw\n";
+        assert_eq!(
+            parse_mountinfo(line),
+            vec![PathBuf::from("/mnt/with space")]
+        );
+        assert_eq!(unescape_mountinfo("a\\0"), "a\\0");
+    }
+
+    #[test]
+    fn net_unix_keeps_pathname_sockets_only() {
+        let t = "Num RefCount Protocol Flags Type St Inode Path\n\
+                 0000: 00000002 00000000 00010000 0001 01 1 /run/x.sock\n\
+                 0000: 00000002 00000000 00010000 0001 01 2 @abstract\n\
+                 0000: 00000002 00000000 00010000 0001 01 3\n";
+        assert_eq!(parse_net_unix(t), vec![PathBuf::from("/run/x.sock")]);
     }
 }

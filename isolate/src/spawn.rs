@@ -313,7 +313,13 @@ impl Sandbox {
     /// Probe the host and check every required layer. Returns the layer
     /// table of the launch, or the first missing required layer.
     pub fn check(&self) -> Result<Vec<(Layer, LayerStatus)>, SandboxError> {
-        let mut report: ProbeReport = probe();
+        self.check_with(probe()).map(|(layers, _)| layers)
+    }
+
+    fn check_with(
+        &self,
+        mut report: ProbeReport,
+    ) -> Result<(Vec<(Layer, LayerStatus)>, u32), SandboxError> {
         for (layer, detail) in &self.simulated {
             report.set(
                 *layer,
@@ -373,14 +379,13 @@ impl Sandbox {
                 ),
             });
         }
-        Ok(out)
+        Ok((out, report.landlock_abi.unwrap_or(0)))
     }
 
     /// Probe, plan and launch `command`. Returns once the command has been
     /// executed inside the sandbox, or the typed reason it was not.
     pub fn spawn(&self, command: Command) -> Result<SandboxChild, SandboxError> {
-        let layers = self.check()?;
-        let landlock_abi = probe().landlock_abi.unwrap_or(0);
+        let (layers, landlock_abi) = self.check_with(probe())?;
         if command.argv.is_empty() {
             return Err(SandboxError::InvalidCommand(String::from("empty command")));
         }
@@ -626,7 +631,8 @@ fn launch(setup: &ChildSetup<'_>) -> Result<nix::unistd::Pid, SandboxError> {
     Err(decode_failure(&buf, setup))
 }
 
-fn decode_failure(buf: &[u8], setup: &ChildSetup<'_>) -> SandboxError {
+/// Decode one `(step, errno, detail)` record of the error pipe.
+pub(crate) fn decode_record(buf: &[u8]) -> (Option<u16>, Option<i32>, String) {
     let step = buf
         .get(0..2)
         .and_then(|b| <[u8; 2]>::try_from(b).ok())
@@ -643,6 +649,11 @@ fn decode_failure(buf: &[u8], setup: &ChildSetup<'_>) -> SandboxError {
         .and_then(|l| buf.get(8..8 + usize::from(l)))
         .map(|d| String::from_utf8_lossy(d).into_owned())
         .unwrap_or_default();
+    (step, errno, detail)
+}
+
+fn decode_failure(buf: &[u8], setup: &ChildSetup<'_>) -> SandboxError {
+    let (step, errno, detail) = decode_record(buf);
     match (step.and_then(Step::from_u16), errno) {
         (Some(Step::Exec), Some(errno)) => SandboxError::Exec {
             command: setup
@@ -756,21 +767,50 @@ fn supervisor(
         sys::exit_now(125);
     }
     drop(go_r);
-    nix::sched::unshare(CloneFlags::CLONE_NEWNS)
-        .map_err(nx(Step::UnshareMount, "unshare(CLONE_NEWNS)"))?;
-    nix::sched::unshare(CloneFlags::CLONE_NEWPID)
-        .map_err(nx(Step::UnsharePid, "unshare(CLONE_NEWPID)"))?;
-    if setup.net {
-        nix::sched::unshare(CloneFlags::CLONE_NEWNET)
-            .map_err(nx(Step::UnshareNet, "unshare(CLONE_NEWNET)"))?;
-    }
-    if setup.ipc {
-        nix::sched::unshare(CloneFlags::CLONE_NEWIPC)
-            .map_err(nx(Step::UnshareIpc, "unshare(CLONE_NEWIPC)"))?;
-    }
-    if setup.uts {
-        nix::sched::unshare(CloneFlags::CLONE_NEWUTS)
-            .map_err(nx(Step::UnshareUts, "unshare(CLONE_NEWUTS)"))?;
+    // One unshare for the rest; if the kernel refuses, retry one namespace
+    // at a time so the error names the layer that is missing.
+    let steps = [
+        (
+            true,
+            CloneFlags::CLONE_NEWNS,
+            Step::UnshareMount,
+            "unshare(CLONE_NEWNS)",
+        ),
+        (
+            true,
+            CloneFlags::CLONE_NEWPID,
+            Step::UnsharePid,
+            "unshare(CLONE_NEWPID)",
+        ),
+        (
+            setup.net,
+            CloneFlags::CLONE_NEWNET,
+            Step::UnshareNet,
+            "unshare(CLONE_NEWNET)",
+        ),
+        (
+            setup.ipc,
+            CloneFlags::CLONE_NEWIPC,
+            Step::UnshareIpc,
+            "unshare(CLONE_NEWIPC)",
+        ),
+        (
+            setup.uts,
+            CloneFlags::CLONE_NEWUTS,
+            Step::UnshareUts,
+            "unshare(CLONE_NEWUTS)",
+        ),
+    ];
+    let all = steps
+        .iter()
+        .filter(|(on, ..)| *on)
+        .fold(CloneFlags::empty(), |acc, (_, f, ..)| acc | *f);
+    if nix::sched::unshare(all).is_err() {
+        for (on, flag, step, what) in steps {
+            if on {
+                nix::sched::unshare(flag).map_err(nx(step, what))?;
+            }
+        }
     }
     let mask = forwarded_mask();
     mask.thread_block()
