@@ -10,7 +10,6 @@
 
 mod approve;
 mod check;
-mod check_policy;
 mod ctl;
 mod decide;
 mod host_policy_file;
@@ -20,6 +19,7 @@ mod proxy;
 mod relay;
 mod report;
 mod run;
+mod schema_cmd;
 mod session;
 mod steering;
 
@@ -58,6 +58,8 @@ enum Command {
     Proxy(proxy::Args),
     /// Run a credential-injecting host relay until SIGINT or SIGTERM.
     Relay(relay::Args),
+    /// Print JSON Schema documents for hub.yml, workflow files and provider options.
+    Schema(schema_cmd::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -83,6 +85,7 @@ fn main() -> ExitCode {
         Command::MarkUntrusted(args) => mark_untrusted::run(args),
         Command::Proxy(args) => proxy::run(args),
         Command::Relay(args) => relay::run(args),
+        Command::Schema(args) => schema_cmd::run(args),
     };
     match res {
         Ok(code) => code,

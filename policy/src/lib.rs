@@ -13,8 +13,9 @@
 //!
 //! Trigger admission: [`admission::admit`], after [`webhook`] authentication.
 //!
-//! The egress, outward and routing deciders take a parsed host policy
-//! (`palisade_schema::host_policy::HostPolicy`), a session state
+//! Host policy decisions: [`egress::decide`], [`outward::decide`] and
+//! [`route::decide_route`] / [`route::decide_dispatch`] take a parsed host
+//! policy (`palisade_schema::host_policy::HostPolicy`), a session state
 //! (`palisade_taint::Session`) and a request, and return a
 //! [`verdict::Verdict`]: allow, ask or deny, the rule that decided and why.
 #![forbid(unsafe_code)]
@@ -28,6 +29,7 @@ pub mod grant;
 pub mod host_pattern;
 pub mod ledger;
 pub mod outward;
+pub mod plan;
 pub mod route;
 pub mod translate;
 pub mod verdict;

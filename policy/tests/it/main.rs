@@ -1,7 +1,7 @@
 //! Integration tests of `palisade-policy`: the spec's vectors as data, property
-//! tests and a differential test against a naive reference implementation;
-//! data-driven cases and a model-based property test of the egress, outward
-//! and routing deciders.
+//! tests and a differential test against a naive reference implementation for
+//! tool authority; data-driven cases and a model-based property test for the
+//! egress, outward and routing deciders.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -15,5 +15,6 @@ mod cases;
 mod fixture;
 mod model;
 mod naive;
+mod plan;
 mod props;
 mod vectors;

@@ -398,7 +398,7 @@ const EVENTS: &[&str] = &[
 // Pools repeat the value events usually carry, so that filters often match and
 // the monotonicity property is exercised on admitted events, not only rejections.
 const USERS: &[&str] = &["U1", "ana", "ana", "U1", "eve"];
-const WORDS: &[&str] = &["deploy", "deploy", "fix", "@bot"];
+const WORDS: &[&str] = &["deploy", "fix", "@bot"];
 const CHANNELS: &[&str] = &["C1", "C1", "C2", "C3"];
 const LABELS: &[&str] = &["bug", "Café", "Cafe"];
 
@@ -529,7 +529,11 @@ fn applicable(mut f: Filters, on: &str) -> Filters {
     f
 }
 
-/// Sets one condition of `more` (index `k`) from `extra`, if `base` lacks it.
+/// Sets one condition (index `k`) from `extra`, if `base` lacks it.
+///
+/// `from_users` is an allowlist, not an optional condition: without it nobody
+/// is admitted. Restricting it means listing fewer users, so index 8 drops a
+/// listed user instead of adding the key.
 fn add_condition(base: &Filters, extra: &Filters, k: usize) -> Filters {
     let mut f = base.clone();
     macro_rules! add {
@@ -548,7 +552,11 @@ fn add_condition(base: &Filters, extra: &Filters, k: usize) -> Filters {
         5 => add!(guild),
         6 => add!(workspace),
         7 => add!(channels),
-        8 => add!(from_users),
+        8 => {
+            if let Some(users) = &mut f.from_users {
+                users.pop();
+            }
+        }
         9 => add!(inputs),
         _ => add!(connection),
     }
@@ -560,13 +568,21 @@ proptest! {
 
     /// (f) A filter with more conditions never admits more events.
     #[test]
-    fn f_more_conditions_never_admit_more(base in filters(), extra in filters(), k in 0usize..11, e in event(), on_same in any::<bool>()) {
+    fn f_more_conditions_never_admit_more(base in filters(), extra in filters(), e in event(), on_same in prop::bool::weighted(0.9)) {
         let on = if on_same { e.name.clone() } else { "slack.mention".to_owned() };
         let base = applicable(base, &on);
-        let more = applicable(add_condition(&base, &extra, k), &on);
-
-        if admit(&on, Some(&more), &e).is_admitted() {
-            prop_assert!(admit(&on, Some(&base), &e).is_admitted(), "more conditions admitted what fewer rejected");
+        let base_admits = admit(&on, Some(&base), &e).is_admitted();
+        // Every single added condition, then all of them at once.
+        let mut all = base.clone();
+        for k in 0..11 {
+            let more = applicable(add_condition(&base, &extra, k), &on);
+            if admit(&on, Some(&more), &e).is_admitted() {
+                prop_assert!(base_admits, "condition {} admitted what fewer conditions rejected", k);
+            }
+            all = applicable(add_condition(&all, &extra, k), &on);
+        }
+        if admit(&on, Some(&all), &e).is_admitted() {
+            prop_assert!(base_admits, "more conditions admitted what fewer rejected");
         }
         // Without filters (hence without from_users) nothing is admitted.
         prop_assert!(!admit(&on, None, &e).is_admitted());
