@@ -470,7 +470,11 @@ fn a_governed_worker_gets_relay_taint_approvals_steering_flags_and_a_sealed_jour
     assert_eq!(steering.len(), 1, "{steering:?}");
     assert!(has_flag(steering[0], "flagged"), "{:?}", steering[0]);
     // Seen at the control request that followed it, not only at exit.
-    assert_eq!(steering[0]["body"]["trigger"], "control:state", "{:?}", steering[0]);
+    assert_eq!(
+        steering[0]["body"]["trigger"], "control:state",
+        "{:?}",
+        steering[0]
+    );
     let executed: Vec<_> = recs
         .iter()
         .filter(|x| x["kind"] == "outward_action" && x["body"]["event"] == "executed")

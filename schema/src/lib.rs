@@ -278,3 +278,60 @@ pub fn parse_fragment(file: &str, text: &str) -> Vec<Diagnostic> {
     sort(&mut diags);
     diags
 }
+
+/// Entry points for the fuzz targets under `fuzz/`; not a stable API.
+#[doc(hidden)]
+pub mod __fuzz {
+    /// Feeds arbitrary bytes to every parser: the first byte picks the
+    /// parser, the rest is its input. Must never panic, hang or allocate
+    /// without bound.
+    pub fn parse_any(data: &[u8]) {
+        let Some((&mode, rest)) = data.split_first() else {
+            return;
+        };
+        match mode % 5 {
+            0 => {
+                let _ = crate::parse_workflow_bytes("fuzz.yml", rest);
+            }
+            1 => {
+                if let Ok(text) = std::str::from_utf8(rest) {
+                    let _ = crate::parse_fragment("fuzz.yml", text);
+                }
+            }
+            2 => {
+                // NUL-separated (path, contents) pairs.
+                let parts: Vec<&[u8]> = rest.split(|b| *b == 0).collect();
+                let files: Vec<(String, &[u8])> = parts
+                    .chunks(2)
+                    .map(|pair| {
+                        let path = pair
+                            .first()
+                            .map_or_else(String::new, |p| String::from_utf8_lossy(p).into_owned());
+                        (path, pair.get(1).copied().unwrap_or(&[]))
+                    })
+                    .collect();
+                let refs: Vec<(&str, &[u8])> =
+                    files.iter().map(|(p, b)| (p.as_str(), *b)).collect();
+                let _ = crate::parse_bundle(&refs);
+            }
+            3 => {
+                if let Ok(text) = std::str::from_utf8(rest)
+                    && let Ok(t) = crate::expr::Template::parse(text)
+                {
+                    let ctx = serde_json::json!({"paseo": {"prompt": "p", "inputs": {}}, "steps": {"a": {"outputs": {"k": 1}}}, "values": {}});
+                    let _ = t.eval(&ctx);
+                }
+            }
+            _ => {
+                if let Ok(text) = std::str::from_utf8(rest)
+                    && let (Some(node), _) = crate::yaml::parse("fuzz.yml", text)
+                {
+                    for p in crate::options::PROVIDERS {
+                        let _ =
+                            crate::options::validate(p, &node, &crate::Path::root(), "fuzz.yml");
+                    }
+                }
+            }
+        }
+    }
+}
