@@ -12,8 +12,10 @@ mod approve;
 mod check;
 mod ctl;
 mod decide;
+mod explain;
 mod host_policy_file;
 mod mark_untrusted;
+mod policy_cmd;
 mod probe;
 mod proxy;
 mod relay;
@@ -60,6 +62,10 @@ enum Command {
     Relay(relay::Args),
     /// Print JSON Schema documents for hub.yml, workflow files and provider options.
     Schema(schema_cmd::Args),
+    /// Print each step's exact Hub tool policy and translated provider options.
+    Policy(policy_cmd::Args),
+    /// Explain the run plan for an event: admission, steps run or skipped, tools per step.
+    Explain(explain::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -86,6 +92,8 @@ fn main() -> ExitCode {
         Command::Proxy(args) => proxy::run(args),
         Command::Relay(args) => relay::run(args),
         Command::Schema(args) => schema_cmd::run(args),
+        Command::Policy(args) => policy_cmd::run(args),
+        Command::Explain(args) => explain::run(args),
     };
     match res {
         Ok(code) => code,

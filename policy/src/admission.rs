@@ -355,7 +355,7 @@ fn check_applicable(f: &Filters, source: Source) -> Result<(), Rejection> {
 }
 
 /// The text after the earliest bot mention, or `None` when there is none.
-fn after_mention<'a>(text: &'a str, mentions: &[String]) -> Option<&'a str> {
+pub(crate) fn after_mention<'a>(text: &'a str, mentions: &[String]) -> Option<&'a str> {
     mentions
         .iter()
         .filter(|m| !m.is_empty())
@@ -365,7 +365,7 @@ fn after_mention<'a>(text: &'a str, mentions: &[String]) -> Option<&'a str> {
 }
 
 /// `body` (leading whitespace ignored) starts with `marker`, followed by whitespace or the end.
-fn starts_with_word(body: &str, marker: &str) -> bool {
+pub(crate) fn starts_with_word(body: &str, marker: &str) -> bool {
     body.trim_start()
         .strip_prefix(marker)
         .is_some_and(|rest| rest.chars().next().is_none_or(char::is_whitespace))
@@ -677,5 +677,199 @@ mod tests {
             code(&admit("slack.mention", Some(&f), &e)),
             "event_mismatch"
         );
+    }
+
+    /// Every rejection code with its exact message, each beside an admitted positive control.
+    #[test]
+    fn every_rejection_code_has_its_exact_message() {
+        let base_f = slack_filters();
+        let base_e = slack_event("<@UBOT> deploy now");
+        assert!(admit("slack.mention", Some(&base_f), &base_e).is_admitted());
+        let gh_f = Filters {
+            from_users: Some(vec!["octo".into()]),
+            ..Filters::default()
+        };
+        let gh_e = Event {
+            name: "github.issue_comment".into(),
+            actor_name: Some("octo".into()),
+            repository: Some("o/r".into()),
+            text: "hello".into(),
+            ..Event::default()
+        };
+        assert!(admit("github.issue_comment", Some(&gh_f), &gh_e).is_admitted());
+        let f = |g: &dyn Fn(&mut Filters)| {
+            let mut x = base_f.clone();
+            g(&mut x);
+            x
+        };
+        let e = |g: &dyn Fn(&mut Event)| {
+            let mut x = base_e.clone();
+            g(&mut x);
+            x
+        };
+        let ghf = |g: &dyn Fn(&mut Filters)| {
+            let mut x = gh_f.clone();
+            g(&mut x);
+            x
+        };
+        let ghe = |g: &dyn Fn(&mut Event)| {
+            let mut x = gh_e.clone();
+            g(&mut x);
+            x
+        };
+        let cases: Vec<(&str, Option<Filters>, Event, &str, &str)> = vec![
+            (
+                "slack.mention",
+                Some(base_f.clone()),
+                e(&|x| x.name = "discord.mention".into()),
+                "event_mismatch",
+                "event `discord.mention` does not start triggers on `slack.mention`",
+            ),
+            (
+                "teams.mention",
+                Some(base_f.clone()),
+                e(&|x| x.name = "teams.mention".into()),
+                "unsupported_event",
+                "palisade cannot admit `teams.mention` events",
+            ),
+            (
+                "slack.mention",
+                None,
+                base_e.clone(),
+                "filters_required",
+                "externally sourced events need trigger filters with from_users",
+            ),
+            (
+                "slack.mention",
+                Some(f(&|x| x.repo = Some("o/r".into()))),
+                base_e.clone(),
+                "filter_unsupported",
+                "filters.repo cannot be matched for this provider's events",
+            ),
+            (
+                "slack.mention",
+                Some(f(&|x| x.from_users = None)),
+                base_e.clone(),
+                "from_users_required",
+                "a non-empty filters.from_users allowlist is required for externally sourced events",
+            ),
+            (
+                "slack.mention",
+                Some(f(&|x| x.from_users = Some(vec!["U9".into()]))),
+                base_e.clone(),
+                "user_not_allowed",
+                "the event's author is not in filters.from_users",
+            ),
+            (
+                "slack.mention",
+                Some(f(&|x| x.connection = Some("work".into()))),
+                base_e.clone(),
+                "connection_mismatch",
+                "event did not arrive on connection `work`",
+            ),
+            (
+                "slack.mention",
+                Some(f(&|x| x.workspace = Some("T9".into()))),
+                base_e.clone(),
+                "workspace_mismatch",
+                "event is not from workspace `T9`",
+            ),
+            (
+                "slack.mention",
+                Some(f(&|x| x.channels = Some(vec!["C9".into()]))),
+                base_e.clone(),
+                "channel_mismatch",
+                "event is not from one of filters.channels",
+            ),
+            (
+                "slack.mention",
+                Some(f(&|x| {
+                    x.inputs = Some(vec![("env".into(), serde_json::json!("prod"))])
+                })),
+                base_e.clone(),
+                "input_mismatch",
+                "input `env` does not equal \"prod\"",
+            ),
+            (
+                "slack.mention",
+                Some(base_f.clone()),
+                e(&|x| x.actor_is_bot = true),
+                "author_is_bot",
+                "events written by a bot do not start triggers",
+            ),
+            (
+                "slack.mention",
+                Some(base_f.clone()),
+                e(&|x| x.text = "deploy now".into()),
+                "not_mentioned",
+                "the message does not mention the bot",
+            ),
+            (
+                "slack.mention",
+                Some(f(&|x| x.contains = Some("fix".into()))),
+                base_e.clone(),
+                "pattern_mismatch",
+                "the text after the mention does not start with filters.contains `fix`",
+            ),
+            (
+                "github.issue_comment",
+                Some(ghf(&|x| x.repo = Some("o/s".into()))),
+                gh_e.clone(),
+                "repo_mismatch",
+                "event is not from repository `o/s`",
+            ),
+            (
+                "github.issue_comment",
+                Some(ghf(&|x| x.pattern = Some("bye".into()))),
+                gh_e.clone(),
+                "pattern_mismatch",
+                "the text does not start with `bye`",
+            ),
+            (
+                "github.issue_comment",
+                Some(ghf(&|x| x.contains = Some("bye".into()))),
+                gh_e.clone(),
+                "contains_mismatch",
+                "the text does not contain `bye`",
+            ),
+            (
+                "github.issue_comment",
+                Some(ghf(&|x| x.label = Some("bug".into()))),
+                ghe(&|x| x.label = Some("docs".into())),
+                "label_mismatch",
+                "the event did not add label `bug`",
+            ),
+            (
+                "github.issue_comment",
+                Some(ghf(&|x| x.labels = Some(vec!["bug".into()]))),
+                gh_e.clone(),
+                "labels_missing",
+                "label `bug` is not present",
+            ),
+            (
+                "github.issue_comment",
+                Some(ghf(&|x| x.guild = Some("G".into()))),
+                gh_e.clone(),
+                "filter_unsupported",
+                "filters.guild cannot be matched for this provider's events",
+            ),
+            (
+                "manual.run",
+                Some(gh_f.clone()),
+                Event {
+                    name: "manual.run".into(),
+                    actor_id: Some("eve".into()),
+                    ..Event::default()
+                },
+                "actor_forbidden",
+                "manual run rejected: actor_forbidden",
+            ),
+        ];
+        for (on, filters, event, want_code, want_message) in cases {
+            let Decision::Rejected(r) = admit(on, filters.as_ref(), &event) else {
+                panic!("{want_code}: admitted")
+            };
+            assert_eq!((r.code, r.message.as_str()), (want_code, want_message));
+        }
     }
 }

@@ -119,7 +119,7 @@ impl ToolDefinition {
     }
 }
 
-/// The result of [`derive`].
+/// The result of [`derive()`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct Derived {
     /// The exact tool policy.

@@ -1,9 +1,9 @@
 //! One step's complete grant: derive, translate and digest in one call.
 //!
 //! This is the pipeline a dispatcher runs for every execution it creates:
-//! [`derive`](crate::derive::derive) the exact tool policy, seed the injected
+//! [`derive()`] the exact tool policy, seed the injected
 //! `hub` server where the provider keeps MCP servers in its options,
-//! [`translate`](crate::translate::translate) into the provider's native
+//! [`translate`] into the provider's native
 //! options, and compute the [`PolicyDigest`] the daemon must echo.
 
 use serde_json::{Value, json};

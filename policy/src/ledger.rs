@@ -259,6 +259,11 @@ mod tests {
         assert_eq!(l.finish(), Ok(()));
         assert!(l.is_finished());
         assert_eq!(l.finish(), Err(LedgerError::Finished));
+        assert_eq!(
+            LedgerError::Finished.to_string(),
+            "execution already finished"
+        );
+        assert_eq!(LedgerError::Finished.code(), "execution_finished");
         assert_eq!(l.reserve_tool("reply"), Err(LedgerError::Finished));
     }
 

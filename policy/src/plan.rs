@@ -8,13 +8,16 @@
 //! Skipped steps and steps that could not be resolved never get a grant.
 
 use palisade_schema::expr::{EvalError, Template, truthy};
-use palisade_schema::{Agent, AgentRef, EnvironmentKind, EnvironmentRef, HubConfig, Step, Trigger};
+use palisade_schema::{
+    Agent, AgentRef, EnvironmentKind, EnvironmentRef, HubConfig, InputType, Step, Trigger,
+};
 use serde_json::{Map, Value, json};
 
 use crate::admission::{self, Decision, Event};
 use crate::capability::{CapabilityRegistry, OutputContext};
 use crate::derive::OutputDecl;
 use crate::grant::{GrantConfig, StepError, StepGrant, StepInput, grant_step};
+use crate::invocation::{self, InputKind, InputSpec, Invocation, InvocationError};
 
 /// What a plan is computed from.
 #[derive(Clone, Copy, Debug)]
@@ -213,7 +216,24 @@ pub fn plan(
         .cloned()
         .unwrap_or_else(|| context_for(input.event));
     let filters = filters_of(trigger);
-    let admission = admission::admit(&trigger.on, filters.as_ref(), input.event);
+    let mut event = input.event.clone();
+    let invocation = match invocation_for(trigger, filters.as_ref(), &event) {
+        Ok(inv) => inv,
+        Err(e) => {
+            let admission = Decision::Rejected(admission::Rejection {
+                code: e.code(),
+                message: e.to_string(),
+            });
+            return Ok(not_run(trigger, admission, context));
+        }
+    };
+    if let Some(inv) = &invocation {
+        event.inputs.clone_from(&inv.inputs);
+    }
+    let mut admission = admission::admit(&trigger.on, filters.as_ref(), &event);
+    if let (Decision::Admitted { prompt }, Some(inv)) = (&mut admission, &invocation) {
+        prompt.clone_from(&inv.prompt);
+    }
     let Decision::Admitted { prompt } = &admission else {
         let steps = trigger
             .steps
@@ -230,7 +250,7 @@ pub fn plan(
             steps,
         });
     };
-    let mut ctx = eval_context(trigger, input.event, prompt);
+    let mut ctx = eval_context(trigger, &event, prompt);
     let mut steps: Vec<StepPlan> = Vec::new();
     for step in &trigger.steps {
         let status = step_status(input, step, &ctx, &steps, &context, registry, config);
@@ -348,6 +368,83 @@ fn step_status(
         agent,
         grant,
     }))
+}
+
+fn not_run(trigger: &Trigger, admission: Decision, context: OutputContext) -> RunPlan {
+    let steps = trigger
+        .steps
+        .iter()
+        .map(|s| StepPlan {
+            id: s.id.clone(),
+            status: StepStatus::NotRun,
+        })
+        .collect();
+    RunPlan {
+        trigger: trigger.name.clone(),
+        admission,
+        context,
+        steps,
+    }
+}
+
+/// The declared inputs of a trigger, as invocation specs.
+pub fn input_specs(trigger: &Trigger) -> Vec<InputSpec> {
+    trigger
+        .inputs
+        .iter()
+        .map(|d| InputSpec {
+            name: d.name.clone(),
+            kind: match d.kind {
+                InputType::String => InputKind::String,
+                InputType::Number => InputKind::Number,
+                InputType::Boolean => InputKind::Boolean,
+            },
+            required: d.required.unwrap_or(false),
+            default: d.default.clone(),
+            choices: d.choices.clone(),
+        })
+        .collect()
+}
+
+/// Parses the invocation inputs of a message event (after the bot mention
+/// and after the trigger's `pattern`/`contains` marker, which is removed from
+/// the prompt). `None` when the trigger declares no inputs, or when the
+/// event carries structured inputs already (manual runs): those are checked
+/// by the same rules ([`invocation::check_structured`]).
+///
+/// # Errors
+///
+/// The invocation's rejection.
+pub fn invocation_for(
+    trigger: &Trigger,
+    filters: Option<&admission::Filters>,
+    event: &Event,
+) -> Result<Option<Invocation>, InvocationError> {
+    let specs = input_specs(trigger);
+    if specs.is_empty() {
+        return Ok(None);
+    }
+    if !event.inputs.is_empty() || trigger.source() == "manual" {
+        let inputs = invocation::check_structured(&event.inputs, &specs)?;
+        return Ok(Some(Invocation {
+            inputs,
+            prompt: event.text.clone(),
+        }));
+    }
+    let body = match trigger.source() {
+        "slack" | "discord" => {
+            admission::after_mention(&event.text, &event.bot_mentions).unwrap_or_default()
+        }
+        _ => event.text.as_str(),
+    };
+    let mut body = body.trim_start();
+    let marker = filters.and_then(|f| f.pattern.as_ref().or(f.contains.as_ref()));
+    if let Some(m) = marker
+        && admission::starts_with_word(body, m)
+    {
+        body = body.get(m.len()..).unwrap_or_default();
+    }
+    invocation::parse(body, &specs).map(Some)
 }
 
 /// Evaluates an authority-bearing name: `Err(Ok)` for unavailable outputs,

@@ -318,4 +318,65 @@ mod tests {
             })
         );
     }
+
+    #[test]
+    fn every_webhook_error_has_its_exact_message() {
+        let cases = [
+            (
+                WebhookError::MissingHeader {
+                    header: "X-Slack-Signature",
+                },
+                "webhook_header_missing",
+                "missing `X-Slack-Signature` header",
+            ),
+            (
+                WebhookError::Malformed {
+                    header: "X-Slack-Request-Timestamp",
+                },
+                "webhook_header_malformed",
+                "malformed `X-Slack-Request-Timestamp` header",
+            ),
+            (
+                WebhookError::BadSignature,
+                "webhook_signature_mismatch",
+                "webhook signature does not match",
+            ),
+            (
+                WebhookError::Stale,
+                "webhook_timestamp_stale",
+                "webhook timestamp is more than 5 minutes from the current time",
+            ),
+            (
+                WebhookError::BadKey,
+                "webhook_key_invalid",
+                "webhook verification key is invalid",
+            ),
+        ];
+        for (err, code, message) in cases {
+            assert_eq!((err.code(), err.to_string().as_str()), (code, message));
+        }
+        // Each arises from verification; a genuine request is the positive control.
+        let body = b"x";
+        let sig = __sign::slack(&secret(), "100", body);
+        assert_eq!(
+            verify_slack(&secret(), body, Some("100"), Some(&sig), 100),
+            Ok(())
+        );
+        assert_eq!(
+            verify_slack(&secret(), body, Some("100"), None, 100),
+            Err(WebhookError::MissingHeader {
+                header: "X-Slack-Signature"
+            })
+        );
+        assert_eq!(
+            verify_slack(&secret(), body, Some("1e2"), Some(&sig), 100),
+            Err(WebhookError::Malformed {
+                header: "X-Slack-Request-Timestamp"
+            })
+        );
+        assert_eq!(
+            verify_slack(b"", body, Some("100"), Some(&sig), 100),
+            Err(WebhookError::BadKey)
+        );
+    }
 }

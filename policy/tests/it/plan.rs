@@ -216,3 +216,82 @@ fn schema_model_agrees_with_the_fixture_loader() {
     }
     assert!(n >= 15);
 }
+
+const INPUTS_WORKFLOW: &str = r#"
+environments: [{name: dev, kind: daemon, daemon: d, cwd: /repo}]
+triggers:
+  - name: deploy
+    on: slack.mention
+    max_runtime: 1h
+    filters: {from_users: [U1], pattern: deploy, inputs: {region: eu}}
+    inputs:
+      env: {type: string, choices: [prod, dev], required: true}
+      region: {type: string, default: eu}
+    steps:
+      - id: ship
+        if: "${{ paseo.inputs.env == 'prod' }}"
+        environment: dev
+        max_runtime: 10m
+        idle_timeout: 1m
+        agent: {provider: claude}
+        prompt: [{text: "${{ paseo.prompt }}"}]
+        allow_outputs: [{type: slack.reply}]
+"#;
+
+#[test]
+fn invocation_inputs_are_parsed_after_the_marker_and_drive_conditions() {
+    let (config, diags) = palisade_schema::parse_workflow("inputs.yml", INPUTS_WORKFLOW);
+    let config = config.unwrap_or_else(|| panic!("{diags:#?}"));
+    let go = |text: &str| {
+        let e = Event {
+            name: "slack.mention".into(),
+            actor_id: Some("U1".into()),
+            text: text.into(),
+            bot_mentions: vec!["<@B>".into()],
+            ..Event::default()
+        };
+        let p = plan(
+            &PlanInput {
+                config: &config,
+                trigger: "deploy",
+                event: &e,
+                outputs: &[],
+                context: None,
+            },
+            &CapabilityRegistry::default(),
+            &GrantConfig::default(),
+        )
+        .unwrap();
+        (p.admission.clone(), summary(&p))
+    };
+    let (adm, steps) = go("<@B> deploy env=prod ship it");
+    assert_eq!(
+        adm,
+        Decision::Admitted {
+            prompt: "ship it".into()
+        }
+    );
+    assert_eq!(
+        steps,
+        [r#"ship run dev claude ["finish_execution", "reply"]"#]
+    );
+    let (_, steps) = go("<@B> deploy env=dev ship it");
+    assert_eq!(steps, ["ship skipped"]);
+    let (adm, steps) = go("<@B> deploy env=qa ship it");
+    let Decision::Rejected(r) = adm else { panic!() };
+    assert_eq!(
+        (r.code, r.message.as_str()),
+        (
+            "invalid_choice",
+            "input `env` must be one of \"prod\", \"dev\""
+        )
+    );
+    assert_eq!(steps, ["ship not-run"]);
+    let (adm, _) = go("<@B> deploy ship it");
+    let Decision::Rejected(r) = adm else { panic!() };
+    assert_eq!(r.code, "missing_required");
+    // The filter's inputs condition sees the parsed (here: explicit) region.
+    let (adm, _) = go("<@B> deploy env=prod region=us ship it");
+    let Decision::Rejected(r) = adm else { panic!() };
+    assert_eq!(r.code, "input_mismatch");
+}

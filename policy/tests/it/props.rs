@@ -631,3 +631,202 @@ proptest! {
         prop_assert!(verify_slack(&secret, &body, Some(&ts2), Some(&ssig), ts).is_err());
     }
 }
+
+// ---- differential on generated workflow text, parsed by palisade-schema ----
+
+const OC_VALID_KEYS: &[&str] = &[
+    "read",
+    "edit",
+    "bash",
+    "webfetch",
+    "external_directory",
+    "glob",
+];
+
+/// Options that pass the strict provider schemas.
+fn valid_options_for(provider: &'static str) -> BoxedStrategy<Option<Value>> {
+    match provider.split('/').next().unwrap() {
+        "claude" => prop::option::of(claude_options()).boxed(),
+        "codex" => prop::option::of(
+            (any::<bool>(), prop::sample::select(&["disabled", "cached", "live"][..])).prop_map(|(ro, ws)| {
+                json!({"approval_policy": "never", "sandbox_mode": if ro { "read-only" } else { "workspace-write" }, "web_search": ws})
+            }),
+        )
+        .boxed(),
+        "opencode" => {
+            let rule = prop_oneof![
+                action(),
+                prop::collection::vec((prop::sample::select(&["git status", "src/**", "*"][..]), action()), 1..3)
+                    .prop_map(|ps| Value::Object(ps.into_iter().map(|(p, a)| (p.to_owned(), a)).collect())),
+            ];
+            prop::option::of(prop_oneof![
+                action().prop_map(|a| json!({ "permission": a })),
+                prop::collection::vec((prop::sample::select(OC_VALID_KEYS), rule, action()), 0..4).prop_map(|rules| {
+                    // `webfetch` takes an action only (spec §8.3); the others take a rule.
+                    let rules = rules.into_iter().map(|(k, r, a)| (k.to_owned(), if k == "webfetch" { a } else { r }));
+                    json!({"permission": Value::Object(rules.collect())})
+                }),
+            ])
+            .boxed()
+        }
+        _ => Just(None).boxed(),
+    }
+}
+
+/// `(provider, options, declarations)` of one generated step.
+type GenStep = (&'static str, Option<Value>, Vec<crate::naive::Decl>);
+
+fn generated_step() -> impl Strategy<Value = GenStep> {
+    let decl = (
+        prop::sample::select(&["slack.reply", "discord.reply", "future.publish"][..]),
+        1u32..4,
+        prop::bool::weighted(0.15),
+    )
+        .prop_map(|(t, m, r)| (t.to_owned(), m, r));
+    prop::sample::select(PROVIDERS).prop_flat_map(move |p| {
+        (
+            Just(p),
+            valid_options_for(p),
+            prop::collection::vec(decl.clone(), 0..3),
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// The whole pipeline from workflow text: `palisade-schema` parses a
+    /// generated workflow, `plan::grant_for` grants each step, and the naive
+    /// reference, fed the generated data directly, agrees.
+    #[test]
+    fn differential_on_generated_workflow_text(
+        steps in prop::collection::vec(generated_step(), 1..4),
+        on in prop::sample::select(&["slack.mention", "discord.mention"][..]),
+        c in prop::sample::select(CONTEXTS), ord in ordering(),
+    ) {
+        let step_docs: Vec<Value> = steps.iter().enumerate().map(|(i, (provider, options, decls))| {
+            let mut agent = json!({"provider": provider});
+            if let Some(o) = options {
+                agent["options"] = o.clone();
+            }
+            json!({
+                "id": format!("s{i}"), "environment": "dev", "max_runtime": "10m", "idle_timeout": "1m",
+                "agent": agent, "prompt": [{"text": "go"}],
+                "allow_outputs": decls.iter().map(|(t, m, r)| json!({"type": t, "max": m, "required": r})).collect::<Vec<_>>(),
+            })
+        }).collect();
+        let doc = json!({
+            "environments": [{"name": "dev", "kind": "daemon", "daemon": "d", "cwd": "/repo"}],
+            "triggers": [{"name": "t", "on": on, "max_runtime": "1h", "filters": {"from_users": ["U1"]}, "steps": step_docs}],
+        });
+        let (config, diags) = palisade_schema::parse_workflow("gen.yml", &serde_json::to_string_pretty(&doc).unwrap());
+        // A required output no registered capability can provide for this trigger is rejected while parsing.
+        let statically_rejected = diags.iter().any(|d| d.is_error() && d.code == "required_output_unavailable");
+        prop_assume!(!statically_rejected);
+        let config = config.unwrap_or_else(|| panic!("generated workflow does not parse: {diags:#?}"));
+        let reg = CapabilityRegistry::default();
+        let cfg = GrantConfig { opencode_ordering: ord, ..GrantConfig::default() };
+        let ctx = c.map(OutputContext::new);
+        for (step, (provider, options, decls)) in config.triggers[0].steps.iter().zip(&steps) {
+            let agent = palisade_policy::plan::static_agent(&config, step).unwrap().agent;
+            let real = palisade_policy::plan::grant_for(step, &agent, ctx.as_ref(), &reg, &cfg);
+            let naive = crate::naive::derive(decls, c)
+                .map_err(|m| ("required_output_capability_unavailable".to_owned(), m))
+                .and_then(|tools| Ok((tools.clone(), crate::naive::translate(provider, options.as_ref(), &tools, ord == OpenCodeOrdering::GrantsFirst)?)));
+            match (real, naive) {
+                (Ok(g), Ok((tools, opts))) => {
+                    prop_assert_eq!(tool_names(&g.derived), tools);
+                    prop_assert_eq!(g.provider_options, opts);
+                }
+                (Err(e), Err((code, message))) => {
+                    prop_assert_eq!(e.code(), code.as_str());
+                    prop_assert_eq!(e.to_string(), message);
+                }
+                (r, n) => prop_assert!(false, "real {:?} vs naive {:?}", r, n),
+            }
+        }
+    }
+}
+
+// ---- output ledger against a model ----
+
+#[derive(Clone, Debug)]
+enum LedgerOp {
+    /// Call a tool; `ok` says whether the outbound call then succeeds.
+    Call {
+        tool: &'static str,
+        ok: bool,
+    },
+    Finish,
+}
+
+fn ledger_op() -> impl Strategy<Value = LedgerOp> {
+    prop_oneof![
+        4 => (prop::sample::select(&["reply", "progress", "nope"][..]), prop::bool::weighted(0.7))
+            .prop_map(|(tool, ok)| LedgerOp::Call { tool, ok }),
+        1 => Just(LedgerOp::Finish),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// The ledger agrees with a model: attempts never exceed the first
+    /// declaration's `max`, finish succeeds exactly when every required type
+    /// was emitted, and nothing is accepted after a successful finish.
+    #[test]
+    fn ledger_agrees_with_a_model(ds in decls(), c in ctx(), reg in registry(), ops in prop::collection::vec(ledger_op(), 0..12)) {
+        use palisade_policy::ledger::{LedgerError, OutputLedger};
+        let mut ledger = OutputLedger::new(&ds, c.as_ref(), &reg);
+        // Model: per type (first declaration wins max; any declaration makes it required).
+        let mut types: Vec<(String, Option<String>, u32, bool, u32, u32)> = Vec::new();
+        for d in &ds {
+            if let Some(t) = types.iter_mut().find(|t| t.0 == d.kind) {
+                t.3 |= d.required;
+                continue;
+            }
+            let tool = reg.get(&d.kind).filter(|cap| cap.availability.is_available(c.as_ref())).map(|cap| cap.tool.name.clone());
+            types.push((d.kind.clone(), tool, d.max, d.required, 0, 0));
+        }
+        let mut finished = false;
+        for op in ops {
+            match op {
+                LedgerOp::Call { tool, ok } => {
+                    let res = ledger.reserve_tool(tool);
+                    let entry = types.iter_mut().find(|t| t.1.as_deref() == Some(tool));
+                    match (finished, entry) {
+                        (true, _) => prop_assert_eq!(res, Err(LedgerError::Finished)),
+                        (false, None) => prop_assert_eq!(res, Err(LedgerError::ToolNotFound { tool: tool.to_owned() })),
+                        (false, Some(t)) if t.4 >= t.2 => prop_assert_eq!(res, Err(LedgerError::LimitReached { kind: t.0.clone() })),
+                        (false, Some(t)) => {
+                            let r = res.unwrap();
+                            prop_assert_eq!(r.kind(), t.0.as_str());
+                            t.4 += 1;
+                            if ok {
+                                t.5 += 1;
+                                ledger.record(r);
+                            }
+                        }
+                    }
+                }
+                LedgerOp::Finish => {
+                    let res = ledger.finish();
+                    if finished {
+                        prop_assert_eq!(res, Err(LedgerError::Finished));
+                    } else if types.iter().any(|t| t.3 && t.5 == 0) {
+                        let missing = matches!(res, Err(LedgerError::RequiredOutputMissing { .. }));
+                        prop_assert!(missing, "expected a missing required output, got {:?}", res);
+                    } else {
+                        prop_assert_eq!(res, Ok(()));
+                        finished = true;
+                    }
+                }
+            }
+        }
+        for t in &types {
+            prop_assert_eq!(ledger.attempts(&t.0), t.4);
+            prop_assert_eq!(ledger.emitted(&t.0), t.5);
+            prop_assert!(t.4 <= t.2);
+        }
+    }
+}
