@@ -208,6 +208,33 @@ impl Session {
         c
     }
 
+    fn with_workflow(&self, c: Command, context: &str) -> Command {
+        let v3 = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../policy/tests/vectors/v3");
+        // Insert the workflow flags before the `--` that starts the command.
+        let args: Vec<std::ffi::OsString> = c.get_args().map(ToOwned::to_owned).collect();
+        let split = args.iter().position(|a| a == "--").unwrap();
+        let mut n = Command::new(palisade());
+        n.args(&args[..split])
+            .arg("--workflow")
+            .arg(v3)
+            .args([
+                "--trigger",
+                "guarded-request",
+                "--step",
+                "answer",
+                "--context",
+                context,
+            ])
+            .args(&args[split..])
+            .envs(
+                c.get_envs()
+                    .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v.to_owned()))),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        n
+    }
+
     fn records(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.journal)
             .unwrap()
@@ -907,4 +934,52 @@ fn containment_table_of_governed_workers_section_11() {
         report.failure
     );
     let _ = std::io::stderr().flush();
+}
+
+const GRANT_READER: &str = r#"
+import json, os, errno
+p = os.environ["PALISADE_STEP_GRANT"]
+g = json.load(open(p))
+try:
+    open(p, "w").write("{}"); w = "ok"
+except OSError as e:
+    w = errno.errorcode[e.errno]
+print(json.dumps({"digest": g["digest"], "provider": g["provider"], "write": w}))
+"#;
+
+#[test]
+fn a_workflow_step_grant_is_handed_over_read_only_and_recorded() {
+    if skip() {
+        return;
+    }
+    let s = session();
+    let mut c = s.with_workflow(s.command(GRANT_READER, &[]), "slack");
+    let (code, out, err) = wait_with_timeout(c.spawn().unwrap(), Duration::from_secs(60));
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    let r = receipt(&out);
+    assert_eq!(
+        r["write"], "EROFS",
+        "the worker cannot rewrite its own grant: {r}"
+    );
+    let recs = s.records();
+    let applied: Vec<_> = recs
+        .iter()
+        .filter(|x| x["kind"] == "tool_policy_applied")
+        .collect();
+    assert_eq!(applied.len(), 1, "{recs:?}");
+    assert_eq!(applied[0]["body"]["digest"], r["digest"]);
+    assert_eq!(applied[0]["body"]["provider"], r["provider"]);
+    assert!(applied[0]["body"]["digest"].as_str().unwrap().len() > 16);
+    assert_eq!(s.verify().verdict(), palisade_evidence::Verdict::Closed);
+
+    // The same step in a Discord context cannot be dispatched: the run is refused before any worker.
+    let s2 = session();
+    let mut c = s2.with_workflow(s2.command(GRANT_READER, &[]), "discord");
+    let (code, out, err) = wait_with_timeout(c.spawn().unwrap(), Duration::from_secs(60));
+    assert_eq!(code, 125, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(
+        err.contains("required_output_capability_unavailable"),
+        "{err}"
+    );
+    assert!(out.is_empty(), "no worker may run: {out}");
 }

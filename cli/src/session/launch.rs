@@ -71,7 +71,10 @@ pub(crate) struct GovernedArgs {
         requires = "policy"
     )]
     pub(crate) approval_timeout: u64,
-    /// The hub workflow file whose step the worker runs.
+    /// The hub workflow (a repository root, a `.paseo` folder or a
+    /// single-file workflow) whose step the worker runs. Its exact tool
+    /// grant and translated provider options are written, read-only, to
+    /// `.palisade/step-grant.json` in the working directory, and recorded.
     #[arg(long, value_name = "PATH", requires_all = ["policy", "trigger", "step"])]
     pub(crate) workflow: Option<PathBuf>,
     /// The workflow trigger.
@@ -80,9 +83,14 @@ pub(crate) struct GovernedArgs {
     /// The workflow step.
     #[arg(long, value_name = "S", requires = "workflow")]
     pub(crate) step: Option<String>,
-    /// The run's output context (JSON file).
-    #[arg(long, value_name = "C", requires = "workflow")]
-    pub(crate) context: Option<PathBuf>,
+    /// The run's output context: slack, discord, github or manual.
+    #[arg(
+        long,
+        value_name = "C",
+        requires = "workflow",
+        default_value = "manual"
+    )]
+    pub(crate) context: String,
 }
 
 /// Resolves pinned names from a table and everything else on the host.
@@ -319,11 +327,6 @@ pub(crate) fn run(
     let (Some(journal_path), Some(key_path)) = (args.journal.clone(), args.key.clone()) else {
         return setup_failure("a governed session needs --journal FILE and --key KEY");
     };
-    if args.workflow.is_some() {
-        return setup_failure(
-            "--workflow is not supported yet: the step grant (tool policy and provider options) cannot be applied, so the run is refused",
-        );
-    }
     let text = std::fs::read_to_string(&policy_path)
         .map_err(|e| format!("policy `{}`: {e}", policy_path.display()))?;
     let file = policy_path.display().to_string();
@@ -352,6 +355,20 @@ pub(crate) fn run(
     };
     let key = crate::report::load_key(&key_path)?;
     let id = random_id()?;
+    // The step's exact grant, computed before anything starts: a step that
+    // cannot be dispatched refuses the run.
+    let grant = match &args.workflow {
+        Some(w) => match step_grant(
+            w,
+            args.trigger.as_deref(),
+            args.step.as_deref(),
+            &args.context,
+        ) {
+            Ok(g) => Some(g),
+            Err(e) => return setup_failure(e),
+        },
+        None => None,
+    };
 
     // The policy's worker section adds to what the flags gave.
     for w in &policy.worker.writable {
@@ -423,6 +440,23 @@ pub(crate) fn run(
         Err(e) => return setup_failure(e),
     };
 
+    if let Some((info, grant_json)) = &grant {
+        match write_grant(&mut sb, grant_json) {
+            Ok(path) => {
+                let mut body = info.clone();
+                if let Some(o) = body.as_object_mut() {
+                    o.insert("written_to".into(), json!(path.display().to_string()));
+                }
+                core.journal()
+                    .record(Kind::ToolPolicyApplied, &body, Flags::NONE);
+            }
+            Err(e) => {
+                let _ = core.journal().close();
+                return setup_failure(e);
+            }
+        }
+    }
+
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -489,6 +523,83 @@ pub(crate) fn run(
         Ok(code) => Ok(code),
         Err(e) => setup_failure(e),
     }
+}
+
+/// Computes one workflow step's grant: `(record body, file contents)`.
+fn step_grant(
+    workflow: &Path,
+    trigger: Option<&str>,
+    step: Option<&str>,
+    context: &str,
+) -> Result<(serde_json::Value, serde_json::Value), String> {
+    use palisade_policy::capability::{CapabilityRegistry, OutputContext};
+    use palisade_policy::grant::GrantConfig;
+    use palisade_policy::plan::{find_trigger, grant_for, static_agent};
+    let (Some(trigger), Some(step)) = (trigger, step) else {
+        return Err(String::from("--workflow needs --trigger and --step"));
+    };
+    if !matches!(context, "slack" | "discord" | "github" | "manual") {
+        return Err(format!(
+            "--context `{context}` is not slack, discord, github or manual"
+        ));
+    }
+    let config = crate::policy_cmd::load_config(workflow)?;
+    let t = find_trigger(&config, trigger).map_err(|e| e.to_string())?;
+    let s = t
+        .steps
+        .iter()
+        .find(|x| x.id == step)
+        .ok_or_else(|| format!("trigger `{trigger}` has no step `{step}`"))?;
+    let agent = static_agent(&config, s).ok_or_else(|| {
+        format!("step `{step}` chooses its agent at run time or names an undefined agent; palisade run needs a fixed agent")
+    })?;
+    let ctx = OutputContext::new(context);
+    let grant = grant_for(
+        s,
+        &agent.agent,
+        Some(&ctx),
+        &CapabilityRegistry::default(),
+        &GrantConfig::default(),
+    )
+    .map_err(|e| format!("step `{step}` cannot be dispatched: {} ({})", e, e.code()))?;
+    let full = grant.to_json();
+    let tools: Vec<String> = grant
+        .derived
+        .policy
+        .tool_names()
+        .map(str::to_owned)
+        .collect();
+    let info = json!({
+        "workflow": workflow.display().to_string(),
+        "trigger": trigger,
+        "step": step,
+        "agent": agent.name,
+        "context": context,
+        "provider": grant.provider.id(),
+        "tools": tools,
+        "digest": grant.digest.as_str(),
+    });
+    Ok((info, full))
+}
+
+/// Writes the grant to `.palisade/step-grant.json` in the working directory
+/// (read-only for the worker: `.palisade` is protected in every writable root).
+fn write_grant(sb: &mut Sandbox, grant: &serde_json::Value) -> Result<PathBuf, String> {
+    let cwd = match sb.profile().writable.first() {
+        Some(c) => c.clone(),
+        None => {
+            return Err(String::from(
+                "a workflow step needs a writable working directory",
+            ));
+        }
+    };
+    let dir = cwd.join(".palisade");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join("step-grant.json");
+    let text = serde_json::to_string_pretty(grant).map_err(|e| e.to_string())?;
+    std::fs::write(&path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    sb.env("PALISADE_STEP_GRANT", &path);
+    Ok(path)
 }
 
 fn policy_marks(policy: &HostPolicy) -> Vec<String> {
