@@ -278,18 +278,31 @@ pub(crate) fn render(status: &str, s: &Summary) -> String {
         } else {
             ""
         };
+        let outcome = if r.s("event") == Some("executed") {
+            format!(
+                "executed (exit status {})",
+                r.body
+                    .get("status")
+                    .and_then(Value::as_i64)
+                    .map_or_else(|| String::from("unknown"), |c| c.to_string())
+            )
+        } else {
+            format!(
+                "{} (policy {}{})",
+                r.s("decision").unwrap_or("?"),
+                r.s("policy").unwrap_or("?"),
+                r.s("approval")
+                    .map(|a| format!(", {a}"))
+                    .unwrap_or_default()
+            )
+        };
         let _ = writeln!(
             o,
-            "  {} #{} {} {} -> {} (policy {}{}){irreversible}",
+            "  {} #{} {} {} -> {outcome}{irreversible}",
             clock(r.time),
             r.seq,
             r.s("kind").unwrap_or("?"),
             r.s("target").unwrap_or(""),
-            r.s("decision").or_else(|| r.s("event")).unwrap_or("?"),
-            r.s("policy").unwrap_or("?"),
-            r.s("approval")
-                .map(|a| format!(", {a}"))
-                .unwrap_or_default()
         );
     }
     let _ = writeln!(o, "\nsteering writes ({}):", s.steering.len());
@@ -468,6 +481,12 @@ mod tests {
                 &["flagged"],
             ),
             rec(7, "execution_ended", json!({"exit_code":0}), &[]),
+            rec(
+                8,
+                "outward_action",
+                json!({"event":"executed","kind":"git.push","target":"r","status":0}),
+                &["irreversible"],
+            ),
         ];
         let out = render("valid, closed", &summarize(&recs));
         assert!(
@@ -482,6 +501,10 @@ mod tests {
         );
         assert!(out.contains("modified AGENTS.md [FLAGGED"), "{out}");
         assert!(out.contains("ended: 00:00:07.000 execution_ended"), "{out}");
+        assert!(
+            out.contains("#8 git.push r -> executed (exit status 0) [irreversible]"),
+            "{out}"
+        );
         assert_eq!(recs[0].seq, 1);
     }
 }
