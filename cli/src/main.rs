@@ -14,6 +14,7 @@ mod ctl;
 mod decide;
 mod explain;
 mod host_policy_file;
+mod journal;
 mod mark_untrusted;
 mod policy_cmd;
 mod probe;
@@ -66,6 +67,8 @@ enum Command {
     Policy(policy_cmd::Args),
     /// Explain the run plan for an event: admission, steps run or skipped, tools per step.
     Explain(explain::Args),
+    /// Generate keys for, verify, show and append to sealed journals.
+    Journal(journal::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -94,6 +97,7 @@ fn main() -> ExitCode {
         Command::Schema(args) => schema_cmd::run(args),
         Command::Policy(args) => policy_cmd::run(args),
         Command::Explain(args) => explain::run(args),
+        Command::Journal(args) => journal::run(args),
     };
     match res {
         Ok(code) => code,

@@ -56,8 +56,10 @@ impl Default for SealPolicy {
 #[non_exhaustive]
 pub enum Durability {
     /// An append returns once its record is written and `fdatasync`ed.
-    /// Pending records are flushed as soon as `batch` are waiting, or when a
-    /// waiting appender has waited `max_latency` without a flush.
+    /// Pending records are flushed as soon as `batch` are pending, when a
+    /// waiting appender has waited `max_latency` without a flush, or at once
+    /// when only one appender is waiting (a lone appender never waits for
+    /// company; records that arrive during a flush form the next batch).
     Synced {
         /// Records that trigger a flush at once (1 = every record).
         batch: usize,
@@ -242,6 +244,8 @@ struct State {
     /// The newest record known durable (or written, in unsynced mode).
     durable: Option<Anchor>,
     flushing: bool,
+    /// Appenders blocked in `wait_durable`.
+    waiters: usize,
     failed: Option<String>,
     closed: bool,
 }
@@ -448,6 +452,7 @@ impl JournalWriter {
                     durable: newest.clone(),
                     newest,
                     flushing: false,
+                    waiters: 0,
                     failed: None,
                     closed: false,
                 }),
@@ -548,6 +553,16 @@ impl JournalWriter {
         Ok(st.durable.clone())
     }
 
+    /// The key of the current epoch, for a host that persists its evolving
+    /// key (forward security: once it is stored, erase the older key).
+    ///
+    /// Persist it only after [`JournalWriter::sync`] (or `close`) returned:
+    /// a key file newer than the journal's last durable seal cannot reopen
+    /// the journal after a crash ([`JournalError::KeyTooNew`]).
+    pub fn current_key(&self) -> JournalKey {
+        self.inner.lock().chain.key.clone()
+    }
+
     /// The anchor of the newest durable record: keep it off the host so that
     /// truncation back past it is detected.
     pub fn anchor(&self) -> Option<Anchor> {
@@ -611,15 +626,18 @@ impl Inner {
             Durability::Synced { batch, max_latency } => (batch, max_latency),
         };
         let mut st = self.lock();
+        st.waiters += 1;
         let mut waited = false;
-        loop {
+        let res = loop {
             if st.durable.as_ref().is_some_and(|a| a.seq >= seq) {
-                return Ok(());
+                break Ok(());
             }
             if let Some(err) = &st.failed {
-                return Err(JournalError::Failed(err.clone()));
+                break Err(JournalError::Failed(err.clone()));
             }
-            if !st.flushing && (waited || st.pending_records >= batch || batch <= 1) {
+            // A lone waiter flushes at once: nobody else could join its batch.
+            let due = waited || st.pending_records >= batch || batch <= 1 || st.waiters <= 1;
+            if !st.flushing && due {
                 st = self.flush_locked(st, true);
                 continue;
             }
@@ -629,7 +647,9 @@ impl Inner {
                 .unwrap_or_else(PoisonError::into_inner);
             st = guard;
             waited = waited || res.timed_out();
-        }
+        };
+        st.waiters -= 1;
+        res
     }
 
     /// Writes (and with `sync`, fdatasyncs) everything pending, with the

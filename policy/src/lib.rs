@@ -24,13 +24,11 @@
 //! What this crate does **not** do: it does not sandbox the agent, and it
 //! does not govern the provider's native tools (shell, files, web); those are
 //! the provider's options and the host boundary (see `docs/tool-authority.md`).
-//!
 //! ```
 //! use palisade_policy::capability::{CapabilityRegistry, OutputContext};
 //! use palisade_policy::derive::OutputDecl;
 //! use palisade_policy::grant::{GrantConfig, StepInput, grant_step};
 //! use serde_json::json;
-//!
 //! let options = json!({"allowedTools": ["Read"]});
 //! let outputs = [OutputDecl { kind: "slack.reply".into(), max: 1, required: false }];
 //! let grant = grant_step(

@@ -268,3 +268,64 @@ fn splicing_two_journals_written_with_the_same_key_is_detected() {
     let report = verify(&b.bytes, &b.key, Some(&a.w.anchor));
     assert_eq!(report.verdict(), Verdict::Invalid);
 }
+
+/// A small deterministic generator (xorshift64).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+#[test]
+fn random_multi_byte_mutations_insertions_and_deletions_are_detected() {
+    let w = written(100, every_records(9));
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let len = w.bytes.len();
+    for round in 0..3_000 {
+        let mut bytes = w.bytes.clone();
+        let what = round % 4;
+        match what {
+            0 => {
+                // XOR 1 to 4 bytes with non-zero masks.
+                for _ in 0..=rng.below(4) {
+                    let at = rng.below(len);
+                    bytes[at] ^= (rng.below(255) + 1) as u8;
+                }
+            }
+            1 => {
+                let at = rng.below(len);
+                let n = 1 + rng.below((len - at).min(600));
+                bytes.drain(at..at + n);
+            }
+            2 => {
+                let at = rng.below(len + 1);
+                let junk: Vec<u8> = (0..1 + rng.below(40)).map(|_| rng.next() as u8).collect();
+                bytes.splice(at..at, junk);
+            }
+            _ => {
+                let at = rng.below(len);
+                let n = 1 + rng.below((len - at).min(600));
+                let copy = bytes[at..at + n].to_vec();
+                bytes.splice(at + n..at + n, copy);
+            }
+        }
+        if bytes == w.bytes {
+            continue; // A mutation that changed nothing (XOR twice).
+        }
+        let report = verify(&bytes, &w.key, Some(&w.anchor));
+        assert_eq!(
+            report.verdict(),
+            Verdict::Invalid,
+            "round {round} (mutation {what}) went undetected"
+        );
+    }
+}
