@@ -45,6 +45,12 @@ pub(crate) struct Args {
     /// landlock, seccomp, net_ns, ipc_ns, uts_ns and cgroups can be named.
     #[arg(long = "dangerously-disable", value_name = "LAYER")]
     dangerously_disable: Vec<String>,
+    /// The worker's uid (and gid) inside the sandbox, mapped 1:1. Default:
+    /// the invoking user, or 64000 when palisade runs as root. As root,
+    /// writable roots must be writable by this uid; `--worker-uid 0` keeps
+    /// root's file ownership (still without any capability).
+    #[arg(long, value_name = "UID")]
+    worker_uid: Option<u32>,
     /// The governed form: `--policy palisade.toml --journal FILE --key KEY`.
     #[command(flatten)]
     governed: crate::session::launch::GovernedArgs,
@@ -70,6 +76,22 @@ pub(crate) fn report_json(r: &palisade_isolate::LaunchReport) -> serde_json::Val
 /// One layer as JSON.
 pub(crate) fn layer_json(l: Layer, s: &LayerStatus) -> serde_json::Value {
     serde_json::json!({"layer": l.name(), "status": s.word(), "detail": s.detail()})
+}
+
+fn forwarded_signals() -> nix::sys::signal::SigSet {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    for s in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+    ] {
+        set.add(s);
+    }
+    set
 }
 
 fn setup_failure(msg: impl std::fmt::Display) -> Result<ExitCode, String> {
@@ -125,6 +147,9 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         };
         sb.bridge(Bridge { port, target });
     }
+    if let Some(uid) = args.worker_uid {
+        sb.identity(palisade_isolate::WorkerIdentity::Dedicated { uid, gid: uid });
+    }
     for name in &args.dangerously_disable {
         let Some(layer) = Layer::from_name(name) else {
             return setup_failure(format!("unknown layer `{name}`"));
@@ -136,6 +161,13 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     }
     if args.governed.policy.is_some() {
         return crate::session::launch::run(sb, args.governed, args.command, args.launch_report);
+    }
+    // Termination signals are forwarded to the worker (through the
+    // supervisor and init) instead of killing palisade; the worker's exit
+    // status then becomes ours. Blocked before the fork, so none is lost.
+    let forwarded = forwarded_signals();
+    if let Err(e) = forwarded.thread_block() {
+        return setup_failure(format!("cannot block signals: {e}"));
     }
     let child = match sb.spawn(Command::new(args.command)) {
         Ok(c) => c,
@@ -150,6 +182,12 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
             );
         }
     }
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.pid()).unwrap_or(0));
+    std::thread::spawn(move || {
+        while let Ok(sig) = forwarded.wait() {
+            let _ = nix::sys::signal::kill(pid, sig);
+        }
+    });
     match child.wait() {
         Ok(code) => Ok(ExitCode::from(u8::try_from(code).unwrap_or(EXIT_SETUP))),
         Err(e) => setup_failure(format!("waiting for the sandbox: {e}")),

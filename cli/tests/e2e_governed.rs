@@ -531,9 +531,11 @@ fn a_governed_worker_gets_relay_taint_approvals_steering_flags_and_a_sealed_jour
 }
 
 const SLEEPER: &str = r#"
-import os, sys, time
+import os, signal, sys, time
 if sys.argv[1:] == ["self-kill"]:
     os.kill(os.getpid(), 9)
+if sys.argv[1:] == ["ignore-term"]:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 open("started", "w").write("1")
 time.sleep(60)
 "#;
@@ -560,7 +562,8 @@ fn killing_the_session_leaves_a_verifiable_journal_ending_with_the_kill() {
         .unwrap();
     assert!(killed.success());
     let (code, _, err) = wait_with_timeout(child, Duration::from_secs(30));
-    assert_eq!(code, 128 + 9, "{err}");
+    // The worker got the SIGTERM palisade received, and died of it.
+    assert_eq!(code, 128 + 15, "{err}");
     let report = s.verify();
     assert_eq!(
         report.verdict(),
@@ -579,6 +582,44 @@ fn killing_the_session_leaves_a_verifiable_journal_ending_with_the_kill() {
     assert_eq!(recs[n - 3]["body"]["signal"], "SIGTERM");
     assert_eq!(recs[n - 2]["body"]["killed"], true);
     drop(s.dir);
+}
+
+#[test]
+fn a_worker_that_ignores_the_stop_signal_is_killed_after_the_grace_period() {
+    if skip() {
+        return;
+    }
+    let s = session();
+    let child = s
+        .command(SLEEPER, &["ignore-term".to_owned()])
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let t0 = Instant::now();
+    while !s.work.join("started").exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the worker never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let (code, _, err) = wait_with_timeout(child, Duration::from_secs(30));
+    assert_eq!(code, 128 + 9, "{err}");
+    let recs = s.records();
+    let k = kinds(&recs);
+    let n = k.len();
+    assert_eq!(
+        &k[n - 3..],
+        ["execution_killed", "execution_ended", "journal_closed"],
+        "{k:?}"
+    );
+    assert_eq!(recs[n - 2]["body"]["signal"], 9);
+    assert_eq!(s.verify().verdict(), palisade_evidence::Verdict::Closed);
 }
 
 #[test]

@@ -178,3 +178,84 @@ fn probe_json_lists_every_layer() {
     let ready = v["ready"].as_bool().unwrap();
     assert_eq!(out.status.code(), Some(if ready { 0 } else { 1 }));
 }
+
+#[test]
+fn termination_signals_reach_the_worker() {
+    if !is_root() {
+        return;
+    }
+    let cwd = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .args([
+            "run",
+            "--profile",
+            "governed",
+            "--",
+            "/bin/sh",
+            "-c",
+            "trap 'exit 42' TERM; echo ready; while :; do sleep 0.05; done",
+        ])
+        .current_dir(cwd.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut buf = [0u8; 6];
+    std::io::Read::read_exact(&mut out, &mut buf).unwrap();
+    assert_eq!(&buf, b"ready\n");
+    let pid = i32::try_from(child.id()).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let mut status = None;
+    for _ in 0..200 {
+        if let Some(s) = child.try_wait().unwrap() {
+            status = Some(s);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("palisade did not end within 10 s of SIGTERM");
+    };
+    // The worker's trap ran: palisade exits with the worker's own code.
+    assert_eq!(status.code(), Some(42));
+}
+
+#[test]
+fn worker_uid_is_selectable_as_root() {
+    if !is_root() {
+        return;
+    }
+    let cwd = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "--profile", "governed"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "/bin/sh", "-c", "id -u; touch written"]);
+        Command::new(BIN)
+            .args(&args)
+            .current_dir(cwd.path())
+            .output()
+            .unwrap()
+    };
+    // Default as root: the dedicated worker uid, which cannot write the
+    // root-owned working directory.
+    let out = run(&[]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "64000");
+    assert_ne!(out.status.code(), Some(0));
+    assert!(!cwd.path().join("written").exists());
+    // Explicitly root's uid: the write succeeds, capabilities stay dropped.
+    let out = run(&["--worker-uid", "0"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(cwd.path().join("written").exists());
+}

@@ -281,6 +281,15 @@ pub fn run(args: &[String]) -> String {
             }
             Err(e) => io::<()>(Err(e)),
         },
+        "mountpoints" => match std::fs::read_to_string("/proc/self/mountinfo") {
+            Ok(s) => {
+                let mut m: Vec<&str> = s.lines().filter_map(|l| l.split(' ').nth(4)).collect();
+                m.sort_unstable();
+                m.dedup();
+                format!("ok {}", m.join(","))
+            }
+            Err(e) => io::<()>(Err(e)),
+        },
         "fds" => match std::fs::read_dir("/proc/self/fd") {
             Ok(rd) => {
                 let mut fds: Vec<i64> = rd
@@ -451,6 +460,13 @@ pub fn fork_for_tests() -> i32 {
         Ok(crate::sys::Forked::Parent(p)) => p,
         Err(_) => -1,
     }
+}
+
+/// Leave a child forked by [`fork_for_tests`] at once (`_exit`), without
+/// running the parent's exit handlers or touching locks other threads held
+/// at fork time.
+pub fn exit_for_tests(code: i32) -> ! {
+    crate::sys::exit_now(code)
 }
 
 /// Wait for a child forked by [`fork_for_tests`]: its exit code, or

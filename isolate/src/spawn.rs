@@ -108,6 +108,7 @@ pub struct Sandbox {
     identity: Option<WorkerIdentity>,
     disabled: BTreeSet<Layer>,
     simulated: Vec<(Layer, String)>,
+    simulated_abi: Option<u32>,
 }
 
 /// The explicit, named downgrade door: see [`Sandbox::dangerous`].
@@ -155,7 +156,7 @@ pub struct LaunchReport {
 pub struct SandboxChild {
     pid: nix::unistd::Pid,
     report: LaunchReport,
-    placeholders: Vec<PathBuf>,
+    placeholders: Vec<plan::Placeholder>,
     reaped: bool,
 }
 
@@ -176,8 +177,34 @@ impl SandboxChild {
         nix::sys::signal::kill(self.pid, sig).map_err(std::io::Error::from)
     }
 
+    /// Check without blocking whether the worker has ended: its exit code
+    /// (or `128 + signal`), or `None` while it runs.
+    pub fn try_wait(&mut self) -> std::io::Result<Option<i32>> {
+        use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+        if self.reaped {
+            return Err(std::io::Error::other("sandbox already reaped"));
+        }
+        match waitpid(self.pid, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(_, code)) => {
+                self.reaped = true;
+                plan::remove_placeholders(&self.placeholders);
+                Ok(Some(code))
+            }
+            Ok(WaitStatus::Signaled(_, sig, _)) => {
+                self.reaped = true;
+                plan::remove_placeholders(&self.placeholders);
+                Ok(Some(128 + sig as i32))
+            }
+            Ok(_) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Wait for the worker: its exit code, or `128 + signal`.
     pub fn wait(mut self) -> std::io::Result<i32> {
+        if self.reaped {
+            return Err(std::io::Error::other("sandbox already reaped"));
+        }
         let code = wait_code(self.pid)?;
         self.reaped = true;
         plan::remove_placeholders(&self.placeholders);
@@ -235,6 +262,7 @@ impl Sandbox {
             identity: None,
             disabled: BTreeSet::new(),
             simulated: Vec::new(),
+            simulated_abi: None,
         }
     }
 
@@ -252,6 +280,13 @@ impl Sandbox {
     /// Add a read-only bind (a required runtime file or directory).
     pub fn read_only(&mut self, path: impl Into<PathBuf>) -> &mut Self {
         self.profile.read_paths.push(path.into());
+        self
+    }
+
+    /// Hide a host path behind an empty read-only tmpfs (a directory) or
+    /// an empty read-only file, on top of the profile's host masks.
+    pub fn mask(&mut self, path: impl Into<PathBuf>) -> &mut Self {
+        self.profile.host_masks.push(path.into());
         self
     }
 
@@ -299,6 +334,15 @@ impl Sandbox {
         self
     }
 
+    /// Test hook: pretend the kernel's Landlock ABI is `abi` (if lower than
+    /// the real one) for the requirement check. Enforcement always uses the
+    /// real ABI, so this can only cause a refusal.
+    #[doc(hidden)]
+    pub fn __simulate_landlock_abi(&mut self, abi: u32) -> &mut Self {
+        self.simulated_abi = Some(abi);
+        self
+    }
+
     fn worker_ids(&self) -> (u32, u32) {
         let uid = nix::unistd::getuid().as_raw();
         let gid = nix::unistd::getgid().as_raw();
@@ -320,6 +364,10 @@ impl Sandbox {
         &self,
         mut report: ProbeReport,
     ) -> Result<(Vec<(Layer, LayerStatus)>, u32), SandboxError> {
+        let real_abi = report.landlock_abi.unwrap_or(0);
+        if let Some(sim) = self.simulated_abi {
+            report.landlock_abi = Some(sim.min(real_abi));
+        }
         for (layer, detail) in &self.simulated {
             report.set(
                 *layer,
@@ -348,7 +396,12 @@ impl Sandbox {
                 continue;
             }
             let abi = report.landlock_abi.unwrap_or(0);
-            if layer == Layer::Landlock && status.is_active() && abi < self.profile.min_landlock_abi
+            if layer == Layer::Landlock
+                && matches!(
+                    status,
+                    LayerStatus::Active { .. } | LayerStatus::Degraded { .. }
+                )
+                && abi < self.profile.min_landlock_abi
             {
                 return Err(SandboxError::LayerUnavailable {
                     layer,
@@ -357,6 +410,11 @@ impl Sandbox {
             }
             match status {
                 LayerStatus::Active { .. } => out.push((layer, status)),
+                // Landlock below ABI 6 but at or above the profile's minimum
+                // runs, reported as degraded (the minimum was checked above).
+                LayerStatus::Degraded { .. } if layer == Layer::Landlock => {
+                    out.push((layer, status))
+                }
                 other if required => {
                     return Err(SandboxError::LayerUnavailable {
                         layer,
@@ -379,7 +437,7 @@ impl Sandbox {
                 ),
             });
         }
-        Ok((out, report.landlock_abi.unwrap_or(0)))
+        Ok((out, real_abi))
     }
 
     /// Probe, plan and launch `command`. Returns once the command has been
@@ -446,6 +504,7 @@ impl Sandbox {
             envp: &envp,
             cwd: &cwd_c,
             rlimits: self.profile.rlimits,
+            wall_limit: self.profile.wall_limit,
             filters: filters.as_ref(),
             landlock: landlock.as_ref(),
             stdio: [&command.stdin, &command.stdout, &command.stderr],
@@ -453,11 +512,11 @@ impl Sandbox {
         let pid = match launch(&setup) {
             Ok(pid) => pid,
             Err(e) => {
-                plan::remove_placeholders(&plan.placeholders);
+                plan::remove_placeholders(&plan.created);
                 return Err(e);
             }
         };
-        let placeholders = plan.placeholders.clone();
+        let placeholders = plan.created.clone();
         let mut downgraded: Vec<Layer> = self.disabled.iter().copied().collect();
         downgraded.sort();
         let report = LaunchReport {
@@ -523,6 +582,7 @@ struct ChildSetup<'a> {
     envp: &'a [CString],
     cwd: &'a CString,
     rlimits: crate::profile::Rlimits,
+    wall_limit: Option<std::time::Duration>,
     filters: Option<&'a seccomp::Filters>,
     landlock: Option<&'a landlock_rules::Rules>,
     stdio: [&'a Stdio; 3],
@@ -707,6 +767,8 @@ fn is_unavailable(step: Step, errno: i32) -> bool {
             )
         }
         Step::Landlock | Step::Seccomp => matches!(errno, libc::ENOSYS | libc::EOPNOTSUPP),
+        // mount_setattr (Linux 5.12) missing.
+        Step::MountPlan => errno == libc::ENOSYS,
         _ => false,
     }
 }
@@ -758,6 +820,9 @@ fn supervisor(
     if nix::unistd::getppid() != launcher {
         sys::exit_now(125);
     }
+    // Own process group: a terminal's Ctrl-C reaches the launcher only,
+    // which forwards it once (the worker is in its own session anyway).
+    let _ = nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0));
     nix::sched::unshare(CloneFlags::CLONE_NEWUSER)
         .map_err(nx(Step::UnshareUser, "unshare(CLONE_NEWUSER)"))?;
     let _ = nix::unistd::write(&ready_w, b"r");
@@ -909,7 +974,7 @@ fn init_stage(setup: &ChildSetup<'_>, err_fd: RawFd) -> Result<std::convert::Inf
     }
     let _ = sys::close_all_except(&keep);
     let mask = forwarded_mask();
-    let code = init::run(worker, &mask, listeners);
+    let code = init::run(worker, &mask, listeners, setup.wall_limit);
     sys::exit_now(code)
 }
 

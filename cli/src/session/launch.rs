@@ -34,6 +34,9 @@ pub(crate) const CONTROL_PORT: u16 = 3129;
 /// First relay port inside the sandbox (one port per relay, in policy order).
 pub(crate) const FIRST_RELAY_PORT: u16 = 3130;
 
+/// How long a worker has to stop after palisade forwarded a stop signal.
+const KILL_GRACE: Duration = Duration::from_secs(5);
+
 /// Exit status of a setup failure (as `palisade run`).
 const EXIT_SETUP: u8 = 125;
 
@@ -814,13 +817,21 @@ async fn supervise(
     let mut hup = signal_stream(tokio::signal::unix::SignalKind::hangup())?;
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let mut killed_by: Option<&'static str> = None;
-    let mut kill_sent = false;
+    let mut forwarded = false;
+    // When palisade is asked to stop, the worker gets the same signal, then
+    // SIGKILL after a grace period.
+    let mut grace: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    let worker = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(0));
     let code = loop {
         tokio::select! {
             r = &mut waiter => break r.map_err(|e| e.to_string()).and_then(|w| w.map_err(|e| e.to_string())),
             _ = term.recv(), if killed_by.is_none() => killed_by = Some("SIGTERM"),
             _ = int.recv(), if killed_by.is_none() => killed_by = Some("SIGINT"),
             _ = hup.recv(), if killed_by.is_none() => killed_by = Some("SIGHUP"),
+            () = async { if let Some(g) = grace.as_mut() { g.as_mut().await } else { std::future::pending().await } } => {
+                let _ = nix::sys::signal::kill(worker, nix::sys::signal::Signal::SIGKILL);
+                grace = None;
+            }
             _ = tick.tick() => {
                 if core.journal().failed() && killed_by.is_none() {
                     killed_by = Some("journal_failure");
@@ -828,20 +839,36 @@ async fn supervise(
             }
         }
         if let Some(why) = killed_by
-            && !kill_sent
+            && !forwarded
         {
-            kill_sent = true;
+            forwarded = true;
+            let (sig, action) = match why {
+                "SIGTERM" => (
+                    nix::sys::signal::Signal::SIGTERM,
+                    "forwarded to the worker; SIGKILL after 5 s",
+                ),
+                "SIGINT" => (
+                    nix::sys::signal::Signal::SIGINT,
+                    "forwarded to the worker; SIGKILL after 5 s",
+                ),
+                "SIGHUP" => (
+                    nix::sys::signal::Signal::SIGHUP,
+                    "forwarded to the worker; SIGKILL after 5 s",
+                ),
+                _ => (
+                    nix::sys::signal::Signal::SIGKILL,
+                    "worker killed: the journal cannot be written",
+                ),
+            };
             if why != "journal_failure" {
                 core.journal().record(
                     Kind::custom("execution_killed").map_err(|e| e.to_string())?,
-                    &json!({"signal": why, "by": "palisade", "action": "worker killed with SIGKILL"}),
+                    &json!({"signal": why, "by": "palisade", "action": action}),
                     Flags::NONE,
                 );
             }
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(0)),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+            let _ = nix::sys::signal::kill(worker, sig);
+            grace = Some(Box::pin(tokio::time::sleep(KILL_GRACE)));
         }
     };
 
