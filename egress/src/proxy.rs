@@ -174,6 +174,8 @@ struct Inner {
     next_id: AtomicU64,
     conns: Arc<Semaphore>,
     recent: Mutex<VecDeque<Instant>>,
+    /// The proxy's own listening addresses (a CONNECT to them would loop).
+    own_listen: Mutex<Vec<SocketAddr>>,
 }
 
 /// A running proxy's shared state. Cheap to clone.
@@ -256,6 +258,7 @@ impl Proxy {
                 next_id: AtomicU64::new(1),
                 conns: Arc::new(Semaphore::new(max)),
                 recent: Mutex::new(VecDeque::new()),
+                own_listen: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -268,6 +271,11 @@ impl Proxy {
     /// Serve until `signal` fires, then cut open tunnels and wait for their
     /// records to be written.
     pub async fn serve(&self, listener: Listener, mut signal: ShutdownSignal) -> io::Result<()> {
+        if let Listener::Tcp(l) = &listener
+            && let (Ok(a), Ok(mut own)) = (l.local_addr(), self.inner.own_listen.lock())
+        {
+            own.push(a);
+        }
         let mut tasks = JoinSet::new();
         loop {
             let accepted: io::Result<(Box<dyn Stream>, String)> = tokio::select! {
@@ -375,11 +383,16 @@ impl Proxy {
         let mut buf: Vec<u8> = Vec::with_capacity(1024);
         let parsed = tokio::time::timeout(limits.header_timeout, async {
             let mut chunk = [0u8; 2048];
+            // Re-parse only when a read brought a line end (or filled the cap),
+            // so a client dribbling bytes cannot make parsing quadratic.
+            let mut fresh_line_end = false;
             loop {
-                match parse_head(&buf, limits.max_header_bytes) {
-                    Ok(Some(done)) => return Ok(Some(done)),
-                    Ok(None) => {}
-                    Err(e) => return Err(Some(e)),
+                if fresh_line_end || buf.len() >= limits.max_header_bytes {
+                    match parse_head(&buf, limits.max_header_bytes) {
+                        Ok(Some(done)) => return Ok(Some(done)),
+                        Ok(None) => {}
+                        Err(e) => return Err(Some(e)),
+                    }
                 }
                 let room = limits
                     .max_header_bytes
@@ -390,7 +403,11 @@ impl Proxy {
                 };
                 match client.read(slot).await {
                     Ok(0) | Err(_) => return Ok(None),
-                    Ok(n) => buf.extend_from_slice(slot.get(..n).unwrap_or_default()),
+                    Ok(n) => {
+                        let got = slot.get(..n).unwrap_or_default();
+                        fresh_line_end = got.contains(&b'\n');
+                        buf.extend_from_slice(got);
+                    }
                 }
             }
         })
@@ -521,6 +538,18 @@ impl Proxy {
             }
         }
 
+        if self.is_own_listener(&addrs, port) {
+            refuse(
+                client,
+                rec,
+                403,
+                "proxy_loop",
+                "the proxy does not connect to itself",
+            )
+            .await;
+            return;
+        }
+
         // dial the checked address, never a second lookup
         let mut upstream = None;
         let mut last_err = "connect_failed";
@@ -602,6 +631,18 @@ impl Proxy {
         rec.close = close;
     }
 
+    fn is_own_listener(&self, addrs: &[IpAddr], port: u16) -> bool {
+        let Ok(own) = self.inner.own_listen.lock() else {
+            return true;
+        };
+        own.iter().any(|l| {
+            l.port() == port
+                && addrs
+                    .iter()
+                    .any(|ip| l.ip().is_unspecified() || canonical(*ip) == canonical(l.ip()))
+        })
+    }
+
     /// Bytes still allowed for a connection that has used `used`.
     fn remaining_budget(&self, used: u64) -> Option<u64> {
         let l = &self.inner.config.limits;
@@ -613,6 +654,13 @@ impl Proxy {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+}
+
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(a) => a.to_ipv4_mapped().map_or(IpAddr::V6(a), IpAddr::V4),
+        v4 @ IpAddr::V4(_) => v4,
     }
 }
 

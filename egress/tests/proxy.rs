@@ -682,3 +682,18 @@ async fn records_reach_a_sealed_journal_that_verifies() {
     );
     assert!(!text.contains("ping"), "no payload bytes in records");
 }
+
+#[tokio::test]
+async fn the_proxy_never_connects_to_itself() {
+    let origin = echo_origin().await;
+    let p = TestProxy::start(cfg(), &["127.0.0.1"], &[] as &[&str], StaticResolver::new()).await;
+    let (_s, h) = connect_tunnel(p.addr, &format!("127.0.0.1:{}", p.addr.port()), "").await;
+    assert!(
+        h.starts_with("HTTP/1.1 403") && h.contains("proxy_loop"),
+        "{h}"
+    );
+    // positive control: another loopback port on the same policy works
+    let (mut s, h) = connect_tunnel(p.addr, &format!("127.0.0.1:{}", origin.port()), "").await;
+    assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+    assert!(tunnel_works(&mut s).await);
+}
