@@ -341,10 +341,20 @@ pub(crate) fn render(status: &str, s: &Summary) -> String {
     o
 }
 
-/// Loads a journal key file.
+/// Loads a journal key file, refusing one other users can read (as `palisade journal` does).
 pub(crate) fn load_key(path: &std::path::Path) -> Result<palisade_evidence::JournalKey, String> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("key `{}`: {e}", path.display()))?;
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).map_err(|e| format!("key `{}`: {e}", path.display()))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "key file {} is accessible by other users (mode {mode:o}); run chmod 600",
+            path.display()
+        ));
+    }
+    let text = zeroize::Zeroizing::new(
+        std::fs::read_to_string(path).map_err(|e| format!("key `{}`: {e}", path.display()))?,
+    );
     palisade_evidence::JournalKey::from_text(&text)
         .map_err(|e| format!("key `{}`: {e}", path.display()))
 }

@@ -156,6 +156,7 @@ fn session() -> Session {
     let key = dir.path().join("journal.key");
     let k = palisade_evidence::JournalKey::generate().unwrap();
     std::fs::write(&key, k.expose_text().as_bytes()).unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let ctl = dir.path().join("ctl");
     std::fs::create_dir_all(&ctl).unwrap();
     Session {
@@ -512,6 +513,25 @@ fn a_governed_worker_gets_relay_taint_approvals_steering_flags_and_a_sealed_jour
     assert!(
         !text.contains(&real_key()),
         "the key must never enter the journal"
+    );
+
+    // `palisade journal verify` agrees, with the anchor palisade run wrote.
+    let anchor = PathBuf::from(format!("{}.anchor", s.journal.display()));
+    let v = Command::new(palisade())
+        .args(["journal", "verify"])
+        .arg(&s.journal)
+        .arg("--key")
+        .arg(&s.key)
+        .arg("--anchor")
+        .arg(&anchor)
+        .output()
+        .unwrap();
+    assert_eq!(
+        v.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&v.stdout),
+        String::from_utf8_lossy(&v.stderr)
     );
 
     // `palisade report` verifies first and then summarises.
