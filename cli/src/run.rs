@@ -51,6 +51,9 @@ pub(crate) struct Args {
     /// root's file ownership (still without any capability).
     #[arg(long, value_name = "UID")]
     worker_uid: Option<u32>,
+    /// The governed form: `--policy palisade.toml --journal FILE --key KEY`.
+    #[command(flatten)]
+    governed: crate::session::launch::GovernedArgs,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<OsString>,
@@ -155,6 +158,9 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
             return setup_failure(e);
         }
         eprintln!("palisade: warning: running without `{name}` (dangerously disabled)");
+    }
+    if args.governed.policy.is_some() {
+        return crate::session::launch::run(sb, args.governed, args.command, args.launch_report);
     }
     // Termination signals are forwarded to the worker (through the
     // supervisor and init) instead of killing palisade; the worker's exit
