@@ -118,7 +118,10 @@ impl SuiteResult {
         self.unavailable.push((subject.to_owned(), reason));
     }
 
-    fn to_json(&self, name: &str, opts: &Opts) -> Value {
+    fn to_json(&self, name: &str, opts: &Opts, tmp: &Path) -> Value {
+        // The scratch directory changes every run; keep it out of the page.
+        let tmp = tmp.display().to_string();
+        let scrub = |t: &str| t.replace(&tmp, "<tmp>");
         json!({
             "suite": name,
             "measured_at": sys::utc_now(),
@@ -128,11 +131,11 @@ impl SuiteResult {
             "rows": self.rows.iter().map(Row::to_json).collect::<Vec<_>>(),
             "ratios": report::ratios(&self.rows),
             "goals": self.goals.iter().map(GoalCheck::to_json).collect::<Vec<_>>(),
-            "notes": self.notes,
+            "notes": self.notes.iter().map(|n| scrub(n)).collect::<Vec<_>>(),
             "unavailable": self
                 .unavailable
                 .iter()
-                .map(|(s, r)| json!({"subject": s, "reason": r}))
+                .map(|(s, r)| json!({"subject": s, "reason": scrub(r)}))
                 .collect::<Vec<_>>(),
         })
     }
@@ -213,7 +216,7 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
         match res {
             Ok(r) => {
                 print_suite(suite, &r);
-                results.push((*suite, r.to_json(suite, &opts)));
+                results.push((*suite, r.to_json(suite, &opts, &tmp)));
             }
             Err(e) => {
                 eprintln!("bench: suite {suite} failed: {e}");
@@ -398,5 +401,133 @@ fn print_suite(name: &str, r: &SuiteResult) {
     }
     for (s, why) in &r.unavailable {
         println!("{name:8} not measured: {s}: {why}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fake `palisade` that knows only the subcommands in `known`.
+    fn fake_palisade(dir: &Path, known: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let bin = dir.join("palisade");
+        let script = format!(
+            "#!/bin/sh\ncase \" {known} \" in *\" $1 \"*) exit 0;; esac\n\
+             echo \"error: unrecognized subcommand '$1'\" >&2\nexit 2\n"
+        );
+        std::fs::write(&bin, script).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        bin
+    }
+
+    fn ctx(palisade: Result<PathBuf, String>, tmp: PathBuf) -> Ctx {
+        Ctx {
+            opts: Opts {
+                quick: true,
+                runs: 1,
+                warmup: 1,
+                release: false,
+            },
+            tmp,
+            palisade,
+            crates: CrateBenches::default(),
+        }
+    }
+
+    #[test]
+    fn a_missing_subcommand_is_reported_as_not_available_yet() {
+        let dir = std::env::temp_dir().join(format!("xtask-fake-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let c = ctx(Ok(fake_palisade(&dir, "check")), dir.clone());
+        let err = c.palisade_with("run", "isolate").unwrap_err();
+        assert!(err.contains("palisade side not available yet"), "{err}");
+        assert!(err.contains("merge branch `isolate`"), "{err}");
+        assert!(err.contains("unrecognized subcommand 'run'"), "{err}");
+        // Positive control: the same binary with `run` is accepted.
+        let c = ctx(Ok(fake_palisade(&dir, "check run")), dir.clone());
+        assert!(c.palisade_with("run", "isolate").is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_check_suite_degrades_to_not_measured_without_palisade() {
+        let dir = std::env::temp_dir().join(format!("xtask-nopal-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let c = ctx(Err("no binary".to_owned()), dir.clone());
+        let r = check::run(&c).unwrap();
+        assert!(r.rows.is_empty());
+        assert!(
+            r.unavailable
+                .iter()
+                .any(|(s, why)| s == "palisade check" && why == "no binary")
+        );
+        assert!(
+            r.unavailable
+                .iter()
+                .any(|(_, why)| why.contains("no bench target in palisade-schema"))
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_page_reports_rows_ratios_and_missed_goals() {
+        let mut r = SuiteResult::default();
+        r.rows.push(
+            Row::new(
+                "/bin/true",
+                "palisade strict",
+                "ms",
+                stats::Better::Lower,
+                &[3.0, 3.0],
+            )
+            .unwrap(),
+        );
+        r.rows.push(
+            Row::new(
+                "/bin/true",
+                "bwrap",
+                "ms",
+                stats::Better::Lower,
+                &[2.0, 2.0],
+            )
+            .unwrap(),
+        );
+        r.goals.push(GoalCheck {
+            what: "ratio".into(),
+            value: 1.5,
+            unit: "×".into(),
+            cmp: stats::Cmp::Le,
+            target: 1.0,
+        });
+        r.unavailable("srt", "not installed");
+        let opts = Opts {
+            quick: false,
+            runs: 2,
+            warmup: 1,
+            release: true,
+        };
+        let results = json!({
+            "generated_at": "now",
+            "quick": false,
+            "suites": {"spawn": r.to_json("spawn", &opts, Path::new("/nowhere"))},
+        });
+        let dir = std::env::temp_dir().join(format!("xtask-page-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        report::write_page(&results, &dir).unwrap();
+        let page = std::fs::read_to_string(dir.join("benchmarks.md")).unwrap();
+        assert!(
+            page.contains("| /bin/true | **palisade strict** | 3.00 ms |"),
+            "{page}"
+        );
+        assert!(
+            page.contains("| /bin/true | palisade strict | bwrap | 1.50× | **behind**"),
+            "{page}"
+        );
+        assert!(page.contains("**missed**: 0.500× over (50%)"), "{page}");
+        assert!(page.contains("- srt: not installed"), "{page}");
+        assert!(page.contains("![spawn chart](bench-spawn.svg)"));
+        assert!(dir.join("bench-spawn.svg").is_file());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

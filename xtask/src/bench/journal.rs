@@ -79,7 +79,7 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SuiteResult, String> {
     for (name, unit, samples) in &reference {
         if let Some(row) = Row::new(
             name,
-            "write+fdatasync reference",
+            "plain write/fdatasync/read loop",
             unit,
             Better::Higher,
             samples,

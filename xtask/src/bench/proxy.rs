@@ -64,8 +64,14 @@ struct Target {
     proxy: Option<SocketAddr>,
     /// A `Proxy-Authorization` value to send, if the proxy wants one.
     auth: Option<String>,
+    /// The `host:port` to CONNECT to (the origin, by a name when one is available).
+    connect_to: String,
     /// The proxy process, for RSS and liveness.
     guard: Option<sys::Guard>,
+    /// The proxy's RSS before its first idle run: memory a proxy keeps
+    /// after tunnels close would hide the cost of the next run's tunnels
+    /// if each run were measured from its own start.
+    rss_baseline: Option<u64>,
     failed: Option<String>,
 }
 
@@ -80,14 +86,18 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SuiteResult, String> {
     // squid drops to its own user when started as root and must write here.
     set_mode(&dir, 0o777)?;
 
+    let host = origin_host();
+    let connect_to = format!("{host}:{}", origin.addr.port());
     let mut targets = vec![Target {
         name: "direct".to_owned(),
         proxy: None,
         auth: None,
+        connect_to: connect_to.clone(),
         guard: None,
+        rss_baseline: None,
         failed: None,
     }];
-    match start_palisade(ctx, &dir, origin.addr, want_fds) {
+    match start_palisade(ctx, &dir, &connect_to, want_fds) {
         Ok(t) => targets.push(t),
         Err(e) => res.unavailable("palisade proxy", e),
     }
@@ -98,7 +108,10 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SuiteResult, String> {
         match Ctx::peer(name) {
             None => res.unavailable(name, format!("not installed (apt-get install {name})")),
             Some(bin) => match start(&bin, &dir, want_fds) {
-                Ok(t) => targets.push(t),
+                Ok(mut t) => {
+                    t.connect_to.clone_from(&connect_to);
+                    targets.push(t);
+                }
                 Err(e) => res.unavailable(name, e),
             },
         }
@@ -124,11 +137,10 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SuiteResult, String> {
     }
     goals(&mut res, sizes);
     res.notes.push(format!(
-        "Origin: a thread-per-connection TCP server in the harness on {}. Bulk: {} MiB downloaded through one tunnel per run, {} runs. \
+        "Origin: a thread-per-connection TCP server in the harness on 127.0.0.1, reached by the proxies as `{host}` (resolved by each proxy). Bulk: {} MiB downloaded through one tunnel per run, {} runs. \
          Latency: connect to the proxy, CONNECT, 200, one echoed byte, close; {} rounds × {} connections = {} per target. \
-         Idle: {} tunnels held open at once (each proven live by an echo), {} runs; memory per tunnel is the proxy's VmRSS growth divided by the tunnel count. \
+         Idle: {} tunnels held open at once (each proven live by an echo), {} runs; memory per tunnel is the proxy's VmRSS with all tunnels open minus its VmRSS before its first idle run, divided by the tunnel count. \
          Load generator, origin and proxy share the same {} cores.",
-        origin.addr,
         sizes.bulk_bytes >> 20,
         sizes.bulk_runs,
         sizes.latency_rounds,
@@ -142,6 +154,38 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SuiteResult, String> {
     drop(targets);
     origin.stop();
     Ok(res)
+}
+
+/// The name the proxies are asked to CONNECT to: host policies allow names,
+/// not addresses, so a name that resolves only to 127.0.0.1 (where the
+/// origin listens) is used when there is one: `PALISADE_BENCH_ORIGIN_HOST`,
+/// else this machine's host name, else `localhost`; failing all, the
+/// address itself. Every proxy gets the same name, so each pays one lookup.
+fn origin_host() -> String {
+    let mut candidates = Vec::new();
+    if let Ok(h) = std::env::var("PALISADE_BENCH_ORIGIN_HOST") {
+        candidates.push(h);
+    }
+    if let Ok(h) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
+        candidates.push(h.trim().to_owned());
+    }
+    candidates.push("localhost".to_owned());
+    candidates
+        .into_iter()
+        .find(|h| resolves_to_loopback_only(h))
+        .unwrap_or_else(|| "127.0.0.1".to_owned())
+}
+
+fn resolves_to_loopback_only(host: &str) -> bool {
+    use std::net::ToSocketAddrs;
+    let want = std::net::IpAddr::from([127, 0, 0, 1]);
+    match (host, 0).to_socket_addrs() {
+        Ok(addrs) => {
+            let v: Vec<SocketAddr> = addrs.collect();
+            !v.is_empty() && v.iter().all(|a| a.ip() == want)
+        }
+        Err(_) => false,
+    }
 }
 
 type StartFn = fn(&Path, &Path, u64) -> Result<Target, String>;
@@ -184,7 +228,9 @@ fn started(name: &str, mut guard: sys::Guard, port: u16, log: &Path) -> Result<T
         name: name.to_owned(),
         proxy: Some(addr),
         auth: None,
+        connect_to: String::new(),
         guard: Some(guard),
+        rss_baseline: None,
         failed: None,
     })
 }
@@ -237,11 +283,11 @@ fn start_squid(bin: &Path, dir: &Path, nofile: u64) -> Result<Target, String> {
 }
 
 /// The host policy the palisade proxy runs with: the origin allowed, the
-/// loopback range let through the address deny set, limits far above the
-/// suite's load. `PALISADE_BENCH_PROXY_POLICY` names a template to use
-/// instead (`{origin_port}` is replaced).
-fn policy_text(origin: SocketAddr) -> Result<String, String> {
-    let port = origin.port();
+/// loopback range let through the address deny set, no limits (absent
+/// limits are off). `PALISADE_BENCH_PROXY_POLICY` names a template to use
+/// instead (`{origin}` and `{origin_port}` are replaced).
+fn policy_text(connect_to: &str) -> Result<String, String> {
+    let port = connect_to.rsplit_once(':').map_or("", |(_, p)| p);
     if let Some(path) = std::env::var_os("PALISADE_BENCH_PROXY_POLICY") {
         let t = std::fs::read_to_string(&path).map_err(|e| {
             format!(
@@ -249,26 +295,23 @@ fn policy_text(origin: SocketAddr) -> Result<String, String> {
                 path.to_string_lossy()
             )
         })?;
-        return Ok(t.replace("{origin_port}", &port.to_string()));
+        return Ok(t
+            .replace("{origin}", connect_to)
+            .replace("{origin_port}", port));
     }
     Ok(format!(
         "# Generated by cargo xtask bench: let the proxy reach the harness's origin on loopback.\n\
          [egress]\n\
-         allow = [\"127.0.0.1:{port}\"]\n\
+         allow = [\"{connect_to}\"]\n\
          allow_addresses = [\"127.0.0.0/8\"]\n\
-         limits = {{ bytes_per_connection = \"64GiB\", bytes_per_session = \"4096GiB\", connections = 8192, per_minute = 1000000 }}\n"
+         # No [egress.limits]: every limit is off, so none can cut the benchmark short.\n"
     ))
 }
 
-fn start_palisade(
-    ctx: &Ctx,
-    dir: &Path,
-    origin: SocketAddr,
-    nofile: u64,
-) -> Result<Target, String> {
+fn start_palisade(ctx: &Ctx, dir: &Path, connect_to: &str, nofile: u64) -> Result<Target, String> {
     let bin = ctx.palisade_with("proxy", "egress")?;
     let policy = dir.join("palisade.toml");
-    std::fs::write(&policy, policy_text(origin)?)
+    std::fs::write(&policy, policy_text(connect_to)?)
         .map_err(|e| format!("{}: {e}", policy.display()))?;
     let port = sys::free_port()?;
     let log = dir.join("palisade-proxy.log");
@@ -283,6 +326,7 @@ fn start_palisade(
     let guard = spawn_logged("palisade proxy", &argv, &log, nofile)?;
     let mut t = started("palisade proxy", guard, port, &log)?;
     t.auth = std::env::var("PALISADE_BENCH_PROXY_AUTH").ok();
+    t.connect_to = connect_to.to_owned();
     Ok(t)
 }
 
@@ -301,7 +345,8 @@ fn open(t: &Target, origin: SocketAddr) -> Result<TcpStream, String> {
             .as_ref()
             .map(|a| format!("Proxy-Authorization: {a}\r\n"))
             .unwrap_or_default();
-        let req = format!("CONNECT {origin} HTTP/1.1\r\nHost: {origin}\r\n{auth}\r\n");
+        let to = &t.connect_to;
+        let req = format!("CONNECT {to} HTTP/1.1\r\nHost: {to}\r\n{auth}\r\n");
         s.write_all(req.as_bytes())
             .map_err(|e| format!("CONNECT: {e}"))?;
         let head = read_head(&mut s)?;
@@ -546,8 +591,8 @@ fn idle(targets: &mut [Target], origin: SocketAddr, sizes: Sizes, res: &mut Suit
 }
 
 /// Opens `count` tunnels at once, proves each live, and returns the
-/// proxy's RSS growth per tunnel (bytes; `None` for direct) and the time
-/// taken to open them all (ms).
+/// proxy's RSS growth over its baseline per tunnel (bytes; `None` for
+/// direct) and the time taken to open them all (ms).
 fn hold_idle(
     t: &mut Target,
     origin: SocketAddr,
@@ -557,7 +602,9 @@ fn hold_idle(
         g.check_alive()?;
     }
     let pid = t.guard.as_ref().map(sys::Guard::pid);
-    let before = pid.map(sys::rss_bytes).transpose()?;
+    let now = pid.map(sys::rss_bytes).transpose()?;
+    let before = *t.rss_baseline.get_or_insert_with(|| now.unwrap_or(0));
+    let before = now.map(|_| before);
     let start = Instant::now();
     let mut open_streams = Vec::with_capacity(count);
     for k in 0..count {
@@ -737,7 +784,9 @@ mod tests {
             name: "direct".into(),
             proxy: None,
             auth: None,
+            connect_to: "127.0.0.1:9".into(),
             guard: None,
+            rss_baseline: None,
             failed: None,
         }
     }
