@@ -9,6 +9,8 @@
 #![allow(clippy::print_stdout, reason = "the CLI prints")]
 
 mod check;
+mod probe;
+mod run;
 
 use std::process::ExitCode;
 
@@ -26,6 +28,11 @@ struct Cli {
 enum Command {
     /// Validate hub workflows, provider options and the host policy.
     Check(check::Args),
+    /// Run a command in a fail-closed sandbox (exit code: the command's;
+    /// 125 on setup failure).
+    Run(run::Args),
+    /// Report every isolation layer as active, degraded or unavailable.
+    Probe(probe::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -42,6 +49,8 @@ fn main() -> ExitCode {
     };
     let res = match cli.command {
         Command::Check(args) => check::run(args),
+        Command::Run(args) => run::run(args),
+        Command::Probe(args) => probe::run(args),
     };
     match res {
         Ok(code) => code,

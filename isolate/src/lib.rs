@@ -1,1 +1,60 @@
-//! Linux worker sandboxes that fail closed: namespaces, host masks, Landlock, seccomp, capabilities.
+//! Linux worker sandboxes that fail closed: namespaces, host masks,
+//! Landlock, seccomp, capabilities.
+//!
+//! A [`Sandbox`] takes a [`Profile`] (`strict`, `governed`, `maintenance`
+//! or a custom one), probes every [`Layer`] first, computes the
+//! [`MountPlan`], walks the paths the worker will see for Unix sockets, and
+//! launches the command in new user, mount, PID, network, IPC and UTS
+//! namespaces under a minimal init, with all capabilities dropped,
+//! `no_new_privs`, resource limits, a Landlock ruleset and a seccomp deny
+//! list, in that order, seccomp last. A missing required layer is a typed
+//! [`SandboxError::LayerUnavailable`]; the only way to run weaker is
+//! [`Sandbox::dangerous`], which names each layer and is recorded in the
+//! [`LaunchReport`].
+//!
+//! What this crate does **not** do: it does not decide egress (the bridge
+//! forwards bytes to a host socket; `palisade-egress` decides), it does not
+//! write journals (the caller records the [`LaunchReport`]), and it does not
+//! protect against kernel bugs, side channels, or what the worker does with
+//! data it is allowed to read. See `docs/sandbox.md`.
+//!
+//! ```no_run
+//! use palisade_isolate::{Command, Profile, Sandbox};
+//! let mut sb = Sandbox::new(Profile::governed());
+//! sb.writable("/srv/repo").cwd("/srv/repo");
+//! let child = sb.spawn(Command::new(["make", "test"]))?;
+//! println!("{}", child.report().mount_plan_digest);
+//! let code = child.wait()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod caps_drop;
+mod error;
+mod init;
+mod landlock_rules;
+mod layer;
+mod mounts;
+mod plan;
+mod profile;
+mod seccomp;
+mod spawn;
+#[expect(
+    unsafe_code,
+    reason = "raw system calls: fork, mount_setattr, close_range, prctl, ioctl"
+)]
+mod sys;
+
+pub use error::{SandboxError, Step};
+pub use layer::{Layer, LayerStatus, ProbeReport, probe, probe_thorough};
+pub use plan::{MountOp, MountPlan};
+pub use profile::{
+    DEFAULT_PATH, ENV_ALLOW, HOST_MASKS, NetworkMode, PROTECTED_IF_PRESENT, PROTECTED_NAMES,
+    Profile, Rlimits, RootView, SYSTEM_DIRS, SYSTEM_ETC, SocketPolicy,
+};
+pub use spawn::{
+    Bridge, Command, DEFAULT_WORKER_UID, DangerousSandbox, LaunchReport, Sandbox, SandboxChild,
+    Stdio, WorkerIdentity,
+};
+
+#[doc(hidden)]
+pub mod __escape;

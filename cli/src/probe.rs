@@ -1,0 +1,74 @@
+//! `palisade probe`: report every isolation layer as active, degraded or
+//! unavailable, with the kernel facts behind it.
+
+use std::process::ExitCode;
+
+use palisade_isolate::{LayerStatus, probe_thorough};
+
+/// Arguments of `palisade probe`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    format: Format,
+}
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Format {
+    /// Aligned table.
+    Human,
+    /// One JSON object.
+    Json,
+}
+
+/// Runs `palisade probe`. Exits 0 when every layer the built-in profiles
+/// require is active, 1 otherwise.
+pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
+    let report = probe_thorough();
+    let all_required = report
+        .layers
+        .iter()
+        .all(|(l, s)| s.is_active() || *l == palisade_isolate::Layer::Cgroups);
+    match args.format {
+        Format::Json => {
+            let v = serde_json::json!({
+                "kernel": report.kernel_release,
+                "arch": report.arch,
+                "uid": report.uid,
+                "landlock_abi": report.landlock_abi,
+                "layers": report.layers.iter().map(|(l, s)| crate::run::layer_json(*l, s)).collect::<Vec<_>>(),
+                "ready": all_required,
+            });
+            println!("{v:#}");
+        }
+        Format::Human => {
+            println!(
+                "kernel {} ({}), uid {}",
+                report.kernel_release, report.arch, report.uid
+            );
+            for (l, s) in &report.layers {
+                let mark = match s {
+                    LayerStatus::Active { .. } => "active",
+                    LayerStatus::Degraded { .. } => "DEGRADED",
+                    LayerStatus::Unavailable { .. } => "UNAVAILABLE",
+                    _ => "?",
+                };
+                println!("{:<14} {:<12} {}", l.name(), mark, s.detail());
+            }
+            println!(
+                "{}",
+                if all_required {
+                    "ready: every required layer is active"
+                } else {
+                    "not ready: `palisade run` refuses until the missing layers are available"
+                }
+            );
+        }
+    }
+    Ok(if all_required {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

@@ -1,0 +1,151 @@
+//! `palisade run`: launch a command in a fail-closed sandbox.
+//!
+//! The exit code is the command's (`128 + signal` when it was killed); a
+//! setup failure, including a missing isolation layer, exits 125 with the
+//! reason on stderr.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use palisade_isolate::{Bridge, Command, Layer, LayerStatus, Profile, Sandbox};
+
+/// Exit status of a sandbox setup failure (as `env`, `nice` and `timeout`).
+pub(crate) const EXIT_SETUP: u8 = 125;
+
+/// Arguments of `palisade run`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Sandbox profile: strict, governed or maintenance.
+    #[arg(long, default_value = "governed")]
+    profile: String,
+    /// Working directory of the command (default: the current directory).
+    /// Writable under governed and maintenance.
+    #[arg(long)]
+    cwd: Option<PathBuf>,
+    /// An extra writable root (repeatable).
+    #[arg(long = "writable", value_name = "DIR")]
+    writable: Vec<PathBuf>,
+    /// An extra read-only path (repeatable), e.g. a runtime outside the
+    /// system directories under strict.
+    #[arg(long = "read", value_name = "PATH")]
+    read: Vec<PathBuf>,
+    /// Set a variable in the worker (repeatable), `NAME=VALUE`.
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    env: Vec<String>,
+    /// Forward 127.0.0.1:PORT inside to a host Unix socket (repeatable),
+    /// `PORT=SOCKET`.
+    #[arg(long = "bridge", value_name = "PORT=SOCKET")]
+    bridge: Vec<String>,
+    /// Write the launch report (profile, mount-plan digest, layers) as JSON.
+    #[arg(long, value_name = "FILE")]
+    launch_report: Option<PathBuf>,
+    /// Run without a layer (repeatable; recorded as degraded). Only
+    /// landlock, seccomp, net_ns, ipc_ns, uts_ns and cgroups can be named.
+    #[arg(long = "dangerously-disable", value_name = "LAYER")]
+    dangerously_disable: Vec<String>,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    command: Vec<OsString>,
+}
+
+/// The launch report as JSON.
+pub(crate) fn report_json(r: &palisade_isolate::LaunchReport) -> serde_json::Value {
+    serde_json::json!({
+        "profile": r.profile,
+        "mount_plan_digest": r.mount_plan_digest,
+        "worker_uid": r.worker_uid,
+        "worker_gid": r.worker_gid,
+        "downgraded": r.downgraded.iter().map(|l| l.name()).collect::<Vec<_>>(),
+        "layers": r.layers.iter().map(|(l, s)| layer_json(*l, s)).collect::<Vec<_>>(),
+        "mount_plan": r.mount_plan.text().lines().collect::<Vec<_>>(),
+        "bridges": r.bridges.iter().map(|b| serde_json::json!({"port": b.port, "target": b.target.display().to_string()})).collect::<Vec<_>>(),
+    })
+}
+
+/// One layer as JSON.
+pub(crate) fn layer_json(l: Layer, s: &LayerStatus) -> serde_json::Value {
+    serde_json::json!({"layer": l.name(), "status": s.word(), "detail": s.detail()})
+}
+
+fn setup_failure(msg: impl std::fmt::Display) -> Result<ExitCode, String> {
+    eprintln!("palisade: {msg}");
+    Ok(ExitCode::from(EXIT_SETUP))
+}
+
+/// Runs `palisade run`.
+pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
+    let Some(profile) = Profile::by_name(&args.profile) else {
+        return setup_failure(format!(
+            "unknown profile `{}` (expected one of {})",
+            args.profile,
+            Profile::BUILT_IN.join(", ")
+        ));
+    };
+    let host_view = profile.root == palisade_isolate::RootView::HostReadOnly;
+    let mut sb = Sandbox::new(profile);
+    // Under the host-view profiles the working directory (default: the
+    // current one) is the writable root; under strict it must be one of the
+    // visible paths, and defaults to the scratch HOME.
+    let cwd = match (args.cwd, host_view) {
+        (Some(c), _) => Some(c),
+        (None, true) => match std::env::current_dir() {
+            Ok(c) => Some(c),
+            Err(e) => return setup_failure(format!("cannot read the current directory: {e}")),
+        },
+        (None, false) => None,
+    };
+    if let Some(cwd) = cwd {
+        if host_view {
+            sb.writable(cwd.clone());
+        }
+        sb.cwd(cwd);
+    }
+    for w in args.writable {
+        sb.writable(w);
+    }
+    for r in args.read {
+        sb.read_only(r);
+    }
+    for kv in &args.env {
+        let Some((k, v)) = kv.split_once('=') else {
+            return setup_failure(format!("--env `{kv}` is not NAME=VALUE"));
+        };
+        sb.env(k, v);
+    }
+    for b in &args.bridge {
+        let parsed = b
+            .split_once('=')
+            .and_then(|(p, s)| p.parse::<u16>().ok().map(|p| (p, PathBuf::from(s))));
+        let Some((port, target)) = parsed else {
+            return setup_failure(format!("--bridge `{b}` is not PORT=SOCKET"));
+        };
+        sb.bridge(Bridge { port, target });
+    }
+    for name in &args.dangerously_disable {
+        let Some(layer) = Layer::from_name(name) else {
+            return setup_failure(format!("unknown layer `{name}`"));
+        };
+        if let Err(e) = sb.dangerous().disable(layer) {
+            return setup_failure(e);
+        }
+        eprintln!("palisade: warning: running without `{name}` (dangerously disabled)");
+    }
+    let child = match sb.spawn(Command::new(args.command)) {
+        Ok(c) => c,
+        Err(e) => return setup_failure(e),
+    };
+    if let Some(path) = &args.launch_report {
+        let text = report_json(child.report()).to_string();
+        if let Err(e) = std::fs::write(path, text + "\n") {
+            eprintln!(
+                "palisade: warning: cannot write the launch report {}: {e}",
+                path.display()
+            );
+        }
+    }
+    match child.wait() {
+        Ok(code) => Ok(ExitCode::from(u8::try_from(code).unwrap_or(EXIT_SETUP))),
+        Err(e) => setup_failure(format!("waiting for the sandbox: {e}")),
+    }
+}

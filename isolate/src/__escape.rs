@@ -1,0 +1,390 @@
+//! Escape attempts for the test suite and `palisade probe`, run by the
+//! `palisade-escape-probe` binary inside a sandbox.
+//!
+//! Each attempt performs one action and answers `ok`, `ok <value>` or
+//! `err <errno>`; tests compare the answer inside the sandbox with the
+//! answer outside it (the positive control). Not a stable API.
+
+use std::ffi::CString;
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use crate::sys::attempt;
+
+fn res<T>(r: Result<T, i32>) -> String {
+    match r {
+        Ok(_) => String::from("ok"),
+        Err(e) => format!("err {e}"),
+    }
+}
+
+fn io<T>(r: std::io::Result<T>) -> String {
+    match r {
+        Ok(_) => String::from("ok"),
+        Err(e) => format!("err {}", e.raw_os_error().unwrap_or(-1)),
+    }
+}
+
+fn c(s: &str) -> CString {
+    CString::new(s.as_bytes()).unwrap_or_default()
+}
+
+fn num(s: Option<&String>) -> i64 {
+    s.and_then(|v| {
+        v.strip_prefix("0x")
+            .map_or_else(|| v.parse().ok(), |h| i64::from_str_radix(h, 16).ok())
+    })
+    .unwrap_or(0)
+}
+
+fn pty_ioctl(request: u64) -> String {
+    // Open a new pty pair; opening the slave without O_NOCTTY makes it our
+    // controlling terminal (we are a session leader after setsid), so the
+    // kernel itself would allow TIOCSTI: only a filter can refuse it.
+    let master =
+        match nix::pty::posix_openpt(nix::fcntl::OFlag::O_RDWR | nix::fcntl::OFlag::O_NOCTTY) {
+            Ok(m) => m,
+            Err(e) => return format!("err {}", e as i32),
+        };
+    if let Err(e) = nix::pty::grantpt(&master).and_then(|()| nix::pty::unlockpt(&master)) {
+        return format!("err {}", e as i32);
+    }
+    let name = match nix::pty::ptsname_r(&master) {
+        Ok(n) => n,
+        Err(e) => return format!("err {}", e as i32),
+    };
+    let _ = nix::unistd::setsid();
+    let slave = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&name)
+    {
+        Ok(f) => f,
+        Err(e) => return io::<()>(Err(e)),
+    };
+    use std::os::fd::AsRawFd;
+    res(attempt::ioctl_raw(slave.as_raw_fd(), request))
+}
+
+/// Run one attempt named by `args[0]`.
+pub fn run(args: &[String]) -> String {
+    let a = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
+    match a(0) {
+        "write" => io(std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(a(1))
+            .and_then(|mut f| f.write_all(b"x"))),
+        "truncate" => io(std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(a(1))),
+        "cat" => {
+            let mut s = String::new();
+            match std::fs::File::open(a(1)).and_then(|mut f| f.read_to_string(&mut s)) {
+                Ok(_) => format!("ok {s}"),
+                Err(e) => format!("err {}", e.raw_os_error().unwrap_or(-1)),
+            }
+        }
+        "read" => io(std::fs::read(a(1))),
+        "ls" => match std::fs::read_dir(a(1)) {
+            Ok(rd) => {
+                let mut names: Vec<String> = rd
+                    .flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect();
+                names.sort();
+                format!("ok {}", names.join(","))
+            }
+            Err(e) => format!("err {}", e.raw_os_error().unwrap_or(-1)),
+        },
+        "readlink" => match std::fs::read_link(a(1)) {
+            Ok(p) => format!("ok {}", p.display()),
+            Err(e) => format!("err {}", e.raw_os_error().unwrap_or(-1)),
+        },
+        "mkdir" => io(std::fs::create_dir(a(1))),
+        "rmdir" => io(std::fs::remove_dir(a(1))),
+        "unlink" => io(std::fs::remove_file(a(1))),
+        "rename" => io(std::fs::rename(a(1), a(2))),
+        "symlink" => io(std::os::unix::fs::symlink(a(1), a(2))),
+        "link" => io(std::fs::hard_link(a(1), a(2))),
+        "exists" => format!("ok {}", std::fs::symlink_metadata(a(1)).is_ok()),
+        "socket" => res(attempt::socket_raw(
+            u64::try_from(num(args.get(1))).unwrap_or(0),
+            libc::SOCK_STREAM,
+        )),
+        "socketpair" => {
+            let ty = if a(1) == "dgram" {
+                libc::SOCK_DGRAM
+            } else {
+                libc::SOCK_STREAM
+            };
+            res(attempt::socketpair(libc::AF_UNIX, ty))
+        }
+        "connect-unix" => io(std::os::unix::net::UnixStream::connect(a(1))),
+        "connect-abstract" => {
+            use std::os::linux::net::SocketAddrExt;
+            match std::os::unix::net::SocketAddr::from_abstract_name(a(1).as_bytes()) {
+                Ok(addr) => io(std::os::unix::net::UnixStream::connect_addr(&addr)),
+                Err(e) => io::<()>(Err(e)),
+            }
+        }
+        "connect-tcp" => {
+            let addr = format!("{}:{}", a(1), a(2));
+            match addr.parse::<std::net::SocketAddr>() {
+                Ok(sa) => io(std::net::TcpStream::connect_timeout(
+                    &sa,
+                    std::time::Duration::from_secs(2),
+                )),
+                Err(_) => String::from("err 22"),
+            }
+        }
+        "http-get" => {
+            // A plain HTTP/1.0 GET through 127.0.0.1:<port>; answers the
+            // status line.
+            let addr = format!("127.0.0.1:{}", a(1));
+            match std::net::TcpStream::connect(addr) {
+                Ok(mut s) => {
+                    let _ = s.write_all(format!("GET {} HTTP/1.0\r\n\r\n", a(2)).as_bytes());
+                    let mut out = String::new();
+                    let _ = s.read_to_string(&mut out);
+                    format!("ok {}", out.lines().next().unwrap_or(""))
+                }
+                Err(e) => io::<()>(Err(e)),
+            }
+        }
+        "udp-send" => match std::net::UdpSocket::bind("0.0.0.0:0") {
+            Ok(s) => io(s.send_to(b"x", format!("{}:{}", a(1), a(2)))),
+            Err(e) => io::<()>(Err(e)),
+        },
+        "resolve" => {
+            use std::net::ToSocketAddrs;
+            io(format!("{}:80", a(1)).to_socket_addrs())
+        }
+        "net-ifaces" => match std::fs::read_to_string("/proc/net/dev") {
+            Ok(s) => {
+                let mut names: Vec<&str> = s
+                    .lines()
+                    .skip(2)
+                    .filter_map(|l| l.split(':').next())
+                    .map(str::trim)
+                    .collect();
+                names.sort_unstable();
+                format!("ok {}", names.join(","))
+            }
+            Err(e) => io::<()>(Err(e)),
+        },
+        "io_uring" => res(attempt::io_uring_setup()),
+        "unshare" => res(attempt::unshare_raw(
+            u64::try_from(num(args.get(1))).unwrap_or(0),
+        )),
+        "clone3" => res(attempt::clone3_null()),
+        "setns" => res(attempt::setns_bad()),
+        "mount" => res(attempt::mount_null()),
+        "umount" => res(attempt::umount(&c(a(1)))),
+        "open_tree" => res(attempt::open_tree_bad()),
+        "fsopen" => res(attempt::fsopen_null()),
+        "move_mount" => res(attempt::move_mount_bad()),
+        "pivot_root" => res(attempt::pivot_root_dot()),
+        "chroot" => res(attempt::chroot(&c(a(1)))),
+        "mknod" => res(attempt::mknod_null(&c(a(1)))),
+        "ptrace" => res(attempt::ptrace_attach(
+            i32::try_from(num(args.get(1))).unwrap_or(0),
+        )),
+        "process_vm" => res(attempt::process_vm_readv(
+            i32::try_from(num(args.get(1))).unwrap_or(0),
+        )),
+        "kill" => res(attempt::kill(
+            i32::try_from(num(args.get(1))).unwrap_or(0),
+            i32::try_from(num(args.get(2))).unwrap_or(0),
+        )),
+        "ioctl-pty" => pty_ioctl(u64::try_from(num(args.get(1))).unwrap_or(0)),
+        "syscall" => match attempt::syscall0(num(args.get(1))) {
+            Ok(v) => format!("ok {v}"),
+            Err(e) => format!("err {e}"),
+        },
+        "personality" => res(attempt::personality(
+            libc::c_ulong::try_from(num(args.get(1))).unwrap_or(0),
+        )),
+        "status" => match std::fs::read_to_string("/proc/self/status") {
+            Ok(s) => {
+                let keys = [
+                    "NoNewPrivs",
+                    "CapInh",
+                    "CapPrm",
+                    "CapEff",
+                    "CapBnd",
+                    "CapAmb",
+                    "Seccomp",
+                    "Uid",
+                    "Gid",
+                ];
+                let picked: Vec<String> = s
+                    .lines()
+                    .filter(|l| keys.iter().any(|k| l.starts_with(&format!("{k}:"))))
+                    .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+                    .collect();
+                format!("ok {}", picked.join(";"))
+            }
+            Err(e) => io::<()>(Err(e)),
+        },
+        "fds" => match std::fs::read_dir("/proc/self/fd") {
+            Ok(rd) => {
+                let mut fds: Vec<i64> = rd
+                    .flatten()
+                    .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+                    .collect();
+                fds.sort_unstable();
+                // The read_dir descriptor itself is the highest one.
+                fds.pop();
+                format!(
+                    "ok {}",
+                    fds.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+                )
+            }
+            Err(e) => io::<()>(Err(e)),
+        },
+        "env" => {
+            let mut vars: Vec<String> = std::env::vars_os()
+                .map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy()))
+                .collect();
+            vars.sort();
+            format!("ok {}", vars.join("\u{1f}"))
+        }
+        "getpid" => format!("ok {}", std::process::id()),
+        "uid" => format!("ok {} {}", nix::unistd::getuid(), nix::unistd::getgid()),
+        "hostname" => match nix::unistd::gethostname() {
+            Ok(h) => format!("ok {}", h.to_string_lossy()),
+            Err(e) => format!("err {}", e as i32),
+        },
+        "setuid" => res(nix::unistd::setuid(nix::unistd::Uid::from_raw(
+            u32::try_from(num(args.get(1))).unwrap_or(0),
+        ))
+        .map_err(|e| e as i32)),
+        "thread" => io(std::thread::Builder::new()
+            .spawn(|| 7)
+            .and_then(|h| h.join().map_err(|_| std::io::Error::other("join")))),
+        "fork-kill-child" => {
+            // Fork a child that sleeps and signal it: signalling its own
+            // child must work.
+            match std::process::Command::new("/bin/sleep").arg("5").spawn() {
+                Ok(mut ch) => {
+                    let pid = i32::try_from(ch.id()).unwrap_or(0);
+                    let r = attempt::kill(pid, libc::SIGKILL);
+                    let _ = ch.wait();
+                    res(r)
+                }
+                Err(e) => io::<()>(Err(e)),
+            }
+        }
+        "fork-many" => {
+            let n = num(args.get(1));
+            let mut kids = Vec::new();
+            let mut made = 0;
+            for _ in 0..n {
+                match std::process::Command::new("/bin/sleep").arg("2").spawn() {
+                    Ok(ch) => {
+                        kids.push(ch);
+                        made += 1;
+                    }
+                    Err(_) => break,
+                }
+            }
+            for mut k in kids {
+                let _ = k.kill();
+                let _ = k.wait();
+            }
+            format!("ok {made}")
+        }
+        "alloc" => {
+            let mib = usize::try_from(num(args.get(1))).unwrap_or(0);
+            let mut v: Vec<u8> = Vec::new();
+            match v.try_reserve_exact(mib << 20) {
+                Ok(()) => String::from("ok"),
+                Err(_) => String::from("err 12"),
+            }
+        }
+        "fill" => {
+            let mib = num(args.get(2));
+            match std::fs::File::create(a(1)) {
+                Ok(mut f) => {
+                    let chunk = vec![0u8; 1 << 20];
+                    let mut r = Ok(());
+                    for _ in 0..mib {
+                        r = f.write_all(&chunk);
+                        if r.is_err() {
+                            break;
+                        }
+                    }
+                    let _ = std::fs::remove_file(a(1));
+                    io(r)
+                }
+                Err(e) => io::<()>(Err(e)),
+            }
+        }
+        "exec" => {
+            let mut cmd = std::process::Command::new(a(1));
+            cmd.args(args.iter().skip(2));
+            match cmd.output() {
+                Ok(o) => format!(
+                    "ok {} {}",
+                    o.status.code().unwrap_or(-1),
+                    String::from_utf8_lossy(&o.stdout).trim()
+                ),
+                Err(e) => io::<()>(Err(e)),
+            }
+        }
+        "scan" => {
+            // Look for a marker in every readable file under a directory
+            // (bounded), reporting paths that contain it.
+            let marker = a(2).as_bytes().to_vec();
+            let mut hits = Vec::new();
+            let mut stack = vec![std::path::PathBuf::from(a(1))];
+            let mut budget = 20_000;
+            while let Some(p) = stack.pop() {
+                budget -= 1;
+                if budget == 0 {
+                    break;
+                }
+                let Ok(meta) = std::fs::symlink_metadata(&p) else {
+                    continue;
+                };
+                if meta.is_dir() {
+                    if let Ok(rd) = std::fs::read_dir(&p) {
+                        stack.extend(rd.flatten().map(|e| e.path()));
+                    }
+                } else if meta.is_file()
+                    && meta.len() < (1 << 20)
+                    && let Ok(b) = std::fs::read(&p)
+                    && b.windows(marker.len().max(1))
+                        .any(|w| w == marker.as_slice())
+                {
+                    hits.push(p.display().to_string());
+                }
+            }
+            format!("ok {}", hits.join(","))
+        }
+        "held-fd-parent" => {
+            // Open a directory, then try to walk to its parent through the
+            // descriptor (openat(fd, "..")).
+            match std::fs::File::open(a(1)) {
+                Ok(f) => {
+                    use std::os::fd::AsFd;
+                    io(nix::fcntl::openat(
+                        f.as_fd(),
+                        Path::new(".."),
+                        nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY,
+                        nix::sys::stat::Mode::empty(),
+                    )
+                    .map_err(std::io::Error::from))
+                }
+                Err(e) => io::<()>(Err(e)),
+            }
+        }
+        other => format!(
+            "err unknown attempt `{}`",
+            Path::new(other).as_os_str().as_bytes().escape_ascii()
+        ),
+    }
+}

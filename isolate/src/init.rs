@@ -1,0 +1,230 @@
+//! The sandbox's init (PID 1 of its PID namespace) and the supervisor.
+//!
+//! Init reaps every orphan, forwards the usual termination signals to the
+//! worker, leaves with the worker's status (`128 + signal` when it was
+//! killed), and runs the network bridges: it accepts TCP connections on
+//! loopback inside the network namespace and forwards each to the host
+//! Unix socket reached through a directory descriptor opened before
+//! `pivot_root`. Init is not dumpable, runs under a uid the worker cannot
+//! ptrace, and takes no input but the bridge bytes it copies.
+
+use std::ffi::OsString;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+
+/// A bridge listener inside the sandbox.
+#[derive(Debug)]
+pub(crate) struct BridgeListener {
+    pub(crate) listener: TcpListener,
+    pub(crate) dir: OwnedFd,
+    pub(crate) name: OsString,
+}
+
+fn status_code(st: WaitStatus) -> Option<i32> {
+    match st {
+        WaitStatus::Exited(_, c) => Some(c),
+        WaitStatus::Signaled(_, s, _) => Some(128 + s as i32),
+        _ => None,
+    }
+}
+
+/// The supervisor loop: forward signals to init, return init's status.
+pub(crate) fn supervise(init: Pid, mask: &SigSet) -> i32 {
+    let Ok(sfd) = SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC) else {
+        return wait_blocking(init);
+    };
+    loop {
+        match waitpid(init, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => {}
+            Ok(st) => {
+                if let Some(c) = status_code(st) {
+                    return c;
+                }
+            }
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return 125,
+        }
+        if let Ok(Some(info)) = sfd.read_signal() {
+            let sig = i32::try_from(info.ssi_signo).unwrap_or(0);
+            if sig != libc::SIGCHLD
+                && let Ok(s) = Signal::try_from(sig)
+            {
+                let _ = nix::sys::signal::kill(init, s);
+            }
+        }
+    }
+}
+
+fn wait_blocking(pid: Pid) -> i32 {
+    loop {
+        match waitpid(pid, None) {
+            Ok(st) => {
+                if let Some(c) = status_code(st) {
+                    return c;
+                }
+            }
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return 125,
+        }
+    }
+}
+
+/// One direction of a bridged connection.
+struct Pipe {
+    buf: Vec<u8>,
+    eof: bool,
+}
+
+struct Conn {
+    tcp: TcpStream,
+    unix: UnixStream,
+    up: Pipe,
+    down: Pipe,
+}
+
+const BUF: usize = 64 * 1024;
+
+fn connect_target(l: &BridgeListener) -> std::io::Result<UnixStream> {
+    let path = format!(
+        "/proc/self/fd/{}/{}",
+        l.dir.as_raw_fd(),
+        l.name.to_string_lossy()
+    );
+    UnixStream::connect(path)
+}
+
+/// Move bytes from `src` into `p`, then from `p` into `dst`; returns false
+/// when the direction is finished.
+fn pump(src: &mut impl Read, dst: &mut impl Write, p: &mut Pipe) -> bool {
+    if !p.eof && p.buf.len() < BUF {
+        let mut tmp = [0u8; BUF];
+        match src.read(&mut tmp) {
+            Ok(0) => p.eof = true,
+            Ok(n) => p.buf.extend_from_slice(tmp.get(..n).unwrap_or(&[])),
+            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => p.eof = true,
+        }
+    }
+    if !p.buf.is_empty() {
+        match dst.write(&p.buf) {
+            Ok(n) => {
+                p.buf.drain(..n.min(p.buf.len()));
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => {
+                p.buf.clear();
+                p.eof = true;
+            }
+        }
+    }
+    !(p.eof && p.buf.is_empty())
+}
+
+/// Init's loop. Returns the worker's status when it exits.
+pub(crate) fn run(worker: Pid, mask: &SigSet, listeners: Vec<BridgeListener>) -> i32 {
+    let Ok(sfd) = SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK) else {
+        return wait_blocking(worker);
+    };
+    let mut conns: Vec<Conn> = Vec::new();
+    loop {
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(1 + listeners.len() + 2 * conns.len());
+        fds.push(PollFd::new(sfd.as_fd(), PollFlags::POLLIN));
+        for l in &listeners {
+            fds.push(PollFd::new(l.listener.as_fd(), PollFlags::POLLIN));
+        }
+        for c in &conns {
+            let mut tf = PollFlags::empty();
+            let mut uf = PollFlags::empty();
+            if !c.up.eof && c.up.buf.len() < BUF {
+                tf |= PollFlags::POLLIN;
+            }
+            if !c.down.buf.is_empty() {
+                tf |= PollFlags::POLLOUT;
+            }
+            if !c.down.eof && c.down.buf.len() < BUF {
+                uf |= PollFlags::POLLIN;
+            }
+            if !c.up.buf.is_empty() {
+                uf |= PollFlags::POLLOUT;
+            }
+            fds.push(PollFd::new(c.tcp.as_fd(), tf));
+            fds.push(PollFd::new(c.unix.as_fd(), uf));
+        }
+        let ready = poll(&mut fds, PollTimeout::NONE);
+        let listener_ready: Vec<bool> = fds
+            .iter()
+            .skip(1)
+            .take(listeners.len())
+            .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+            .collect();
+        drop(fds);
+        if ready.is_err() {
+            continue;
+        }
+        // Signals: reap, forward.
+        while let Ok(Some(info)) = sfd.read_signal() {
+            let sig = i32::try_from(info.ssi_signo).unwrap_or(0);
+            if sig != libc::SIGCHLD
+                && let Ok(s) = Signal::try_from(sig)
+            {
+                let _ = nix::sys::signal::kill(worker, s);
+            }
+        }
+        loop {
+            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(st) => {
+                    if st.pid() == Some(worker)
+                        && let Some(c) = status_code(st)
+                    {
+                        return c;
+                    }
+                }
+            }
+        }
+        for (l, ready) in listeners.iter().zip(listener_ready) {
+            if !ready {
+                continue;
+            }
+            while let Ok((tcp, _)) = l.listener.accept() {
+                let Ok(unix) = connect_target(l) else {
+                    continue;
+                };
+                if tcp.set_nonblocking(true).is_err() || unix.set_nonblocking(true).is_err() {
+                    continue;
+                }
+                conns.push(Conn {
+                    tcp,
+                    unix,
+                    up: Pipe {
+                        buf: Vec::new(),
+                        eof: false,
+                    },
+                    down: Pipe {
+                        buf: Vec::new(),
+                        eof: false,
+                    },
+                });
+            }
+        }
+        conns.retain_mut(|c| {
+            let up = pump(&mut c.tcp, &mut c.unix, &mut c.up);
+            if !up {
+                let _ = c.unix.shutdown(std::net::Shutdown::Write);
+            }
+            let down = pump(&mut c.unix, &mut c.tcp, &mut c.down);
+            if !down {
+                let _ = c.tcp.shutdown(std::net::Shutdown::Write);
+            }
+            up || down
+        });
+    }
+}

@@ -1,0 +1,562 @@
+//! The mount plan: the ordered list of mounts that builds the worker's root,
+//! computed in the launcher before any fork, and its digest.
+//!
+//! Computing the plan also discovers the protected paths inside the
+//! writable roots (nested repositories included), creates the read-only
+//! placeholders for absent ones, and runs the socket walk.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Component, Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::error::SandboxError;
+use crate::profile::{Profile, RootView, SocketPolicy};
+
+/// One mount operation. Paths are absolute paths *inside* the sandbox; a
+/// source is the same path on the host unless stated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MountOp {
+    /// The new root: an empty tmpfs.
+    RootTmpfs,
+    /// The new root: the host's `/`, recursively read-only, nosuid.
+    RootHostReadOnly,
+    /// A symlink (a system directory that is a symlink on the host).
+    Symlink {
+        /// Where the link is created.
+        path: PathBuf,
+        /// What it points to.
+        target: PathBuf,
+    },
+    /// A recursive read-only bind of a host path onto the same path.
+    BindReadOnly {
+        /// Host source.
+        source: PathBuf,
+        /// Target inside.
+        path: PathBuf,
+    },
+    /// A recursive read-write bind (a writable root).
+    BindWritable {
+        /// The path, same inside and out.
+        path: PathBuf,
+    },
+    /// An empty read-only tmpfs over a directory.
+    MaskDir {
+        /// The masked directory.
+        path: PathBuf,
+    },
+    /// A read-only `/dev/null` over a file or socket.
+    MaskFile {
+        /// The masked file.
+        path: PathBuf,
+    },
+    /// A private writable tmpfs at `/tmp` with a scratch `HOME` in it.
+    Tmp {
+        /// Size limit in bytes.
+        size: u64,
+    },
+    /// A minimal `/dev`.
+    Dev,
+    /// A fresh `/proc` for the new PID namespace, with `/proc/sys` and
+    /// friends read-only.
+    Proc,
+    /// A self-bind that pins an ancestor of a protected path, so it
+    /// cannot be renamed or removed (`EBUSY`).
+    Pin {
+        /// The pinned directory.
+        path: PathBuf,
+    },
+    /// A read-only self-bind of a protected path inside a writable root.
+    Protect {
+        /// The protected path.
+        path: PathBuf,
+    },
+}
+
+impl MountOp {
+    fn line(&self) -> String {
+        match self {
+            MountOp::RootTmpfs => String::from("root tmpfs"),
+            MountOp::RootHostReadOnly => String::from("root host-ro"),
+            MountOp::Symlink { path, target } => {
+                format!("symlink {} -> {}", path.display(), target.display())
+            }
+            MountOp::BindReadOnly { source, path } => {
+                format!("ro {} <- {}", path.display(), source.display())
+            }
+            MountOp::BindWritable { path } => format!("rw {}", path.display()),
+            MountOp::MaskDir { path } => format!("mask-dir {}", path.display()),
+            MountOp::MaskFile { path } => format!("mask-file {}", path.display()),
+            MountOp::Tmp { size } => format!("tmp size={size}"),
+            MountOp::Dev => String::from("dev"),
+            MountOp::Proc => String::from("proc"),
+            MountOp::Pin { path } => format!("pin {}", path.display()),
+            MountOp::Protect { path } => format!("protect {}", path.display()),
+        }
+    }
+}
+
+/// The effective mount plan of one launch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountPlan {
+    /// The operations, in order.
+    pub ops: Vec<MountOp>,
+    /// Placeholders created on the host for absent protected paths (removed
+    /// again when the sandbox ends, if still empty).
+    pub placeholders: Vec<PathBuf>,
+    /// Sockets hidden by [`SocketPolicy::Mask`].
+    pub masked_sockets: Vec<PathBuf>,
+    /// Writable roots.
+    pub writable: Vec<PathBuf>,
+    /// Read-only paths granted to Landlock (besides the root view).
+    pub read_paths: Vec<PathBuf>,
+}
+
+impl MountPlan {
+    /// One line per operation: the canonical text the digest covers.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for op in &self.ops {
+            let _ = writeln!(out, "{}", op.line());
+        }
+        out
+    }
+
+    /// `sha256:<hex>` of [`MountPlan::text`].
+    pub fn digest(&self) -> String {
+        format!(
+            "sha256:{}",
+            hex::encode(Sha256::digest(self.text().as_bytes()))
+        )
+    }
+}
+
+/// Canonicalise a profile path: absolute, no `..`, symlinks resolved.
+pub(crate) fn canonical(path: &Path) -> Result<PathBuf, SandboxError> {
+    if !path.is_absolute() {
+        return Err(SandboxError::InvalidPath {
+            path: path.to_owned(),
+            reason: String::from("must be absolute"),
+        });
+    }
+    if path.components().any(|c| matches!(c, Component::ParentDir)) {
+        return Err(SandboxError::InvalidPath {
+            path: path.to_owned(),
+            reason: String::from("must not contain `..`"),
+        });
+    }
+    std::fs::canonicalize(path).map_err(|e| SandboxError::InvalidPath {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+fn under(path: &Path, roots: &[PathBuf]) -> bool {
+    roots.iter().any(|r| path.starts_with(r))
+}
+
+/// Limits of the repository scan inside writable roots.
+const SCAN_MAX_DEPTH: usize = 8;
+const SCAN_MAX_ENTRIES: usize = 500_000;
+
+/// Directory names the nested-repository scan does not descend into.
+const SCAN_SKIP: &[&str] = &["node_modules", "target", ".git"];
+
+struct Walk {
+    repos: Vec<PathBuf>,
+    sockets: Vec<PathBuf>,
+    entries: usize,
+}
+
+/// Walk a tree without following symlinks, collecting sockets everywhere
+/// and (when `find_repos`) directories that contain `.git`, down to
+/// [`SCAN_MAX_DEPTH`] and outside [`SCAN_SKIP`] directories.
+fn walk(root: &Path, find_repos: bool, out: &mut Walk) -> Result<(), SandboxError> {
+    let meta = std::fs::symlink_metadata(root)?;
+    if meta.file_type().is_socket() {
+        out.sockets.push(root.to_owned());
+        return Ok(());
+    }
+    if !meta.is_dir() {
+        return Ok(());
+    }
+    let mut stack = vec![(root.to_owned(), 0usize, find_repos)];
+    while let Some((dir, depth, repo_ok)) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in rd.flatten() {
+            out.entries += 1;
+            if out.entries > SCAN_MAX_ENTRIES {
+                return Err(SandboxError::InvalidPath {
+                    path: root.to_owned(),
+                    reason: format!(
+                        "more than {SCAN_MAX_ENTRIES} entries to scan for sockets and nested repositories"
+                    ),
+                });
+            }
+            let Ok(ft) = entry.file_type() else { continue };
+            let name = entry.file_name();
+            if ft.is_socket() {
+                out.sockets.push(entry.path());
+            } else if ft.is_dir() {
+                if repo_ok && name == ".git" {
+                    out.repos.push(dir.clone());
+                }
+                let skip = SCAN_SKIP.iter().any(|s| name == *s);
+                let child_ok = repo_ok && !skip && depth < SCAN_MAX_DEPTH;
+                stack.push((entry.path(), depth + 1, child_ok));
+            } else if ft.is_file() && repo_ok && name == ".git" {
+                out.repos.push(dir.clone());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Pathname sockets bound in the launcher's network namespace
+/// (`/proc/net/unix`), as a complement to the walk for large system trees.
+fn kernel_socket_paths() -> Vec<PathBuf> {
+    let Ok(text) = std::fs::read_to_string("/proc/net/unix") else {
+        return Vec::new();
+    };
+    text.lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .filter(|p| p.starts_with('/'))
+        .map(PathBuf::from)
+        .collect()
+}
+
+/// Mount points of the launcher's mount namespace (`/proc/self/mountinfo`,
+/// field 5, octal escapes decoded).
+fn mount_points() -> Vec<PathBuf> {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|p| PathBuf::from(unescape_mountinfo(p)))
+        .collect()
+}
+
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let c = b.get(i).copied().unwrap_or(0);
+        if c == b'\\' {
+            let oct = b
+                .get(i + 1..i + 4)
+                .and_then(|d| std::str::from_utf8(d).ok());
+            if let Some(v) = oct.and_then(|d| u8::from_str_radix(d, 8).ok()) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(c);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Inputs for [`build`] beyond the profile.
+#[derive(Debug, Default)]
+pub(crate) struct PlanInput {
+    /// Extra sockets allowed (bridge targets are outside the sandbox view
+    /// anyway; relay and control sockets may be inside).
+    pub(crate) allowed_sockets: Vec<PathBuf>,
+}
+
+/// Build the mount plan for a profile.
+pub(crate) fn build(profile: &Profile, input: &PlanInput) -> Result<MountPlan, SandboxError> {
+    let mut ops = Vec::new();
+    let mut read_paths = Vec::new();
+    let mut writable = Vec::new();
+    for w in &profile.writable {
+        let c = canonical(w)?;
+        if c == Path::new("/") {
+            return Err(SandboxError::InvalidPath {
+                path: w.clone(),
+                reason: String::from("the root cannot be writable"),
+            });
+        }
+        if !writable.contains(&c) {
+            writable.push(c);
+        }
+    }
+    let mut masks: Vec<PathBuf> = Vec::new();
+    match profile.root {
+        RootView::Empty => {
+            ops.push(MountOp::RootTmpfs);
+            for d in &profile.system_dirs {
+                let Ok(meta) = std::fs::symlink_metadata(d) else {
+                    continue;
+                };
+                if meta.file_type().is_symlink() {
+                    let target = std::fs::read_link(d)?;
+                    ops.push(MountOp::Symlink {
+                        path: d.clone(),
+                        target,
+                    });
+                } else if meta.is_dir() {
+                    ops.push(MountOp::BindReadOnly {
+                        source: d.clone(),
+                        path: d.clone(),
+                    });
+                    read_paths.push(d.clone());
+                }
+            }
+            for e in &profile.etc_entries {
+                let p = Path::new("/etc").join(e);
+                if let Ok(src) = std::fs::canonicalize(&p) {
+                    ops.push(MountOp::BindReadOnly {
+                        source: src,
+                        path: p.clone(),
+                    });
+                    read_paths.push(p);
+                }
+            }
+        }
+        RootView::HostReadOnly => {
+            ops.push(MountOp::RootHostReadOnly);
+            read_paths.push(PathBuf::from("/"));
+            for m in &profile.host_masks {
+                let Ok(meta) = std::fs::symlink_metadata(m) else {
+                    continue;
+                };
+                // A symlinked mask (e.g. /var/run -> /run) is covered by its
+                // target's mask; mask the resolved path as well.
+                let path = if meta.file_type().is_symlink() {
+                    match std::fs::canonicalize(m) {
+                        Ok(p) => p,
+                        Err(_) => continue,
+                    }
+                } else {
+                    m.clone()
+                };
+                if masks.contains(&path) {
+                    continue;
+                }
+                let meta = std::fs::metadata(&path)?;
+                if meta.is_dir() {
+                    ops.push(MountOp::MaskDir { path: path.clone() });
+                } else {
+                    ops.push(MountOp::MaskFile { path: path.clone() });
+                }
+                masks.push(path);
+            }
+        }
+    }
+    ops.push(MountOp::Tmp {
+        size: profile.tmp_size,
+    });
+    ops.push(MountOp::Dev);
+    ops.push(MountOp::Proc);
+    for r in &profile.read_paths {
+        let c = canonical(r)?;
+        ops.push(MountOp::BindReadOnly {
+            source: c.clone(),
+            path: c.clone(),
+        });
+        read_paths.push(c);
+    }
+    for w in &writable {
+        ops.push(MountOp::BindWritable { path: w.clone() });
+    }
+
+    // Protected paths inside each writable root, nested repositories too.
+    let mut scan = Walk {
+        repos: Vec::new(),
+        sockets: Vec::new(),
+        entries: 0,
+    };
+    for w in &writable {
+        walk(w, true, &mut scan)?;
+    }
+    for r in &profile.read_paths {
+        let c = canonical(r)?;
+        walk(&c, false, &mut scan)?;
+    }
+    if profile.root == RootView::Empty {
+        for e in &profile.etc_entries {
+            let p = Path::new("/etc").join(e);
+            if p.exists() {
+                walk(&p, false, &mut scan)?;
+            }
+        }
+    }
+    let mut placeholders = Vec::new();
+    let mut protect: BTreeSet<PathBuf> = BTreeSet::new();
+    for w in &writable {
+        for name in &profile.protected_names {
+            if name.starts_with(".git/") {
+                continue;
+            }
+            let p = w.join(name);
+            if std::fs::symlink_metadata(&p).is_err() {
+                create_placeholder(&p, name == ".palisade")?;
+                placeholders.push(p.clone());
+            }
+            protect.insert(p);
+        }
+        for name in &profile.protected_if_present {
+            let p = w.join(name);
+            if std::fs::symlink_metadata(&p).is_ok() {
+                protect.insert(p);
+            }
+        }
+    }
+    let mut repos: Vec<PathBuf> = scan.repos.clone();
+    repos.sort();
+    repos.dedup();
+    for repo in &repos {
+        let git = repo.join(".git");
+        let Ok(meta) = std::fs::symlink_metadata(&git) else {
+            continue;
+        };
+        if !meta.is_dir() {
+            // A `.git` file (worktree, submodule): keep the pointer itself.
+            protect.insert(git);
+            continue;
+        }
+        for name in profile
+            .protected_names
+            .iter()
+            .filter(|n| n.starts_with(".git/"))
+        {
+            let p = repo.join(name);
+            if std::fs::symlink_metadata(&p).is_err() {
+                create_placeholder(&p, name.ends_with("hooks"))?;
+                placeholders.push(p.clone());
+            }
+            protect.insert(p);
+        }
+    }
+    for p in &profile.protected_paths {
+        if let Ok(c) = std::fs::canonicalize(p) {
+            protect.insert(c);
+        }
+    }
+    let mut pins: BTreeSet<PathBuf> = BTreeSet::new();
+    for p in &protect {
+        if let Some(root) = writable.iter().find(|w| p.starts_with(w)) {
+            let mut a = p.parent();
+            while let Some(anc) = a {
+                if anc == root.as_path() || !anc.starts_with(root) {
+                    break;
+                }
+                pins.insert(anc.to_owned());
+                a = anc.parent();
+            }
+        }
+    }
+    for p in &pins {
+        ops.push(MountOp::Pin { path: p.clone() });
+    }
+    for p in &protect {
+        ops.push(MountOp::Protect { path: p.clone() });
+    }
+
+    // Socket walk: the walked binds, the kernel's table of bound pathname
+    // sockets (for the large system trees), and every mount point itself
+    // (a socket bind-mounted onto a file path).
+    let visible = |p: &Path| -> bool {
+        let in_user_bind =
+            under(p, &writable) || profile.read_paths.iter().any(|r| p.starts_with(r));
+        if in_user_bind {
+            return true;
+        }
+        if p.starts_with("/tmp") || p.starts_with("/proc") || p.starts_with("/dev") {
+            return false;
+        }
+        match profile.root {
+            RootView::HostReadOnly => !under(p, &masks),
+            RootView::Empty => read_paths.iter().any(|r| p.starts_with(r)),
+        }
+    };
+    let mut found: Vec<(PathBuf, &'static str)> = scan
+        .sockets
+        .into_iter()
+        .map(|p| (p, "directory walk"))
+        .collect();
+    for p in kernel_socket_paths() {
+        if visible(&p) {
+            found.push((p, "bound socket in /proc/net/unix"));
+        }
+    }
+    for m in mount_points() {
+        if visible(&m) && std::fs::symlink_metadata(&m).is_ok_and(|md| md.file_type().is_socket()) {
+            found.push((m, "mount point"));
+        }
+    }
+    let mut allowed: Vec<PathBuf> = profile.allowed_sockets.clone();
+    allowed.extend(input.allowed_sockets.iter().cloned());
+    let mut masked_sockets = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (p, how) in found {
+        if !seen.insert(p.clone()) || allowed.contains(&p) {
+            continue;
+        }
+        if !std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_socket()) {
+            continue;
+        }
+        match profile.socket_policy {
+            SocketPolicy::Refuse => {
+                remove_placeholders(&placeholders);
+                return Err(SandboxError::SocketVisible { path: p, how });
+            }
+            SocketPolicy::Mask => {
+                ops.push(MountOp::MaskFile { path: p.clone() });
+                masked_sockets.push(p);
+            }
+        }
+    }
+    Ok(MountPlan {
+        ops,
+        placeholders,
+        masked_sockets,
+        writable,
+        read_paths,
+    })
+}
+
+fn create_placeholder(path: &Path, dir: bool) -> Result<(), SandboxError> {
+    let Some(parent) = path.parent() else {
+        return Ok(());
+    };
+    if !parent.is_dir() {
+        return Ok(());
+    }
+    let res = if dir {
+        std::fs::create_dir(path)
+    } else {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map(|_| ())
+    };
+    res.map_err(|e| SandboxError::InvalidPath {
+        path: path.to_owned(),
+        reason: format!("cannot create read-only placeholder: {e}"),
+    })
+}
+
+/// Remove placeholders that are still empty.
+pub(crate) fn remove_placeholders(paths: &[PathBuf]) {
+    for p in paths.iter().rev() {
+        if let Ok(m) = std::fs::symlink_metadata(p) {
+            if m.is_dir() {
+                let _ = std::fs::remove_dir(p);
+            } else if m.is_file() && m.len() == 0 {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+}

@@ -1,0 +1,1013 @@
+//! The [`Sandbox`] builder and the launch: fork, namespaces, mount plan,
+//! init, worker hardening, exec.
+//!
+//! Process tree: the launcher forks a *supervisor* that creates the user
+//! namespace (the launcher writes its uid/gid maps), then the mount, PID,
+//! network, IPC and UTS namespaces, and forks the sandbox's *init* (PID 1 of
+//! the new PID namespace). Init builds the root, brings up loopback and the
+//! bridges, and forks the *worker*, which hardens itself and execs the
+//! command. Every setup failure travels to the launcher through a
+//! close-on-exec pipe as `(step, errno, detail)`; end-of-file on that pipe
+//! means the command was executed.
+
+use std::collections::BTreeSet;
+use std::ffi::{CString, OsStr, OsString};
+use std::io::Read;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use nix::sched::CloneFlags;
+use nix::sys::signal::{SigSet, Signal};
+
+use crate::error::{SandboxError, Step};
+use crate::layer::{Layer, LayerStatus, ProbeReport, probe};
+use crate::plan::{self, MountPlan, PlanInput};
+use crate::profile::{DEFAULT_PATH, NetworkMode, Profile};
+use crate::{init, landlock_rules, seccomp, sys};
+
+/// The uid/gid the worker runs as when the launcher is root.
+pub const DEFAULT_WORKER_UID: u32 = 64_000;
+
+/// Who the worker is inside the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WorkerIdentity {
+    /// The invoking uid/gid, mapped 1:1 (the default when not root).
+    Invoker,
+    /// A dedicated uid/gid, mapped 1:1 (the default when root:
+    /// [`DEFAULT_WORKER_UID`]).
+    Dedicated {
+        /// Worker uid (same inside and outside).
+        uid: u32,
+        /// Worker gid (same inside and outside).
+        gid: u32,
+    },
+}
+
+/// A bridge out of the network namespace: init listens on
+/// `127.0.0.1:port` inside and forwards each connection to a host Unix
+/// socket (the egress proxy, a relay).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bridge {
+    /// The loopback port inside the sandbox.
+    pub port: u16,
+    /// The host Unix socket each connection is forwarded to.
+    pub target: PathBuf,
+}
+
+/// Where a standard stream of the worker comes from.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub enum Stdio {
+    /// The launcher's own descriptor.
+    #[default]
+    Inherit,
+    /// `/dev/null`.
+    Null,
+    /// A descriptor handed over (a pipe end, a file).
+    Fd(OwnedFd),
+}
+
+/// The command to run and its standard streams.
+#[derive(Debug, Default)]
+pub struct Command {
+    /// Program and arguments; the program is looked up in the sandbox's
+    /// `PATH` unless it contains a `/`.
+    pub argv: Vec<OsString>,
+    /// Standard input.
+    pub stdin: Stdio,
+    /// Standard output.
+    pub stdout: Stdio,
+    /// Standard error.
+    pub stderr: Stdio,
+}
+
+impl Command {
+    /// A command with inherited streams.
+    pub fn new<I, S>(argv: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        Command {
+            argv: argv.into_iter().map(Into::into).collect(),
+            ..Command::default()
+        }
+    }
+}
+
+/// A sandbox configuration: a profile plus launch details. One builder can
+/// launch many workers.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    profile: Profile,
+    cwd: Option<PathBuf>,
+    env: Vec<(OsString, OsString)>,
+    bridges: Vec<Bridge>,
+    identity: Option<WorkerIdentity>,
+    disabled: BTreeSet<Layer>,
+    simulated: Vec<(Layer, String)>,
+}
+
+/// The explicit, named downgrade door: see [`Sandbox::dangerous`].
+#[derive(Debug)]
+pub struct DangerousSandbox<'a> {
+    sandbox: &'a mut Sandbox,
+}
+
+impl DangerousSandbox<'_> {
+    /// Run without `layer`. The launch report records it as degraded.
+    /// Structural layers (mount and PID namespaces, user namespace,
+    /// capabilities, `no_new_privs`, rlimits) cannot be switched off.
+    pub fn disable(&mut self, layer: Layer) -> Result<&mut Self, SandboxError> {
+        if !layer.downgradable() {
+            return Err(SandboxError::NotDowngradable(layer));
+        }
+        self.sandbox.disabled.insert(layer);
+        Ok(self)
+    }
+}
+
+/// What a launch enforced: recorded by the caller in its journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchReport {
+    /// The profile name.
+    pub profile: String,
+    /// `sha256:` digest of the effective mount plan.
+    pub mount_plan_digest: String,
+    /// The effective mount plan.
+    pub mount_plan: MountPlan,
+    /// Every layer with its status at launch.
+    pub layers: Vec<(Layer, LayerStatus)>,
+    /// Layers switched off through [`Sandbox::dangerous`].
+    pub downgraded: Vec<Layer>,
+    /// The worker's uid and gid.
+    pub worker_uid: u32,
+    /// The worker's gid.
+    pub worker_gid: u32,
+    /// The bridges (port → host socket).
+    pub bridges: Vec<Bridge>,
+}
+
+/// A launched sandbox.
+#[derive(Debug)]
+pub struct SandboxChild {
+    pid: nix::unistd::Pid,
+    report: LaunchReport,
+    placeholders: Vec<PathBuf>,
+    reaped: bool,
+}
+
+impl SandboxChild {
+    /// The supervisor's pid (signals sent to it reach the worker).
+    pub fn pid(&self) -> u32 {
+        u32::try_from(self.pid.as_raw()).unwrap_or(0)
+    }
+
+    /// What was enforced.
+    pub fn report(&self) -> &LaunchReport {
+        &self.report
+    }
+
+    /// Send a signal to the worker (through the supervisor and init).
+    pub fn signal(&self, sig: i32) -> std::io::Result<()> {
+        let sig = Signal::try_from(sig).map_err(std::io::Error::from)?;
+        nix::sys::signal::kill(self.pid, sig).map_err(std::io::Error::from)
+    }
+
+    /// Wait for the worker: its exit code, or `128 + signal`.
+    pub fn wait(mut self) -> std::io::Result<i32> {
+        let code = wait_code(self.pid)?;
+        self.reaped = true;
+        plan::remove_placeholders(&self.placeholders);
+        Ok(code)
+    }
+}
+
+impl Drop for SandboxChild {
+    fn drop(&mut self) {
+        if !self.reaped {
+            let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
+            let _ = wait_code(self.pid);
+            plan::remove_placeholders(&self.placeholders);
+        }
+    }
+}
+
+fn wait_code(pid: nix::unistd::Pid) -> std::io::Result<i32> {
+    use nix::sys::wait::{WaitStatus, waitpid};
+    loop {
+        match waitpid(pid, None) {
+            Ok(WaitStatus::Exited(_, code)) => return Ok(code),
+            Ok(WaitStatus::Signaled(_, sig, _)) => return Ok(128 + sig as i32),
+            Ok(_) => continue,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Names of launcher variables never passed through, even when allowlisted.
+fn sensitive(name: &OsStr) -> bool {
+    let upper = name.to_string_lossy().to_ascii_uppercase();
+    [
+        "KEY",
+        "SECRET",
+        "TOKEN",
+        "PASSWORD",
+        "PASSWD",
+        "CREDENTIAL",
+        "AUTH",
+    ]
+    .iter()
+    .any(|w| upper.contains(w))
+}
+
+impl Sandbox {
+    /// A sandbox for a profile.
+    pub fn new(profile: Profile) -> Sandbox {
+        Sandbox {
+            profile,
+            cwd: None,
+            env: Vec::new(),
+            bridges: Vec::new(),
+            identity: None,
+            disabled: BTreeSet::new(),
+            simulated: Vec::new(),
+        }
+    }
+
+    /// The profile.
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    /// Add a writable root.
+    pub fn writable(&mut self, path: impl Into<PathBuf>) -> &mut Self {
+        self.profile.writable.push(path.into());
+        self
+    }
+
+    /// Add a read-only bind (a required runtime file or directory).
+    pub fn read_only(&mut self, path: impl Into<PathBuf>) -> &mut Self {
+        self.profile.read_paths.push(path.into());
+        self
+    }
+
+    /// Add an absolute path kept read-only (e.g. the policy file).
+    pub fn protect(&mut self, path: impl Into<PathBuf>) -> &mut Self {
+        self.profile.protected_paths.push(path.into());
+        self
+    }
+
+    /// The worker's working directory (default: the first writable root,
+    /// else the scratch `HOME`).
+    pub fn cwd(&mut self, path: impl Into<PathBuf>) -> &mut Self {
+        self.cwd = Some(path.into());
+        self
+    }
+
+    /// Set an environment variable in the worker (on top of the allowlist).
+    pub fn env(&mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> &mut Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Add a network bridge (requires a profile with [`NetworkMode::Proxy`]).
+    pub fn bridge(&mut self, bridge: Bridge) -> &mut Self {
+        self.bridges.push(bridge);
+        self
+    }
+
+    /// Choose the worker's identity.
+    pub fn identity(&mut self, identity: WorkerIdentity) -> &mut Self {
+        self.identity = Some(identity);
+        self
+    }
+
+    /// The only way to run weaker: name each layer to switch off.
+    pub fn dangerous(&mut self) -> DangerousSandbox<'_> {
+        DangerousSandbox { sandbox: self }
+    }
+
+    /// Test hook: pretend `layer` is unavailable on this host. It can only
+    /// make a launch stricter (a refusal), never weaker.
+    #[doc(hidden)]
+    pub fn __simulate_unavailable(&mut self, layer: Layer, detail: &str) -> &mut Self {
+        self.simulated.push((layer, detail.to_owned()));
+        self
+    }
+
+    fn worker_ids(&self) -> (u32, u32) {
+        let uid = nix::unistd::getuid().as_raw();
+        let gid = nix::unistd::getgid().as_raw();
+        match self.identity {
+            Some(WorkerIdentity::Dedicated { uid, gid }) => (uid, gid),
+            Some(WorkerIdentity::Invoker) => (uid, gid),
+            None if uid == 0 => (DEFAULT_WORKER_UID, DEFAULT_WORKER_UID),
+            None => (uid, gid),
+        }
+    }
+
+    /// Probe the host and check every required layer. Returns the layer
+    /// table of the launch, or the first missing required layer.
+    pub fn check(&self) -> Result<Vec<(Layer, LayerStatus)>, SandboxError> {
+        let mut report: ProbeReport = probe();
+        for (layer, detail) in &self.simulated {
+            report.set(
+                *layer,
+                LayerStatus::Unavailable {
+                    detail: detail.clone(),
+                },
+            );
+        }
+        let mut out = Vec::new();
+        for (layer, status) in report.layers {
+            let required = match layer {
+                Layer::Cgroups => self.profile.require_cgroups,
+                _ => true,
+            };
+            if self.disabled.contains(&layer) {
+                out.push((
+                    layer,
+                    LayerStatus::Degraded {
+                        detail: format!(
+                            "disabled by dangerous() (host: {} {})",
+                            status.word(),
+                            status.detail()
+                        ),
+                    },
+                ));
+                continue;
+            }
+            let abi = report.landlock_abi.unwrap_or(0);
+            if layer == Layer::Landlock && status.is_active() && abi < self.profile.min_landlock_abi
+            {
+                return Err(SandboxError::LayerUnavailable {
+                    layer,
+                    detail: format!("ABI {abi}, {} required", self.profile.min_landlock_abi),
+                });
+            }
+            match status {
+                LayerStatus::Active { .. } => out.push((layer, status)),
+                other if required => {
+                    return Err(SandboxError::LayerUnavailable {
+                        layer,
+                        detail: other.detail().to_owned(),
+                    });
+                }
+                other => out.push((layer, other)),
+            }
+        }
+        if !self.bridges.is_empty() && self.profile.network != NetworkMode::Proxy {
+            return Err(SandboxError::InvalidPath {
+                path: self
+                    .bridges
+                    .first()
+                    .map(|b| b.target.clone())
+                    .unwrap_or_default(),
+                reason: format!(
+                    "profile `{}` has no network; bridges need network = proxy",
+                    self.profile.name
+                ),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Probe, plan and launch `command`. Returns once the command has been
+    /// executed inside the sandbox, or the typed reason it was not.
+    pub fn spawn(&self, command: Command) -> Result<SandboxChild, SandboxError> {
+        let layers = self.check()?;
+        let landlock_abi = probe().landlock_abi.unwrap_or(0);
+        if command.argv.is_empty() {
+            return Err(SandboxError::InvalidCommand(String::from("empty command")));
+        }
+        let argv: Vec<CString> = command
+            .argv
+            .iter()
+            .map(|a| CString::new(a.as_bytes()))
+            .collect::<Result<_, _>>()
+            .map_err(|_| {
+                SandboxError::InvalidCommand(String::from("argument contains a NUL byte"))
+            })?;
+        let (uid, gid) = self.worker_ids();
+        let input = PlanInput {
+            allowed_sockets: self.bridges.iter().map(|b| b.target.clone()).collect(),
+        };
+        let plan = plan::build(&self.profile, &input)?;
+        let cwd = match &self.cwd {
+            Some(c) => plan::canonical(c)?,
+            None => plan
+                .writable
+                .first()
+                .cloned()
+                .unwrap_or_else(|| PathBuf::from("/tmp/home")),
+        };
+        let envp = self.environment()?;
+        let filters = if self.disabled.contains(&Layer::Seccomp) {
+            None
+        } else {
+            Some(
+                seccomp::build().map_err(|detail| SandboxError::LayerUnavailable {
+                    layer: Layer::Seccomp,
+                    detail,
+                })?,
+            )
+        };
+        let landlock = if self.disabled.contains(&Layer::Landlock) {
+            None
+        } else {
+            Some(landlock_rules::Rules::from_plan(
+                &plan,
+                &self.profile,
+                &self.bridges,
+                landlock_abi,
+            ))
+        };
+        let cwd_c = CString::new(cwd.as_os_str().as_bytes())
+            .map_err(|_| SandboxError::InvalidCommand(String::from("cwd contains a NUL byte")))?;
+        let setup = ChildSetup {
+            plan: &plan,
+            uid,
+            gid,
+            launcher_uid: nix::unistd::getuid().as_raw(),
+            net: !self.disabled.contains(&Layer::NetworkNamespace),
+            ipc: !self.disabled.contains(&Layer::IpcNamespace),
+            uts: !self.disabled.contains(&Layer::UtsNamespace),
+            bridges: &self.bridges,
+            argv: &argv,
+            envp: &envp,
+            cwd: &cwd_c,
+            rlimits: self.profile.rlimits,
+            filters: filters.as_ref(),
+            landlock: landlock.as_ref(),
+            stdio: [&command.stdin, &command.stdout, &command.stderr],
+        };
+        let pid = match launch(&setup) {
+            Ok(pid) => pid,
+            Err(e) => {
+                plan::remove_placeholders(&plan.placeholders);
+                return Err(e);
+            }
+        };
+        let placeholders = plan.placeholders.clone();
+        let mut downgraded: Vec<Layer> = self.disabled.iter().copied().collect();
+        downgraded.sort();
+        let report = LaunchReport {
+            profile: self.profile.name.clone(),
+            mount_plan_digest: plan.digest(),
+            mount_plan: plan,
+            layers,
+            downgraded,
+            worker_uid: uid,
+            worker_gid: gid,
+            bridges: self.bridges.clone(),
+        };
+        Ok(SandboxChild {
+            pid,
+            report,
+            placeholders,
+            reaped: false,
+        })
+    }
+
+    fn environment(&self) -> Result<Vec<CString>, SandboxError> {
+        let mut vars: Vec<(OsString, OsString)> = vec![
+            (OsString::from("PATH"), OsString::from(DEFAULT_PATH)),
+            (OsString::from("HOME"), OsString::from("/tmp/home")),
+        ];
+        for name in &self.profile.env_allow {
+            if sensitive(OsStr::new(name)) {
+                continue;
+            }
+            if let Some(v) = std::env::var_os(name) {
+                vars.push((OsString::from(name), v));
+            }
+        }
+        for (k, v) in &self.env {
+            vars.retain(|(n, _)| n != k);
+            vars.push((k.clone(), v.clone()));
+        }
+        vars.iter()
+            .map(|(k, v)| {
+                let mut b = k.as_bytes().to_vec();
+                b.push(b'=');
+                b.extend_from_slice(v.as_bytes());
+                CString::new(b)
+            })
+            .collect::<Result<_, _>>()
+            .map_err(|_| {
+                SandboxError::InvalidCommand(String::from("environment contains a NUL byte"))
+            })
+    }
+}
+
+/// Everything the children need, computed before the first fork.
+struct ChildSetup<'a> {
+    plan: &'a MountPlan,
+    uid: u32,
+    gid: u32,
+    launcher_uid: u32,
+    net: bool,
+    ipc: bool,
+    uts: bool,
+    bridges: &'a [Bridge],
+    argv: &'a [CString],
+    envp: &'a [CString],
+    cwd: &'a CString,
+    rlimits: crate::profile::Rlimits,
+    filters: Option<&'a seccomp::Filters>,
+    landlock: Option<&'a landlock_rules::Rules>,
+    stdio: [&'a Stdio; 3],
+}
+
+/// A setup failure in a child: written to the error pipe, then `_exit(125)`.
+pub(crate) struct Fail {
+    pub(crate) step: Step,
+    pub(crate) errno: i32,
+    pub(crate) detail: String,
+}
+
+impl Fail {
+    pub(crate) fn new(step: Step, errno: i32, detail: impl Into<String>) -> Fail {
+        Fail {
+            step,
+            errno,
+            detail: detail.into(),
+        }
+    }
+}
+
+fn report_and_exit(fd: RawFd, fail: &Fail) -> ! {
+    let detail = fail.detail.as_bytes();
+    let len = u16::try_from(detail.len().min(1024)).unwrap_or(0);
+    let mut buf = Vec::with_capacity(8 + usize::from(len));
+    buf.extend_from_slice(&(fail.step as u16).to_le_bytes());
+    buf.extend_from_slice(&fail.errno.to_le_bytes());
+    buf.extend_from_slice(&len.to_le_bytes());
+    buf.extend_from_slice(detail.get(..usize::from(len)).unwrap_or(&[]));
+    sys::write_all(fd, &buf);
+    sys::exit_now(125)
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| SandboxError::Io(e.into()))
+}
+
+/// Signals the supervisor and init forward to the worker.
+pub(crate) const FORWARDED: [Signal; 7] = [
+    Signal::SIGTERM,
+    Signal::SIGINT,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGWINCH,
+];
+
+pub(crate) fn forwarded_mask() -> SigSet {
+    let mut set = SigSet::empty();
+    for s in FORWARDED {
+        set.add(s);
+    }
+    set.add(Signal::SIGCHLD);
+    set
+}
+
+fn launch(setup: &ChildSetup<'_>) -> Result<nix::unistd::Pid, SandboxError> {
+    let (err_r, err_w) = pipe()?;
+    let (ready_r, ready_w) = pipe()?;
+    let (go_r, go_w) = pipe()?;
+    let launcher = nix::unistd::getpid();
+    let child = match sys::fork() {
+        Err(errno) => {
+            return Err(SandboxError::Setup {
+                step: Step::Fork,
+                errno,
+                detail: String::from("supervisor"),
+            });
+        }
+        Ok(sys::Forked::Child) => {
+            drop(err_r);
+            drop(ready_r);
+            drop(go_w);
+            let fd = err_w.as_raw_fd();
+            match supervisor(setup, launcher, ready_w, go_r, &err_w) {
+                Ok(never) => match never {},
+                Err(fail) => report_and_exit(fd, &fail),
+            }
+        }
+        Ok(sys::Forked::Parent(pid)) => nix::unistd::Pid::from_raw(pid),
+    };
+    drop(err_w);
+    drop(ready_w);
+    drop(go_r);
+    let mut ready = [0u8; 1];
+    let got = nix::unistd::read(&ready_r, &mut ready).unwrap_or(0);
+    if got == 1 {
+        if let Err(e) = write_id_maps(child, setup) {
+            let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+            let _ = wait_code(child);
+            return Err(e);
+        }
+        let _ = nix::unistd::write(&go_w, b"g");
+    }
+    drop(go_w);
+    let mut buf = Vec::new();
+    let mut file = std::fs::File::from(err_r);
+    let _ = file.read_to_end(&mut buf);
+    if buf.is_empty() && got == 1 {
+        return Ok(child);
+    }
+    let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+    let _ = wait_code(child);
+    Err(decode_failure(&buf, setup))
+}
+
+fn decode_failure(buf: &[u8], setup: &ChildSetup<'_>) -> SandboxError {
+    let step = buf
+        .get(0..2)
+        .and_then(|b| <[u8; 2]>::try_from(b).ok())
+        .map(u16::from_le_bytes);
+    let errno = buf
+        .get(2..6)
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map(i32::from_le_bytes);
+    let len = buf
+        .get(6..8)
+        .and_then(|b| <[u8; 2]>::try_from(b).ok())
+        .map(u16::from_le_bytes);
+    let detail = len
+        .and_then(|l| buf.get(8..8 + usize::from(l)))
+        .map(|d| String::from_utf8_lossy(d).into_owned())
+        .unwrap_or_default();
+    match (step.and_then(Step::from_u16), errno) {
+        (Some(Step::Exec), Some(errno)) => SandboxError::Exec {
+            command: setup
+                .argv
+                .first()
+                .map(|a| a.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            errno,
+        },
+        (Some(step), Some(errno)) => {
+            if let (Some(layer), true) = (step.layer(), is_unavailable(step, errno)) {
+                SandboxError::LayerUnavailable {
+                    layer,
+                    detail: format!("{}: {}", detail, nix::errno::Errno::from_raw(errno).desc()),
+                }
+            } else {
+                SandboxError::Setup {
+                    step,
+                    errno,
+                    detail,
+                }
+            }
+        }
+        _ => SandboxError::Setup {
+            step: Step::Fork,
+            errno: libc::EIO,
+            detail: String::from("sandbox supervisor exited before reporting"),
+        },
+    }
+}
+
+/// Whether a failing step means the layer is missing on this host (rather
+/// than a bad path or a bug): namespace creation refused, Landlock or
+/// seccomp not supported.
+fn is_unavailable(step: Step, errno: i32) -> bool {
+    match step {
+        Step::UnshareUser
+        | Step::UnshareMount
+        | Step::UnsharePid
+        | Step::UnshareNet
+        | Step::UnshareIpc
+        | Step::UnshareUts => {
+            matches!(
+                errno,
+                libc::EPERM
+                    | libc::EINVAL
+                    | libc::ENOSYS
+                    | libc::ENOSPC
+                    | libc::EACCES
+                    | libc::EUSERS
+            )
+        }
+        Step::Landlock | Step::Seccomp => matches!(errno, libc::ENOSYS | libc::EOPNOTSUPP),
+        _ => false,
+    }
+}
+
+fn write_id_maps(child: nix::unistd::Pid, setup: &ChildSetup<'_>) -> Result<(), SandboxError> {
+    let base = PathBuf::from(format!("/proc/{}", child.as_raw()));
+    let fail = |what: &str, e: std::io::Error| SandboxError::Setup {
+        step: Step::IdMap,
+        errno: e.raw_os_error().unwrap_or(libc::EIO),
+        detail: what.to_owned(),
+    };
+    let launcher_gid = nix::unistd::getgid().as_raw();
+    let (uid_map, gid_map) = if setup.launcher_uid == 0 {
+        let mut u = String::from("0 0 1\n");
+        let mut g = String::from("0 0 1\n");
+        if setup.uid != 0 {
+            u.push_str(&format!("{0} {0} 1\n", setup.uid));
+        }
+        if setup.gid != 0 {
+            g.push_str(&format!("{0} {0} 1\n", setup.gid));
+        }
+        (u, g)
+    } else {
+        std::fs::write(base.join("setgroups"), "deny").map_err(|e| fail("setgroups", e))?;
+        (
+            format!("{0} {0} 1\n", setup.uid),
+            format!("{0} {0} 1\n", launcher_gid),
+        )
+    };
+    std::fs::write(base.join("uid_map"), uid_map).map_err(|e| fail("uid_map", e))?;
+    std::fs::write(base.join("gid_map"), gid_map).map_err(|e| fail("gid_map", e))?;
+    Ok(())
+}
+
+fn nx(s: Step, detail: &str) -> impl FnOnce(nix::errno::Errno) -> Fail + '_ {
+    move |e| Fail::new(s, e as i32, detail)
+}
+
+/// The supervisor: user namespace, then the other namespaces, then init.
+fn supervisor(
+    setup: &ChildSetup<'_>,
+    launcher: nix::unistd::Pid,
+    ready_w: OwnedFd,
+    go_r: OwnedFd,
+    err_w: &OwnedFd,
+) -> Result<std::convert::Infallible, Fail> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+        .map_err(nx(Step::DieWithParent, "PR_SET_PDEATHSIG"))?;
+    if nix::unistd::getppid() != launcher {
+        sys::exit_now(125);
+    }
+    nix::sched::unshare(CloneFlags::CLONE_NEWUSER)
+        .map_err(nx(Step::UnshareUser, "unshare(CLONE_NEWUSER)"))?;
+    let _ = nix::unistd::write(&ready_w, b"r");
+    drop(ready_w);
+    let mut go = [0u8; 1];
+    if nix::unistd::read(&go_r, &mut go).unwrap_or(0) != 1 {
+        sys::exit_now(125);
+    }
+    drop(go_r);
+    nix::sched::unshare(CloneFlags::CLONE_NEWNS)
+        .map_err(nx(Step::UnshareMount, "unshare(CLONE_NEWNS)"))?;
+    nix::sched::unshare(CloneFlags::CLONE_NEWPID)
+        .map_err(nx(Step::UnsharePid, "unshare(CLONE_NEWPID)"))?;
+    if setup.net {
+        nix::sched::unshare(CloneFlags::CLONE_NEWNET)
+            .map_err(nx(Step::UnshareNet, "unshare(CLONE_NEWNET)"))?;
+    }
+    if setup.ipc {
+        nix::sched::unshare(CloneFlags::CLONE_NEWIPC)
+            .map_err(nx(Step::UnshareIpc, "unshare(CLONE_NEWIPC)"))?;
+    }
+    if setup.uts {
+        nix::sched::unshare(CloneFlags::CLONE_NEWUTS)
+            .map_err(nx(Step::UnshareUts, "unshare(CLONE_NEWUTS)"))?;
+    }
+    let mask = forwarded_mask();
+    mask.thread_block()
+        .map_err(nx(Step::Fork, "block signals"))?;
+    let init_pid = match sys::fork() {
+        Err(errno) => return Err(Fail::new(Step::Fork, errno, "init")),
+        Ok(sys::Forked::Child) => {
+            let fd = err_w.as_raw_fd();
+            match init_stage(setup, fd) {
+                Ok(never) => match never {},
+                Err(fail) => report_and_exit(fd, &fail),
+            }
+        }
+        Ok(sys::Forked::Parent(pid)) => nix::unistd::Pid::from_raw(pid),
+    };
+    sys::close(err_w.as_raw_fd());
+    // Forward signals to init and leave with its status.
+    let code = init::supervise(init_pid, &mask);
+    sys::exit_now(code)
+}
+
+/// Init: PID 1 of the new PID namespace. Builds the root, the network,
+/// forks the worker, then reaps, forwards signals and runs the bridges.
+fn init_stage(setup: &ChildSetup<'_>, err_fd: RawFd) -> Result<std::convert::Infallible, Fail> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+        .map_err(nx(Step::DieWithParent, "PR_SET_PDEATHSIG"))?;
+    // Bridge targets must be reachable after pivot_root: keep a path
+    // descriptor on each target's directory.
+    let mut targets = Vec::new();
+    for b in setup.bridges {
+        let dir = b.target.parent().unwrap_or(Path::new("/"));
+        let name = b
+            .target
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_default();
+        let fd = nix::fcntl::open(
+            dir,
+            nix::fcntl::OFlag::O_PATH
+                | nix::fcntl::OFlag::O_DIRECTORY
+                | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(nx(Step::Network, "open bridge target directory"))?;
+        targets.push((b.port, fd, name));
+    }
+    crate::mounts::apply(setup.plan, setup.uid, setup.gid)
+        .map_err(|(errno, detail)| Fail::new(Step::MountPlan, errno, detail))?;
+    let mut listeners = Vec::new();
+    if setup.net {
+        sys::loopback_up().map_err(|e| Fail::new(Step::Network, e, "bring up lo"))?;
+        for (port, dirfd, name) in targets {
+            let l = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port)).map_err(
+                |e| {
+                    Fail::new(
+                        Step::Network,
+                        e.raw_os_error().unwrap_or(libc::EIO),
+                        format!("bridge listen 127.0.0.1:{port}"),
+                    )
+                },
+            )?;
+            l.set_nonblocking(true).map_err(|e| {
+                Fail::new(
+                    Step::Network,
+                    e.raw_os_error().unwrap_or(libc::EIO),
+                    "bridge nonblocking",
+                )
+            })?;
+            listeners.push(init::BridgeListener {
+                listener: l,
+                dir: dirfd,
+                name,
+            });
+        }
+    }
+    if setup.uts {
+        nix::unistd::sethostname("palisade").map_err(nx(Step::UnshareUts, "sethostname"))?;
+    }
+    nix::sys::prctl::set_dumpable(false).map_err(nx(Step::Session, "PR_SET_DUMPABLE"))?;
+    let worker = match sys::fork() {
+        Err(errno) => return Err(Fail::new(Step::Fork, errno, "worker")),
+        Ok(sys::Forked::Child) => {
+            drop(listeners);
+            match worker_stage(setup, err_fd) {
+                Ok(never) => match never {},
+                Err(fail) => report_and_exit(err_fd, &fail),
+            }
+        }
+        Ok(sys::Forked::Parent(pid)) => nix::unistd::Pid::from_raw(pid),
+    };
+    sys::close(err_fd);
+    let mask = forwarded_mask();
+    let code = init::run(worker, &mask, listeners);
+    sys::exit_now(code)
+}
+
+/// The worker: session, descriptors, limits, identity, capabilities,
+/// no_new_privs, Landlock, seccomp, exec.
+fn worker_stage(setup: &ChildSetup<'_>, err_fd: RawFd) -> Result<std::convert::Infallible, Fail> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+        .map_err(nx(Step::DieWithParent, "PR_SET_PDEATHSIG"))?;
+    if nix::unistd::getppid().as_raw() != 1 {
+        sys::exit_now(125);
+    }
+    nix::unistd::setsid().map_err(nx(Step::Session, "setsid"))?;
+    // Standard streams.
+    for (target, s) in setup.stdio.iter().enumerate() {
+        let target = i32::try_from(target).unwrap_or(0);
+        match s {
+            Stdio::Inherit => {}
+            Stdio::Null => {
+                let fd = nix::fcntl::open(
+                    "/dev/null",
+                    nix::fcntl::OFlag::O_RDWR,
+                    nix::sys::stat::Mode::empty(),
+                )
+                .map_err(nx(Step::Session, "open /dev/null"))?;
+                sys::dup2(fd.as_raw_fd(), target)
+                    .map_err(|e| Fail::new(Step::Session, e, "dup2 stdio"))?;
+            }
+            Stdio::Fd(fd) => {
+                if fd.as_raw_fd() == target {
+                    sys::clear_cloexec(target)
+                        .map_err(|e| Fail::new(Step::Session, e, "stdio cloexec"))?;
+                } else {
+                    sys::dup2(fd.as_raw_fd(), target)
+                        .map_err(|e| Fail::new(Step::Session, e, "dup2 stdio"))?;
+                }
+            }
+        }
+    }
+    // Every descriptor but 0-2 and the error pipe (close-on-exec).
+    let err_u = u32::try_from(err_fd).unwrap_or(3);
+    sys::close_range(3, err_u.saturating_sub(1))
+        .map_err(|e| Fail::new(Step::Session, e, "close_range"))?;
+    sys::close_range(err_u.saturating_add(1), u32::MAX)
+        .map_err(|e| Fail::new(Step::Session, e, "close_range"))?;
+    sys::reset_signals();
+    SigSet::empty()
+        .thread_set_mask()
+        .map_err(nx(Step::Session, "unblock signals"))?;
+    nix::unistd::chdir(setup.cwd.as_c_str())
+        .map_err(nx(Step::Session, "chdir to the working directory"))?;
+    apply_rlimits(&setup.rlimits)?;
+    crate::caps_drop::drop_all(setup.uid, setup.gid, setup.launcher_uid == 0)?;
+    nix::sys::prctl::set_no_new_privs().map_err(nx(Step::NoNewPrivs, "PR_SET_NO_NEW_PRIVS"))?;
+    if !nix::sys::prctl::get_no_new_privs().unwrap_or(false) {
+        return Err(Fail::new(
+            Step::NoNewPrivs,
+            libc::EPERM,
+            "no_new_privs not set",
+        ));
+    }
+    if let Some(rules) = setup.landlock {
+        rules.enforce()?;
+    }
+    if let Some(filters) = setup.filters {
+        seccomp::install(filters).map_err(|e| Fail::new(Step::Seccomp, e, "install filter"))?;
+    }
+    exec(setup)
+}
+
+fn apply_rlimits(r: &crate::profile::Rlimits) -> Result<(), Fail> {
+    use nix::sys::resource::{Resource, setrlimit};
+    let pairs = [
+        (Resource::RLIMIT_AS, r.address_space, "RLIMIT_AS"),
+        (Resource::RLIMIT_NPROC, r.processes, "RLIMIT_NPROC"),
+        (Resource::RLIMIT_FSIZE, r.file_size, "RLIMIT_FSIZE"),
+        (Resource::RLIMIT_NOFILE, r.open_files, "RLIMIT_NOFILE"),
+        (Resource::RLIMIT_CPU, r.cpu_seconds, "RLIMIT_CPU"),
+        (Resource::RLIMIT_CORE, r.core, "RLIMIT_CORE"),
+    ];
+    for (res, value, name) in pairs {
+        if let Some(v) = value {
+            let (_, hard) = nix::sys::resource::getrlimit(res).map_err(nx(Step::Rlimits, name))?;
+            // Never raise above the launcher's hard limit.
+            let v = v.min(hard);
+            setrlimit(res, v, v).map_err(nx(Step::Rlimits, name))?;
+        }
+    }
+    Ok(())
+}
+
+fn exec(setup: &ChildSetup<'_>) -> Result<std::convert::Infallible, Fail> {
+    let Some(prog) = setup.argv.first() else {
+        return Err(Fail::new(Step::Exec, libc::ENOENT, "empty command"));
+    };
+    let bytes = prog.as_bytes();
+    if bytes.contains(&b'/') {
+        let e = nix::unistd::execve(prog, setup.argv, setup.envp)
+            .err()
+            .map_or(libc::ENOEXEC, |e| e as i32);
+        return Err(Fail::new(Step::Exec, e, "execve"));
+    }
+    let mut last = libc::ENOENT;
+    for dir in DEFAULT_PATH.split(':') {
+        let mut full = dir.as_bytes().to_vec();
+        full.push(b'/');
+        full.extend_from_slice(bytes);
+        let Ok(c) = CString::new(full) else { continue };
+        let e = nix::unistd::execve(&c, setup.argv, setup.envp)
+            .err()
+            .map_or(libc::ENOEXEC, |e| e as i32);
+        if e != libc::ENOENT && e != libc::ENOTDIR {
+            last = e;
+        }
+    }
+    Err(Fail::new(Step::Exec, last, "execve"))
+}
+
+/// Run `f` in a forked child and return its exit code (for probes).
+pub(crate) fn run_in_child(f: impl FnOnce() -> i32) -> std::io::Result<i32> {
+    match sys::fork() {
+        Err(e) => Err(std::io::Error::from_raw_os_error(e)),
+        Ok(sys::Forked::Child) => {
+            let code = f();
+            sys::exit_now(code)
+        }
+        Ok(sys::Forked::Parent(pid)) => wait_code(nix::unistd::Pid::from_raw(pid)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sensitive_names_are_stripped() {
+        assert!(sensitive(OsStr::new("GITHUB_TOKEN")));
+        assert!(sensitive(OsStr::new("aws_secret_access_key")));
+        assert!(!sensitive(OsStr::new("LANG")));
+    }
+
+    #[test]
+    fn root_views_differ() {
+        use crate::profile::RootView;
+        assert_eq!(Profile::strict().root, RootView::Empty);
+        assert_eq!(Profile::governed().root, RootView::HostReadOnly);
+    }
+}

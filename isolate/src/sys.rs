@@ -1,0 +1,391 @@
+//! Every raw system call of the crate, each wrapped in a small safe function.
+//!
+//! This is the only module of the workspace allowed to use `unsafe`. Each
+//! block carries a `// SAFETY:` comment that says why the call cannot break
+//! memory safety. Wrappers return the raw `errno` on failure so that the
+//! setup code in the forked children can report it through the error pipe
+//! without allocating a richer error.
+
+use std::ffi::CStr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// Result of a raw call: the value or the `errno`.
+pub(crate) type SysResult<T> = Result<T, i32>;
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+fn check(ret: libc::c_long) -> SysResult<libc::c_long> {
+    if ret < 0 { Err(errno()) } else { Ok(ret) }
+}
+
+fn check_int(ret: libc::c_int) -> SysResult<libc::c_int> {
+    if ret < 0 { Err(errno()) } else { Ok(ret) }
+}
+
+/// Which side of a `fork` we are on.
+#[derive(Debug)]
+pub(crate) enum Forked {
+    /// In the parent, with the child's pid.
+    Parent(libc::pid_t),
+    /// In the child.
+    Child,
+}
+
+/// `fork(2)` through glibc, which keeps its own locks (malloc) consistent in
+/// the child.
+pub(crate) fn fork() -> SysResult<Forked> {
+    // SAFETY: fork has no memory-safety preconditions; glibc's wrapper runs
+    // its atfork handlers so the allocator stays usable in the child. The
+    // callers only run setup code and then exec or _exit in the child.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        p if p < 0 => Err(errno()),
+        0 => Ok(Forked::Child),
+        p => Ok(Forked::Parent(p)),
+    }
+}
+
+/// `_exit(2)`: leave the child without running the parent's destructors or
+/// atexit handlers.
+pub(crate) fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit never returns and touches no Rust-managed memory.
+    unsafe { libc::_exit(code) }
+}
+
+/// `close_range(2)` over `[first, last]`.
+pub(crate) fn close_range(first: u32, last: u32) -> SysResult<()> {
+    if first > last {
+        return Ok(());
+    }
+    // SAFETY: plain syscall with integer arguments; closing descriptors that
+    // Rust objects in this (forked, about to exec) process still own is
+    // harmless because those objects are never used again.
+    check(unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) }).map(|_| ())
+}
+
+/// `dup2(2)`.
+pub(crate) fn dup2(old: RawFd, new: RawFd) -> SysResult<()> {
+    // SAFETY: integer arguments only.
+    check_int(unsafe { libc::dup2(old, new) }).map(|_| ())
+}
+
+/// `close(2)` of a raw descriptor.
+pub(crate) fn close(fd: RawFd) {
+    // SAFETY: integer argument; the caller owns the descriptor and never
+    // uses it again.
+    unsafe {
+        libc::close(fd);
+    }
+}
+
+/// Write a whole buffer to a raw descriptor, ignoring errors (used to
+/// report a setup failure just before `_exit`).
+pub(crate) fn write_all(fd: RawFd, mut buf: &[u8]) {
+    while !buf.is_empty() {
+        // SAFETY: `buf` is a valid slice for `buf.len()` bytes.
+        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            if n < 0 && errno() == libc::EINTR {
+                continue;
+            }
+            return;
+        }
+        buf = buf
+            .get(usize::try_from(n).unwrap_or(buf.len())..)
+            .unwrap_or(&[]);
+    }
+}
+
+/// Reset every catchable signal to its default disposition (the launcher
+/// may ignore SIGPIPE, and ignored signals survive `execve`).
+pub(crate) fn reset_signals() {
+    for sig in 1..=libc::SIGRTMAX() {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: installing SIG_DFL has no memory-safety preconditions.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+    }
+}
+
+/// Clear the `FD_CLOEXEC` flag of a descriptor.
+pub(crate) fn clear_cloexec(fd: RawFd) -> SysResult<()> {
+    // SAFETY: integer arguments only.
+    check_int(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }).map(|_| ())
+}
+
+/// `mount_setattr(2)` with `AT_RECURSIVE` on a path: set and clear mount
+/// attributes of a whole mount tree.
+pub(crate) fn mount_setattr_recursive(path: &CStr, set: u64, clear: u64) -> SysResult<()> {
+    let attr = libc::mount_attr {
+        attr_set: set,
+        attr_clr: clear,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: `path` is a valid NUL-terminated string and `attr` a valid
+    // struct whose size we pass; the kernel only reads both.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::AT_RECURSIVE as libc::c_uint,
+            &raw const attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    })
+    .map(|_| ())
+}
+
+/// Set the securebits of the calling thread.
+pub(crate) fn set_securebits(bits: libc::c_ulong) -> SysResult<()> {
+    // SAFETY: prctl with integer arguments only.
+    check_int(unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits, 0, 0, 0) }).map(|_| ())
+}
+
+/// Read the securebits of the calling thread.
+pub(crate) fn get_securebits() -> SysResult<libc::c_int> {
+    // SAFETY: prctl with integer arguments only.
+    check_int(unsafe { libc::prctl(libc::PR_GET_SECUREBITS, 0, 0, 0, 0) })
+}
+
+/// `PR_GET_SECCOMP`: 0 when unfiltered, 2 in filter mode, `EINVAL` when the
+/// kernel lacks seccomp.
+pub(crate) fn get_seccomp_mode() -> SysResult<libc::c_int> {
+    // SAFETY: prctl with integer arguments only.
+    check_int(unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) })
+}
+
+/// `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`: the
+/// kernel's Landlock ABI version.
+pub(crate) fn landlock_abi() -> SysResult<i64> {
+    // SAFETY: a NULL attribute with size 0 and the VERSION flag is the
+    // documented way to query the ABI; nothing is read or written.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            1u32,
+        )
+    })
+}
+
+/// Bring the loopback interface up in the current network namespace.
+pub(crate) fn loopback_up() -> SysResult<()> {
+    // SAFETY: socket() with integer arguments; the result is owned below.
+    let raw = check_int(unsafe {
+        libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)
+    })?;
+    // SAFETY: `raw` is a fresh descriptor owned by nobody else.
+    let sock = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFFLAGS reads the interface name and writes the flags
+    // into `req`, which is a valid, exclusively borrowed ifreq.
+    check_int(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &raw mut req) })?;
+    // SAFETY: the union field was just written by the kernel as flags.
+    let flags = unsafe { req.ifr_ifru.ifru_flags };
+    req.ifr_ifru.ifru_flags =
+        flags | (libc::IFF_UP as libc::c_short) | (libc::IFF_RUNNING as libc::c_short);
+    // SAFETY: SIOCSIFFLAGS reads `req`, a valid ifreq.
+    check_int(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &raw const req) })?;
+    Ok(())
+}
+
+/// Raw attempts used by the escape suite and `palisade probe`.
+///
+/// Each function performs one system call that a sandbox must refuse and
+/// returns the errno (or `Ok` with the raw return value). Arguments are
+/// chosen so that an *allowed* call fails harmlessly (bad descriptors,
+/// null pointers), as bubblewrap's `try-syscall.c` does.
+pub(crate) mod attempt {
+    use super::{SysResult, check, check_int};
+    use std::ffi::CStr;
+
+    /// `socket(domain, type, 0)` with a raw 64-bit domain argument; closes
+    /// the descriptor on success.
+    pub(crate) fn socket_raw(domain: u64, ty: libc::c_int) -> SysResult<()> {
+        // SAFETY: integer arguments only; a returned descriptor is closed.
+        let fd = check(unsafe { libc::syscall(libc::SYS_socket, domain, ty, 0) })?;
+        super::close(fd as libc::c_int);
+        Ok(())
+    }
+
+    /// `socketpair(domain, type, 0)`; closes both ends on success.
+    pub(crate) fn socketpair(domain: libc::c_int, ty: libc::c_int) -> SysResult<()> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: `fds` is a valid array of two ints the kernel writes.
+        check_int(unsafe { libc::socketpair(domain, ty, 0, fds.as_mut_ptr()) })?;
+        for fd in fds {
+            super::close(fd);
+        }
+        Ok(())
+    }
+
+    /// `io_uring_setup(1, NULL)`: allowed it fails with `EFAULT`.
+    pub(crate) fn io_uring_setup() -> SysResult<()> {
+        // SAFETY: a NULL params pointer makes the kernel fail with EFAULT
+        // before touching memory.
+        check(unsafe { libc::syscall(libc::SYS_io_uring_setup, 1u32, std::ptr::null::<u8>()) })
+            .map(|_| ())
+    }
+
+    /// `unshare(flags)` with a raw 64-bit argument.
+    pub(crate) fn unshare_raw(flags: u64) -> SysResult<()> {
+        // SAFETY: integer argument only.
+        check(unsafe { libc::syscall(libc::SYS_unshare, flags) }).map(|_| ())
+    }
+
+    /// `clone3(NULL, 0)`: allowed it fails with `EINVAL`/`EFAULT`.
+    pub(crate) fn clone3_null() -> SysResult<()> {
+        // SAFETY: a NULL clone_args with size 0 is rejected by the kernel
+        // before any process is created.
+        check(unsafe { libc::syscall(libc::SYS_clone3, std::ptr::null::<u8>(), 0usize) })
+            .map(|_| ())
+    }
+
+    /// `setns(-1, 0)`: allowed it fails with `EBADF`.
+    pub(crate) fn setns_bad() -> SysResult<()> {
+        // SAFETY: integer arguments only.
+        check(unsafe { libc::syscall(libc::SYS_setns, -1i32, 0i32) }).map(|_| ())
+    }
+
+    /// `mount(NULL, NULL, NULL, 0, NULL)`: allowed it fails with `EFAULT`
+    /// or `EPERM` (no capability).
+    pub(crate) fn mount_null() -> SysResult<()> {
+        // SAFETY: NULL pointers are rejected by the kernel.
+        check_int(unsafe {
+            libc::mount(
+                std::ptr::null(),
+                std::ptr::null(),
+                std::ptr::null(),
+                0,
+                std::ptr::null(),
+            )
+        })
+        .map(|_| ())
+    }
+
+    /// `umount2(path, MNT_DETACH)`.
+    pub(crate) fn umount(path: &CStr) -> SysResult<()> {
+        // SAFETY: valid NUL-terminated path.
+        check_int(unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) }).map(|_| ())
+    }
+
+    /// `open_tree(-1, NULL, 0)`: allowed it fails with `EBADF`/`EFAULT`.
+    pub(crate) fn open_tree_bad() -> SysResult<()> {
+        // SAFETY: bad descriptor and NULL path are rejected by the kernel.
+        check(unsafe { libc::syscall(libc::SYS_open_tree, -1i32, std::ptr::null::<u8>(), 0u32) })
+            .map(|_| ())
+    }
+
+    /// `fsopen(NULL, 0)`: allowed it fails with `EFAULT`.
+    pub(crate) fn fsopen_null() -> SysResult<()> {
+        // SAFETY: NULL name is rejected by the kernel.
+        check(unsafe { libc::syscall(libc::SYS_fsopen, std::ptr::null::<u8>(), 0u32) }).map(|_| ())
+    }
+
+    /// `move_mount(-1, NULL, -1, NULL, 0)`.
+    pub(crate) fn move_mount_bad() -> SysResult<()> {
+        // SAFETY: bad descriptors and NULL paths are rejected by the kernel.
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_move_mount,
+                -1i32,
+                std::ptr::null::<u8>(),
+                -1i32,
+                std::ptr::null::<u8>(),
+                0u32,
+            )
+        })
+        .map(|_| ())
+    }
+
+    /// `pivot_root(".", ".")`.
+    pub(crate) fn pivot_root_dot() -> SysResult<()> {
+        // SAFETY: static NUL-terminated strings.
+        check(unsafe { libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) })
+            .map(|_| ())
+    }
+
+    /// `chroot(path)`.
+    pub(crate) fn chroot(path: &CStr) -> SysResult<()> {
+        // SAFETY: valid NUL-terminated path.
+        check_int(unsafe { libc::chroot(path.as_ptr()) }).map(|_| ())
+    }
+
+    /// `mknod(path, S_IFCHR|0600, makedev(1, 3))`.
+    pub(crate) fn mknod_null(path: &CStr) -> SysResult<()> {
+        // SAFETY: valid NUL-terminated path and integer arguments.
+        check_int(unsafe { libc::mknod(path.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 3)) })
+            .map(|_| ())
+    }
+
+    /// `ptrace(PTRACE_ATTACH, pid)`; detaches again on success.
+    pub(crate) fn ptrace_attach(pid: libc::pid_t) -> SysResult<()> {
+        // SAFETY: integer arguments; no memory is passed.
+        check(unsafe { libc::ptrace(libc::PTRACE_ATTACH, pid, 0usize, 0usize) })?;
+        // SAFETY: as above.
+        unsafe {
+            libc::ptrace(libc::PTRACE_DETACH, pid, 0usize, 0usize);
+        }
+        Ok(())
+    }
+
+    /// `process_vm_readv(pid, NULL, 0, NULL, 0, 0)`: allowed it returns 0
+    /// or fails with `ESRCH`/`EPERM`.
+    pub(crate) fn process_vm_readv(pid: libc::pid_t) -> SysResult<()> {
+        // SAFETY: zero-length iovec arrays; the kernel touches no memory.
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_process_vm_readv,
+                pid,
+                std::ptr::null::<u8>(),
+                0usize,
+                std::ptr::null::<u8>(),
+                0usize,
+                0usize,
+            )
+        })
+        .map(|_| ())
+    }
+
+    /// `ioctl(fd, request, NULL)` with a raw 64-bit request.
+    pub(crate) fn ioctl_raw(fd: libc::c_int, request: u64) -> SysResult<()> {
+        let mut byte: u8 = b'x';
+        // SAFETY: the argument points at one valid byte, which is what
+        // TIOCSTI reads; other requests used here ignore it or fail.
+        check(unsafe { libc::syscall(libc::SYS_ioctl, fd, request, &raw mut byte) }).map(|_| ())
+    }
+
+    /// A syscall number with arguments all zero.
+    pub(crate) fn syscall0(nr: libc::c_long) -> SysResult<libc::c_long> {
+        // SAFETY: only used with syscalls that take no pointer or reject
+        // zero/NULL arguments (keyctl, bpf, perf_event_open, userfaultfd,
+        // kexec_load, init_module, x32 numbers).
+        check(unsafe { libc::syscall(nr, 0usize, 0usize, 0usize, 0usize, 0usize, 0usize) })
+    }
+
+    /// `personality(persona)`.
+    pub(crate) fn personality(persona: libc::c_ulong) -> SysResult<libc::c_int> {
+        // SAFETY: integer argument only.
+        check_int(unsafe { libc::personality(persona) })
+    }
+
+    /// `kill(pid, sig)`.
+    pub(crate) fn kill(pid: libc::pid_t, sig: libc::c_int) -> SysResult<()> {
+        // SAFETY: integer arguments only.
+        check_int(unsafe { libc::kill(pid, sig) }).map(|_| ())
+    }
+}
