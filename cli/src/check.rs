@@ -1,16 +1,342 @@
-//! `palisade check`: validate workflows, provider options and the host policy.
+//! `palisade check`: validate hub workflows, provider options and lints.
+//!
+//! PATH is a repository root holding `.paseo/`, a `.paseo` folder, or a
+//! single-file workflow. Output is rustc-style text (default), JSON or
+//! SARIF 2.1.0. Exit status: 0 without errors (warnings allowed), 1 with
+//! errors, 2 on usage or IO errors.
 
+use std::fs;
+use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+use annotate_snippets::{AnnotationKind, Group, Level, Renderer, Snippet};
+use palisade_schema::{Diagnostic, LineIndex, Severity};
+use serde_json::{Value, json};
+
+/// Files larger than this are not read whole: the parser refuses anything
+/// over its own 1 MiB limit, so reading a little more is enough to say so.
+const READ_CAP: u64 = 16 * 1024 * 1024;
+/// The most files read from a `.paseo` folder.
+const MAX_BUNDLE_FILES: usize = 2000;
+/// The deepest folder nesting read under `.paseo`.
+const MAX_BUNDLE_DEPTH: usize = 6;
+
+/// Output formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Format {
+    /// rustc-style diagnostics with the source line and a caret.
+    Human,
+    /// `{"diagnostics": [...]}`.
+    Json,
+    /// SARIF 2.1.0 for code-scanning tools.
+    Sarif,
+}
 
 /// Arguments of `palisade check`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// A repository root, a `.paseo` folder, or a single-file workflow.
+    /// A repository root (holding `.paseo/`), a `.paseo` folder, or a
+    /// single-file workflow.
     #[arg(default_value = ".")]
-    path: std::path::PathBuf,
+    path: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    format: Format,
+    /// Also check this host policy file (`palisade.toml`).
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+}
+
+/// One checked document: its display name and text, for snippets.
+struct Source {
+    name: String,
+    text: String,
 }
 
 /// Runs `palisade check`.
 pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
-    Err(format!("check of {} is not built yet", args.path.display()))
+    let (mut diags, sources) = check_path(&args.path)?;
+    if let Some(policy) = &args.policy {
+        let text = read_text(policy)?;
+        let name = policy.display().to_string();
+        diags.extend(check_policy(&name, &text)?);
+    }
+    diags.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
+    let out = match args.format {
+        Format::Human => human(&diags, &sources),
+        Format::Json => json_report(&diags),
+        Format::Sarif => sarif(&diags),
+    };
+    print!("{out}");
+    Ok(ExitCode::from(u8::from(
+        diags.iter().any(Diagnostic::is_error),
+    )))
+}
+
+/// The seam for the host-policy parser (`palisade.toml`): takes the
+/// policy's display name and text, returns its diagnostics. Until the
+/// host-policy parser lands this refuses, so `--policy` fails closed
+/// (exit 2) instead of pretending the policy was checked.
+pub(crate) fn check_policy(name: &str, _text: &str) -> Result<Vec<Diagnostic>, String> {
+    Err(format!(
+        "cannot check host policy {name}: this build has no host-policy parser yet"
+    ))
+}
+
+fn read_text(path: &Path) -> Result<String, String> {
+    let bytes = read_capped(path)?;
+    String::from_utf8(bytes).map_err(|_| format!("{}: not valid UTF-8", path.display()))
+}
+
+fn read_capped(path: &Path) -> Result<Vec<u8>, String> {
+    let file = fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(READ_CAP)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Ok(bytes)
+}
+
+/// Checks PATH; returns diagnostics (file names as the user sees them) and
+/// the sources for snippets.
+fn check_path(path: &Path) -> Result<(Vec<Diagnostic>, Vec<Source>), String> {
+    let meta = fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if meta.is_file() {
+        let name = path.display().to_string();
+        let bytes = read_capped(path)?;
+        let (_, diags) = palisade_schema::parse_workflow_bytes(&name, &bytes);
+        let sources = String::from_utf8(bytes)
+            .map(|text| vec![Source { name, text }])
+            .unwrap_or_default();
+        return Ok((diags, sources));
+    }
+    let root = if path.file_name().is_some_and(|n| n == ".paseo") {
+        path.parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+    } else if path.join(".paseo").is_dir() {
+        path.to_path_buf()
+    } else {
+        return Err(format!(
+            "{} holds no .paseo folder; give a repository root, a .paseo folder or a workflow file",
+            path.display()
+        ));
+    };
+    let mut files = Vec::new();
+    collect(&root, Path::new(".paseo"), 0, &mut files)?;
+    files.sort();
+    let mut loaded: Vec<(String, Vec<u8>)> = Vec::new();
+    for rel in files {
+        let bytes = read_capped(&root.join(&rel))?;
+        loaded.push((rel, bytes));
+    }
+    let refs: Vec<(&str, &[u8])> = loaded
+        .iter()
+        .map(|(p, b)| (p.as_str(), b.as_slice()))
+        .collect();
+    let (_, mut diags) = palisade_schema::parse_bundle(&refs);
+    let show = |rel: &str| -> String {
+        if root == Path::new(".") || root.as_os_str().is_empty() {
+            rel.to_owned()
+        } else {
+            root.join(rel).display().to_string()
+        }
+    };
+    for d in &mut diags {
+        d.file = show(&d.file);
+    }
+    let sources = loaded
+        .into_iter()
+        .filter_map(|(rel, bytes)| {
+            String::from_utf8(bytes).ok().map(|text| Source {
+                name: show(&rel),
+                text,
+            })
+        })
+        .collect();
+    Ok((diags, sources))
+}
+
+/// Lists the files under `root/rel` as `/`-separated relative paths,
+/// without following symbolic links.
+fn collect(root: &Path, rel: &Path, depth: usize, out: &mut Vec<String>) -> Result<(), String> {
+    if depth > MAX_BUNDLE_DEPTH {
+        return Err(format!(
+            "{} nests deeper than {MAX_BUNDLE_DEPTH} folders",
+            root.join(rel).display()
+        ));
+    }
+    let dir = root.join(rel);
+    let entries = fs::read_dir(&dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+        let kind = entry
+            .file_type()
+            .map_err(|e| format!("cannot read {}: {e}", entry.path().display()))?;
+        let child = rel.join(entry.file_name());
+        if kind.is_dir() {
+            collect(root, &child, depth + 1, out)?;
+        } else if kind.is_file() {
+            if out.len() >= MAX_BUNDLE_FILES {
+                return Err(format!(
+                    "{} holds more than {MAX_BUNDLE_FILES} files",
+                    root.join(".paseo").display()
+                ));
+            }
+            let parts: Vec<String> = child
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            out.push(parts.join("/"));
+        } else {
+            return Err(format!(
+                "{} is a symbolic link or special file; palisade does not follow links inside .paseo",
+                root.join(&child).display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn human(diags: &[Diagnostic], sources: &[Source]) -> String {
+    let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let renderer = if color {
+        Renderer::styled()
+    } else {
+        Renderer::plain()
+    };
+    let mut out = String::new();
+    for d in diags {
+        let level = match d.severity {
+            Severity::Error => Level::ERROR,
+            Severity::Warning => Level::WARNING,
+        };
+        let title = if d.path.is_root() {
+            d.message.clone()
+        } else {
+            format!("{}: {}", d.path, d.message)
+        };
+        let line_text = sources
+            .iter()
+            .find(|s| s.name == d.file)
+            .and_then(|s| LineIndex::new(&s.text).line_text(d.line).map(str::to_owned));
+        let title = level.primary_title(title.as_str()).id(d.code);
+        let origin = format!("{}:{}:{}", d.file, d.line, d.column);
+        let group = match &line_text {
+            Some(text) if d.line > 0 => title.element(
+                Snippet::source(text.as_str())
+                    .line_start(usize::try_from(d.line).unwrap_or(1))
+                    .path(d.file.as_str())
+                    .annotation(AnnotationKind::Primary.span(caret_span(text, d.column))),
+            ),
+            _ => title.element(Level::NOTE.message(origin.as_str())),
+        };
+        let mut report = vec![group];
+        if let Some(help) = &d.help {
+            report.push(Group::with_title(
+                Level::HELP.secondary_title(help.as_str()),
+            ));
+        }
+        out.push_str(&renderer.render(&report));
+        out.push_str("\n\n");
+    }
+    let errors = diags.iter().filter(|d| d.is_error()).count();
+    let warnings = diags.len() - errors;
+    if diags.is_empty() {
+        out.push_str("palisade check: no errors, no warnings\n");
+    } else {
+        out.push_str(&format!(
+            "palisade check: {errors} error{}, {warnings} warning{}\n",
+            if errors == 1 { "" } else { "s" },
+            if warnings == 1 { "" } else { "s" }
+        ));
+    }
+    out
+}
+
+/// The byte range to underline: from the 1-based character column to the
+/// end of the token there.
+fn caret_span(line: &str, column: u32) -> std::ops::Range<usize> {
+    let col = usize::try_from(column.max(1)).unwrap_or(1) - 1;
+    let start = line.char_indices().nth(col).map_or(line.len(), |(i, _)| i);
+    let rest = line.get(start..).unwrap_or("");
+    let len = rest
+        .find(|c: char| c.is_whitespace() || matches!(c, ',' | ']' | '}' | ':'))
+        .unwrap_or(rest.len())
+        .max(rest.chars().next().map_or(0, char::len_utf8));
+    start..start + len
+}
+
+fn json_report(diags: &[Diagnostic]) -> String {
+    let mut s = serde_json::to_string_pretty(&json!({ "diagnostics": diags })).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+/// SARIF 2.1.0: one run, one rule per code, one result per diagnostic.
+pub(crate) fn sarif(diags: &[Diagnostic]) -> String {
+    let mut codes: Vec<&str> = diags.iter().map(|d| d.code).collect();
+    codes.sort_unstable();
+    codes.dedup();
+    let rules: Vec<Value> = codes
+        .iter()
+        .map(|c| {
+            json!({
+                "id": c,
+                "name": c,
+                "shortDescription": {"text": c.replace('_', " ")},
+                "help": {"text": format!("see docs/check.md, section {c}")},
+            })
+        })
+        .collect();
+    let results: Vec<Value> = diags
+        .iter()
+        .map(|d| {
+            let mut region = serde_json::Map::new();
+            if d.line > 0 {
+                region.insert("startLine".into(), json!(d.line));
+                if d.column > 0 {
+                    region.insert("startColumn".into(), json!(d.column));
+                }
+            }
+            let mut physical = serde_json::Map::new();
+            physical.insert(
+                "artifactLocation".into(),
+                json!({"uri": d.file.replace('\\', "/")}),
+            );
+            if !region.is_empty() {
+                physical.insert("region".into(), Value::Object(region));
+            }
+            let mut text = d.message.clone();
+            if !d.path.is_root() {
+                text = format!("{}: {text}", d.path);
+            }
+            if let Some(h) = &d.help {
+                text = format!("{text} (help: {h})");
+            }
+            json!({
+                "ruleId": d.code,
+                "ruleIndex": codes.iter().position(|c| *c == d.code).unwrap_or(0),
+                "level": match d.severity { Severity::Error => "error", Severity::Warning => "warning" },
+                "message": {"text": text},
+                "locations": [{"physicalLocation": Value::Object(physical)}],
+                "properties": {"path": d.path.to_string()},
+            })
+        })
+        .collect();
+    let doc = json!({
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "palisade",
+                "version": env!("CARGO_PKG_VERSION"),
+                "rules": rules,
+            }},
+            "results": results,
+        }],
+    });
+    let mut s = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    s.push('\n');
+    s
 }

@@ -11,6 +11,7 @@
 mod check;
 mod probe;
 mod run;
+mod schema_cmd;
 
 use std::process::ExitCode;
 
@@ -33,6 +34,8 @@ enum Command {
     Run(run::Args),
     /// Report every isolation layer as active, degraded or unavailable.
     Probe(probe::Args),
+    /// Print JSON Schema documents for hub.yml, workflow files and provider options.
+    Schema(schema_cmd::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
         Command::Check(args) => check::run(args),
         Command::Run(args) => run::run(args),
         Command::Probe(args) => probe::run(args),
+        Command::Schema(args) => schema_cmd::run(args),
     };
     match res {
         Ok(code) => code,

@@ -5,9 +5,275 @@
 //! Every diagnostic names a stable [`code`](Diagnostic::code), the file, the
 //! 1-based line and column of the offending node, and the authored path of
 //! that node inside the document.
+//!
+//! Entry points:
+//! - [`parse_workflow`]: a single-file workflow (`environments:` and
+//!   `triggers:` lists, as in Paseo's documentation);
+//! - [`parse_bundle`]: the bundle layout (`.paseo/hub.yml`,
+//!   `.paseo/workflows/*.yml`, prompt partials) given as in-memory files;
+//! - [`parse_fragment`]: a lone section (`agent:`, `filters:`,
+//!   `allow_outputs:`, `environments:`, `triggers:`);
+//! - [`expr`]: the `${{ … }}` language with a pure evaluator;
+//! - [`options`]: strict provider option schemas and their JSON Schema.
 
 #![forbid(unsafe_code)]
 
+pub mod bundle;
 pub mod diagnostic;
+pub mod expr;
+mod hub;
+pub mod hub_schema;
+mod lints;
+pub mod model;
+pub mod options;
+mod semantic;
+pub mod yaml;
 
+pub use bundle::{decode, parse_bundle};
 pub use diagnostic::{Diagnostic, LineIndex, Path, PathSegment, Severity};
+pub use hub::{is_event_name, is_identifier, is_slug};
+pub use lints::{KNOWN_EVENTS, KNOWN_OUTPUTS};
+pub use model::*;
+
+use crate::hub::Walker;
+use crate::semantic::{Checker, ResourceSite, TriggerSite};
+use crate::yaml::{Node, Value as Y};
+
+/// Parses a single-file workflow: a mapping with `environments` (a list of
+/// environments with `name`) and `triggers` (a list of triggers).
+///
+/// Returns the model only when there are no errors; warnings (lints) do
+/// not suppress it. All findings are returned, sorted by position.
+pub fn parse_workflow(file: &str, text: &str) -> (Option<HubConfig>, Vec<Diagnostic>) {
+    let (node, mut diags) = yaml::parse(file, text);
+    let Some(root) = node else {
+        return (None, diags);
+    };
+    let config = single_file(file, &root, &mut diags, true);
+    sort(&mut diags);
+    let ok = !diags.iter().any(Diagnostic::is_error);
+    (config.filter(|_| ok), diags)
+}
+
+/// [`parse_workflow`] over raw bytes: invalid UTF-8 is an `invalid_utf8`
+/// error at the first bad byte.
+pub fn parse_workflow_bytes(file: &str, bytes: &[u8]) -> (Option<HubConfig>, Vec<Diagnostic>) {
+    match decode(file, bytes) {
+        Ok(text) => parse_workflow(file, text),
+        Err(d) => (None, vec![*d]),
+    }
+}
+
+fn sort(diags: &mut [Diagnostic]) {
+    diags.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
+}
+
+fn single_file(
+    file: &str,
+    root: &Node,
+    diags: &mut Vec<Diagnostic>,
+    full: bool,
+) -> Option<HubConfig> {
+    let mut w = Walker {
+        file: file.to_owned(),
+        diags,
+    };
+    let root_path = Path::root();
+    let Y::Map(entries) = &root.value else {
+        w.error(
+            "invalid_type",
+            format!(
+                "Invalid input: expected object, received {}",
+                root.value.type_name()
+            ),
+            &root_path,
+            root,
+        );
+        return None;
+    };
+    let mut config = HubConfig {
+        name: None,
+        environments: Vec::new(),
+        agents: Vec::new(),
+        triggers: Vec::new(),
+        partials: Vec::new(),
+    };
+    let mut ok = true;
+    let mut env_paths = Vec::new();
+    let mut trigger_paths = Vec::new();
+    for (k, v) in entries {
+        let p = root_path.key(k.text.clone());
+        match k.text.as_str() {
+            "environments" => match &v.value {
+                Y::Seq(items) => {
+                    for (i, item) in items.iter().enumerate() {
+                        let ep = p.index(i);
+                        match w.environment(item, &ep, None) {
+                            Some(e) => {
+                                config.environments.push(e);
+                                env_paths.push(ep);
+                            }
+                            None => ok = false,
+                        }
+                    }
+                }
+                Y::Map(_) => {
+                    w.error("invalid_type", "Invalid input: expected array, received object; a single-file workflow lists environments (a map is the .paseo/hub.yml form)", &p, v);
+                    ok = false;
+                }
+                _ => {
+                    w.error(
+                        "invalid_type",
+                        format!(
+                            "Invalid input: expected array, received {}",
+                            v.value.type_name()
+                        ),
+                        &p,
+                        v,
+                    );
+                    ok = false;
+                }
+            },
+            "triggers" => match &v.value {
+                Y::Seq(items) => {
+                    for (i, item) in items.iter().enumerate() {
+                        let tp = p.index(i);
+                        match w.trigger(item, &tp, None) {
+                            Some(t) => {
+                                config.triggers.push(t);
+                                trigger_paths.push(tp);
+                            }
+                            None => ok = false,
+                        }
+                    }
+                }
+                _ => {
+                    w.error(
+                        "invalid_type",
+                        format!(
+                            "Invalid input: expected array, received {}",
+                            v.value.type_name()
+                        ),
+                        &p,
+                        v,
+                    );
+                    ok = false;
+                }
+            },
+            other => {
+                w.diags.push(
+                    Diagnostic::error("unknown_key", format!("Unrecognized key: {other:?}"))
+                        .in_file(file)
+                        .at(k.pos.line, k.pos.column),
+                );
+                ok = false;
+            }
+        }
+    }
+    if full {
+        for key in ["environments", "triggers"] {
+            if root.get(key).is_none() {
+                w.error(
+                    "missing_field",
+                    format!("missing required key {key:?}"),
+                    &root_path.key(key),
+                    root,
+                );
+                ok = false;
+            }
+        }
+    }
+    let sites: Vec<TriggerSite<'_>> = trigger_paths
+        .into_iter()
+        .map(|base| TriggerSite { file, root, base })
+        .collect();
+    let res = ResourceSite {
+        file,
+        root,
+        env_paths,
+    };
+    let mut checker = Checker::new(&config, diags, file);
+    checker.run(&res, &sites);
+    diags.extend(checker.diags);
+    diags.extend(lints::run(&config, &res, &sites));
+    ok.then_some(config)
+}
+
+/// Parses a bundle from `(path, text)` pairs; a convenience over
+/// [`parse_bundle`] for callers holding strings.
+pub fn parse_bundle_str(files: &[(&str, &str)]) -> (Option<HubConfig>, Vec<Diagnostic>) {
+    let bytes: Vec<(&str, &[u8])> = files.iter().map(|(p, t)| (*p, t.as_bytes())).collect();
+    let (c, mut d) = parse_bundle(&bytes);
+    sort(&mut d);
+    (c, d)
+}
+
+/// The sections [`parse_fragment`] accepts at the top level of a fragment.
+pub const FRAGMENT_SECTIONS: &[&str] = &[
+    "agent",
+    "filters",
+    "allow_outputs",
+    "environments",
+    "triggers",
+];
+
+/// Validates a fragment: a mapping whose keys are sections of a workflow
+/// (`agent`, `filters`, `allow_outputs`, `environments`, `triggers`), each
+/// checked as that section would be inside a full workflow. References to
+/// things outside the fragment (named agents, environments) are not
+/// resolved.
+pub fn parse_fragment(file: &str, text: &str) -> Vec<Diagnostic> {
+    let (node, mut diags) = yaml::parse(file, text);
+    let Some(root) = node else {
+        return diags;
+    };
+    let mut w = Walker {
+        file: file.to_owned(),
+        diags: &mut diags,
+    };
+    let Y::Map(entries) = &root.value else {
+        w.error(
+            "invalid_type",
+            format!(
+                "Invalid input: expected object, received {}",
+                root.value.type_name()
+            ),
+            &Path::root(),
+            &root,
+        );
+        return diags;
+    };
+    let mut whole = false;
+    for (k, v) in entries {
+        let p = Path::root().key(k.text.clone());
+        match k.text.as_str() {
+            "agent" => match &v.value {
+                Y::String(_) => {}
+                _ => {
+                    let _ = w.agent(v, &p);
+                }
+            },
+            "filters" => {
+                let _ = w.filters(v, &p);
+            }
+            "allow_outputs" => {
+                let _ = w.allow_outputs(v, &p);
+            }
+            "environments" | "triggers" => whole = true,
+            other => w.diags.push(
+                Diagnostic::error("unknown_key", format!("Unrecognized key: {other:?}"))
+                    .in_file(file)
+                    .at(k.pos.line, k.pos.column)
+                    .with_help(format!(
+                        "a fragment holds one of: {}",
+                        FRAGMENT_SECTIONS.join(", ")
+                    )),
+            ),
+        }
+    }
+    if whole {
+        let _ = single_file(file, &root, &mut diags, false);
+    }
+    sort(&mut diags);
+    diags
+}

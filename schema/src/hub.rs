@@ -1,0 +1,1321 @@
+//! Strict parsing of hub workflows into [`HubConfig`], in both layouts.
+//!
+//! The walker visits the YAML node tree once, reporting every finding
+//! (unknown keys, wrong types, bad enum values, durations, removed fields)
+//! and building the typed model from whatever is well formed. The semantic
+//! checks of [`crate::check`] then run over the model.
+
+use crate::diagnostic::{Diagnostic, Path};
+use crate::expr::Template;
+use crate::model::{
+    Agent, AgentRef, AllowOutput, Duration, Environment, EnvironmentKind, EnvironmentRef, Filters,
+    GithubAuthority, GithubLevel, InputDecl, InputType, MAX_DURATION_MS, NamedAgent, PromptBlock,
+    Step, Trigger, Worktree,
+};
+use crate::yaml::{Key, Node, Value as Y};
+
+/// The walker's state: the current file and the findings so far.
+pub(crate) struct Walker<'d> {
+    pub(crate) file: String,
+    pub(crate) diags: &'d mut Vec<Diagnostic>,
+}
+
+/// `^[a-z][a-z0-9_-]*$`
+pub fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some('a'..='z'))
+        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_' | '-'))
+}
+
+/// `^[a-z][a-z0-9_-]*\.[a-z][a-z0-9_-]*$`
+pub fn is_event_name(s: &str) -> bool {
+    match s.split_once('.') {
+        Some((a, b)) => is_identifier(a) && is_identifier(b),
+        None => false,
+    }
+}
+
+/// `^[a-z0-9]+(?:-[a-z0-9]+)*$`
+pub fn is_slug(s: &str) -> bool {
+    !s.is_empty()
+        && s.split('-').all(|p| {
+            !p.is_empty()
+                && p.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        })
+}
+
+/// Trigger-level fields that moved onto steps.
+const TRIGGER_LEVEL_REMOVED: &[&str] = &[
+    "environment",
+    "agent",
+    "prompt",
+    "idle_timeout",
+    "auto_archive",
+    "allow_outputs",
+];
+
+/// Top-level keys of a workflow file that belong elsewhere.
+const NOT_IN_WORKFLOW_FILE: &[&str] = &[
+    "uses",
+    "workflow",
+    "workflows",
+    "call",
+    "environment",
+    "agent",
+];
+
+impl Walker<'_> {
+    pub(crate) fn error(
+        &mut self,
+        code: &'static str,
+        message: impl Into<String>,
+        path: &Path,
+        pos_node: &Node,
+    ) {
+        self.diags.push(
+            Diagnostic::error(code, message)
+                .in_file(self.file.clone())
+                .at(pos_node.pos.line, pos_node.pos.column)
+                .with_path(path.clone()),
+        );
+    }
+
+    fn error_at_key(
+        &mut self,
+        code: &'static str,
+        message: impl Into<String>,
+        path: &Path,
+        key: &Key,
+    ) {
+        self.diags.push(
+            Diagnostic::error(code, message)
+                .in_file(self.file.clone())
+                .at(key.pos.line, key.pos.column)
+                .with_path(path.clone()),
+        );
+    }
+
+    fn type_error(&mut self, expected: &str, path: &Path, node: &Node) {
+        self.error(
+            "invalid_type",
+            format!(
+                "Invalid input: expected {expected}, received {}",
+                node.value.type_name()
+            ),
+            path,
+            node,
+        );
+    }
+
+    /// Checks that `node` is a mapping; reports unknown keys against
+    /// `allowed`, with hints for removed fields. Returns the entries.
+    fn object<'n>(
+        &mut self,
+        node: &'n Node,
+        path: &Path,
+        allowed: &[&str],
+        removed: &dyn Fn(&str) -> Option<(&'static str, String)>,
+    ) -> Option<&'n [(Key, Node)]> {
+        let Y::Map(entries) = &node.value else {
+            self.type_error("object", path, node);
+            return None;
+        };
+        for (k, _) in entries {
+            if allowed.contains(&k.text.as_str()) {
+                continue;
+            }
+            if let Some((code, message)) = removed(&k.text) {
+                self.error_at_key(code, message, &path.key(k.text.clone()), k);
+            } else {
+                self.error_at_key(
+                    "unknown_key",
+                    format!("Unrecognized key: {:?}", k.text),
+                    path,
+                    k,
+                );
+            }
+        }
+        Some(entries)
+    }
+
+    fn required<'n>(&mut self, obj: &'n Node, key: &str, path: &Path) -> Option<&'n Node> {
+        let found = obj.get(key);
+        if found.is_none() {
+            self.error(
+                "missing_field",
+                format!("missing required key {key:?}"),
+                &path.key(key),
+                obj,
+            );
+        }
+        found
+    }
+
+    fn string(&mut self, node: &Node, path: &Path) -> Option<String> {
+        match &node.value {
+            Y::String(s) if s.is_empty() => {
+                self.error(
+                    "invalid_value",
+                    "Too small: expected string to have >=1 characters",
+                    path,
+                    node,
+                );
+                None
+            }
+            Y::String(s) => Some(s.clone()),
+            _ => {
+                self.type_error("string", path, node);
+                None
+            }
+        }
+    }
+
+    fn any_string(&mut self, node: &Node, path: &Path) -> Option<String> {
+        match &node.value {
+            Y::String(s) => Some(s.clone()),
+            _ => {
+                self.type_error("string", path, node);
+                None
+            }
+        }
+    }
+
+    fn opt_string(&mut self, obj: &Node, key: &str, path: &Path) -> Option<String> {
+        obj.get(key).and_then(|n| self.string(n, &path.key(key)))
+    }
+
+    fn identifier(&mut self, node: &Node, path: &Path, what: &str) -> Option<String> {
+        let s = self.string(node, path)?;
+        if !is_identifier(&s) {
+            self.error(
+                "invalid_identifier",
+                format!("{what} {s:?} must match ^[a-z][a-z0-9_-]*$"),
+                path,
+                node,
+            );
+            return None;
+        }
+        Some(s)
+    }
+
+    fn string_list(&mut self, node: &Node, path: &Path, non_empty: bool) -> Option<Vec<String>> {
+        let Y::Seq(items) = &node.value else {
+            self.type_error("array", path, node);
+            return None;
+        };
+        if non_empty && items.is_empty() {
+            self.error(
+                "invalid_value",
+                "Too small: expected array to have >=1 items",
+                path,
+                node,
+            );
+        }
+        let mut out = Vec::new();
+        let mut ok = true;
+        for (i, item) in items.iter().enumerate() {
+            match self.string(item, &path.index(i)) {
+                Some(s) => out.push(s),
+                None => ok = false,
+            }
+        }
+        ok.then_some(out)
+    }
+
+    fn bool(&mut self, node: &Node, path: &Path) -> Option<bool> {
+        match node.value {
+            Y::Bool(b) => Some(b),
+            _ => {
+                self.type_error("boolean", path, node);
+                None
+            }
+        }
+    }
+
+    /// A duration field; `what` names it in messages (`trigger t step s max_runtime`).
+    fn duration(
+        &mut self,
+        node: &Node,
+        path: &Path,
+        what: &str,
+        max_ms: u64,
+        max_text: &str,
+    ) -> Option<Duration> {
+        let text = match &node.value {
+            Y::String(s) => s.clone(),
+            Y::Number(n) => n.to_string(),
+            _ => {
+                self.type_error("string", path, node);
+                return None;
+            }
+        };
+        let Some(d) = Duration::parse(&text) else {
+            self.diags.push(
+                Diagnostic::error(
+                    "invalid_duration",
+                    format!("{what} must be a positive duration such as 30s or 2h (got {text:?})"),
+                )
+                .in_file(self.file.clone())
+                .at(node.pos.line, node.pos.column)
+                .with_path(path.clone())
+                .with_help("write a whole number followed by ms, s, m or h; no decimals, zero, compound forms or days"),
+            );
+            return None;
+        };
+        if d.millis > max_ms {
+            self.error(
+                "duration_too_long",
+                format!("{what} must not exceed {max_text}"),
+                path,
+                node,
+            );
+            return None;
+        }
+        Some(d)
+    }
+
+    fn template(&mut self, node: &Node, path: &Path) -> Option<Template> {
+        let s = self.any_string(node, path)?;
+        self.parse_template(&s, path, node)
+    }
+
+    pub(crate) fn parse_template(&mut self, s: &str, path: &Path, node: &Node) -> Option<Template> {
+        match Template::parse(s) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                self.error(
+                    "invalid_expression",
+                    format!(
+                        "invalid expression: {} (at byte {} of the value)",
+                        e.message, e.offset
+                    ),
+                    path,
+                    node,
+                );
+                None
+            }
+        }
+    }
+
+    // ----- environments -------------------------------------------------
+
+    /// An environment body. `name_from_key` is set in bundles (map form).
+    pub(crate) fn environment(
+        &mut self,
+        node: &Node,
+        path: &Path,
+        name_from_key: Option<&str>,
+    ) -> Option<Environment> {
+        let Y::Map(_) = &node.value else {
+            self.type_error("object", path, node);
+            return None;
+        };
+        let kind_node = self.required(node, "kind", path)?;
+        let kind = self.string(kind_node, &path.key("kind"))?;
+        let mut allowed: Vec<&str> = match kind.as_str() {
+            "daemon" => vec!["kind", "daemon", "cwd", "worktree"],
+            "fly" | "docker" => vec!["kind", "image", "cwd"],
+            _ => {
+                self.error(
+                    "invalid_value",
+                    "Invalid input: expected one of \"daemon\"|\"fly\"|\"docker\"",
+                    &path.key("kind"),
+                    kind_node,
+                );
+                return None;
+            }
+        };
+        if name_from_key.is_none() {
+            allowed.push("name");
+        }
+        let in_bundle = name_from_key.is_some();
+        self.object(node, path, &allowed, &|k| {
+            (in_bundle && k == "name").then(|| {
+                (
+                    "repeated_name",
+                    "environment names are map keys and must not be repeated".to_owned(),
+                )
+            })
+        })?;
+        let name = match name_from_key {
+            Some(n) => {
+                if !is_identifier(n) {
+                    self.error(
+                        "invalid_identifier",
+                        format!("environment name {n:?} must match ^[a-z][a-z0-9_-]*$"),
+                        path,
+                        node,
+                    );
+                    return None;
+                }
+                n.to_owned()
+            }
+            None => {
+                let n = self.required(node, "name", path)?;
+                self.identifier(n, &path.key("name"), "environment name")?
+            }
+        };
+        let kind = match kind.as_str() {
+            "daemon" => {
+                let daemon = self
+                    .required(node, "daemon", path)
+                    .and_then(|n| self.string(n, &path.key("daemon")));
+                let cwd = self
+                    .required(node, "cwd", path)
+                    .and_then(|n| self.string(n, &path.key("cwd")));
+                let worktree = match node.get("worktree") {
+                    Some(w) => Some(self.worktree(w, &path.key("worktree"))?),
+                    None => None,
+                };
+                EnvironmentKind::Daemon {
+                    daemon: daemon?,
+                    cwd: cwd?,
+                    worktree,
+                }
+            }
+            other => {
+                let image = self
+                    .required(node, "image", path)
+                    .and_then(|n| self.string(n, &path.key("image")))?;
+                let cwd = self.opt_string(node, "cwd", path);
+                if other == "fly" {
+                    EnvironmentKind::Fly { image, cwd }
+                } else {
+                    EnvironmentKind::Docker { image, cwd }
+                }
+            }
+        };
+        Some(Environment { name, kind })
+    }
+
+    fn worktree(&mut self, node: &Node, path: &Path) -> Option<Worktree> {
+        let Y::Map(_) = &node.value else {
+            self.type_error("object", path, node);
+            return None;
+        };
+        let mode_node = self.required(node, "mode", path)?;
+        let mode = self.string(mode_node, &path.key("mode"))?;
+        match mode.as_str() {
+            "branch-off" => {
+                self.object(node, path, &["mode", "newBranch", "base"], &|_| None)?;
+                let nb = self.required(node, "newBranch", path)?;
+                let t = self.template(nb, &path.key("newBranch"))?;
+                let base = self.opt_string(node, "base", path);
+                Some(Worktree::BranchOff {
+                    new_branch: t,
+                    base,
+                })
+            }
+            "checkout-branch" => {
+                self.object(node, path, &["mode", "branch"], &|_| None)?;
+                let b = self.required(node, "branch", path)?;
+                Some(Worktree::CheckoutBranch {
+                    branch: self.string(b, &path.key("branch"))?,
+                })
+            }
+            "checkout-pr" => {
+                self.object(node, path, &["mode", "prNumber"], &|_| None)?;
+                let n = self.required(node, "prNumber", path)?;
+                match &n.value {
+                    Y::Number(num) if num.as_u64().is_some_and(|v| v > 0) => {
+                        Some(Worktree::CheckoutPr {
+                            pr_number: num.as_u64().unwrap_or(1),
+                        })
+                    }
+                    _ => {
+                        self.error(
+                            "invalid_value",
+                            "prNumber must be a positive integer",
+                            &path.key("prNumber"),
+                            n,
+                        );
+                        None
+                    }
+                }
+            }
+            _ => {
+                self.error(
+                    "invalid_value",
+                    "Invalid input: expected one of \"branch-off\"|\"checkout-branch\"|\"checkout-pr\"",
+                    &path.key("mode"),
+                    mode_node,
+                );
+                None
+            }
+        }
+    }
+
+    // ----- agents -------------------------------------------------------
+
+    /// An agent definition (named or inline).
+    pub(crate) fn agent(&mut self, node: &Node, path: &Path) -> Option<Agent> {
+        self.object(
+            node,
+            path,
+            &["provider", "model", "mode", "thinkingOptionId", "options"],
+            &|k| {
+                (k == "toolPolicy").then(|| {
+                    (
+                        "unknown_key",
+                        "Unrecognized key: \"toolPolicy\"; tool preapproval is not configurable in hub YAML: it is derived from allow_outputs".to_owned(),
+                    )
+                })
+            },
+        )?;
+        let provider = self
+            .required(node, "provider", path)
+            .and_then(|n| self.string(n, &path.key("provider")));
+        let mut ok = provider.is_some();
+        if let Some(p) = &provider
+            && !p.contains("${{")
+            && crate::options::provider_shape(p).is_none()
+            && let Some(pn) = node.get("provider")
+        {
+            self.diags.push(
+                Diagnostic::error(
+                    "unknown_provider",
+                    format!(
+                        "provider {p:?} cannot preapprove exact MCP tools for unattended execution and has no strict option schema; select claude, codex or opencode"
+                    ),
+                )
+                .in_file(self.file.clone())
+                .at(pn.pos.line, pn.pos.column)
+                .with_path(path.key("provider")),
+            );
+            ok = false;
+        }
+        let mut field = |w: &mut Self, key: &str| -> Option<String> {
+            let n = node.get(key)?;
+            let s = w.string(n, &path.key(key));
+            match &s {
+                Some(v) if v.contains("${{") => {
+                    w.error(
+                        "dynamic_inline_agent",
+                        "dynamic inline agent configurations are not allowed; select a complete named agent instead",
+                        &path.key(key),
+                        n,
+                    );
+                    ok = false;
+                }
+                None => ok = false,
+                Some(_) => {}
+            }
+            s
+        };
+        let model = field(self, "model");
+        let mode = field(self, "mode");
+        let thinking_option_id = field(self, "thinkingOptionId");
+        if let Some(p) = node.get("provider")
+            && let Y::String(s) = &p.value
+            && s.contains("${{")
+        {
+            self.error(
+                "dynamic_inline_agent",
+                "dynamic inline agent configurations are not allowed; select a complete named agent instead",
+                &path.key("provider"),
+                p,
+            );
+            ok = false;
+        }
+        let options = match node.get("options") {
+            None => None,
+            Some(o) => {
+                let opath = path.key("options");
+                match &o.value {
+                    Y::Map(_) => {
+                        if let Some(p) = provider
+                            .as_ref()
+                            .filter(|p| crate::options::provider_shape(p).is_some())
+                        {
+                            let before = self.diags.len();
+                            let found = crate::options::validate(p, o, &opath, &self.file);
+                            self.diags.extend(found);
+                            if self.diags.len() > before {
+                                ok = false;
+                            }
+                        }
+                        Some(o.to_json())
+                    }
+                    _ => {
+                        self.type_error("object", &opath, o);
+                        ok = false;
+                        None
+                    }
+                }
+            }
+        };
+        ok.then(|| Agent {
+            provider: provider.unwrap_or_default(),
+            model,
+            mode,
+            thinking_option_id,
+            options,
+        })
+    }
+
+    // ----- triggers -----------------------------------------------------
+
+    /// A trigger. `workflow_file` is set for bundle workflow files.
+    pub(crate) fn trigger(
+        &mut self,
+        node: &Node,
+        path: &Path,
+        workflow_file: Option<&str>,
+    ) -> Option<Trigger> {
+        let allowed = [
+            "name",
+            "on",
+            "max_runtime",
+            "filters",
+            "inputs",
+            "values",
+            "steps",
+        ];
+        let in_file = workflow_file.is_some();
+        let entries = self.object(node, path, &allowed, &|k| {
+            if k == "timeout" {
+                return Some(("removed_field", "timeout was removed; use max_runtime".to_owned()));
+            }
+            if in_file && k == "triggers" {
+                return Some((
+                    "monolithic_triggers",
+                    "a workflow file holds exactly one trigger at its top level; move each trigger to its own .paseo/workflows/<workflow>.yml".to_owned(),
+                ));
+            }
+            if in_file && NOT_IN_WORKFLOW_FILE.contains(&k) {
+                return Some((
+                    "not_in_workflow_file",
+                    format!("{k} is not part of a workflow file; keep one trigger and its inline steps together"),
+                ));
+            }
+            if TRIGGER_LEVEL_REMOVED.contains(&k) {
+                return Some((
+                    "removed_field",
+                    format!("trigger-level {k} was removed; put {k} on the relevant workflow step"),
+                ));
+            }
+            None
+        })?;
+        let _ = entries;
+        let name = self
+            .required(node, "name", path)
+            .and_then(|n| self.identifier(n, &path.key("name"), "trigger name"));
+        let tname = name.clone().unwrap_or_else(|| "?".to_owned());
+        let on = self.required(node, "on", path).and_then(|n| {
+            let s = self.string(n, &path.key("on"))?;
+            if is_event_name(&s) {
+                Some(s)
+            } else {
+                self.error(
+                    "invalid_value",
+                    format!("Invalid string: must match pattern /^[a-z][a-z0-9_-]*\\.[a-z][a-z0-9_-]*$/u (got {s:?})"),
+                    &path.key("on"),
+                    n,
+                );
+                None
+            }
+        });
+        let max_runtime = self.required(node, "max_runtime", path).and_then(|n| {
+            self.duration(
+                n,
+                &path.key("max_runtime"),
+                &format!("trigger {tname} max_runtime"),
+                MAX_DURATION_MS,
+                "24h",
+            )
+        });
+        let filters = node
+            .get("filters")
+            .map(|f| self.filters(f, &path.key("filters")));
+        let inputs = match node.get("inputs") {
+            Some(i) => self.inputs(i, &path.key("inputs")),
+            None => Some(Vec::new()),
+        };
+        let values = match node.get("values") {
+            Some(v) => self.values(v, &path.key("values")),
+            None => Some(Vec::new()),
+        };
+        let steps = self.required(node, "steps", path).and_then(|s| {
+            let spath = path.key("steps");
+            let Y::Seq(items) = &s.value else {
+                self.type_error("array", &spath, s);
+                return None;
+            };
+            if items.is_empty() {
+                self.error(
+                    "invalid_value",
+                    "Too small: expected array to have >=1 items",
+                    &spath,
+                    s,
+                );
+                return None;
+            }
+            let mut out = Vec::new();
+            let mut ok = true;
+            for (i, item) in items.iter().enumerate() {
+                match self.step(item, &spath.index(i), &tname) {
+                    Some(st) => out.push(st),
+                    None => ok = false,
+                }
+            }
+            ok.then_some(out)
+        });
+        Some(Trigger {
+            name: name?,
+            file: workflow_file.map(str::to_owned),
+            on: on?,
+            max_runtime: max_runtime?,
+            filters: match filters {
+                Some(f) => Some(f?),
+                None => None,
+            },
+            inputs: inputs?,
+            values: values?,
+            steps: steps?,
+        })
+    }
+
+    /// Trigger filters.
+    pub(crate) fn filters(&mut self, node: &Node, path: &Path) -> Option<Filters> {
+        self.object(
+            node,
+            path,
+            &[
+                "pattern",
+                "contains",
+                "label",
+                "labels",
+                "repo",
+                "guild",
+                "workspace",
+                "channels",
+                "from_users",
+                "inputs",
+                "connection",
+            ],
+            &|_| None,
+        )?;
+        let before = self.diags.len();
+        let mut f = Filters {
+            pattern: node
+                .get("pattern")
+                .and_then(|n| self.any_string(n, &path.key("pattern"))),
+            contains: node
+                .get("contains")
+                .and_then(|n| self.any_string(n, &path.key("contains"))),
+            label: self.opt_string(node, "label", path),
+            labels: node
+                .get("labels")
+                .and_then(|n| self.string_list(n, &path.key("labels"), true)),
+            repo: self.opt_string(node, "repo", path),
+            guild: self.opt_string(node, "guild", path),
+            workspace: self.opt_string(node, "workspace", path),
+            channels: node
+                .get("channels")
+                .and_then(|n| self.string_list(n, &path.key("channels"), false)),
+            from_users: node
+                .get("from_users")
+                .and_then(|n| self.string_list(n, &path.key("from_users"), false)),
+            inputs: None,
+            connection: None,
+        };
+        if let Some(n) = node.get("connection") {
+            let p = path.key("connection");
+            if let Some(s) = self.string(n, &p) {
+                if is_slug(&s) {
+                    f.connection = Some(s);
+                } else {
+                    self.error(
+                        "invalid_value",
+                        format!("connection {s:?} must be a slug (^[a-z0-9]+(?:-[a-z0-9]+)*$)"),
+                        &p,
+                        n,
+                    );
+                }
+            }
+        }
+        if let Some(n) = node.get("inputs") {
+            let p = path.key("inputs");
+            match &n.value {
+                Y::Map(entries) => {
+                    let mut out = Vec::new();
+                    for (k, v) in entries {
+                        match &v.value {
+                            Y::String(_) | Y::Number(_) | Y::Bool(_) => {
+                                out.push((k.text.clone(), v.to_json()))
+                            }
+                            _ => self.type_error(
+                                "string, number or boolean",
+                                &p.key(k.text.clone()),
+                                v,
+                            ),
+                        }
+                    }
+                    f.inputs = Some(out);
+                }
+                _ => self.type_error("object", &p, n),
+            }
+        }
+        (self.diags.len() == before).then_some(f)
+    }
+
+    fn inputs(&mut self, node: &Node, path: &Path) -> Option<Vec<InputDecl>> {
+        let Y::Map(entries) = &node.value else {
+            self.type_error("object", path, node);
+            return None;
+        };
+        let before = self.diags.len();
+        let mut out = Vec::new();
+        for (k, v) in entries {
+            let p = path.key(k.text.clone());
+            if !is_identifier(&k.text) {
+                self.error_at_key(
+                    "invalid_identifier",
+                    format!("input name {:?} must match ^[a-z][a-z0-9_-]*$", k.text),
+                    &p,
+                    k,
+                );
+                continue;
+            }
+            if self
+                .object(v, &p, &["type", "required", "default", "choices"], &|_| {
+                    None
+                })
+                .is_none()
+            {
+                continue;
+            }
+            let Some(tn) = self.required(v, "type", &p) else {
+                continue;
+            };
+            let kind = match &tn.value {
+                Y::String(s) if s == "string" => InputType::String,
+                Y::String(s) if s == "number" => InputType::Number,
+                Y::String(s) if s == "boolean" => InputType::Boolean,
+                _ => {
+                    self.error(
+                        "invalid_value",
+                        "Invalid option: expected one of \"string\"|\"number\"|\"boolean\"",
+                        &p.key("type"),
+                        tn,
+                    );
+                    continue;
+                }
+            };
+            let required = v
+                .get("required")
+                .and_then(|n| self.bool(n, &p.key("required")));
+            let matches_type = |n: &Node| match kind {
+                InputType::String => matches!(n.value, Y::String(_)),
+                InputType::Number => matches!(n.value, Y::Number(_)),
+                InputType::Boolean => matches!(n.value, Y::Bool(_)),
+            };
+            let choices = match v.get("choices") {
+                None => None,
+                Some(c) => match &c.value {
+                    Y::Seq(items) if !items.is_empty() => {
+                        for (i, item) in items.iter().enumerate() {
+                            if !matches_type(item) {
+                                self.error(
+                                    "invalid_type",
+                                    format!("choice must be a {}", kind.as_str()),
+                                    &p.key("choices").index(i),
+                                    item,
+                                );
+                            }
+                        }
+                        Some(items.iter().map(Node::to_json).collect::<Vec<_>>())
+                    }
+                    Y::Seq(_) => {
+                        self.error(
+                            "invalid_value",
+                            "Too small: expected array to have >=1 items",
+                            &p.key("choices"),
+                            c,
+                        );
+                        None
+                    }
+                    _ => {
+                        self.type_error("array", &p.key("choices"), c);
+                        None
+                    }
+                },
+            };
+            let default = match v.get("default") {
+                None => None,
+                Some(d) => {
+                    if !matches_type(d) {
+                        self.error(
+                            "invalid_default_type",
+                            format!("default must be a {}", kind.as_str()),
+                            &p.key("default"),
+                            d,
+                        );
+                    } else if let Some(cs) = &choices
+                        && !cs.contains(&d.to_json())
+                    {
+                        self.error(
+                            "invalid_default_choice",
+                            "default is not one of the choices",
+                            &p.key("default"),
+                            d,
+                        );
+                    }
+                    Some(d.to_json())
+                }
+            };
+            out.push(InputDecl {
+                name: k.text.clone(),
+                kind,
+                required,
+                default,
+                choices,
+            });
+        }
+        (self.diags.len() == before).then_some(out)
+    }
+
+    fn values(&mut self, node: &Node, path: &Path) -> Option<Vec<(String, Template)>> {
+        let Y::Map(entries) = &node.value else {
+            self.type_error("object", path, node);
+            return None;
+        };
+        let before = self.diags.len();
+        let mut out = Vec::new();
+        for (k, v) in entries {
+            let p = path.key(k.text.clone());
+            if !is_identifier(&k.text) {
+                self.error_at_key(
+                    "invalid_identifier",
+                    format!("value name {:?} must match ^[a-z][a-z0-9_-]*$", k.text),
+                    &p,
+                    k,
+                );
+                continue;
+            }
+            if let Some(t) = self.template(v, &p) {
+                out.push((k.text.clone(), t));
+            }
+        }
+        (self.diags.len() == before).then_some(out)
+    }
+
+    // ----- steps --------------------------------------------------------
+
+    fn step(&mut self, node: &Node, path: &Path, tname: &str) -> Option<Step> {
+        let allowed = [
+            "id",
+            "if",
+            "environment",
+            "max_runtime",
+            "idle_timeout",
+            "agent",
+            "prompt",
+            "output",
+            "allow_outputs",
+            "env",
+            "github",
+            "auto_archive",
+        ];
+        self.object(node, path, &allowed, &|k| {
+            (k == "timeout").then(|| {
+                (
+                    "removed_field",
+                    "timeout was removed; use max_runtime".to_owned(),
+                )
+            })
+        })?;
+        let before = self.diags.len();
+        let id = self
+            .required(node, "id", path)
+            .and_then(|n| self.identifier(n, &path.key("id"), "step id"));
+        let sid = id.clone().unwrap_or_else(|| "?".to_owned());
+        let condition = node.get("if").and_then(|n| {
+            let p = path.key("if");
+            let t = self.template(n, &p)?;
+            if t.single_expression().is_none() {
+                self.error(
+                    "invalid_expression",
+                    "if must be exactly one ${{ … }} expression",
+                    &p,
+                    n,
+                );
+                return None;
+            }
+            Some(t)
+        });
+        let environment = self.required(node, "environment", path).and_then(|n| {
+            let p = path.key("environment");
+            let s = self.string(n, &p)?;
+            if s.contains("${{") {
+                self.parse_template(&s, &p, n)
+                    .map(EnvironmentRef::Expression)
+            } else {
+                Some(EnvironmentRef::Named(s))
+            }
+        });
+        let max_runtime = self.required(node, "max_runtime", path).and_then(|n| {
+            self.duration(
+                n,
+                &path.key("max_runtime"),
+                &format!("trigger {tname} step {sid} max_runtime"),
+                MAX_DURATION_MS,
+                "24h",
+            )
+        });
+        let idle_timeout = self.required(node, "idle_timeout", path).and_then(|n| {
+            self.duration(
+                n,
+                &path.key("idle_timeout"),
+                &format!("trigger {tname} step {sid} idle_timeout"),
+                MAX_DURATION_MS,
+                "24h",
+            )
+        });
+        if let (Some(m), Some(i)) = (&max_runtime, &idle_timeout)
+            && i.millis > m.millis
+            && let Some(n) = node.get("idle_timeout")
+        {
+            self.error(
+                "idle_timeout_exceeds_max_runtime",
+                format!(
+                    "step {sid} idle_timeout must not exceed max_runtime ({} > {})",
+                    i.text, m.text
+                ),
+                &path.key("idle_timeout"),
+                n,
+            );
+        }
+        let agent = self.required(node, "agent", path).and_then(|n| {
+            let p = path.key("agent");
+            match &n.value {
+                Y::String(s) if s.contains("${{") => {
+                    self.parse_template(s, &p, n).map(AgentRef::Expression)
+                }
+                Y::String(s) if !s.is_empty() => Some(AgentRef::Named(s.clone())),
+                Y::Map(_) => self.agent(n, &p).map(AgentRef::Inline),
+                _ => {
+                    self.type_error("string or object", &p, n);
+                    None
+                }
+            }
+        });
+        let prompt = self
+            .required(node, "prompt", path)
+            .and_then(|n| self.prompt(n, &path.key("prompt")));
+        let output_schema = node.get("output").and_then(|n| {
+            let p = path.key("output");
+            self.object(n, &p, &["schema"], &|_| None)?;
+            let s = self.required(n, "schema", &p)?;
+            match &s.value {
+                Y::Map(_) => Some(s.to_json()),
+                _ => {
+                    self.type_error("object", &p.key("schema"), s);
+                    None
+                }
+            }
+        });
+        let allow_outputs = match node.get("allow_outputs") {
+            Some(n) => self.allow_outputs(n, &path.key("allow_outputs")),
+            None => Some(Vec::new()),
+        };
+        let env = match node.get("env") {
+            None => Some(Vec::new()),
+            Some(n) => {
+                let p = path.key("env");
+                match &n.value {
+                    Y::Map(entries) => {
+                        let mut out = Vec::new();
+                        for (k, v) in entries {
+                            if let Some(t) = self.template(v, &p.key(k.text.clone())) {
+                                out.push((k.text.clone(), t));
+                            }
+                        }
+                        Some(out)
+                    }
+                    _ => {
+                        self.type_error("object", &p, n);
+                        None
+                    }
+                }
+            }
+        };
+        let github = node
+            .get("github")
+            .and_then(|n| self.github(n, &path.key("github")));
+        let auto_archive = node
+            .get("auto_archive")
+            .and_then(|n| self.bool(n, &path.key("auto_archive")))
+            .unwrap_or(false);
+        if self.diags.len() != before {
+            return None;
+        }
+        Some(Step {
+            id: id?,
+            environment: environment?,
+            max_runtime: max_runtime?,
+            idle_timeout: idle_timeout?,
+            agent: agent?,
+            prompt: prompt?,
+            condition,
+            output_schema,
+            allow_outputs: allow_outputs?,
+            env: env?,
+            github,
+            auto_archive,
+        })
+    }
+
+    fn prompt(&mut self, node: &Node, path: &Path) -> Option<Vec<PromptBlock>> {
+        let Y::Seq(items) = &node.value else {
+            self.type_error("array", path, node);
+            return None;
+        };
+        if items.is_empty() {
+            self.error(
+                "invalid_value",
+                "Too small: expected array to have >=1 items",
+                path,
+                node,
+            );
+            return None;
+        }
+        let mut out = Vec::new();
+        let mut ok = true;
+        for (i, item) in items.iter().enumerate() {
+            let p = path.index(i);
+            let block = match &item.value {
+                Y::Map(_) if item.get("text").is_some() => {
+                    self.object(item, &p, &["text"], &|_| None).and_then(|_| {
+                        let t = item.get("text")?;
+                        self.template(t, &p.key("text")).map(PromptBlock::Text)
+                    })
+                }
+                Y::Map(_) if item.get("include").is_some() => self
+                    .object(item, &p, &["include"], &|_| None)
+                    .and_then(|_| {
+                        let t = item.get("include")?;
+                        self.string(t, &p.key("include")).map(PromptBlock::Include)
+                    }),
+                Y::Map(_) => {
+                    self.object(item, &p, &["text", "include"], &|_| None);
+                    self.error(
+                        "missing_field",
+                        "a prompt block needs text or include",
+                        &p,
+                        item,
+                    );
+                    None
+                }
+                _ => {
+                    self.type_error("object", &p, item);
+                    None
+                }
+            };
+            match block {
+                Some(b) => out.push(b),
+                None => ok = false,
+            }
+        }
+        ok.then_some(out)
+    }
+
+    /// An `allow_outputs` list.
+    pub(crate) fn allow_outputs(&mut self, node: &Node, path: &Path) -> Option<Vec<AllowOutput>> {
+        let Y::Seq(items) = &node.value else {
+            self.type_error("array", path, node);
+            return None;
+        };
+        let before = self.diags.len();
+        let mut out = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let p = path.index(i);
+            if self
+                .object(item, &p, &["type", "max", "required"], &|_| None)
+                .is_none()
+            {
+                continue;
+            }
+            let kind = self.required(item, "type", &p).and_then(|n| {
+                let s = self.string(n, &p.key("type"))?;
+                if is_event_name(&s) {
+                    Some(s)
+                } else {
+                    self.error("invalid_value", format!("Invalid string: must match pattern /^[a-z][a-z0-9_-]*\\.[a-z][a-z0-9_-]*$/u (got {s:?})"), &p.key("type"), n);
+                    None
+                }
+            });
+            let required = item
+                .get("required")
+                .and_then(|n| self.bool(n, &p.key("required")))
+                .unwrap_or(false);
+            let max = match item.get("max") {
+                None => Some(1),
+                Some(n) => match &n.value {
+                    Y::Number(num) => match num.as_u64() {
+                        Some(0) => {
+                            let msg = if required {
+                                "required outputs must have max at least 1"
+                            } else {
+                                "output max must be greater than 0"
+                            };
+                            self.error("invalid_output_max", msg, &p.key("max"), n);
+                            None
+                        }
+                        Some(v) => match u32::try_from(v) {
+                            Ok(v) => Some(v),
+                            Err(_) => {
+                                self.error(
+                                    "invalid_value",
+                                    "Too big: max must fit in 32 bits",
+                                    &p.key("max"),
+                                    n,
+                                );
+                                None
+                            }
+                        },
+                        None => {
+                            self.error(
+                                "invalid_type",
+                                "Invalid input: expected int, received number",
+                                &p.key("max"),
+                                n,
+                            );
+                            None
+                        }
+                    },
+                    _ => {
+                        self.type_error("number", &p.key("max"), n);
+                        None
+                    }
+                },
+            };
+            if let (Some(kind), Some(max)) = (kind, max) {
+                out.push(AllowOutput {
+                    kind,
+                    max,
+                    required,
+                });
+            }
+        }
+        (self.diags.len() == before).then_some(out)
+    }
+
+    fn github(&mut self, node: &Node, path: &Path) -> Option<GithubAuthority> {
+        self.object(
+            node,
+            path,
+            &["connection", "repositories", "permissions", "duration"],
+            &|_| None,
+        )?;
+        let before = self.diags.len();
+        let connection = self.required(node, "connection", path).and_then(|n| {
+            let s = self.string(n, &path.key("connection"))?;
+            if is_slug(&s) {
+                Some(s)
+            } else {
+                self.error(
+                    "invalid_value",
+                    format!("connection {s:?} must be a slug (^[a-z0-9]+(?:-[a-z0-9]+)*$)"),
+                    &path.key("connection"),
+                    n,
+                );
+                None
+            }
+        });
+        let repositories = node.get("repositories").and_then(|n| {
+            let p = path.key("repositories");
+            let list = self.string_list(n, &p, true)?;
+            for (i, r) in list.iter().enumerate() {
+                let valid = r
+                    .split_once('/')
+                    .is_some_and(|(o, n)| !o.is_empty() && !n.is_empty() && !n.contains('/'));
+                if !valid
+                    && let Y::Seq(items) = &n.value
+                    && let Some(item) = items.get(i)
+                {
+                    self.error(
+                        "invalid_value",
+                        format!("repository {r:?} must be owner/name"),
+                        &p.index(i),
+                        item,
+                    );
+                }
+            }
+            Some(list)
+        });
+        let permissions = node.get("permissions").and_then(|n| {
+            let p = path.key("permissions");
+            let Y::Map(entries) = &n.value else {
+                self.type_error("object", &p, n);
+                return None;
+            };
+            let mut out = Vec::new();
+            for (k, v) in entries {
+                let level = match &v.value {
+                    Y::String(s) if s == "read" => GithubLevel::Read,
+                    Y::String(s) if s == "write" => GithubLevel::Write,
+                    Y::String(s) if s == "admin" => GithubLevel::Admin,
+                    _ => {
+                        self.error(
+                            "invalid_value",
+                            "Invalid option: expected one of \"read\"|\"write\"|\"admin\"",
+                            &p.key(k.text.clone()),
+                            v,
+                        );
+                        continue;
+                    }
+                };
+                out.push((k.text.clone(), level));
+            }
+            Some(out)
+        });
+        let duration = node.get("duration").and_then(|n| {
+            self.duration(
+                n,
+                &path.key("duration"),
+                "github duration",
+                3_600_000,
+                "1h because GitHub installation tokens expire after 1h",
+            )
+        });
+        if self.diags.len() != before {
+            return None;
+        }
+        Some(GithubAuthority {
+            connection: connection?,
+            repositories,
+            permissions,
+            duration,
+        })
+    }
+
+    /// A named-agent map of `.paseo/hub.yml`.
+    pub(crate) fn named_agents(&mut self, node: &Node, path: &Path) -> Vec<NamedAgent> {
+        let Y::Map(entries) = &node.value else {
+            self.type_error("object", path, node);
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (k, v) in entries {
+            let p = path.key(k.text.clone());
+            if !is_identifier(&k.text) {
+                self.error_at_key(
+                    "invalid_identifier",
+                    format!("agent name {:?} must match ^[a-z][a-z0-9_-]*$", k.text),
+                    &p,
+                    k,
+                );
+                continue;
+            }
+            if let Some(a) = self.agent(v, &p) {
+                out.push(NamedAgent {
+                    name: k.text.clone(),
+                    agent: a,
+                });
+            }
+        }
+        out
+    }
+}

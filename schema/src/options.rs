@@ -1,0 +1,614 @@
+//! Strict provider option schemas for `codex`, `claude` and `opencode`.
+//!
+//! Each provider's `agent.options` object is checked against a declarative
+//! [`Shape`], strict at every level, as Paseo's zod schemas are (spec §8).
+//! The same shapes print as JSON Schema for editors
+//! ([`json_schema`]). Findings are reported at authored paths, with unknown
+//! keys reported at the parent path (`Unrecognized key: "k"`) and union
+//! failures flattened: every branch's issues, as zod does.
+
+use serde_json::{Map, Value, json};
+
+use crate::diagnostic::{Diagnostic, Path};
+use crate::yaml::{Node, Value as Y};
+
+/// The shape of an option value.
+#[derive(Debug)]
+pub enum Shape {
+    /// `true` or `false`.
+    Bool,
+    /// Any string.
+    Str,
+    /// An array of strings.
+    StrArray,
+    /// One of the listed strings.
+    Enum(&'static [&'static str]),
+    /// An integer greater than 0.
+    PosInt,
+    /// An integer ≥ 0.
+    NonNegInt,
+    /// An integer in an inclusive range.
+    IntRange(i64, i64),
+    /// An object with exactly these optional keys (strict).
+    Object(&'static [(&'static str, Shape)]),
+    /// An object with exactly these keys; the listed ones are required.
+    ObjectReq(&'static [(&'static str, Shape)], &'static [&'static str]),
+    /// An object from arbitrary string keys to one shape.
+    Record(&'static Shape),
+    /// The first branch that matches.
+    Union(&'static [Shape]),
+}
+
+const ALLOW_DENY: Shape = Shape::Enum(&["allow", "deny"]);
+
+const CODEX_NETWORK_POLICY: Shape = Shape::Object(&[
+    ("enabled", Shape::Bool),
+    ("enable_socks5", Shape::Bool),
+    ("enable_socks5_udp", Shape::Bool),
+    ("allow_local_binding", Shape::Bool),
+    ("allow_upstream_proxy", Shape::Bool),
+    ("dangerously_allow_all_unix_sockets", Shape::Bool),
+    ("dangerously_allow_non_loopback_proxy", Shape::Bool),
+    ("proxy_url", Shape::Str),
+    ("socks_url", Shape::Str),
+    ("domains", Shape::Record(&ALLOW_DENY)),
+    ("unix_sockets", Shape::Record(&ALLOW_DENY)),
+]);
+
+/// Codex options: the normative core of spec §8.1.
+pub const CODEX: Shape = Shape::Object(&[
+    (
+        "approval_policy",
+        Shape::Union(&[
+            Shape::Enum(&["untrusted", "on-request", "never"]),
+            Shape::ObjectReq(
+                &[(
+                    "granular",
+                    Shape::Object(&[
+                        ("sandbox_approval", Shape::Bool),
+                        ("rules", Shape::Bool),
+                        ("mcp_elicitations", Shape::Bool),
+                        ("request_permissions", Shape::Bool),
+                        ("skill_approval", Shape::Bool),
+                    ]),
+                )],
+                &["granular"],
+            ),
+        ]),
+    ),
+    (
+        "sandbox_mode",
+        Shape::Enum(&["read-only", "workspace-write", "danger-full-access"]),
+    ),
+    (
+        "sandbox_workspace_write",
+        Shape::Object(&[
+            ("writable_roots", Shape::StrArray),
+            ("network_access", Shape::Bool),
+            ("exclude_slash_tmp", Shape::Bool),
+            ("exclude_tmpdir_env_var", Shape::Bool),
+        ]),
+    ),
+    (
+        "web_search",
+        Shape::Enum(&["disabled", "cached", "indexed", "live"]),
+    ),
+    (
+        "features",
+        Shape::Object(&[
+            ("multi_agent_v2", Shape::Bool),
+            (
+                "network_proxy",
+                Shape::Union(&[Shape::Bool, CODEX_NETWORK_POLICY]),
+            ),
+        ]),
+    ),
+]);
+
+const CLAUDE_PERMISSION_RULES: Shape = Shape::Object(&[
+    ("allow", Shape::StrArray),
+    ("ask", Shape::StrArray),
+    ("deny", Shape::StrArray),
+]);
+
+const CLAUDE_SANDBOX_NETWORK: Shape = Shape::Object(&[
+    ("allowedDomains", Shape::StrArray),
+    ("deniedDomains", Shape::StrArray),
+    ("strictAllowlist", Shape::Bool),
+    ("allowManagedDomainsOnly", Shape::Bool),
+    ("allowUnixSockets", Shape::StrArray),
+    ("allowAllUnixSockets", Shape::Bool),
+    ("allowLocalBinding", Shape::Bool),
+    ("allowMachLookup", Shape::StrArray),
+    ("httpProxyPort", Shape::PosInt),
+    ("socksProxyPort", Shape::PosInt),
+    (
+        "tlsTerminate",
+        Shape::Object(&[("caCertPath", Shape::Str), ("caKeyPath", Shape::Str)]),
+    ),
+]);
+
+const CLAUDE_SANDBOX_FILESYSTEM: Shape = Shape::Object(&[
+    ("allowWrite", Shape::StrArray),
+    ("denyWrite", Shape::StrArray),
+    ("denyRead", Shape::StrArray),
+    ("allowRead", Shape::StrArray),
+    ("allowManagedReadPathsOnly", Shape::Bool),
+    ("disabled", Shape::Bool),
+]);
+
+/// Claude options: spec §8.2 at Claude Agent SDK 0.3.246 (`tools` included).
+pub const CLAUDE: Shape = Shape::Object(&[
+    ("tools", Shape::StrArray),
+    ("allowedTools", Shape::StrArray),
+    ("disallowedTools", Shape::StrArray),
+    ("additionalDirectories", Shape::StrArray),
+    (
+        "sandbox",
+        Shape::Object(&[
+            ("enabled", Shape::Bool),
+            ("failIfUnavailable", Shape::Bool),
+            ("autoAllowBashIfSandboxed", Shape::Bool),
+            ("excludedCommands", Shape::StrArray),
+            ("allowUnsandboxedCommands", Shape::Bool),
+            ("network", CLAUDE_SANDBOX_NETWORK),
+            ("filesystem", CLAUDE_SANDBOX_FILESYSTEM),
+            ("ignoreViolations", Shape::Record(&Shape::StrArray)),
+            ("enableWeakerNestedSandbox", Shape::Bool),
+            (
+                "ripgrep",
+                Shape::ObjectReq(
+                    &[("command", Shape::Str), ("args", Shape::StrArray)],
+                    &["command"],
+                ),
+            ),
+        ]),
+    ),
+    (
+        "settings",
+        Shape::Object(&[
+            ("permissions", CLAUDE_PERMISSION_RULES),
+            (
+                "sandbox",
+                Shape::Object(&[
+                    ("enabled", Shape::Bool),
+                    ("failIfUnavailable", Shape::Bool),
+                    ("autoAllowBashIfSandboxed", Shape::Bool),
+                    ("excludedCommands", Shape::StrArray),
+                    ("allowUnsandboxedCommands", Shape::Bool),
+                    ("network", CLAUDE_SANDBOX_NETWORK),
+                    ("filesystem", CLAUDE_SANDBOX_FILESYSTEM),
+                ]),
+            ),
+        ]),
+    ),
+]);
+
+const OPENCODE_ACTION: Shape = Shape::Enum(&["ask", "allow", "deny"]);
+const OPENCODE_RULE: Shape = Shape::Union(&[OPENCODE_ACTION, Shape::Record(&OPENCODE_ACTION)]);
+
+/// OpenCode options: spec §8.3 (`"*"` and `hub_*` keys rejected).
+pub const OPENCODE: Shape = Shape::Object(&[(
+    "permission",
+    Shape::Union(&[
+        OPENCODE_ACTION,
+        Shape::Object(&[
+            ("read", OPENCODE_RULE),
+            ("edit", OPENCODE_RULE),
+            ("glob", OPENCODE_RULE),
+            ("grep", OPENCODE_RULE),
+            ("list", OPENCODE_RULE),
+            ("bash", OPENCODE_RULE),
+            ("task", OPENCODE_RULE),
+            ("external_directory", OPENCODE_RULE),
+            ("repo_clone", OPENCODE_RULE),
+            ("repo_overview", OPENCODE_RULE),
+            ("lsp", OPENCODE_RULE),
+            ("skill", OPENCODE_RULE),
+            ("todowrite", OPENCODE_ACTION),
+            ("question", OPENCODE_ACTION),
+            ("webfetch", OPENCODE_ACTION),
+            ("websearch", OPENCODE_ACTION),
+            ("codesearch", OPENCODE_ACTION),
+            ("doom_loop", OPENCODE_ACTION),
+        ]),
+    ]),
+)]);
+
+/// The providers palisade knows strict option schemas for.
+pub const PROVIDERS: &[&str] = &["codex", "claude", "opencode"];
+
+/// The strict schema of a provider, by base provider id (the text before
+/// the first `/`).
+pub fn provider_shape(provider: &str) -> Option<&'static Shape> {
+    match provider.split('/').next().unwrap_or(provider) {
+        "codex" => Some(&CODEX),
+        "claude" => Some(&CLAUDE),
+        "opencode" => Some(&OPENCODE),
+        _ => None,
+    }
+}
+
+/// One finding of a shape check, relative to the checked node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Issue {
+    /// Stable code (`unknown_key`, `invalid_type`, `invalid_value`, `missing_field`).
+    pub code: &'static str,
+    /// Zod-style message.
+    pub message: String,
+    /// Path relative to the checked node.
+    pub path: Path,
+    /// 1-based line of the node the issue is about.
+    pub line: u32,
+    /// 1-based column.
+    pub column: u32,
+}
+
+/// Checks `node` against `shape`, collecting every issue.
+pub fn check(shape: &Shape, node: &Node) -> Vec<Issue> {
+    let mut out = Vec::new();
+    check_at(shape, node, &Path::root(), &mut out);
+    out
+}
+
+fn issue(out: &mut Vec<Issue>, code: &'static str, message: String, path: &Path, node: &Node) {
+    out.push(Issue {
+        code,
+        message,
+        path: path.clone(),
+        line: node.pos.line,
+        column: node.pos.column,
+    });
+}
+
+fn type_issue(out: &mut Vec<Issue>, expected: &str, path: &Path, node: &Node) {
+    issue(
+        out,
+        "invalid_type",
+        format!(
+            "Invalid input: expected {expected}, received {}",
+            node.value.type_name()
+        ),
+        path,
+        node,
+    );
+}
+
+fn enum_list(values: &[&str]) -> String {
+    values
+        .iter()
+        .map(|v| format!("{v:?}"))
+        .collect::<Vec<_>>()
+        .join("|")
+}
+
+fn check_at(shape: &Shape, node: &Node, path: &Path, out: &mut Vec<Issue>) {
+    match shape {
+        Shape::Bool => {
+            if !matches!(node.value, Y::Bool(_)) {
+                type_issue(out, "boolean", path, node);
+            }
+        }
+        Shape::Str => {
+            if !matches!(node.value, Y::String(_)) {
+                type_issue(out, "string", path, node);
+            }
+        }
+        Shape::StrArray => match &node.value {
+            Y::Seq(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    check_at(&Shape::Str, item, &path.index(i), out);
+                }
+            }
+            _ => type_issue(out, "array", path, node),
+        },
+        Shape::Enum(values) => match &node.value {
+            Y::String(s) if values.contains(&s.as_str()) => {}
+            _ => issue(
+                out,
+                "invalid_value",
+                format!("Invalid option: expected one of {}", enum_list(values)),
+                path,
+                node,
+            ),
+        },
+        Shape::PosInt | Shape::NonNegInt | Shape::IntRange(..) => {
+            let (min, max) = match shape {
+                Shape::PosInt => (1, i64::MAX),
+                Shape::NonNegInt => (0, i64::MAX),
+                Shape::IntRange(a, b) => (*a, *b),
+                _ => (0, 0),
+            };
+            match &node.value {
+                Y::Number(n) => match n.as_i64() {
+                    Some(v) if v < min => issue(
+                        out,
+                        "invalid_value",
+                        format!("Too small: expected number to be >={min}"),
+                        path,
+                        node,
+                    ),
+                    Some(v) if v > max => issue(
+                        out,
+                        "invalid_value",
+                        format!("Too big: expected number to be <={max}"),
+                        path,
+                        node,
+                    ),
+                    Some(_) => {}
+                    None => type_issue(out, "int", path, node),
+                },
+                _ => type_issue(out, "number", path, node),
+            }
+        }
+        Shape::Object(fields) => check_object(fields, &[], node, path, out),
+        Shape::ObjectReq(fields, required) => check_object(fields, required, node, path, out),
+        Shape::Record(value) => match &node.value {
+            Y::Map(entries) => {
+                for (k, v) in entries {
+                    check_at(value, v, &path.key(k.text.clone()), out);
+                }
+            }
+            _ => type_issue(out, "record", path, node),
+        },
+        Shape::Union(branches) => {
+            let mut all = Vec::new();
+            for branch in *branches {
+                let mut branch_issues = Vec::new();
+                check_at(branch, node, path, &mut branch_issues);
+                if branch_issues.is_empty() {
+                    return;
+                }
+                all.extend(branch_issues);
+            }
+            out.extend(all);
+        }
+    }
+}
+
+fn check_object(
+    fields: &[(&str, Shape)],
+    required: &[&str],
+    node: &Node,
+    path: &Path,
+    out: &mut Vec<Issue>,
+) {
+    let Y::Map(entries) = &node.value else {
+        type_issue(out, "object", path, node);
+        return;
+    };
+    let mut unknown = Vec::new();
+    for (k, v) in entries {
+        match fields.iter().find(|(name, _)| *name == k.text) {
+            Some((_, shape)) => check_at(shape, v, &path.key(k.text.clone()), out),
+            None => unknown.push(k),
+        }
+    }
+    if let Some(first) = unknown.first() {
+        let names = unknown
+            .iter()
+            .map(|k| format!("{:?}", k.text))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let plural = if unknown.len() > 1 { "s" } else { "" };
+        out.push(Issue {
+            code: "unknown_key",
+            message: format!("Unrecognized key{plural}: {names}"),
+            path: path.clone(),
+            line: first.pos.line,
+            column: first.pos.column,
+        });
+    }
+    for name in required {
+        if !entries.iter().any(|(k, _)| k.text == *name) {
+            issue(
+                out,
+                "missing_field",
+                format!(
+                    "Invalid input: expected {}, received undefined",
+                    shape_type(fields, name)
+                ),
+                &path.key(*name),
+                node,
+            );
+        }
+    }
+}
+
+fn shape_type(fields: &[(&str, Shape)], name: &str) -> &'static str {
+    match fields.iter().find(|(n, _)| *n == name).map(|(_, s)| s) {
+        Some(Shape::Bool) => "boolean",
+        Some(Shape::Str | Shape::Enum(_)) => "string",
+        Some(Shape::StrArray) => "array",
+        Some(Shape::PosInt | Shape::NonNegInt | Shape::IntRange(..)) => "number",
+        _ => "object",
+    }
+}
+
+/// Validates a provider's `options` node. `path` is the authored path of
+/// the `options` node itself (ending in `.agent.options` or
+/// `.agents.<name>.options`); `file` names the document.
+///
+/// An unknown provider yields one `unknown_provider` error: palisade will
+/// not pass options it cannot check.
+pub fn validate(provider: &str, node: &Node, path: &Path, file: &str) -> Vec<Diagnostic> {
+    let Some(shape) = provider_shape(provider) else {
+        return vec![
+            Diagnostic::error(
+                "unknown_provider",
+                format!(
+                    "provider {provider:?} has no strict option schema; palisade knows {}",
+                    PROVIDERS.join(", ")
+                ),
+            )
+            .in_file(file)
+            .at(node.pos.line, node.pos.column)
+            .with_path(path.clone())
+            .with_help("use codex, claude or opencode, or remove options"),
+        ];
+    };
+    check(shape, node)
+        .into_iter()
+        .map(|i| {
+            let mut full = path.clone();
+            full.0.extend(i.path.0);
+            Diagnostic::error(i.code, i.message)
+                .in_file(file)
+                .at(i.line, i.column)
+                .with_path(full)
+        })
+        .collect()
+}
+
+/// The JSON Schema (draft 2020-12) of a shape.
+pub fn shape_schema(shape: &Shape) -> Value {
+    match shape {
+        Shape::Bool => json!({"type": "boolean"}),
+        Shape::Str => json!({"type": "string"}),
+        Shape::StrArray => json!({"type": "array", "items": {"type": "string"}}),
+        Shape::Enum(values) => json!({"type": "string", "enum": values}),
+        Shape::PosInt => json!({"type": "integer", "exclusiveMinimum": 0}),
+        Shape::NonNegInt => json!({"type": "integer", "minimum": 0}),
+        Shape::IntRange(a, b) => json!({"type": "integer", "minimum": a, "maximum": b}),
+        Shape::Object(fields) => object_schema(fields, &[]),
+        Shape::ObjectReq(fields, required) => object_schema(fields, required),
+        Shape::Record(value) => {
+            json!({"type": "object", "additionalProperties": shape_schema(value)})
+        }
+        Shape::Union(branches) => {
+            json!({"anyOf": branches.iter().map(shape_schema).collect::<Vec<_>>()})
+        }
+    }
+}
+
+fn object_schema(fields: &[(&str, Shape)], required: &[&str]) -> Value {
+    let props: Map<String, Value> = fields
+        .iter()
+        .map(|(k, s)| ((*k).to_owned(), shape_schema(s)))
+        .collect();
+    let mut m = Map::new();
+    m.insert("type".into(), json!("object"));
+    m.insert("properties".into(), Value::Object(props));
+    if !required.is_empty() {
+        m.insert("required".into(), json!(required));
+    }
+    m.insert("additionalProperties".into(), json!(false));
+    Value::Object(m)
+}
+
+/// The JSON Schema document of a provider's `agent.options`, or `None` for
+/// an unknown provider.
+pub fn json_schema(provider: &str) -> Option<Value> {
+    let shape = provider_shape(provider)?;
+    let mut schema = shape_schema(shape);
+    if let Value::Object(m) = &mut schema {
+        let mut head = Map::new();
+        head.insert(
+            "$schema".into(),
+            json!("https://json-schema.org/draft/2020-12/schema"),
+        );
+        head.insert(
+            "$id".into(),
+            json!(format!("urn:palisade:schema:options:{provider}")),
+        );
+        head.insert(
+            "title".into(),
+            json!(format!("agent.options for provider {provider}")),
+        );
+        head.append(m);
+        return Some(Value::Object(head));
+    }
+    Some(schema)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn issues(provider: &str, yaml: &str) -> Vec<String> {
+        let (node, d) = crate::yaml::parse("t.yml", yaml);
+        assert!(d.is_empty(), "{d:?}");
+        validate(provider, &node.unwrap(), &Path::root(), "t.yml")
+            .iter()
+            .map(|d| format!("providerOptions{}: {}", d.path, d.message))
+            .collect()
+    }
+
+    #[test]
+    fn spec_vectors() {
+        assert_eq!(
+            issues("codex", "cwd: /x"),
+            ["providerOptions: Unrecognized key: \"cwd\""]
+        );
+        assert_eq!(
+            issues("codex", "mcp_servers: {hub: {}}"),
+            ["providerOptions: Unrecognized key: \"mcp_servers\""]
+        );
+        assert_eq!(
+            issues(
+                "codex",
+                "sandbox_workspace_write: {writable_roots: [/a, 42]}"
+            ),
+            [
+                "providerOptions.sandbox_workspace_write.writable_roots[1]: Invalid input: expected string, received number"
+            ]
+        );
+        assert_eq!(
+            issues("codex", "approval_policy: on-failure"),
+            [
+                "providerOptions.approval_policy: Invalid option: expected one of \"untrusted\"|\"on-request\"|\"never\"",
+                "providerOptions.approval_policy: Invalid input: expected object, received string"
+            ]
+        );
+        assert_eq!(
+            issues("codex", "features: {multi_agent: true}"),
+            ["providerOptions.features: Unrecognized key: \"multi_agent\""]
+        );
+        assert_eq!(
+            issues("claude", "hooks: {}"),
+            ["providerOptions: Unrecognized key: \"hooks\""]
+        );
+        let e3 = "Invalid option: expected one of \"ask\"|\"allow\"|\"deny\"";
+        assert_eq!(
+            issues("opencode", "permission: sometimes"),
+            [
+                format!("providerOptions.permission: {e3}"),
+                "providerOptions.permission: Invalid input: expected object, received string"
+                    .to_owned()
+            ]
+        );
+        assert_eq!(
+            issues(
+                "opencode",
+                "permission: {bash: {\"git status\": sometimes}}"
+            ),
+            [
+                format!("providerOptions.permission: {e3}"),
+                format!("providerOptions.permission.bash: {e3}"),
+                format!("providerOptions.permission.bash[\"git status\"]: {e3}"),
+            ]
+        );
+        assert_eq!(
+            issues("opencode", "permission: {hub_reply: deny}"),
+            [
+                format!("providerOptions.permission: {e3}"),
+                "providerOptions.permission: Unrecognized key: \"hub_reply\"".to_owned()
+            ]
+        );
+        assert_eq!(
+            issues("opencode", "mcp: {}"),
+            ["providerOptions: Unrecognized key: \"mcp\""]
+        );
+        let unknown = issues("gemini", "x: 1");
+        assert_eq!(unknown.len(), 1);
+    }
+
+    #[test]
+    fn spec_accepts() {
+        assert!(issues("codex", "{approval_policy: never, sandbox_mode: workspace-write, sandbox_workspace_write: {writable_roots: [/var/cache/npm], network_access: false}, web_search: disabled, features: {network_proxy: {enabled: true, domains: {packages.example.com: allow, \"*\": deny}}}}").is_empty());
+        assert!(issues("claude", "{allowedTools: [Read], disallowedTools: [\"Bash(rm *)\"], sandbox: {enabled: true, failIfUnavailable: true, filesystem: {denyRead: [\"~/.ssh/**\"]}, network: {allowedDomains: [api.anthropic.com], allowLocalBinding: false, allowUnixSockets: [/var/run/docker.sock]}}, settings: {permissions: {ask: [\"Bash(*)\"], deny: [\"Edit(.env)\"]}}}").is_empty());
+        assert!(issues("opencode", "{permission: {bash: {\"*\": ask, \"git status\": allow}, external_directory: {\"*\": deny, \"/var/cache/npm/**\": allow}}}").is_empty());
+        assert!(issues("codex", "approval_policy: {granular: {rules: true}}").is_empty());
+        assert!(issues("codex/gpt-5", "sandbox_mode: read-only").is_empty());
+    }
+}

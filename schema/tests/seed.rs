@@ -1,0 +1,68 @@
+//! The seed workflow of Paseo's Hub security guide and each of its
+//! fragments validate clean, as data-driven tests over `examples/`.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::disallowed_methods,
+    reason = "tests read fixture files"
+)]
+
+use palisade_schema::{AgentRef, parse_fragment, parse_workflow};
+
+fn example(path: &str) -> String {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/");
+    std::fs::read_to_string(format!("{root}{path}")).unwrap()
+}
+
+#[test]
+fn seed_single_file_parses_clean() {
+    let text = example("guarded-request.yml");
+    let (config, diags) = parse_workflow("guarded-request.yml", &text);
+    assert!(diags.is_empty(), "{diags:#?}");
+    let config = config.unwrap();
+    assert_eq!(config.environments.len(), 1);
+    let t = &config.triggers[0];
+    assert_eq!(t.name, "guarded-request");
+    assert_eq!(t.on, "slack.mention");
+    assert_eq!(t.max_runtime.millis, 2 * 3_600_000);
+    let ids: Vec<&str> = t.steps.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(ids, ["classify", "answer", "implement"]);
+    assert!(t.steps[0].output_schema.is_some());
+    assert_eq!(t.steps[1].allow_outputs[0].max, 1);
+    assert_eq!(t.steps[2].allow_outputs[0].max, 3);
+    let AgentRef::Inline(a) = &t.steps[0].agent else {
+        panic!()
+    };
+    assert_eq!(a.provider, "codex");
+    let cond = t.steps[1].condition.as_ref().unwrap();
+    let ctx = serde_json::json!({"steps": {"classify": {"outputs": {"kind": "answer"}}}});
+    assert_eq!(cond.eval(&ctx).unwrap(), serde_json::json!(true));
+}
+
+#[test]
+fn seed_fragments_validate_as_their_section() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/fragments");
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 7, "the seed has seven fragments");
+    for path in names {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let diags = parse_fragment(&path.display().to_string(), &text);
+        assert!(diags.is_empty(), "{}: {diags:#?}", path.display());
+    }
+    // Positive control: the same machinery rejects a broken fragment.
+    let diags = parse_fragment(
+        "f.yml",
+        "agent:\n  provider: codex\n  options:\n    cwd: /\n",
+    );
+    assert_eq!(diags.len(), 1, "{diags:#?}");
+    assert_eq!(diags[0].code, "unknown_key");
+    assert_eq!(diags[0].path.to_string(), ".agent.options");
+    assert_eq!((diags[0].line, diags[0].column), (4, 5));
+}
