@@ -115,20 +115,28 @@ fn subjects(ctx: &Ctx, cwd: &Path, res: &mut SuiteResult) -> Result<Vec<Subject>
     let mut subs = vec![mk("bare exec", Vec::new())];
     match ctx.palisade_with("run", "isolate") {
         Ok(bin) => {
-            for profile in ["strict", "governed"] {
-                subs.push(mk(
-                    &format!("palisade {profile}"),
-                    strings(&[
-                        &bin.display().to_string(),
-                        "run",
-                        "--profile",
-                        profile,
-                        "--cwd",
-                        &cwd.display().to_string(),
-                        "--",
-                    ]),
-                ));
-            }
+            let bin = bin.display().to_string();
+            let cwd = cwd.display().to_string();
+            // The same work as the bwrap row: the working directory bound
+            // writable and entered (`governed` makes its cwd writable itself).
+            subs.push(mk(
+                "palisade strict",
+                strings(&[
+                    &bin,
+                    "run",
+                    "--profile",
+                    "strict",
+                    "--writable",
+                    &cwd,
+                    "--cwd",
+                    &cwd,
+                    "--",
+                ]),
+            ));
+            subs.push(mk(
+                "palisade governed",
+                strings(&[&bin, "run", "--profile", "governed", "--cwd", &cwd, "--"]),
+            ));
         }
         Err(e) => {
             res.unavailable("palisade strict", e.clone());
