@@ -58,6 +58,7 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SuiteResult, String> {
     let subjects = subjects(ctx, &cwd, &mut res)?;
     let stderr_log = ctx.tmp.join("spawn-stderr.log");
 
+    let mut survivors: Vec<Subject> = Vec::new();
     for (case, argv) in CASES {
         let mut subs = subjects.clone();
         // Warm-up, which also weeds out subjects that cannot run here.
@@ -85,6 +86,13 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SuiteResult, String> {
                 }
             }
         }
+        if survivors.is_empty() {
+            survivors = subs
+                .iter()
+                .filter(|s| s.failed.is_none())
+                .cloned()
+                .collect();
+        }
         for s in subs {
             if let Some(why) = s.failed {
                 res.unavailable(&format!("{} ({case})", s.name), why);
@@ -94,6 +102,9 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SuiteResult, String> {
         }
     }
     goals(&mut res);
+    if !ctx.opts.quick {
+        hyperfine(ctx, &survivors, &cwd, &mut res);
+    }
     res.notes.push(format!(
         "Wall time from spawn to exit, {} runs per subject after {} warm-up runs, subjects alternated and the order rotated each round; run as uid {} in {}.",
         ctx.opts.runs,
@@ -299,6 +310,100 @@ fn crate_figures(ctx: &Ctx, res: &mut SuiteResult) {
     }
 }
 
+/// An independent cross-check of the first case with hyperfine (`-N`, no
+/// shell), when it is installed. hyperfine runs each command's runs in a
+/// block, not alternated, so these rows are a sanity check of the harness's
+/// own timing, not a replacement for it.
+fn hyperfine(ctx: &Ctx, subjects: &[Subject], cwd: &Path, res: &mut SuiteResult) {
+    let Some(hf) = Ctx::peer("hyperfine") else {
+        res.unavailable(
+            "hyperfine cross-check",
+            "not installed (apt-get install hyperfine)",
+        );
+        return;
+    };
+    let Some((case, argv)) = CASES.first() else {
+        return;
+    };
+    let json = ctx.tmp.join("hyperfine.json");
+    let mut cmd = Command::new(hf);
+    cmd.current_dir(cwd).args([
+        "-N",
+        "--style",
+        "none",
+        "--warmup",
+        &ctx.opts.warmup.max(1).to_string(),
+        "--runs",
+        &ctx.opts.runs.to_string(),
+        "--export-json",
+        &json.display().to_string(),
+    ]);
+    for s in subjects {
+        let words: Vec<String> = s
+            .prefix
+            .iter()
+            .map(String::as_str)
+            .chain(argv.iter().copied())
+            .map(shell_quote)
+            .collect();
+        cmd.arg("-n").arg(&s.name).arg(words.join(" "));
+    }
+    let out = match sys::output_within(&mut cmd, Duration::from_secs(900)) {
+        Ok(o) if o.status.success() => o,
+        Ok(o) => {
+            res.unavailable(
+                "hyperfine cross-check",
+                format!("hyperfine failed: {}", sys::first_line(&o.stderr)),
+            );
+            return;
+        }
+        Err(e) => {
+            res.unavailable("hyperfine cross-check", e);
+            return;
+        }
+    };
+    drop(out);
+    let parsed = std::fs::read_to_string(&json)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+    let case = format!("{case} (hyperfine -N cross-check)");
+    for r in parsed
+        .as_ref()
+        .and_then(|v| v.get("results"))
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let name = r
+            .get("command")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("?");
+        let times: Vec<f64> = r
+            .get("times")
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(serde_json::Value::as_f64)
+            .map(|t| t * 1000.0)
+            .collect();
+        if let Some(row) = Row::new(&case, name, "ms", Better::Lower, &times) {
+            res.rows.push(row);
+        }
+    }
+}
+
+/// Quotes a word for hyperfine's shell-words splitting.
+fn shell_quote(w: &str) -> String {
+    if !w.is_empty()
+        && w.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-=:,+@".contains(c))
+    {
+        w.to_owned()
+    } else {
+        format!("'{}'", w.replace('\'', "'\\''"))
+    }
+}
+
 fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| (*s).to_owned()).collect()
 }
@@ -312,4 +417,51 @@ fn current_uid() -> String {
                 .and_then(|v| v.split_whitespace().next().map(str::to_owned))
         })
         .unwrap_or_else(|| "?".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_quoted_for_hyperfine() {
+        assert_eq!(shell_quote("/usr/bin/bwrap"), "/usr/bin/bwrap");
+        assert_eq!(shell_quote("ls /usr/bin | wc -l"), "'ls /usr/bin | wc -l'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+
+    #[test]
+    fn bwrap_binds_the_cwd_and_never_masks_its_parent() {
+        let (args, masks) = bwrap_args(Path::new("/usr/bin/bwrap"), Path::new("/home/u/w"));
+        let line = args.join(" ");
+        assert!(
+            line.contains("--bind /home/u/w /home/u/w --chdir /home/u/w --"),
+            "{line}"
+        );
+        assert!(!line.contains("--tmpfs /home "), "{line}");
+        assert_eq!(line.matches("--tmpfs").count(), masks);
+    }
+
+    #[test]
+    fn a_failing_subject_is_reported_with_its_stderr() {
+        let dir = std::env::temp_dir().join(format!("xtask-spawn-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("err.log");
+        let s = Subject {
+            name: "fails".into(),
+            prefix: strings(&["/bin/sh", "-c", "echo nope >&2; exit 3", "x"]),
+            samples: Vec::new(),
+            failed: None,
+        };
+        let err = once(&s, &["/bin/true"], &dir, &log, true).unwrap_err();
+        assert!(err.contains("nope") && err.contains('3'), "{err}");
+        // Positive control: the same wrapper shape that exits 0 is timed.
+        let ok = Subject {
+            prefix: strings(&["/bin/sh", "-c", "exec \"$@\"", "x"]),
+            ..s
+        };
+        assert!(once(&ok, &["/bin/true"], &dir, &log, false).unwrap() > 0.0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
