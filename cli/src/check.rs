@@ -74,14 +74,10 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     )))
 }
 
-/// The seam for the host-policy parser (`palisade.toml`): takes the
-/// policy's display name and text, returns its diagnostics. Until the
-/// host-policy parser lands this refuses, so `--policy` fails closed
-/// (exit 2) instead of pretending the policy was checked.
-pub(crate) fn check_policy(name: &str, _text: &str) -> Result<Vec<Diagnostic>, String> {
-    Err(format!(
-        "cannot check host policy {name}: this build has no host-policy parser yet"
-    ))
+/// The host-policy check behind `--policy` (`palisade.toml`): takes the
+/// policy's display name and text, returns its diagnostics.
+pub(crate) fn check_policy(name: &str, text: &str) -> Result<Vec<Diagnostic>, String> {
+    Ok(palisade_schema::host_policy::parse(text, name).1)
 }
 
 fn read_text(path: &Path) -> Result<String, String> {

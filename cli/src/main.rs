@@ -9,7 +9,17 @@
 #![allow(clippy::print_stdout, reason = "the CLI prints")]
 
 mod check;
+#[allow(
+    dead_code,
+    reason = "merge of schema and egress: check.rs's policy seam calls the parser directly"
+)]
+mod check_policy;
+mod decide;
+mod host_policy_file;
+mod mark_untrusted;
 mod probe;
+mod proxy;
+mod relay;
 mod run;
 mod schema_cmd;
 
@@ -36,6 +46,14 @@ enum Command {
     Probe(probe::Args),
     /// Print JSON Schema documents for hub.yml, workflow files and provider options.
     Schema(schema_cmd::Args),
+    /// Decide egress, outward or routing requests against the host policy.
+    Decide(decide::Args),
+    /// Mark files untrusted: a session that reads them becomes tainted.
+    MarkUntrusted(mark_untrusted::Args),
+    /// Run the recording, limiting egress proxy until SIGINT or SIGTERM.
+    Proxy(proxy::Args),
+    /// Run a credential-injecting host relay until SIGINT or SIGTERM.
+    Relay(relay::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -55,6 +73,10 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Probe(args) => probe::run(args),
         Command::Schema(args) => schema_cmd::run(args),
+        Command::Decide(args) => decide::run(args),
+        Command::MarkUntrusted(args) => mark_untrusted::run(args),
+        Command::Proxy(args) => proxy::run(args),
+        Command::Relay(args) => relay::run(args),
     };
     match res {
         Ok(code) => code,

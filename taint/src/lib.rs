@@ -1,2 +1,30 @@
 //! The sticky session-taint state machine.
+//!
+//! A [`Session`] starts clean. Feeding it [`Event`]s (tool results, file
+//! reads and writes, proxy connections, untrusted input) under compiled
+//! [`Rules`] may taint it; once tainted it stays tainted for the life of the
+//! session: no method clears it, and replaying the same events after a
+//! restart ([`Session::rebuild`]) yields the same state. The session also
+//! remembers the hosts it contacted (a tainted session may return to them)
+//! and the routing-restricted paths it read (a later dispatch must go to a
+//! provider allowed for every one of them).
+//!
+//! The decisions themselves (may this connection open, may this action run,
+//! may this provider receive the session) live in `palisade-policy`; this
+//! crate only keeps the state. It does no IO and reads no clock: the caller
+//! passes every timestamp, as Unix milliseconds.
+//!
+//! What taint cannot see: content that never passes through palisade (a
+//! file written by another process, a tool the embedding orchestrator does
+//! not report), or untrusted text that a trusted source relays verbatim.
+
 #![forbid(unsafe_code)]
+
+mod path;
+mod session;
+
+pub use path::{normalize_path, parse_marks};
+pub use session::{
+    Effects, Event, MAX_SOURCES, Record, Rules, RulesError, Session, Source, SteeringWrite,
+    TaintSource, TaintState, ToolClass,
+};

@@ -1,0 +1,248 @@
+//! `palisade proxy`: run the recording, limiting egress proxy for one
+//! session until SIGINT or SIGTERM, then close the journal cleanly.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use palisade_egress::addr::{AddressPolicy, Cidr};
+use palisade_egress::journal::{JournalRecorder, JournalThread};
+use palisade_egress::policy::PolicyDecider;
+use palisade_egress::proxy::{Limits, Listener, Proxy, ProxyConfig, ProxyToken, shutdown_channel};
+use palisade_egress::record::{Event, Recorder};
+use palisade_egress::resolve::SystemResolver;
+use palisade_evidence::{JournalKey, JournalWriter, Timestamp, WriterOptions};
+use palisade_schema::host_policy::HostPolicy;
+use palisade_taint::{Rules, Session};
+
+use crate::host_policy_file::{load_policy, marks_path, read_marks};
+
+/// Arguments of `palisade proxy`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The host policy (`palisade.toml`).
+    #[arg(long)]
+    policy: PathBuf,
+    /// Where to listen: `127.0.0.1:PORT` (port 0 picks one) or `unix:PATH`.
+    #[arg(long)]
+    listen: String,
+    /// Sealed evidence journal to append records to (created if missing).
+    #[arg(long, requires = "key")]
+    journal: Option<PathBuf>,
+    /// The journal key file (`palisade journal keygen`).
+    #[arg(long, requires = "journal")]
+    key: Option<PathBuf>,
+    /// Session id written into journal records.
+    #[arg(long, default_value = "proxy")]
+    session: String,
+    /// Write a fresh per-session Proxy-Authorization token to this file
+    /// (mode 0600, never overwritten); clients send
+    /// `Proxy-Authorization: Bearer TOKEN` or Basic with any user.
+    #[arg(long, conflicts_with = "no_auth")]
+    token_file: Option<PathBuf>,
+    /// Accept clients without a token (only when nothing else can reach the listener).
+    #[arg(long)]
+    no_auth: bool,
+    /// The marks file (default: `taint.marks_file` next to the policy).
+    #[arg(long)]
+    marks: Option<PathBuf>,
+}
+
+/// Records printed as JSON lines on stdout when no journal is given.
+#[derive(Debug, Default)]
+pub(crate) struct StdoutRecorder(Mutex<()>);
+
+impl Recorder for StdoutRecorder {
+    fn record(&self, event: &Event) {
+        let line = serde_json::json!({"kind": event.kind(), "body": event.to_json()});
+        let _guard = self.0.lock();
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// Opens or creates the journal and starts its writer thread.
+pub(crate) fn open_journal(
+    journal: &Path,
+    key: &Path,
+    session: &str,
+) -> Result<(Arc<JournalRecorder>, JournalThread), String> {
+    let text = std::fs::read_to_string(key)
+        .map_err(|e| format!("cannot read key {}: {e}", key.display()))?;
+    let key = JournalKey::from_text(&text).map_err(|e| format!("{}: {e}", key.display()))?;
+    let opts = WriterOptions::default();
+    let writer = if journal.exists() {
+        JournalWriter::open(journal, &key, &opts, Timestamp(now_ms()))
+            .map(|(w, _)| w)
+            .map_err(|e| format!("cannot open journal {}: {e}", journal.display()))?
+    } else {
+        JournalWriter::create(journal, &key, &opts, Timestamp(now_ms()))
+            .map_err(|e| format!("cannot create journal {}: {e}", journal.display()))?
+    };
+    Ok(JournalRecorder::start(writer, session.to_owned()))
+}
+
+/// The address deny set of the policy plus this host's interface addresses.
+pub(crate) fn address_policy(policy: &HostPolicy) -> Result<AddressPolicy, String> {
+    let allow = policy
+        .egress
+        .allow_addresses
+        .iter()
+        .map(|c| Cidr::new(c.addr(), c.prefix()).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let own = palisade_egress::net::interface_addresses().map_err(|e| {
+        format!("cannot list this host's interface addresses (needed for the deny set): {e}")
+    })?;
+    Ok(AddressPolicy::new(allow).with_own_addresses(own))
+}
+
+/// Writes a secret to a new file with mode 0600, refusing to overwrite.
+pub(crate) fn write_secret_file(path: &Path, value: &str) -> Result<(), String> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("cannot create {} (it must not exist): {e}", path.display()))?;
+    f.write_all(value.as_bytes())
+        .and_then(|()| f.write_all(b"\n"))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("cannot set mode on {}: {e}", path.display()))
+}
+
+/// Waits for SIGINT or SIGTERM.
+pub(crate) async fn signalled() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        // Without signal handlers the process could not stop cleanly; run until killed.
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+}
+
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))
+}
+
+pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
+    if args.token_file.is_none() && !args.no_auth {
+        return Err("choose --token-file PATH (a per-session Proxy-Authorization token is written there) or --no-auth".into());
+    }
+    let loaded = load_policy(&args.policy)?;
+    let marks = read_marks(&marks_path(&loaded, args.marks.as_deref()))?;
+    let rules = Rules::new(&loaded.policy, &marks).map_err(|e| e.to_string())?;
+    let addresses = address_policy(&loaded.policy)?;
+    let token = match &args.token_file {
+        Some(path) => {
+            let t = ProxyToken::generate().map_err(|e| format!("cannot generate a token: {e}"))?;
+            write_secret_file(path, t.expose())?;
+            Some(t)
+        }
+        None => None,
+    };
+    let lim = &loaded.policy.egress.limits;
+    let defaults = Limits::default();
+    let config = ProxyConfig {
+        limits: Limits {
+            bytes_per_connection: lim.bytes_per_connection,
+            bytes_per_session: lim.bytes_per_session,
+            max_connections: lim.connections.map_or(defaults.max_connections, |c| {
+                usize::try_from(c).unwrap_or(usize::MAX)
+            }),
+            per_minute: lim.per_minute.map(|p| u32::try_from(p).unwrap_or(u32::MAX)),
+            ..defaults
+        },
+        token,
+        require_sni_match: loaded.policy.egress.require_sni_match,
+        sni_ports: vec![443],
+        addresses,
+    };
+    let policy = Arc::new(loaded.policy);
+    let decider = Arc::new(PolicyDecider::new(
+        policy,
+        Arc::new(rules),
+        Arc::new(Mutex::new(Session::new())),
+    ));
+    let journal = match (&args.journal, &args.key) {
+        (Some(j), Some(k)) => Some(open_journal(j, k, &args.session)?),
+        _ => None,
+    };
+    let recorder: Arc<dyn Recorder> = match &journal {
+        Some((r, _)) => r.clone(),
+        None => Arc::new(StdoutRecorder::default()),
+    };
+    let rt = runtime()?;
+    let served: Result<(), String> = rt.block_on(async {
+        let (listener, shown) = bind(&args.listen).await?;
+        let proxy = Proxy::new(config, decider, Arc::new(SystemResolver), recorder);
+        let (shutdown, signal) = shutdown_channel();
+        eprintln!("palisade proxy: listening on {shown}");
+        println!(
+            "{}",
+            serde_json::json!({"event": "listening", "listen": shown})
+        );
+        let task = tokio::spawn(async move { proxy.serve(listener, signal).await });
+        signalled().await;
+        shutdown.trigger();
+        task.await
+            .map_err(|e| format!("proxy task failed: {e}"))?
+            .map_err(|e| format!("proxy failed: {e}"))
+    });
+    if let Some(path) = args.listen.strip_prefix("unix:") {
+        let _ = std::fs::remove_file(path);
+    }
+    let closed = match journal {
+        Some((rec, thread)) => thread
+            .finish(&rec)
+            .map(|_| ())
+            .map_err(|e| format!("journal not closed cleanly: {e}")),
+        None => Ok(()),
+    };
+    served?;
+    closed?;
+    eprintln!("palisade proxy: stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn bind(listen: &str) -> Result<(Listener, String), String> {
+    if let Some(path) = listen.strip_prefix("unix:") {
+        let l = tokio::net::UnixListener::bind(path)
+            .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| format!("cannot set mode on {path}: {e}"))?;
+        return Ok((Listener::Unix(l), listen.to_owned()));
+    }
+    let addr: SocketAddr = listen
+        .parse()
+        .map_err(|_| format!("--listen `{listen}` is not IP:PORT or unix:PATH"))?;
+    let l = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let shown = l
+        .local_addr()
+        .map_or_else(|_| listen.to_owned(), |a| a.to_string());
+    Ok((Listener::Tcp(l), shown))
+}

@@ -1,0 +1,177 @@
+//! `palisade relay`: run one host relay from `palisade.toml` on a private
+//! Unix socket until SIGINT or SIGTERM, then close the journal cleanly.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use palisade_egress::proxy::shutdown_channel;
+use palisade_egress::record::Recorder;
+use palisade_egress::relay::{
+    Credential, Origin, Placeholder, PlaceholderFormat, PrivateSocket, Relay, RelayConfig, Route,
+    Secret,
+};
+use palisade_egress::resolve::SystemResolver;
+
+use crate::host_policy_file::load_policy;
+use crate::proxy::{
+    StdoutRecorder, address_policy, open_journal, runtime, signalled, write_secret_file,
+};
+
+/// Arguments of `palisade relay`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The host policy (`palisade.toml`).
+    #[arg(long)]
+    policy: PathBuf,
+    /// The `[[egress.relay]]` to run.
+    #[arg(long)]
+    name: String,
+    /// `unix:PATH`; the directory is created 0700 (or must already be private).
+    #[arg(long)]
+    listen: String,
+    /// Write the worker's per-session placeholder credential here (0600, never overwritten).
+    #[arg(long)]
+    placeholder_file: PathBuf,
+    /// Placeholder shape: anthropic, openai or generic (default: from the credential's env name).
+    #[arg(long)]
+    placeholder_format: Option<String>,
+    /// Trust only the certificates in this PEM file for the upstream (default: webpki roots).
+    #[arg(long)]
+    upstream_ca: Option<PathBuf>,
+    /// Sealed evidence journal to append records to (created if missing).
+    #[arg(long, requires = "key")]
+    journal: Option<PathBuf>,
+    /// The journal key file.
+    #[arg(long, requires = "journal")]
+    key: Option<PathBuf>,
+    /// Session id written into journal records.
+    #[arg(long, default_value = "relay")]
+    session: String,
+}
+
+fn placeholder_format(explicit: Option<&str>, env_name: &str) -> Result<PlaceholderFormat, String> {
+    match explicit {
+        Some("anthropic") => Ok(PlaceholderFormat::anthropic()),
+        Some("openai") => Ok(PlaceholderFormat::openai()),
+        Some("generic") => Ok(PlaceholderFormat::generic()),
+        Some(other) => Err(format!(
+            "--placeholder-format `{other}` is not anthropic, openai or generic"
+        )),
+        None if env_name.to_ascii_uppercase().contains("ANTHROPIC") => {
+            Ok(PlaceholderFormat::anthropic())
+        }
+        None if env_name.to_ascii_uppercase().contains("OPENAI") => Ok(PlaceholderFormat::openai()),
+        None => Ok(PlaceholderFormat::generic()),
+    }
+}
+
+fn read_roots(path: &std::path::Path) -> Result<rustls::RootCertStore, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+    {
+        let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("{}: unusable certificate: {e}", path.display()))?;
+    }
+    if roots.is_empty() {
+        return Err(format!("{} holds no certificate", path.display()));
+    }
+    Ok(roots)
+}
+
+pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
+    let loaded = load_policy(&args.policy)?;
+    let relay = loaded
+        .policy
+        .egress
+        .relays
+        .iter()
+        .find(|r| r.name == args.name)
+        .ok_or_else(|| {
+            format!(
+                "{}: no [[egress.relay]] named `{}`",
+                args.policy.display(),
+                args.name
+            )
+        })?;
+    let origin = Origin::parse(&relay.origin.to_string()).map_err(|e| e.to_string())?;
+    let routes = relay
+        .routes
+        .iter()
+        .map(|r| Route::parse(&r.to_string()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let env_name = &relay.credential.from_env;
+    let value = std::env::var(env_name)
+        .map_err(|_| format!("the relay credential variable `{env_name}` is not set"))?;
+    let credential = Credential::new(
+        &relay.credential.header,
+        &relay.credential.prefix,
+        Secret::new(value),
+    )
+    .map_err(|e| e.to_string())?;
+    let placeholder = Placeholder::generate(&placeholder_format(
+        args.placeholder_format.as_deref(),
+        env_name,
+    )?)
+    .map_err(|e| format!("cannot generate a placeholder: {e}"))?;
+    let mut config = RelayConfig::new(&relay.name, origin, routes, credential, placeholder.clone())
+        .map_err(|e| e.to_string())?;
+    if let Some(ca) = &args.upstream_ca {
+        config = config
+            .with_roots(read_roots(ca)?)
+            .map_err(|e| e.to_string())?;
+    }
+    config.addresses = address_policy(&loaded.policy)?;
+    let path = args.listen.strip_prefix("unix:").ok_or_else(|| {
+        format!(
+            "--listen `{}` must be unix:PATH (relays listen on private Unix sockets only)",
+            args.listen
+        )
+    })?;
+    let journal = match (&args.journal, &args.key) {
+        (Some(j), Some(k)) => Some(open_journal(j, k, &args.session)?),
+        _ => None,
+    };
+    let recorder: Arc<dyn Recorder> = match &journal {
+        Some((r, _)) => r.clone(),
+        None => Arc::new(StdoutRecorder::default()),
+    };
+    let rt = runtime()?;
+    let served: Result<(), String> = rt.block_on(async {
+        let socket = PrivateSocket::bind(std::path::Path::new(path))
+            .map_err(|e| format!("cannot listen on {path}: {e}"))?;
+        write_secret_file(&args.placeholder_file, placeholder.expose())?;
+        let relay = Relay::new(config, Arc::new(SystemResolver), recorder);
+        let (shutdown, signal) = shutdown_channel();
+        eprintln!("palisade relay `{}`: listening on {path}", args.name);
+        println!(
+            "{}",
+            serde_json::json!({"event": "listening", "listen": args.listen})
+        );
+        let task = async { relay.serve(&socket, signal).await };
+        let stop = async {
+            signalled().await;
+            shutdown.trigger();
+        };
+        let (res, ()) = tokio::join!(task, stop);
+        drop(socket);
+        res.map_err(|e| format!("relay failed: {e}"))
+    });
+    let closed = match journal {
+        Some((rec, thread)) => thread
+            .finish(&rec)
+            .map(|_| ())
+            .map_err(|e| format!("journal not closed cleanly: {e}")),
+        None => Ok(()),
+    };
+    served?;
+    closed?;
+    eprintln!("palisade relay `{}`: stopped", args.name);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,970 @@
+//! The egress proxy: HTTP/1.1 `CONNECT` tunnels and absolute-form plain
+//! HTTP, both filtered by the same pipeline:
+//!
+//! 1. read the request head (size cap, header timeout), parse strictly;
+//! 2. check `Proxy-Authorization` against the session token (constant time);
+//! 3. ask the [`Decider`] about the **name**, before any DNS lookup;
+//! 4. resolve on the host, check **every** address against the
+//!    [`AddressPolicy`]; dial the checked address (no second lookup);
+//! 5. for CONNECT to an SNI port, read the ClientHello and require SNI ==
+//!    CONNECT host;
+//! 6. pump bytes with per-connection and per-session byte limits and an
+//!    idle timeout; record the connection when it ends.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use base64::Engine as _;
+use subtle::ConstantTimeEq as _;
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream, UnixListener};
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+use zeroize::Zeroizing;
+
+use crate::addr::AddressPolicy;
+use crate::decide::Decider;
+use crate::head::{Host, RequestHead, Target, parse_head};
+use crate::record::{CloseReason, ConnectionRecord, Event, Outcome, ProxyKind, Recorder};
+use crate::resolve::Resolver;
+use crate::sni::{ClientHello, MAX_PEEK, parse_client_hello};
+
+/// Limits enforced by the proxy. `None` means unlimited.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes (up + down) one connection may carry.
+    pub bytes_per_connection: Option<u64>,
+    /// Bytes (up + down) all connections of this proxy may carry together.
+    pub bytes_per_session: Option<u64>,
+    /// Concurrent client connections.
+    pub max_connections: usize,
+    /// New client connections per rolling minute.
+    pub per_minute: Option<u32>,
+    /// Close a tunnel after this long without bytes in either direction.
+    pub idle_timeout: Duration,
+    /// Time allowed to send the whole request head (slowloris defence).
+    pub header_timeout: Duration,
+    /// Largest request head, bytes.
+    pub max_header_bytes: usize,
+    /// Time allowed for the DNS lookup.
+    pub dns_timeout: Duration,
+    /// Time allowed to connect to the upstream.
+    pub connect_timeout: Duration,
+    /// Time allowed for the client to send its ClientHello.
+    pub tls_hello_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            bytes_per_connection: None,
+            bytes_per_session: None,
+            max_connections: 256,
+            per_minute: None,
+            idle_timeout: Duration::from_secs(300),
+            header_timeout: Duration::from_secs(10),
+            max_header_bytes: crate::head::DEFAULT_MAX_HEAD_BYTES,
+            dns_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(10),
+            tls_hello_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The per-session secret a worker must present in `Proxy-Authorization`
+/// (`Basic base64(any-user:TOKEN)` or `Bearer TOKEN`).
+#[derive(Clone)]
+pub struct ProxyToken(Zeroizing<String>);
+
+impl fmt::Debug for ProxyToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ProxyToken(<redacted>)")
+    }
+}
+
+impl ProxyToken {
+    /// A fresh random token (256 bits, base64url).
+    pub fn generate() -> io::Result<Self> {
+        let mut raw = Zeroizing::new([0u8; 32]);
+        getrandom::fill(raw.as_mut_slice()).map_err(|e| io::Error::other(e.to_string()))?;
+        Ok(Self(Zeroizing::new(
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw.as_slice()),
+        )))
+    }
+
+    /// A token with a given value (e.g. handed over by a launcher).
+    pub fn from_secret(value: String) -> Self {
+        Self(Zeroizing::new(value))
+    }
+
+    /// The value, to hand to the worker (e.g. in its `HTTPS_PROXY` URL).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether a `Proxy-Authorization` header value carries this token.
+    pub fn verify(&self, header: &[u8]) -> bool {
+        let presented: Zeroizing<Vec<u8>> = if let Some(b) = strip_scheme(header, b"basic ") {
+            let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(b) else {
+                return false;
+            };
+            let decoded = Zeroizing::new(decoded);
+            match decoded.iter().position(|c| *c == b':') {
+                Some(i) => Zeroizing::new(decoded.get(i + 1..).unwrap_or_default().to_vec()),
+                None => return false,
+            }
+        } else if let Some(b) = strip_scheme(header, b"bearer ") {
+            Zeroizing::new(b.to_vec())
+        } else {
+            return false;
+        };
+        bool::from(presented.as_slice().ct_eq(self.0.as_bytes()))
+    }
+}
+
+fn strip_scheme<'a>(v: &'a [u8], scheme: &[u8]) -> Option<&'a [u8]> {
+    let head = v.get(..scheme.len())?;
+    if head.eq_ignore_ascii_case(scheme) {
+        v.get(scheme.len()..)
+    } else {
+        None
+    }
+}
+
+/// Proxy configuration.
+#[derive(Clone, Debug)]
+pub struct ProxyConfig {
+    /// Limits.
+    pub limits: Limits,
+    /// The session token; `None` disables the check (the caller must then
+    /// make sure only its worker can reach the listener).
+    pub token: Option<ProxyToken>,
+    /// Refuse CONNECT tunnels on [`Self::sni_ports`] whose ClientHello has no
+    /// SNI or an SNI other than the CONNECT host (default on).
+    pub require_sni_match: bool,
+    /// Ports on which the ClientHello is inspected (default `[443]`).
+    pub sni_ports: Vec<u16>,
+    /// The address deny set and carve-outs.
+    pub addresses: AddressPolicy,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        Self {
+            limits: Limits::default(),
+            token: None,
+            require_sni_match: true,
+            sni_ports: vec![443],
+            addresses: AddressPolicy::default(),
+        }
+    }
+}
+
+struct Inner {
+    config: ProxyConfig,
+    decider: Arc<dyn Decider>,
+    resolver: Arc<dyn Resolver>,
+    recorder: Arc<dyn Recorder>,
+    session_bytes: AtomicU64,
+    next_id: AtomicU64,
+    conns: Arc<Semaphore>,
+    recent: Mutex<VecDeque<Instant>>,
+}
+
+/// A running proxy's shared state. Cheap to clone.
+#[derive(Clone)]
+pub struct Proxy {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Proxy")
+            .field("config", &self.inner.config)
+            .field("decider", &self.inner.decider)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A handle that stops a serving proxy.
+#[derive(Debug, Clone)]
+pub struct Shutdown {
+    tx: watch::Sender<bool>,
+}
+
+impl Shutdown {
+    /// Stop accepting and cut open tunnels (recorded with `shutdown`).
+    pub fn trigger(&self) {
+        let _ = self.tx.send(true);
+    }
+}
+
+/// A receiver side of [`Shutdown`].
+#[derive(Debug, Clone)]
+pub struct ShutdownSignal {
+    rx: watch::Receiver<bool>,
+}
+
+impl ShutdownSignal {
+    /// Resolves once shutdown was triggered.
+    pub async fn wait(&mut self) {
+        while !*self.rx.borrow() {
+            if self.rx.changed().await.is_err() {
+                // sender gone: never fires
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+/// A shutdown pair.
+pub fn shutdown_channel() -> (Shutdown, ShutdownSignal) {
+    let (tx, rx) = watch::channel(false);
+    (Shutdown { tx }, ShutdownSignal { rx })
+}
+
+/// What a listener accepts.
+#[derive(Debug)]
+pub enum Listener {
+    /// A TCP listener.
+    Tcp(TcpListener),
+    /// A Unix stream listener.
+    Unix(UnixListener),
+}
+
+impl Proxy {
+    /// A proxy with the given policy seams.
+    pub fn new(
+        config: ProxyConfig,
+        decider: Arc<dyn Decider>,
+        resolver: Arc<dyn Resolver>,
+        recorder: Arc<dyn Recorder>,
+    ) -> Self {
+        let max = config.limits.max_connections;
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                decider,
+                resolver,
+                recorder,
+                session_bytes: AtomicU64::new(0),
+                next_id: AtomicU64::new(1),
+                conns: Arc::new(Semaphore::new(max)),
+                recent: Mutex::new(VecDeque::new()),
+            }),
+        }
+    }
+
+    /// Bytes carried by all connections so far.
+    pub fn session_bytes(&self) -> u64 {
+        self.inner.session_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Serve until `signal` fires, then cut open tunnels and wait for their
+    /// records to be written.
+    pub async fn serve(&self, listener: Listener, mut signal: ShutdownSignal) -> io::Result<()> {
+        let mut tasks = JoinSet::new();
+        loop {
+            let accepted: io::Result<(Box<dyn Stream>, String)> = tokio::select! {
+                () = signal.wait() => break,
+                r = accept(&listener) => r,
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+            };
+            match accepted {
+                Ok((stream, peer)) => {
+                    let this = self.clone();
+                    let sig = signal.clone();
+                    tasks.spawn(async move { this.handle(stream, peer, sig).await });
+                }
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(target: "palisade_egress", error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+        while tasks.join_next().await.is_some() {}
+        Ok(())
+    }
+
+    /// Handle one client connection to completion and record it.
+    pub async fn handle<S>(&self, mut client: S, peer: String, signal: ShutdownSignal)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send,
+    {
+        let inner = &self.inner;
+        let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let t0 = Instant::now();
+        let mut rec = ConnectionRecord::new(id, peer, SystemTime::now());
+        let permit = inner.conns.clone().try_acquire_owned();
+        if !inner.recorder.healthy() {
+            refuse(
+                &mut client,
+                &mut rec,
+                503,
+                "recording_unavailable",
+                "connections cannot be recorded",
+            )
+            .await;
+        } else {
+            match permit {
+                Err(_) => {
+                    refuse(
+                        &mut client,
+                        &mut rec,
+                        503,
+                        "concurrency_limit",
+                        "too many connections",
+                    )
+                    .await;
+                }
+                Ok(_permit) => {
+                    if self.rate_limited(t0) {
+                        refuse(
+                            &mut client,
+                            &mut rec,
+                            429,
+                            "rate_limited",
+                            "too many new connections",
+                        )
+                        .await;
+                    } else {
+                        self.serve_one(&mut client, &mut rec, signal).await;
+                    }
+                }
+            }
+        }
+        rec.duration = t0.elapsed();
+        let ev = Event::Connection(rec);
+        ev.trace();
+        inner.recorder.record(&ev);
+    }
+
+    fn rate_limited(&self, now: Instant) -> bool {
+        let Some(limit) = self.inner.config.limits.per_minute else {
+            return false;
+        };
+        let Ok(mut q) = self.inner.recent.lock() else {
+            return true;
+        };
+        while q
+            .front()
+            .is_some_and(|t| now.saturating_duration_since(*t) >= Duration::from_secs(60))
+        {
+            q.pop_front();
+        }
+        if q.len() >= usize::try_from(limit).unwrap_or(usize::MAX) {
+            return true;
+        }
+        q.push_back(now);
+        false
+    }
+
+    async fn serve_one<S>(&self, client: &mut S, rec: &mut ConnectionRecord, signal: ShutdownSignal)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send,
+    {
+        let cfg = &self.inner.config;
+        let limits = &cfg.limits;
+        // 1. request head
+        let mut buf: Vec<u8> = Vec::with_capacity(1024);
+        let parsed = tokio::time::timeout(limits.header_timeout, async {
+            let mut chunk = [0u8; 2048];
+            loop {
+                match parse_head(&buf, limits.max_header_bytes) {
+                    Ok(Some(done)) => return Ok(Some(done)),
+                    Ok(None) => {}
+                    Err(e) => return Err(Some(e)),
+                }
+                let room = limits
+                    .max_header_bytes
+                    .saturating_sub(buf.len())
+                    .clamp(1, chunk.len());
+                let Some(slot) = chunk.get_mut(..room) else {
+                    return Err(None);
+                };
+                match client.read(slot).await {
+                    Ok(0) | Err(_) => return Ok(None),
+                    Ok(n) => buf.extend_from_slice(slot.get(..n).unwrap_or_default()),
+                }
+            }
+        })
+        .await;
+        let (head, consumed) = match parsed {
+            Err(_) => {
+                refuse(
+                    client,
+                    rec,
+                    408,
+                    "header_timeout",
+                    "request head not received in time",
+                )
+                .await;
+                return;
+            }
+            Ok(Ok(None)) => {
+                rec.reason = "client_closed_before_head".into();
+                return;
+            }
+            Ok(Err(Some(e))) => {
+                let code = format!("bad_request:{}", e.code());
+                refuse(client, rec, e.status(), &code, &e.to_string()).await;
+                return;
+            }
+            Ok(Err(None)) => {
+                refuse(client, rec, 400, "bad_request", "bad request").await;
+                return;
+            }
+            Ok(Ok(Some(h))) => h,
+        };
+        let leftover = buf.get(consumed..).unwrap_or_default().to_vec();
+        rec.kind = if head.is_connect() {
+            ProxyKind::Connect
+        } else {
+            ProxyKind::Http
+        };
+        let host = head.target.host().clone();
+        let port = head.target.port();
+        rec.host = Some(host.to_string());
+        rec.port = Some(port);
+
+        // 2. session token
+        if let Some(token) = &cfg.token {
+            let ok = head
+                .header("proxy-authorization")
+                .is_some_and(|v| token.verify(v));
+            if !ok {
+                refuse(
+                    client,
+                    rec,
+                    407,
+                    "proxy_auth_required",
+                    "proxy authentication required",
+                )
+                .await;
+                return;
+            }
+        }
+
+        // 3. name decision, before any lookup
+        let verdict = self.inner.decider.decide(&host, port);
+        rec.rule = verdict.rule.clone();
+        if !verdict.allow {
+            let reason = verdict.reason.clone();
+            refuse(
+                client,
+                rec,
+                403,
+                &reason,
+                "destination not allowed by policy",
+            )
+            .await;
+            return;
+        }
+
+        // Plain HTTP: refuse a declared body larger than the budget up front.
+        let declared = head
+            .header("content-length")
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if let Some(cl) = declared
+            && self.remaining_budget(0).is_some_and(|rem| cl > rem)
+        {
+            refuse(
+                client,
+                rec,
+                413,
+                "limit_exceeded",
+                "request body exceeds the byte limit",
+            )
+            .await;
+            rec.close = CloseReason::LimitExceeded;
+            return;
+        }
+
+        // 4. resolve once, check every address
+        let addrs: Vec<IpAddr> = match &host {
+            Host::Ip(ip) => vec![*ip],
+            Host::Name(name) => {
+                match tokio::time::timeout(limits.dns_timeout, self.inner.resolver.resolve(name))
+                    .await
+                {
+                    Err(_) => {
+                        refuse(client, rec, 504, "dns_timeout", "name resolution timed out").await;
+                        rec.outcome = Outcome::Failed;
+                        return;
+                    }
+                    Ok(Err(_)) => {
+                        refuse(client, rec, 502, "dns_failed", "name resolution failed").await;
+                        rec.outcome = Outcome::Failed;
+                        return;
+                    }
+                    Ok(Ok(a)) if a.is_empty() => {
+                        refuse(client, rec, 502, "dns_failed", "name has no addresses").await;
+                        rec.outcome = Outcome::Failed;
+                        return;
+                    }
+                    Ok(Ok(a)) => a,
+                }
+            }
+        };
+        for ip in &addrs {
+            if let Err(denied) = cfg.addresses.check(*ip) {
+                let code = format!("address_not_allowed:{}", denied.class);
+                refuse(client, rec, 403, &code, &denied.to_string()).await;
+                return;
+            }
+        }
+
+        // dial the checked address, never a second lookup
+        let mut upstream = None;
+        let mut last_err = "connect_failed";
+        for ip in &addrs {
+            let sa = SocketAddr::new(*ip, port);
+            match tokio::time::timeout(limits.connect_timeout, TcpStream::connect(sa)).await {
+                Ok(Ok(s)) => {
+                    let _ = s.set_nodelay(true);
+                    upstream = Some((s, sa));
+                    break;
+                }
+                Ok(Err(_)) => last_err = "connect_failed",
+                Err(_) => last_err = "connect_timeout",
+            }
+        }
+        let Some((mut up, sa)) = upstream else {
+            let status = if last_err == "connect_timeout" {
+                504
+            } else {
+                502
+            };
+            refuse(client, rec, status, last_err, "upstream unreachable").await;
+            rec.outcome = Outcome::Failed;
+            return;
+        };
+        rec.resolved = Some(sa);
+
+        let mut first_up: Vec<u8>;
+        if head.is_connect() {
+            if client
+                .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                .await
+                .is_err()
+            {
+                rec.reason = "client_closed".into();
+                rec.close = CloseReason::ClientError;
+                return;
+            }
+            rec.status = Some(200);
+            first_up = leftover;
+            // 5. SNI check
+            if cfg.require_sni_match && cfg.sni_ports.contains(&port) {
+                match read_client_hello(client, &mut first_up, limits.tls_hello_timeout).await {
+                    Ok(ClientHello::Sni(sni)) => {
+                        rec.sni = Some(sni.clone());
+                        let matches = matches!(&host, Host::Name(n) if *n == sni);
+                        if !matches {
+                            deny_after_200(rec, "sni_mismatch");
+                            return;
+                        }
+                    }
+                    Ok(ClientHello::NoSni) => {
+                        deny_after_200(rec, "sni_missing");
+                        return;
+                    }
+                    Ok(other) => {
+                        deny_after_200(rec, other.code());
+                        return;
+                    }
+                    Err(code) => {
+                        deny_after_200(rec, code);
+                        return;
+                    }
+                }
+            }
+        } else {
+            first_up = rewrite_http_head(&head);
+            first_up.extend_from_slice(&leftover);
+        }
+        rec.outcome = Outcome::Allowed;
+        rec.reason = "allowed".into();
+        self.inner.decider.contacted(&host, port);
+
+        // 6. pump with limits
+        let (up_bytes, down_bytes, close) =
+            pump(client, &mut up, &first_up, &self.inner, signal).await;
+        rec.bytes_up = up_bytes;
+        rec.bytes_down = down_bytes;
+        rec.close = close;
+    }
+
+    /// Bytes still allowed for a connection that has used `used`.
+    fn remaining_budget(&self, used: u64) -> Option<u64> {
+        let l = &self.inner.config.limits;
+        let conn = l.bytes_per_connection.map(|c| c.saturating_sub(used));
+        let sess = l
+            .bytes_per_session
+            .map(|s| s.saturating_sub(self.inner.session_bytes.load(Ordering::Relaxed)));
+        match (conn, sess) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+fn deny_after_200(rec: &mut ConnectionRecord, code: &str) {
+    rec.outcome = Outcome::Denied;
+    rec.reason = code.to_owned();
+    rec.close = CloseReason::Refused;
+}
+
+async fn read_client_hello<S>(
+    client: &mut S,
+    buf: &mut Vec<u8>,
+    timeout: Duration,
+) -> Result<ClientHello, &'static str>
+where
+    S: AsyncRead + Unpin,
+{
+    let fut = async {
+        loop {
+            let res = parse_client_hello(buf);
+            if res != ClientHello::Incomplete {
+                return Ok(res);
+            }
+            if buf.len() >= MAX_PEEK {
+                return Ok(ClientHello::Malformed("client_hello_too_large"));
+            }
+            let mut chunk = [0u8; 4096];
+            let room = MAX_PEEK.saturating_sub(buf.len()).clamp(1, chunk.len());
+            let slot = chunk.get_mut(..room).ok_or("not_tls")?;
+            match client.read(slot).await {
+                Ok(0) | Err(_) => return Err("client_closed_before_hello"),
+                Ok(n) => buf.extend_from_slice(slot.get(..n).unwrap_or_default()),
+            }
+        }
+    };
+    tokio::time::timeout(timeout, fut)
+        .await
+        .unwrap_or(Err("tls_hello_timeout"))
+}
+
+/// Hop-by-hop and proxy headers never forwarded upstream.
+const HOP_BY_HOP: [&str; 9] = [
+    "host",
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+/// Rewrite an absolute-form request into origin-form for the upstream,
+/// regenerating `Host` from the URL and closing after one response.
+fn rewrite_http_head(head: &RequestHead) -> Vec<u8> {
+    let Target::Absolute {
+        host,
+        port,
+        path_and_query,
+    } = &head.target
+    else {
+        return Vec::new();
+    };
+    let listed: Vec<String> = head
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
+        .flat_map(|(_, v)| {
+            String::from_utf8_lossy(v)
+                .split(',')
+                .map(|t| t.trim().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut out = Vec::with_capacity(512);
+    out.extend_from_slice(format!("{} {} HTTP/1.1\r\n", head.method, path_and_query).as_bytes());
+    if *port == 80 {
+        out.extend_from_slice(format!("Host: {host}\r\n").as_bytes());
+    } else {
+        out.extend_from_slice(format!("Host: {host}:{port}\r\n").as_bytes());
+    }
+    for (name, value) in &head.headers {
+        let lower = name.to_ascii_lowercase();
+        if HOP_BY_HOP.contains(&lower.as_str())
+            || lower.starts_with("proxy-")
+            || listed.contains(&lower)
+        {
+            continue;
+        }
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    out
+}
+
+async fn refuse<S>(client: &mut S, rec: &mut ConnectionRecord, status: u16, code: &str, msg: &str)
+where
+    S: AsyncWrite + Unpin,
+{
+    rec.outcome = Outcome::Denied;
+    rec.reason = code.to_owned();
+    rec.status = Some(status);
+    rec.close = CloseReason::Refused;
+    let reason = match status {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        405 => "Method Not Allowed",
+        407 => "Proxy Authentication Required",
+        408 => "Request Timeout",
+        413 => "Content Too Large",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        505 => "HTTP Version Not Supported",
+        _ => "Error",
+    };
+    let body = format!("palisade: {msg} ({code})\n");
+    let mut resp = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\nX-Palisade-Error: {code}\r\nProxy-Status: palisade; error=\"{code}\"\r\n",
+        body.len()
+    );
+    if status == 407 {
+        resp.push_str("Proxy-Authenticate: Basic realm=\"palisade\"\r\n");
+    }
+    if status == 429 {
+        resp.push_str("Retry-After: 60\r\n");
+    }
+    resp.push_str("\r\n");
+    resp.push_str(&body);
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        let _ = client.write_all(resp.as_bytes()).await;
+        let _ = client.shutdown().await;
+    })
+    .await;
+}
+
+/// Shared counters of one tunnel.
+struct Meter<'a> {
+    inner: &'a Inner,
+    conn: AtomicU64,
+    last: AtomicU64,
+    t0: Instant,
+}
+
+impl Meter<'_> {
+    /// Reserve up to `n` bytes; returns how many may pass.
+    fn take(&self, n: u64) -> u64 {
+        let l = &self.inner.config.limits;
+        let mut allowed = n;
+        let before = self.conn.fetch_add(n, Ordering::Relaxed);
+        if let Some(c) = l.bytes_per_connection {
+            allowed = allowed.min(c.saturating_sub(before));
+        }
+        let sbefore = self.inner.session_bytes.fetch_add(n, Ordering::Relaxed);
+        if let Some(s) = l.bytes_per_session {
+            allowed = allowed.min(s.saturating_sub(sbefore));
+        }
+        if allowed < n {
+            // give back what did not pass so counters match what moved
+            self.conn.fetch_sub(n - allowed, Ordering::Relaxed);
+            self.inner
+                .session_bytes
+                .fetch_sub(n - allowed, Ordering::Relaxed);
+        }
+        self.touch();
+        allowed
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last.store(ms, Ordering::Relaxed);
+    }
+
+    fn idle_for(&self) -> Duration {
+        let now = u64::try_from(self.t0.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Duration::from_millis(now.saturating_sub(self.last.load(Ordering::Relaxed)))
+    }
+}
+
+enum DirEnd {
+    Limit,
+    ReadErr,
+    WriteErr,
+}
+
+const SMALL_BUF: usize = 8 * 1024;
+const BIG_BUF: usize = 128 * 1024;
+
+async fn copy_dir<R, W>(
+    r: &mut R,
+    w: &mut W,
+    meter: &Meter<'_>,
+    moved: &AtomicU64,
+) -> Result<(), DirEnd>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    // Start small so idle tunnels stay cheap; grow once a read fills the buffer.
+    let mut buf = vec![0u8; SMALL_BUF];
+    loop {
+        let n = r.read(&mut buf).await.map_err(|_| DirEnd::ReadErr)?;
+        if n == 0 {
+            let _ = w.shutdown().await;
+            return Ok(());
+        }
+        let allowed = meter.take(n as u64);
+        let pass = usize::try_from(allowed).unwrap_or(n).min(n);
+        if pass > 0 {
+            w.write_all(buf.get(..pass).unwrap_or_default())
+                .await
+                .map_err(|_| DirEnd::WriteErr)?;
+            moved.fetch_add(pass as u64, Ordering::Relaxed);
+            meter.touch();
+        }
+        if pass < n {
+            return Err(DirEnd::Limit);
+        }
+        if n == buf.len() && buf.len() < BIG_BUF {
+            buf.resize(BIG_BUF, 0);
+        }
+    }
+}
+
+async fn pump<S>(
+    client: &mut S,
+    upstream: &mut TcpStream,
+    first_up: &[u8],
+    inner: &Inner,
+    mut signal: ShutdownSignal,
+) -> (u64, u64, CloseReason)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let meter = Meter {
+        inner,
+        conn: AtomicU64::new(0),
+        last: AtomicU64::new(0),
+        t0: Instant::now(),
+    };
+    let up_moved = AtomicU64::new(0);
+    let down_moved = AtomicU64::new(0);
+    if !first_up.is_empty() {
+        let n = first_up.len() as u64;
+        let allowed = meter.take(n);
+        let pass = usize::try_from(allowed).unwrap_or(0).min(first_up.len());
+        if upstream
+            .write_all(first_up.get(..pass).unwrap_or_default())
+            .await
+            .is_err()
+        {
+            return (0, 0, CloseReason::UpstreamError);
+        }
+        up_moved.fetch_add(pass as u64, Ordering::Relaxed);
+        if allowed < n {
+            return (pass as u64, 0, CloseReason::LimitExceeded);
+        }
+    }
+    let (mut cr, mut cw) = tokio::io::split(client);
+    let (mut ur, mut uw) = upstream.split();
+    let up = copy_dir(&mut cr, &mut uw, &meter, &up_moved);
+    let down = copy_dir(&mut ur, &mut cw, &meter, &down_moved);
+    tokio::pin!(up, down);
+    let idle = inner.config.limits.idle_timeout;
+    let (mut up_done, mut down_done) = (false, false);
+    let close = loop {
+        if up_done && down_done {
+            break CloseReason::Completed;
+        }
+        let wait = idle
+            .saturating_sub(meter.idle_for())
+            .max(Duration::from_millis(10));
+        tokio::select! {
+            r = &mut up, if !up_done => match r {
+                Ok(()) => up_done = true,
+                Err(DirEnd::Limit) => break CloseReason::LimitExceeded,
+                Err(DirEnd::ReadErr) => break CloseReason::ClientError,
+                Err(DirEnd::WriteErr) => break CloseReason::UpstreamError,
+            },
+            r = &mut down, if !down_done => match r {
+                Ok(()) => down_done = true,
+                Err(DirEnd::Limit) => break CloseReason::LimitExceeded,
+                Err(DirEnd::ReadErr) => break CloseReason::UpstreamError,
+                Err(DirEnd::WriteErr) => break CloseReason::ClientError,
+            },
+            () = tokio::time::sleep(wait) => {
+                if meter.idle_for() >= idle {
+                    break CloseReason::IdleTimeout;
+                }
+            }
+            () = signal.wait() => break CloseReason::Shutdown,
+        }
+    };
+    (
+        up_moved.load(Ordering::Relaxed),
+        down_moved.load(Ordering::Relaxed),
+        close,
+    )
+}
+
+/// A client stream of either listener kind.
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+
+async fn accept(listener: &Listener) -> io::Result<(Box<dyn Stream>, String)> {
+    match listener {
+        Listener::Tcp(l) => {
+            let (s, peer) = l.accept().await?;
+            let _ = s.set_nodelay(true);
+            Ok((Box::new(s), peer.to_string()))
+        }
+        Listener::Unix(l) => {
+            let (s, _) = l.accept().await?;
+            Ok((Box::new(s), "unix".to_owned()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_accepts_basic_and_bearer_and_refuses_others() {
+        let t = ProxyToken::from_secret("s3cr3t-token".into());
+        let basic = base64::engine::general_purpose::STANDARD.encode("worker:s3cr3t-token");
+        assert!(t.verify(format!("Basic {basic}").as_bytes()));
+        assert!(t.verify(b"Bearer s3cr3t-token"));
+        assert!(t.verify(b"bearer s3cr3t-token"));
+        assert!(!t.verify(b"Bearer s3cr3t-tokeN"));
+        assert!(!t.verify(b"Bearer s3cr3t-token "));
+        assert!(!t.verify(b"s3cr3t-token"));
+        let wrong = base64::engine::general_purpose::STANDARD.encode("worker:nope");
+        assert!(!t.verify(format!("Basic {wrong}").as_bytes()));
+        assert!(!t.verify(b"Basic !!!"));
+        assert!(!format!("{t:?}").contains("s3cr3t"));
+    }
+
+    #[test]
+    fn http_rewrite_regenerates_host_and_strips_proxy_headers() {
+        let raw = "GET http://a.example:8080/p?q HTTP/1.1\r\nHost: a.example:8080\r\nProxy-Authorization: Basic x\r\nConnection: keep-alive, X-Secret\r\nX-Secret: 1\r\nAccept: */*\r\n\r\n";
+        let (head, _) = parse_head(raw.as_bytes(), 4096).unwrap().unwrap();
+        let out = String::from_utf8(rewrite_http_head(&head)).unwrap();
+        assert_eq!(
+            out,
+            "GET /p?q HTTP/1.1\r\nHost: a.example:8080\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        );
+    }
+}

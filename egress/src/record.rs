@@ -1,0 +1,373 @@
+//! Records of proxy connections and relay requests, and the [`Recorder`]
+//! seam through which they reach the evidence journal.
+//!
+//! Records carry hosts, ports, addresses, decisions, byte counts and
+//! durations; never payload bytes, header values or credentials.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+/// The proxy protocol of a connection attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProxyKind {
+    /// The request head was never parsed.
+    Unknown,
+    /// `CONNECT host:port`.
+    Connect,
+    /// Absolute-form plain HTTP.
+    Http,
+}
+
+impl ProxyKind {
+    /// Stable name.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Unknown => "unknown",
+            Self::Connect => "connect",
+            Self::Http => "http",
+        }
+    }
+}
+
+/// Whether an attempt was let through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Connected to the upstream.
+    Allowed,
+    /// Refused (policy, address, limit, malformed request, SNI, auth, ...).
+    Denied,
+    /// Allowed by policy but the upstream could not be reached.
+    Failed,
+}
+
+impl Outcome {
+    /// Stable name.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Allowed => "allow",
+            Self::Denied => "deny",
+            Self::Failed => "error",
+        }
+    }
+}
+
+/// How a connection ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CloseReason {
+    /// Refused before any tunnel existed.
+    Refused,
+    /// Both sides finished normally.
+    Completed,
+    /// A byte limit was crossed; the tunnel was cut.
+    LimitExceeded,
+    /// No bytes moved for the idle timeout.
+    IdleTimeout,
+    /// The client side failed.
+    ClientError,
+    /// The upstream side failed.
+    UpstreamError,
+    /// The proxy is shutting down.
+    Shutdown,
+}
+
+impl CloseReason {
+    /// Stable name (`limit_exceeded`, ...).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Refused => "refused",
+            Self::Completed => "completed",
+            Self::LimitExceeded => "limit_exceeded",
+            Self::IdleTimeout => "idle_timeout",
+            Self::ClientError => "client_error",
+            Self::UpstreamError => "upstream_error",
+            Self::Shutdown => "shutdown",
+        }
+    }
+}
+
+impl fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One proxy connection attempt, allowed or not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectionRecord {
+    /// Per-proxy sequence number of the attempt.
+    pub id: u64,
+    /// The client's address (`unix` for the Unix socket).
+    pub peer: String,
+    /// When the connection was accepted.
+    pub started_at: SystemTime,
+    /// CONNECT or plain HTTP.
+    pub kind: ProxyKind,
+    /// The requested host, as normalised by the parser.
+    pub host: Option<String>,
+    /// The requested port.
+    pub port: Option<u16>,
+    /// The checked address that was dialled.
+    pub resolved: Option<SocketAddr>,
+    /// The SNI seen in the ClientHello, when inspected.
+    pub sni: Option<String>,
+    /// The decision.
+    pub outcome: Outcome,
+    /// The policy rule that decided, when known.
+    pub rule: Option<String>,
+    /// A stable reason code (`allowed`, `host_not_allowed`, `address_not_allowed:loopback`, ...).
+    pub reason: String,
+    /// The HTTP status sent to the client, if any.
+    pub status: Option<u16>,
+    /// Bytes from client to upstream.
+    pub bytes_up: u64,
+    /// Bytes from upstream to client.
+    pub bytes_down: u64,
+    /// Time from accept to close.
+    pub duration: Duration,
+    /// How it ended.
+    pub close: CloseReason,
+}
+
+impl ConnectionRecord {
+    /// A fresh record for an accepted connection (denied until decided).
+    pub fn new(id: u64, peer: String, started_at: SystemTime) -> Self {
+        Self {
+            id,
+            peer,
+            started_at,
+            kind: ProxyKind::Unknown,
+            host: None,
+            port: None,
+            resolved: None,
+            sni: None,
+            outcome: Outcome::Denied,
+            rule: None,
+            reason: String::new(),
+            status: None,
+            bytes_up: 0,
+            bytes_down: 0,
+            duration: Duration::ZERO,
+            close: CloseReason::Refused,
+        }
+    }
+}
+
+/// Whether a relay request reached the upstream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RelayOutcome {
+    /// Sent to the upstream (whatever it answered).
+    Forwarded,
+    /// Refused by the relay.
+    Refused,
+}
+
+impl RelayOutcome {
+    /// Stable name.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Forwarded => "forwarded",
+            Self::Refused => "refused",
+        }
+    }
+}
+
+/// One host-relay request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RelayRecord {
+    /// The relay's name.
+    pub relay: String,
+    /// The request method.
+    pub method: String,
+    /// The request path, query removed.
+    pub path: String,
+    /// Forwarded or refused.
+    pub outcome: RelayOutcome,
+    /// The status sent to the worker.
+    pub status: u16,
+    /// A stable reason code for refusals (`route_not_allowed`, ...), `forwarded` otherwise.
+    pub reason: String,
+    /// Request body bytes sent upstream.
+    pub bytes_up: u64,
+    /// Response body bytes passed back.
+    pub bytes_down: u64,
+    /// The upstream address dialled.
+    pub upstream: Option<SocketAddr>,
+    /// When the request arrived.
+    pub started_at: SystemTime,
+    /// Time until the response body ended.
+    pub duration: Duration,
+}
+
+/// A record emitted by the proxy or a relay.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A proxy connection attempt.
+    Connection(ConnectionRecord),
+    /// A relay request.
+    Relay(RelayRecord),
+}
+
+fn millis(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+impl Event {
+    /// The evidence record kind: `egress_connection` or `relay_request`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Connection(_) => "egress_connection",
+            Self::Relay(_) => "relay_request",
+        }
+    }
+
+    /// The JSON body for the evidence journal.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Self::Connection(r) => json!({
+                "id": r.id,
+                "peer": r.peer,
+                "started_ms": millis(r.started_at),
+                "proxy_type": r.kind.as_str(),
+                "host": r.host,
+                "port": r.port,
+                "resolved": r.resolved.map(|a| a.to_string()),
+                "sni": r.sni,
+                "decision": r.outcome.as_str(),
+                "rule": r.rule,
+                "reason": r.reason,
+                "status": r.status,
+                "bytes_up": r.bytes_up,
+                "bytes_down": r.bytes_down,
+                "duration_ms": u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
+                "close": r.close.as_str(),
+            }),
+            Self::Relay(r) => json!({
+                "relay": r.relay,
+                "method": r.method,
+                "path": r.path,
+                "outcome": r.outcome.as_str(),
+                "status": r.status,
+                "reason": r.reason,
+                "bytes_up": r.bytes_up,
+                "bytes_down": r.bytes_down,
+                "upstream": r.upstream.map(|a| a.to_string()),
+                "started_ms": millis(r.started_at),
+                "duration_ms": u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
+            }),
+        }
+    }
+
+    /// Emit this record as a `tracing` event (target `palisade_egress`).
+    pub fn trace(&self) {
+        match self {
+            Self::Connection(r) => tracing::info!(
+                target: "palisade_egress",
+                kind = "egress_connection",
+                id = r.id,
+                proxy_type = r.kind.as_str(),
+                host = r.host.as_deref().unwrap_or(""),
+                port = r.port.unwrap_or(0),
+                resolved = %r.resolved.map(|a| a.to_string()).unwrap_or_default(),
+                decision = r.outcome.as_str(),
+                rule = r.rule.as_deref().unwrap_or(""),
+                reason = %r.reason,
+                bytes_up = r.bytes_up,
+                bytes_down = r.bytes_down,
+                duration_ms = u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
+                close = r.close.as_str(),
+            ),
+            Self::Relay(r) => tracing::info!(
+                target: "palisade_egress",
+                kind = "relay_request",
+                relay = %r.relay,
+                method = %r.method,
+                path = %r.path,
+                outcome = r.outcome.as_str(),
+                status = r.status,
+                reason = %r.reason,
+                bytes_up = r.bytes_up,
+                bytes_down = r.bytes_down,
+            ),
+        }
+    }
+}
+
+/// Where records go. Implementations must not block for long: the proxy
+/// calls this on its IO tasks (a journal with group commit hands the
+/// record to its writer thread).
+pub trait Recorder: Send + Sync + fmt::Debug {
+    /// Record one event.
+    fn record(&self, event: &Event);
+
+    /// Whether records can still be written. The proxy and the relays
+    /// refuse new work while this is `false` (fail closed).
+    fn healthy(&self) -> bool {
+        true
+    }
+}
+
+/// A recorder that keeps events in memory (tests, embedding).
+#[derive(Debug, Default)]
+pub struct MemoryRecorder {
+    events: Mutex<Vec<Event>>,
+}
+
+impl MemoryRecorder {
+    /// An empty recorder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A copy of all events so far.
+    pub fn events(&self) -> Vec<Event> {
+        self.events.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    /// Only the connection records.
+    pub fn connections(&self) -> Vec<ConnectionRecord> {
+        self.events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Connection(c) => Some(c),
+                Event::Relay(_) => None,
+            })
+            .collect()
+    }
+
+    /// Only the relay records.
+    pub fn relays(&self) -> Vec<RelayRecord> {
+        self.events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Relay(r) => Some(r),
+                Event::Connection(_) => None,
+            })
+            .collect()
+    }
+}
+
+impl Recorder for MemoryRecorder {
+    fn record(&self, event: &Event) {
+        if let Ok(mut e) = self.events.lock() {
+            e.push(event.clone());
+        }
+    }
+}
+
+/// A recorder that only emits `tracing` events (the proxy always does
+/// that too); useful when no journal is configured.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NullRecorder;
+
+impl Recorder for NullRecorder {
+    fn record(&self, _event: &Event) {}
+}

@@ -1,0 +1,1062 @@
+//! Host relays: a reverse proxy on a private Unix socket (directory 0700,
+//! socket 0600) to **one** exact HTTPS origin, with exact `METHOD path`
+//! routes. The worker holds a credential-shaped, per-session random
+//! placeholder; the relay checks it in constant time, strips it with every
+//! other inbound credential and hop-by-hop header, injects the host-held
+//! credential, ignores the worker's `Host`, never follows a redirect (502)
+//! and caps the request body (413). Refusals carry a JSON body with a
+//! stable error type. Each request is recorded (method, path without
+//! query, outcome, status, bytes), never a header value.
+
+use std::convert::Infallible;
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt as _, Full, Limited};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use subtle::ConstantTimeEq as _;
+use tokio::net::{TcpStream, UnixListener};
+use tokio::task::JoinSet;
+use zeroize::Zeroizing;
+
+use crate::addr::AddressPolicy;
+use crate::head::{Host, parse_host_name};
+use crate::proxy::ShutdownSignal;
+use crate::record::{Event, Recorder, RelayOutcome, RelayRecord};
+use crate::resolve::Resolver;
+
+/// Default request body cap (32 MiB).
+pub const DEFAULT_MAX_BODY: usize = 32 * 1024 * 1024;
+
+/// Inbound headers never forwarded (credentials, hop-by-hop, forwarding).
+pub const STRIPPED: [&str; 20] = [
+    "authorization",
+    "x-api-key",
+    "api-key",
+    "x-goog-api-key",
+    "cookie",
+    "host",
+    "proxy-authorization",
+    "proxy-connection",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "content-length",
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "accept-encoding",
+];
+
+/// Response headers never passed back to the worker.
+pub const RESPONSE_STRIPPED: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "content-length",
+    "content-encoding",
+    "set-cookie",
+    "proxy-authenticate",
+    "upgrade",
+];
+
+/// A refused relay configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RelayConfigError {
+    /// The origin is not `https://host[:port]`.
+    #[error("relay origin `{origin}` {reason}")]
+    Origin {
+        /// The origin as written.
+        origin: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// A route is not `METHOD /exact/path`.
+    #[error(
+        "relay route `{0}` must be `METHOD /path` (uppercase method, absolute path, no query, no `..`)"
+    )]
+    Route(String),
+    /// No route configured.
+    #[error("relay `{0}` has no routes")]
+    NoRoutes(String),
+    /// The credential header name or value could split a request.
+    #[error("invalid relay credential header: {0}")]
+    Credential(&'static str),
+}
+
+/// The one upstream origin of a relay: `https://host[:port]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Origin {
+    host: Host,
+    port: u16,
+}
+
+impl Origin {
+    /// Parse `https://host[:port]` (no userinfo, path, query or fragment).
+    pub fn parse(s: &str) -> Result<Self, RelayConfigError> {
+        let err = |reason| RelayConfigError::Origin {
+            origin: s.to_owned(),
+            reason,
+        };
+        let rest = s.strip_prefix("https://").ok_or(err("must use https://"))?;
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        if rest.contains('@') {
+            return Err(err("must not carry credentials"));
+        }
+        if rest.contains(['?', '#']) {
+            return Err(err("must not carry a query or a fragment"));
+        }
+        if rest.contains('/') {
+            return Err(err("must not carry a path (routes are exact paths)"));
+        }
+        let (host, port) = crate::head::parse_authority(rest.as_bytes(), Some(443))
+            .map_err(|_| err("has an invalid host or port"))?;
+        Ok(Self { host, port })
+    }
+
+    /// The `Host` header value.
+    pub fn authority(&self) -> String {
+        if self.port == 443 {
+            self.host.to_string()
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    /// The host.
+    pub fn host(&self) -> &Host {
+        &self.host
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "https://{}", self.authority())
+    }
+}
+
+/// An exact `METHOD path` route.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    method: Method,
+    path: String,
+}
+
+impl Route {
+    /// Parse `POST /v1/messages`.
+    pub fn parse(s: &str) -> Result<Self, RelayConfigError> {
+        let err = || RelayConfigError::Route(s.to_owned());
+        let (m, p) = s.split_once(' ').ok_or_else(err)?;
+        if m.is_empty() || !m.bytes().all(|b| b.is_ascii_uppercase()) {
+            return Err(err());
+        }
+        if !p.starts_with('/')
+            || p.contains(['?', '#', '%', ' ', '\\'])
+            || p.split('/').any(|seg| seg == ".." || seg == ".")
+            || !p.bytes().all(|b| b.is_ascii_graphic())
+        {
+            return Err(err());
+        }
+        let method = Method::from_bytes(m.as_bytes()).map_err(|_| err())?;
+        Ok(Self {
+            method,
+            path: p.to_owned(),
+        })
+    }
+}
+
+impl fmt::Display for Route {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.method, self.path)
+    }
+}
+
+/// A secret value that is never printed or serialised.
+#[derive(Clone)]
+pub struct Secret(Zeroizing<String>);
+
+impl Secret {
+    /// Wrap a value.
+    pub fn new(value: String) -> Self {
+        Self(Zeroizing::new(value))
+    }
+
+    /// The value.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// How the credential travels: header name and value prefix (`Bearer `).
+#[derive(Clone, Debug)]
+pub struct Credential {
+    header: HeaderName,
+    prefix: String,
+    secret: Secret,
+}
+
+impl Credential {
+    /// `header: prefix + secret`. The name must match `[A-Za-z0-9-]+`; the
+    /// prefix and secret must not contain CR, LF or NUL, and the secret
+    /// must not be empty.
+    pub fn new(header: &str, prefix: &str, secret: Secret) -> Result<Self, RelayConfigError> {
+        if header.is_empty()
+            || !header
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        {
+            return Err(RelayConfigError::Credential(
+                "header name must match [A-Za-z0-9-]+",
+            ));
+        }
+        let bad = |s: &str| s.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0);
+        if secret.expose().is_empty() {
+            return Err(RelayConfigError::Credential("empty credential value"));
+        }
+        if bad(prefix)
+            || bad(secret.expose())
+            || HeaderValue::from_str(&format!("{prefix}{}", secret.expose())).is_err()
+        {
+            return Err(RelayConfigError::Credential(
+                "value contains CR, LF or another forbidden byte",
+            ));
+        }
+        let header = HeaderName::from_bytes(header.to_ascii_lowercase().as_bytes())
+            .map_err(|_| RelayConfigError::Credential("header name must match [A-Za-z0-9-]+"))?;
+        Ok(Self {
+            header,
+            prefix: prefix.to_owned(),
+            secret,
+        })
+    }
+
+    /// The header name.
+    pub fn header(&self) -> &HeaderName {
+        &self.header
+    }
+}
+
+/// The shape of a placeholder: random base64url characters between a
+/// prefix and a suffix, so client libraries' key-format checks pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlaceholderFormat {
+    /// Literal prefix (e.g. `sk-ant-api03-`).
+    pub prefix: String,
+    /// Number of random characters (6 bits each; at least 22 for 128 bits).
+    pub random_chars: usize,
+    /// Literal suffix.
+    pub suffix: String,
+}
+
+impl PlaceholderFormat {
+    /// Anthropic API key shape: `sk-ant-api03-` + 93 chars + `AA` (108 chars).
+    pub fn anthropic() -> Self {
+        Self {
+            prefix: "sk-ant-api03-".into(),
+            random_chars: 93,
+            suffix: "AA".into(),
+        }
+    }
+
+    /// OpenAI project key shape: `sk-proj-` + 156 chars.
+    pub fn openai() -> Self {
+        Self {
+            prefix: "sk-proj-".into(),
+            random_chars: 156,
+            suffix: String::new(),
+        }
+    }
+
+    /// A neutral shape: `palisade-` + 43 chars.
+    pub fn generic() -> Self {
+        Self {
+            prefix: "palisade-".into(),
+            random_chars: 43,
+            suffix: String::new(),
+        }
+    }
+}
+
+/// The worker-side stand-in for the credential: random per session.
+#[derive(Clone)]
+pub struct Placeholder(Zeroizing<String>);
+
+impl fmt::Debug for Placeholder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Placeholder(<redacted>)")
+    }
+}
+
+impl Placeholder {
+    /// Generate a fresh placeholder (at least 128 random bits).
+    pub fn generate(format: &PlaceholderFormat) -> io::Result<Self> {
+        const ALPHABET: &[u8; 64] =
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let n = format.random_chars.max(22);
+        let mut raw = Zeroizing::new(vec![0u8; n]);
+        getrandom::fill(&mut raw).map_err(|e| io::Error::other(e.to_string()))?;
+        let mut s = Zeroizing::new(String::with_capacity(
+            format.prefix.len() + n + format.suffix.len(),
+        ));
+        s.push_str(&format.prefix);
+        for b in raw.iter() {
+            let c = ALPHABET.get(usize::from(*b & 63)).copied().unwrap_or(b'A');
+            s.push(char::from(c));
+        }
+        s.push_str(&format.suffix);
+        Ok(Self(s))
+    }
+
+    /// The value to give the worker.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A relay's configuration.
+#[derive(Clone)]
+pub struct RelayConfig {
+    /// A name for records.
+    pub name: String,
+    /// The one upstream origin.
+    pub origin: Origin,
+    /// Exact routes.
+    pub routes: Vec<Route>,
+    /// The host-held credential.
+    pub credential: Credential,
+    /// The per-session placeholder the worker presents in the credential header.
+    pub placeholder: Placeholder,
+    /// Request body cap.
+    pub max_body: usize,
+    /// TLS client configuration (roots) for the upstream.
+    pub tls: Arc<rustls::ClientConfig>,
+    /// The address deny set (the relay is an egress path too).
+    pub addresses: AddressPolicy,
+    /// Upstream connect timeout.
+    pub connect_timeout: Duration,
+    /// Time allowed for a request head on the socket.
+    pub header_timeout: Duration,
+}
+
+impl fmt::Debug for RelayConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RelayConfig")
+            .field("name", &self.name)
+            .field("origin", &self.origin)
+            .field("routes", &self.routes)
+            .field("credential_header", &self.credential.header)
+            .field("max_body", &self.max_body)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RelayConfig {
+    /// A config with defaults: 32 MiB body cap, webpki roots, the default
+    /// address deny set, 10 s timeouts.
+    pub fn new(
+        name: &str,
+        origin: Origin,
+        routes: Vec<Route>,
+        credential: Credential,
+        placeholder: Placeholder,
+    ) -> Result<Self, RelayConfigError> {
+        if routes.is_empty() {
+            return Err(RelayConfigError::NoRoutes(name.to_owned()));
+        }
+        let roots = rustls::RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        };
+        Ok(Self {
+            name: name.to_owned(),
+            origin,
+            routes,
+            credential,
+            placeholder,
+            max_body: DEFAULT_MAX_BODY,
+            tls: tls_client_config(roots)?,
+            addresses: AddressPolicy::default(),
+            connect_timeout: Duration::from_secs(10),
+            header_timeout: Duration::from_secs(30),
+        })
+    }
+
+    /// Trust exactly these roots for the upstream (tests use an rcgen CA).
+    pub fn with_roots(mut self, roots: rustls::RootCertStore) -> Result<Self, RelayConfigError> {
+        self.tls = tls_client_config(roots)?;
+        Ok(self)
+    }
+}
+
+fn tls_client_config(
+    roots: rustls::RootCertStore,
+) -> Result<Arc<rustls::ClientConfig>, RelayConfigError> {
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|_| RelayConfigError::Origin {
+        origin: String::new(),
+        reason: "TLS configuration failed",
+    })?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(Arc::new(cfg))
+}
+
+/// A Unix socket in a private directory, removed on drop.
+#[derive(Debug)]
+pub struct PrivateSocket {
+    path: PathBuf,
+    listener: Option<UnixListener>,
+}
+
+impl PrivateSocket {
+    /// Bind `path`. Its directory is created with mode 0700 if missing;
+    /// an existing directory must be owned by this user and not accessible
+    /// to group or others. The socket is set to 0600. An existing file at
+    /// `path` is refused (never replaced).
+    pub fn bind(path: &Path) -> io::Result<Self> {
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, "socket path needs a directory")
+            })?;
+        match std::fs::symlink_metadata(dir) {
+            Ok(meta) => {
+                if !meta.is_dir() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("{} is not a directory", dir.display()),
+                    ));
+                }
+                if meta.uid() != nix::unistd::geteuid().as_raw() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::PermissionDenied,
+                        format!("{} is not owned by this user", dir.display()),
+                    ));
+                }
+                if meta.mode() & 0o077 != 0 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::PermissionDenied,
+                        format!(
+                            "{} must be private (mode 0700), it is {:o}",
+                            dir.display(),
+                            meta.mode() & 0o777
+                        ),
+                    ));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(dir)?;
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+            }
+            Err(e) => return Err(e),
+        }
+        if std::fs::symlink_metadata(path).is_ok() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} already exists", path.display()),
+            ));
+        }
+        let listener = UnixListener::bind(path)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        Ok(Self {
+            path: path.to_owned(),
+            listener: Some(listener),
+        })
+    }
+
+    /// The socket path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for PrivateSocket {
+    fn drop(&mut self) {
+        drop(self.listener.take());
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type RelayBody = BoxBody<Bytes, BoxError>;
+
+struct Inner {
+    config: RelayConfig,
+    resolver: Arc<dyn Resolver>,
+    recorder: Arc<dyn Recorder>,
+}
+
+/// A host relay. Cheap to clone.
+#[derive(Clone)]
+pub struct Relay {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Relay {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Relay")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Emits the relay record when the response body ends or is dropped.
+struct RecordGuard {
+    recorder: Arc<dyn Recorder>,
+    record: Option<RelayRecord>,
+    down: Arc<AtomicU64>,
+    t0: Instant,
+}
+
+impl Drop for RecordGuard {
+    fn drop(&mut self) {
+        if let Some(mut r) = self.record.take() {
+            r.bytes_down = self.down.load(Ordering::Relaxed);
+            r.duration = self.t0.elapsed();
+            let ev = Event::Relay(r);
+            ev.trace();
+            self.recorder.record(&ev);
+        }
+    }
+}
+
+fn json_error(status: StatusCode, code: &str, message: &str) -> Response<RelayBody> {
+    let body = serde_json::json!({
+        "type": "error",
+        "error": { "type": "palisade_relay_refused", "code": code, "message": message }
+    })
+    .to_string();
+    let mut resp = Response::new(Full::new(Bytes::from(body)).map_err(|e| match e {}).boxed());
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+impl Relay {
+    /// A relay with the given seams.
+    pub fn new(
+        config: RelayConfig,
+        resolver: Arc<dyn Resolver>,
+        recorder: Arc<dyn Recorder>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                resolver,
+                recorder,
+            }),
+        }
+    }
+
+    /// The relay's configuration.
+    pub fn config(&self) -> &RelayConfig {
+        &self.inner.config
+    }
+
+    /// Serve on `socket` until `signal` fires.
+    pub async fn serve(
+        &self,
+        socket: &PrivateSocket,
+        mut signal: ShutdownSignal,
+    ) -> io::Result<()> {
+        let listener = socket
+            .listener
+            .as_ref()
+            .ok_or_else(|| io::Error::other("socket already closed"))?;
+        let mut tasks = JoinSet::new();
+        loop {
+            let stream = tokio::select! {
+                () = signal.wait() => break,
+                r = listener.accept() => r,
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+            };
+            let Ok((stream, _)) = stream else {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            };
+            let this = self.clone();
+            let timeout = self.inner.config.header_timeout;
+            tasks.spawn(async move {
+                let svc = hyper::service::service_fn(move |req| {
+                    let this = this.clone();
+                    async move { Ok::<_, Infallible>(this.handle(req).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(timeout)
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+        // give in-flight requests a moment, then cut them (their records are
+        // written when their bodies are dropped)
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
+        Ok(())
+    }
+
+    /// Handle one request (public so it can be driven without a socket).
+    pub async fn handle<B>(&self, req: Request<B>) -> Response<RelayBody>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let t0 = Instant::now();
+        let cfg = &self.inner.config;
+        let mut record = RelayRecord {
+            relay: cfg.name.clone(),
+            method: req.method().to_string(),
+            path: req.uri().path().to_owned(),
+            outcome: RelayOutcome::Refused,
+            status: 0,
+            reason: String::new(),
+            bytes_up: 0,
+            bytes_down: 0,
+            upstream: None,
+            started_at: SystemTime::now(),
+            duration: Duration::ZERO,
+        };
+        match self.forward(req, &mut record).await {
+            Ok((resp, down)) => {
+                record.outcome = RelayOutcome::Forwarded;
+                record.status = resp.status().as_u16();
+                record.reason = "forwarded".into();
+                let mut guard = RecordGuard {
+                    recorder: self.inner.recorder.clone(),
+                    record: Some(record),
+                    down: down.clone(),
+                    t0,
+                };
+                let (parts, body) = resp.into_parts();
+                let body = body
+                    .map_frame(move |f| {
+                        if let Some(d) = f.data_ref() {
+                            guard.down.fetch_add(d.len() as u64, Ordering::Relaxed);
+                        }
+                        let _ = &mut guard;
+                        f
+                    })
+                    .boxed();
+                Response::from_parts(parts, body)
+            }
+            Err((status, code, message)) => {
+                record.status = status.as_u16();
+                record.reason = code.to_owned();
+                record.duration = t0.elapsed();
+                let ev = Event::Relay(record);
+                ev.trace();
+                self.inner.recorder.record(&ev);
+                json_error(status, code, message)
+            }
+        }
+    }
+
+    async fn forward<B>(
+        &self,
+        req: Request<B>,
+        record: &mut RelayRecord,
+    ) -> Result<(Response<RelayBody>, Arc<AtomicU64>), (StatusCode, &'static str, &'static str)>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let cfg = &self.inner.config;
+        if !self.inner.recorder.healthy() {
+            return Err((
+                StatusCode::SERVICE_UNAVAILABLE,
+                "recording_unavailable",
+                "Relay requests cannot be recorded",
+            ));
+        }
+        // 1. placeholder, compared in constant time
+        let presented = req
+            .headers()
+            .get(&cfg.credential.header)
+            .map(HeaderValue::as_bytes)
+            .and_then(|v| strip_prefix_ci(v, cfg.credential.prefix.as_bytes()));
+        let ok =
+            presented.is_some_and(|p| bool::from(p.ct_eq(cfg.placeholder.expose().as_bytes())));
+        if !ok {
+            return Err((
+                StatusCode::UNAUTHORIZED,
+                "placeholder_required",
+                "The relay placeholder credential is missing or wrong",
+            ));
+        }
+        // 2. exact route; origin-form only
+        if req.uri().scheme().is_some() || req.uri().authority().is_some() {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                "origin_form_required",
+                "Requests to the relay must use origin-form",
+            ));
+        }
+        let path = req.uri().path();
+        let method_ok = cfg
+            .routes
+            .iter()
+            .any(|r| r.path == path && r.method == req.method());
+        if !method_ok {
+            if cfg.routes.iter().any(|r| r.path == path) {
+                return Err((
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "method_not_allowed",
+                    "This method is not relayed for this path",
+                ));
+            }
+            return Err((
+                StatusCode::FORBIDDEN,
+                "route_not_allowed",
+                "This path is not an authorized relay route",
+            ));
+        }
+        // 3. body cap
+        let declared = req
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > cfg.max_body as u64) {
+            return Err((
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                "The request body exceeds the relay limit",
+            ));
+        }
+        let (parts, body) = req.into_parts();
+        let body = match Limited::new(body, cfg.max_body).collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(e) => {
+                if e.downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some()
+                {
+                    return Err((
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "body_too_large",
+                        "The request body exceeds the relay limit",
+                    ));
+                }
+                return Err((
+                    StatusCode::BAD_REQUEST,
+                    "body_read_failed",
+                    "The request body could not be read",
+                ));
+            }
+        };
+        record.bytes_up = body.len() as u64;
+
+        // 4. headers: strip, then inject
+        let listed: Vec<String> = parts
+            .headers
+            .get_all(http::header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| {
+                v.split(',')
+                    .map(|t| t.trim().to_ascii_lowercase())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let mut builder = Request::builder().method(parts.method.clone()).uri(
+            parts
+                .uri
+                .path_and_query()
+                .map_or("/", http::uri::PathAndQuery::as_str),
+        );
+        for (name, value) in &parts.headers {
+            let n = name.as_str();
+            if STRIPPED.contains(&n)
+                || n.starts_with("proxy-")
+                || listed.iter().any(|l| l == n)
+                || name == cfg.credential.header
+            {
+                continue;
+            }
+            builder = builder.header(name, value);
+        }
+        let cred = HeaderValue::from_str(&format!(
+            "{}{}",
+            cfg.credential.prefix,
+            cfg.credential.secret.expose()
+        ))
+        .map_err(|_| {
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "credential_invalid",
+                "The relay credential is invalid",
+            )
+        })?;
+        let host = HeaderValue::from_str(&cfg.origin.authority()).map_err(|_| {
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "origin_invalid",
+                "The relay origin is invalid",
+            )
+        })?;
+        let mut upstream_req = builder
+            .header(http::header::HOST, host)
+            .header(http::header::CONTENT_LENGTH, body.len())
+            .body(Full::new(body))
+            .map_err(|_| {
+                (
+                    StatusCode::BAD_REQUEST,
+                    "bad_request",
+                    "The request could not be rebuilt",
+                )
+            })?;
+        let mut cred = cred;
+        cred.set_sensitive(true);
+        upstream_req
+            .headers_mut()
+            .insert(cfg.credential.header.clone(), cred);
+
+        // 5. dial the origin through the same address checks as the proxy
+        let (stream, addr) = self.connect_upstream().await?;
+        record.upstream = Some(addr);
+        let server_name = match cfg.origin.host() {
+            Host::Name(n) => rustls::pki_types::ServerName::try_from(n.clone()),
+            Host::Ip(ip) => Ok(rustls::pki_types::ServerName::IpAddress((*ip).into())),
+        }
+        .map_err(|_| {
+            (
+                StatusCode::BAD_GATEWAY,
+                "origin_invalid",
+                "The relay origin is invalid",
+            )
+        })?;
+        let tls = tokio_rustls::TlsConnector::from(cfg.tls.clone())
+            .connect(server_name, stream)
+            .await
+            .map_err(|_| {
+                (
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_tls_failed",
+                    "Relay upstream TLS handshake failed",
+                )
+            })?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|_| {
+                (
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_unreachable",
+                    "Relay upstream unreachable",
+                )
+            })?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let resp = sender.send_request(upstream_req).await.map_err(|_| {
+            (
+                StatusCode::BAD_GATEWAY,
+                "upstream_unreachable",
+                "Relay upstream unreachable",
+            )
+        })?;
+
+        // 6. never follow a redirect
+        if resp.status().is_redirection() {
+            return Err((
+                StatusCode::BAD_GATEWAY,
+                "redirect_refused",
+                "Relay upstream redirected; redirects are not followed",
+            ));
+        }
+        let (mut parts, body) = resp.into_parts();
+        let listed: Vec<String> = parts
+            .headers
+            .get_all(http::header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| {
+                v.split(',')
+                    .map(|t| t.trim().to_ascii_lowercase())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let names: Vec<HeaderName> = parts.headers.keys().cloned().collect();
+        for name in names {
+            let n = name.as_str();
+            if RESPONSE_STRIPPED.contains(&n) || listed.iter().any(|l| l == n) {
+                parts.headers.remove(&name);
+            }
+        }
+        let down = Arc::new(AtomicU64::new(0));
+        let body: RelayBody = body.map_err(|e| Box::new(e) as BoxError).boxed();
+        Ok((Response::from_parts(parts, body), down))
+    }
+
+    async fn connect_upstream(
+        &self,
+    ) -> Result<(TcpStream, SocketAddr), (StatusCode, &'static str, &'static str)> {
+        let cfg = &self.inner.config;
+        let addrs: Vec<IpAddr> = match cfg.origin.host() {
+            Host::Ip(ip) => vec![*ip],
+            Host::Name(n) => {
+                tokio::time::timeout(Duration::from_secs(5), self.inner.resolver.resolve(n))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .filter(|a| !a.is_empty())
+                    .ok_or((
+                        StatusCode::BAD_GATEWAY,
+                        "dns_failed",
+                        "Relay upstream name resolution failed",
+                    ))?
+            }
+        };
+        if addrs.iter().any(|ip| cfg.addresses.check(*ip).is_err()) {
+            return Err((
+                StatusCode::BAD_GATEWAY,
+                "address_not_allowed",
+                "Relay upstream address is not allowed",
+            ));
+        }
+        for ip in addrs {
+            let sa = SocketAddr::new(ip, cfg.origin.port());
+            if let Ok(Ok(s)) =
+                tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(sa)).await
+            {
+                let _ = s.set_nodelay(true);
+                return Ok((s, sa));
+            }
+        }
+        Err((
+            StatusCode::BAD_GATEWAY,
+            "upstream_unreachable",
+            "Relay upstream unreachable",
+        ))
+    }
+}
+
+fn strip_prefix_ci<'a>(v: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
+    let head = v.get(..prefix.len())?;
+    if head.eq_ignore_ascii_case(prefix) {
+        v.get(prefix.len()..)
+    } else {
+        None
+    }
+}
+
+/// Parse an origin host for callers that only have a string.
+pub fn parse_origin_host(s: &str) -> Option<Host> {
+    parse_host_name(s).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origin_parsing() {
+        assert_eq!(
+            Origin::parse("https://api.example.com")
+                .unwrap()
+                .authority(),
+            "api.example.com"
+        );
+        assert_eq!(
+            Origin::parse("https://127.0.0.1:8443/")
+                .unwrap()
+                .authority(),
+            "127.0.0.1:8443"
+        );
+        for bad in [
+            "http://api.example.com",
+            "ftp://api.example.com",
+            "https://user:pw@api.example.com",
+            "https://api.example.com/?key=1",
+            "https://api.example.com/#f",
+            "https://api.example.com/v1",
+            "https://api.example.com:0",
+            "https://",
+        ] {
+            assert!(Origin::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn route_parsing() {
+        assert!(Route::parse("POST /v1/messages").is_ok());
+        for bad in [
+            "post /v1",
+            "POST v1",
+            "POST /v1/../x",
+            "POST /v1?x",
+            "POST",
+            "POST /a b",
+            "POST /%2e%2e",
+        ] {
+            assert!(Route::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn credential_validation() {
+        let s = |v: &str| Secret::new(v.into());
+        assert!(Credential::new("x-api-key", "", s("k")).is_ok());
+        assert!(Credential::new("authorization", "Bearer ", s("k")).is_ok());
+        assert!(Credential::new("x api", "", s("k")).is_err());
+        assert!(Credential::new("x-api-key", "", s("a\r\nX-Evil: 1")).is_err());
+        assert!(Credential::new("x-api-key", "", s("")).is_err());
+        assert!(!format!("{:?}", s("hunter2")).contains("hunter2"));
+    }
+
+    #[test]
+    fn placeholders_are_shaped_and_random() {
+        let f = PlaceholderFormat::anthropic();
+        let a = Placeholder::generate(&f).unwrap();
+        let b = Placeholder::generate(&f).unwrap();
+        assert_ne!(a.expose(), b.expose());
+        assert_eq!(a.expose().len(), 108);
+        assert!(a.expose().starts_with("sk-ant-api03-") && a.expose().ends_with("AA"));
+        assert!(
+            a.expose()
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+        );
+        assert!(
+            Placeholder::generate(&PlaceholderFormat::openai())
+                .unwrap()
+                .expose()
+                .starts_with("sk-proj-")
+        );
+        assert!(!format!("{a:?}").contains(a.expose()));
+    }
+}
