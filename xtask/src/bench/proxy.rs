@@ -326,6 +326,10 @@ fn start_palisade(ctx: &Ctx, dir: &Path, connect_to: &str, nofile: u64) -> Resul
         .map_err(|e| format!("{}: {e}", policy.display()))?;
     let port = sys::free_port()?;
     let log = dir.join("palisade-proxy.log");
+    // The per-session token, as a worker would present it: the proxy checks
+    // it on every CONNECT. It never leaves this file and the request heads.
+    let token_file = dir.join("palisade-proxy.token");
+    let _ = std::fs::remove_file(&token_file);
     let argv = [
         bin.display().to_string(),
         "proxy".to_owned(),
@@ -333,10 +337,14 @@ fn start_palisade(ctx: &Ctx, dir: &Path, connect_to: &str, nofile: u64) -> Resul
         policy.display().to_string(),
         "--listen".to_owned(),
         format!("127.0.0.1:{port}"),
+        "--token-file".to_owned(),
+        token_file.display().to_string(),
     ];
     let guard = spawn_logged("palisade proxy", &argv, &log, nofile)?;
     let mut t = started("palisade proxy", guard, port, &log)?;
-    t.auth = std::env::var("PALISADE_BENCH_PROXY_AUTH").ok();
+    let token = std::fs::read_to_string(&token_file)
+        .map_err(|e| format!("palisade proxy wrote no token file: {e}"))?;
+    t.auth = Some(format!("Bearer {}", token.trim()));
     t.connect_to = connect_to.to_owned();
     Ok(t)
 }
