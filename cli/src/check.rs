@@ -56,11 +56,20 @@ struct Source {
 
 /// Runs `palisade check`.
 pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
-    let (mut diags, sources) = check_path(&args.path)?;
+    // `palisade check --policy FILE` alone checks only the policy when the
+    // current folder has no `.paseo`.
+    let policy_only =
+        args.policy.is_some() && args.path == Path::new(".") && !Path::new(".paseo").is_dir();
+    let (mut diags, mut sources) = if policy_only {
+        (Vec::new(), Vec::new())
+    } else {
+        check_path(&args.path)?
+    };
     if let Some(policy) = &args.policy {
         let text = read_text(policy)?;
         let name = policy.display().to_string();
         diags.extend(check_policy(&name, &text)?);
+        sources.push(Source { name, text });
     }
     diags.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
     let out = match args.format {
@@ -74,8 +83,8 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     )))
 }
 
-/// The host-policy check behind `--policy` (`palisade.toml`): takes the
-/// policy's display name and text, returns its diagnostics.
+/// The host-policy parser (`palisade.toml`): takes the policy's display
+/// name and text, returns its diagnostics (errors and lints).
 pub(crate) fn check_policy(name: &str, text: &str) -> Result<Vec<Diagnostic>, String> {
     Ok(palisade_schema::host_policy::parse(text, name).1)
 }

@@ -96,9 +96,10 @@ pub(crate) fn render(diags: &[Diagnostic], text: &str) -> String {
             let n = d.line.to_string();
             let pad = " ".repeat(n.len());
             let col = usize::try_from(d.column.saturating_sub(1)).unwrap_or(0);
+            let (shown, caret) = window(line, col);
             out.push_str(&format!(
-                "{pad} |\n{n} | {line}\n{pad} | {}^\n",
-                " ".repeat(col)
+                "{pad} |\n{n} | {shown}\n{pad} | {}^\n",
+                " ".repeat(caret)
             ));
         }
         if let Some(help) = &d.help {
@@ -106,4 +107,41 @@ pub(crate) fn render(diags: &[Diagnostic], text: &str) -> String {
         }
     }
     out
+}
+
+/// At most `WIDTH` characters of `line` around character column `col`, and
+/// the caret's column within them. Control characters are shown as `?`.
+fn window(line: &str, col: usize) -> (String, usize) {
+    const WIDTH: usize = 100;
+    let start = col.saturating_sub(WIDTH / 2);
+    let mut shown: String = line
+        .chars()
+        .skip(start)
+        .take(WIDTH)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    let mut caret = col - start;
+    if start > 0 {
+        shown.insert_str(0, "...");
+        caret += 3;
+    }
+    if line.chars().count() > start + WIDTH {
+        shown.push_str("...");
+    }
+    (shown, caret)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::window;
+
+    #[test]
+    fn long_lines_are_windowed_around_the_column() {
+        assert_eq!(window("abc", 1), ("abc".to_owned(), 1));
+        let long = "x".repeat(1000);
+        let (shown, caret) = window(&long, 500);
+        assert_eq!(shown.len(), 106);
+        assert_eq!(caret, 53);
+        assert_eq!(window("a\tb", 2), ("a?b".to_owned(), 2));
+    }
 }

@@ -9,14 +9,12 @@
 #![allow(clippy::print_stdout, reason = "the CLI prints")]
 
 mod check;
-#[allow(
-    dead_code,
-    reason = "merge of schema and egress: check.rs's policy seam calls the parser directly"
-)]
-mod check_policy;
 mod decide;
+mod explain;
 mod host_policy_file;
+mod journal;
 mod mark_untrusted;
+mod policy_cmd;
 mod probe;
 mod proxy;
 mod relay;
@@ -44,8 +42,6 @@ enum Command {
     Run(run::Args),
     /// Report every isolation layer as active, degraded or unavailable.
     Probe(probe::Args),
-    /// Print JSON Schema documents for hub.yml, workflow files and provider options.
-    Schema(schema_cmd::Args),
     /// Decide egress, outward or routing requests against the host policy.
     Decide(decide::Args),
     /// Mark files untrusted: a session that reads them becomes tainted.
@@ -54,6 +50,14 @@ enum Command {
     Proxy(proxy::Args),
     /// Run a credential-injecting host relay until SIGINT or SIGTERM.
     Relay(relay::Args),
+    /// Print JSON Schema documents for hub.yml, workflow files and provider options.
+    Schema(schema_cmd::Args),
+    /// Print each step's exact Hub tool policy and translated provider options.
+    Policy(policy_cmd::Args),
+    /// Explain the run plan for an event: admission, steps run or skipped, tools per step.
+    Explain(explain::Args),
+    /// Generate keys for, verify, show and append to sealed journals.
+    Journal(journal::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -72,11 +76,14 @@ fn main() -> ExitCode {
         Command::Check(args) => check::run(args),
         Command::Run(args) => run::run(args),
         Command::Probe(args) => probe::run(args),
-        Command::Schema(args) => schema_cmd::run(args),
-        Command::Decide(args) => decide::run(args),
-        Command::MarkUntrusted(args) => mark_untrusted::run(args),
         Command::Proxy(args) => proxy::run(args),
         Command::Relay(args) => relay::run(args),
+        Command::Decide(args) => decide::run(args),
+        Command::MarkUntrusted(args) => mark_untrusted::run(args),
+        Command::Schema(args) => schema_cmd::run(args),
+        Command::Policy(args) => policy_cmd::run(args),
+        Command::Explain(args) => explain::run(args),
+        Command::Journal(args) => journal::run(args),
     };
     match res {
         Ok(code) => code,

@@ -327,15 +327,40 @@ fn check_policy_reports_errors_with_position() {
         "[egress]\nallow = [\"*.com\"]\n[taint]\nsorces = []\n",
     )
     .unwrap();
+    let out = palisade(d, &["check", "--policy", "bad.toml", "--format", "json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let report = json(&out);
+    let found: Vec<(String, String, u64, u64)> = report["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["code"].as_str().unwrap().to_owned(),
+                d["path"].as_str().unwrap().to_owned(),
+                d["line"].as_u64().unwrap(),
+                d["column"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            (
+                "invalid_host_pattern".to_owned(),
+                ".egress.allow[0]".to_owned(),
+                2,
+                10
+            ),
+            ("unknown_key".to_owned(), ".taint.sorces".to_owned(), 4, 1),
+        ]
+    );
+    // The human format names the code, the file position and the path.
     let out = palisade(d, &["check", "--policy", "bad.toml"]);
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("error[invalid_host_pattern]: bad.toml:2:10: .egress.allow[0]"),
-        "{text}"
-    );
-    assert!(
-        text.contains("error[unknown_key]: bad.toml:4:1: .taint.sorces"),
+        text.contains("invalid_host_pattern") && text.contains("bad.toml:2:10"),
         "{text}"
     );
     // A refused policy makes every decision a usage error, never an allow.

@@ -2,8 +2,10 @@
 //!
 //! Order of evaluation, first hit wins:
 //!
-//! 1. a host that does not normalise, or an IP literal, is denied (name rules
-//!    never match addresses; the proxy's address checks come after the name);
+//! 1. a host that does not normalise is denied; an IP literal is allowed only
+//!    inside an `egress.allow_addresses` range (and, in a tainted session,
+//!    only if already contacted): name rules never match addresses, and the
+//!    proxy's address checks still come after this decision;
 //! 2. a match in `egress.deny` denies (deny beats allow);
 //! 3. no match in `egress.allow` denies (default deny);
 //! 4. a clean session is allowed;
@@ -55,14 +57,33 @@ pub fn decide_host(
     if port == 0 {
         return Verdict::new(Decision::Deny, None, "port 0 is not a destination");
     }
-    if let RequestHost::Ip(_) = host {
+    let egress = &policy.egress;
+    if let RequestHost::Ip(ip) = host {
+        let Some((i, range)) = egress
+            .allow_addresses
+            .iter()
+            .enumerate()
+            .find(|(_, c)| c.contains(*ip))
+        else {
+            return Verdict::new(
+                Decision::Deny,
+                None,
+                format!("`{target}` is an IP literal outside egress.allow_addresses"),
+            );
+        };
+        if !session.is_tainted() || session.has_contacted(host, port) {
+            return Verdict::new(
+                Decision::Allow,
+                Some(format!("egress.allow_addresses[{i}]")),
+                format!("`{target}` is in `{range}`"),
+            );
+        }
         return Verdict::new(
             Decision::Deny,
-            None,
-            format!("`{target}` is an IP literal; egress rules allow names only"),
+            Some("taint.egress_allow".to_owned()),
+            format!("the session is tainted and the address `{target}` was not contacted before"),
         );
     }
-    let egress = &policy.egress;
     if let Some((i, p)) = first_match(&egress.deny, host, port) {
         return Verdict::new(
             Decision::Deny,

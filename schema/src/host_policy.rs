@@ -904,23 +904,7 @@ fn read_taint(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Taint {
 
 /// Lints over the whole model: valid but risky or contradictory choices.
 fn lint(cx: &mut Cx<'_>, root: &Table<'_, '_>, p: &HostPolicy) {
-    let span_of = |path: &[&str]| -> Range<usize> {
-        let mut t = root.table;
-        let mut span = root.span.clone();
-        for key in path {
-            match t.get(*key) {
-                Some(v) => {
-                    span = v.span();
-                    match v.get_ref() {
-                        toml::de::DeValue::Table(inner) => t = inner,
-                        _ => break,
-                    }
-                }
-                None => break,
-            }
-        }
-        span
-    };
+    let span_of = |path: &Path| span_at(root, path);
     let egress_path = Path::root().key("egress");
     // A relay origin that the worker may also reach directly.
     for (i, relay) in p.egress.relays.iter().enumerate() {
@@ -932,10 +916,11 @@ fn lint(cx: &mut Cx<'_>, root: &Table<'_, '_>, p: &HostPolicy) {
                 .iter()
                 .position(|a| a.matches(&host, relay.origin.port))
         {
+            let path = egress_path.key("allow").index(j);
             cx.warning(
                     "relay_origin_allowed",
-                    &span_of(&["egress", "allow"]),
-                    &egress_path.key("allow").index(j),
+                    &span_of(&path),
+                    &path,
                     format!(
                         "`{}` also lets the worker reach relay `{}`'s origin directly, around the relay's route list",
                         p.egress.allow.get(j).map(ToString::to_string).unwrap_or_default(),
@@ -948,10 +933,11 @@ fn lint(cx: &mut Cx<'_>, root: &Table<'_, '_>, p: &HostPolicy) {
     // An allow entry that a deny entry fully covers: dead.
     for (j, a) in p.egress.allow.iter().enumerate() {
         if let Some(d) = p.egress.deny.iter().find(|d| d.covers(a)) {
+            let path = egress_path.key("allow").index(j);
             cx.warning(
                 "allow_shadowed",
-                &span_of(&["egress", "allow"]),
-                &egress_path.key("allow").index(j),
+                &span_of(&path),
+                &path,
                 format!("`{a}` can never match: `{d}` in `egress.deny` covers it"),
             );
         }
@@ -959,19 +945,79 @@ fn lint(cx: &mut Cx<'_>, root: &Table<'_, '_>, p: &HostPolicy) {
     // taint.egress_allow entries outside egress.allow have no effect.
     for (j, a) in p.taint.egress_allow.iter().enumerate() {
         if !p.egress.allow.iter().any(|e| e.covers(a)) {
+            let path = Path::root().key("taint").key("egress_allow").index(j);
             cx.warning(
                 "taint_allow_not_allowed",
-                &span_of(&["taint", "egress_allow"]),
-                &Path::root().key("taint").key("egress_allow").index(j),
+                &span_of(&path),
+                &path,
                 format!("`{a}` is not covered by `egress.allow`, so a tainted session still cannot reach it"),
             )
             .help("taint only narrows egress; add the host to `egress.allow` as well");
         }
     }
+    // Wildcards over domains where anyone can publish a subdomain, and over
+    // two-label public suffixes.
+    for (key, list) in [
+        ("allow", &p.egress.allow),
+        ("egress_allow", &p.taint.egress_allow),
+    ] {
+        let base_path = if key == "allow" {
+            egress_path.key("allow")
+        } else {
+            Path::root().key("taint").key("egress_allow")
+        };
+        for (j, pat) in list.iter().enumerate() {
+            if !pat.is_wildcard() {
+                continue;
+            }
+            let path = base_path.index(j);
+            if let Some(shared) = SHARED_HOSTING
+                .iter()
+                .find(|d| pat.base() == **d || pat.base().ends_with(&format!(".{d}")))
+            {
+                cx.warning(
+                    "shared_hosting_wildcard",
+                    &span_of(&path),
+                    &path,
+                    format!("anyone can run a server under `{shared}`: `{pat}` lets the worker reach (and send data to) hosts an attacker controls"),
+                )
+                .help("list the exact hosts the worker needs");
+            } else if PUBLIC_SUFFIXES_2.contains(&pat.base()) {
+                cx.warning(
+                    "wildcard_public_suffix",
+                    &span_of(&path),
+                    &path,
+                    format!(
+                        "`{}` is a public suffix: `{pat}` matches every domain registered under it",
+                        pat.base()
+                    ),
+                );
+            }
+        }
+    }
+    // Address ranges wider than a /8 (IPv4) or /16 (IPv6) let almost everything through.
+    for (j, c) in p.egress.allow_addresses.iter().enumerate() {
+        let wide = if c.addr().is_ipv4() {
+            c.prefix() < 8
+        } else {
+            c.prefix() < 16
+        };
+        if wide {
+            let path = egress_path.key("allow_addresses").index(j);
+            cx.warning(
+                "wide_address_range",
+                &span_of(&path),
+                &path,
+                format!(
+                    "`{c}` lets most of the address space through the proxy's address deny set"
+                ),
+            );
+        }
+    }
     // Outward allow rules that approve too much.
     let outward_path = Path::root().key("outward").key("allow");
     for (j, r) in p.outward.allow.iter().enumerate() {
-        let span = span_of(&["outward", "allow"]);
+        let span = span_of(&outward_path.index(j));
         let any_target = r.target.as_ref().is_none_or(TargetGlob::is_match_all);
         if r.kind.as_str() == "*" {
             cx.warning(
@@ -1021,26 +1067,93 @@ fn lint(cx: &mut Cx<'_>, root: &Table<'_, '_>, p: &HostPolicy) {
             ));
         }
     }
+    // A writable worker whose steering writes nobody will see.
+    if p.taint.steering_paths.is_empty() && !p.worker.writable.is_empty() {
+        let path = Path::root().key("worker").key("writable");
+        cx.warning(
+            "no_steering_paths",
+            &span_of(&path),
+            &path,
+            "the worker can write, but `taint.steering_paths` is empty: writes to workflows, agent instructions or this policy are not flagged",
+        )
+        .help("add e.g. steering_paths = [\".paseo/**\", \"AGENTS.md\", \"CLAUDE.md\", \"palisade.toml\"]");
+    }
     // Routing rules that send to no provider.
     for (i, r) in p.routing.iter().enumerate() {
         if r.providers.is_empty() {
+            let path = Path::root().key("routing").index(i).key("providers");
             cx.warning(
                 "route_nowhere",
-                &root.span,
-                &Path::root().key("routing").index(i).key("providers"),
+                &span_of(&path),
+                &path,
                 "no provider may receive these paths; a session that reads them cannot dispatch anywhere",
             );
         }
     }
     // A worker that can write the policy file or its steering paths is worth a look.
     if p.taint.sources.is_empty() {
+        let path = Path::root().key("taint").key("sources");
         cx.warning(
             "taint_disabled",
-            &span_of(&["taint", "sources"]),
-            &Path::root().key("taint").key("sources"),
+            &span_of(&path),
+            &path,
             "no taint source is enabled: untrusted content never tightens the session",
         );
     }
+}
+
+/// Domains under which anyone can get a subdomain that runs their own code
+/// or receives their own traffic. Not exhaustive.
+const SHARED_HOSTING: &[&str] = &[
+    "amazonaws.com",
+    "appspot.com",
+    "azurewebsites.net",
+    "cloudfront.net",
+    "cloudfunctions.net",
+    "fly.dev",
+    "github.io",
+    "glitch.me",
+    "herokuapp.com",
+    "netlify.app",
+    "ngrok.io",
+    "ngrok-free.app",
+    "onrender.com",
+    "pages.dev",
+    "repl.co",
+    "run.app",
+    "trycloudflare.com",
+    "vercel.app",
+    "workers.dev",
+];
+
+/// Common two-label public suffixes (palisade carries no full public-suffix list).
+const PUBLIC_SUFFIXES_2: &[&str] = &[
+    "ac.uk", "co.in", "co.jp", "co.kr", "co.nz", "co.uk", "co.za", "com.au", "com.br", "com.cn",
+    "com.mx", "com.tr", "gov.uk", "net.au", "org.au", "org.uk",
+];
+
+/// The span of the node at `path`, or of the nearest ancestor that exists.
+fn span_at(root: &Table<'_, '_>, path: &Path) -> Range<usize> {
+    use crate::PathSegment;
+    use toml::de::DeValue;
+    let mut span = root.span.clone();
+    let mut cur: Option<&DeValue<'_>> = None;
+    let mut table = Some(root.table);
+    for seg in &path.0 {
+        let next = match (seg, table, cur) {
+            (PathSegment::Key(k), Some(t), _) => t.get(k.as_str()),
+            (PathSegment::Index(i), _, Some(DeValue::Array(items))) => items.get(*i),
+            _ => None,
+        };
+        let Some(v) = next else { break };
+        span = v.span();
+        cur = Some(v.get_ref());
+        table = match v.get_ref() {
+            DeValue::Table(t) => Some(t),
+            _ => None,
+        };
+    }
+    span
 }
 
 const BUILTIN_FAMILIES: &[&str] = &["git.", "github.", "mail.", "booking.", "payment."];

@@ -14,6 +14,16 @@
 //! crate only keeps the state. It does no IO and reads no clock: the caller
 //! passes every timestamp, as Unix milliseconds.
 //!
+//! # Journal mapping
+//!
+//! [`Record`] serialises to `{"at_ms":…,"event":{"type":…}}`. A journal
+//! (`palisade-evidence`) keeps it as the body of a record of kind
+//! [`EVIDENCE_KIND`], so [`Session::rebuild`] can replay a verified journal.
+//! The [`Effects`] of each event say which other records the caller writes:
+//! `newly_tainted` → a `taint_raised` record, `steering_write` → a
+//! `steering_write` record flagged for review, `irreversible` → the
+//! `outward_action` record flagged irreversible.
+//!
 //! What taint cannot see: content that never passes through palisade (a
 //! file written by another process, a tool the embedding orchestrator does
 //! not report), or untrusted text that a trusted source relays verbatim.
@@ -24,6 +34,9 @@ mod path;
 mod session;
 
 pub use path::{normalize_path, parse_marks};
+/// The journal record kind whose body is a serialised [`Record`].
+pub const EVIDENCE_KIND: &str = "session_event";
+
 pub use session::{
     Effects, Event, MAX_SOURCES, Record, Rules, RulesError, Session, Source, SteeringWrite,
     TaintSource, TaintState, ToolClass,

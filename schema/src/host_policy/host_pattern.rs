@@ -447,3 +447,84 @@ mod tests {
         assert!(split_authority("::1:443").is_err());
     }
 }
+
+#[cfg(test)]
+mod props {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn label() -> impl Strategy<Value = String> {
+        prop::sample::select(vec![
+            "a",
+            "B",
+            "ex",
+            "Example",
+            "com",
+            "evil-example",
+            "xn--mnchen-3ya",
+            "münchen",
+        ])
+        .prop_map(str::to_owned)
+    }
+
+    fn name() -> impl Strategy<Value = String> {
+        prop::collection::vec(label(), 2..4).prop_map(|ls| ls.join("."))
+    }
+
+    fn pattern() -> impl Strategy<Value = (bool, String, Option<u16>)> {
+        (
+            any::<bool>(),
+            name(),
+            prop::option::of(prop::sample::select(vec![80u16, 443])),
+        )
+    }
+
+    fn text((w, n, p): &(bool, String, Option<u16>)) -> String {
+        let mut s = if *w { format!("*.{n}") } else { n.clone() };
+        if let Some(p) = p {
+            s.push_str(&format!(":{p}"));
+        }
+        s
+    }
+
+    /// A naive reference: lowercase, punycode via the same IDNA call, suffix test.
+    fn naive(w: bool, base: &str, host: &str) -> bool {
+        let b = idna::domain_to_ascii(base).unwrap();
+        let h = idna::domain_to_ascii(host.trim_end_matches('.')).unwrap();
+        if w {
+            h.ends_with(&format!(".{b}"))
+        } else {
+            h == b
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn matcher_properties(p in pattern(), q in pattern(), host in name(), port in prop::sample::select(vec![80u16, 443, 8080]), dot in any::<bool>()) {
+            let pat = HostPattern::parse(&text(&p)).unwrap();
+            // Normalisation is idempotent.
+            prop_assert_eq!(HostPattern::parse(&pat.to_string()).unwrap(), pat.clone());
+            let h = RequestHost::parse(&host).unwrap();
+            // Case and trailing-dot invariance.
+            let spelled = format!("{}{}", host.to_uppercase(), if dot { "." } else { "" });
+            let h2 = RequestHost::parse(&spelled).unwrap();
+            prop_assert_eq!(pat.matches(&h, port), pat.matches(&h2, port));
+            // Agreement with the naive reference.
+            prop_assert_eq!(pat.matches(&h, port), naive(p.0, &p.1, &host) && p.2.is_none_or(|x| x == port));
+            // `*.d` never matches `d`.
+            if pat.is_wildcard() {
+                prop_assert!(!pat.matches_name(&RequestHost::parse(pat.base()).unwrap()));
+            }
+            // A port-less rule matches exactly what the same rule for that port matches.
+            let unported = HostPattern::parse(&text(&(p.0, p.1.clone(), None))).unwrap();
+            let ported = HostPattern::parse(&text(&(p.0, p.1.clone(), Some(port)))).unwrap();
+            prop_assert_eq!(unported.matches(&h, port), ported.matches(&h, port));
+            // covers(a, b) and b matches ⇒ a matches.
+            let other = HostPattern::parse(&text(&q)).unwrap();
+            if pat.covers(&other) && other.matches(&h, port) {
+                prop_assert!(pat.matches(&h, port));
+            }
+        }
+    }
+}

@@ -260,3 +260,51 @@ fn fuzz_harness_runs() {
     __fuzz::host_pattern(b"*.Example.com.:443");
     __fuzz::host_pattern(b"[::1]:1");
 }
+
+#[test]
+fn lints_point_at_the_offending_element() {
+    let text = "[egress]\nallow = [\"a.example.org\", \"*.herokuapp.com\", \"*.co.uk\"]\nallow_addresses = [\"0.0.0.0/0\", \"10.0.0.0/8\"]\n[taint]\negress_allow = [\"b.example.org\"]\n";
+    let got = codes(text);
+    assert_eq!(
+        got,
+        vec![
+            (
+                "shared_hosting_wildcard",
+                ".egress.allow[1]".to_owned(),
+                2,
+                27
+            ),
+            (
+                "wildcard_public_suffix",
+                ".egress.allow[2]".to_owned(),
+                2,
+                46
+            ),
+            (
+                "wide_address_range",
+                ".egress.allow_addresses[0]".to_owned(),
+                3,
+                20
+            ),
+            (
+                "taint_allow_not_allowed",
+                ".taint.egress_allow[0]".to_owned(),
+                5,
+                17
+            ),
+        ]
+    );
+}
+
+#[test]
+fn writable_worker_without_steering_paths_is_flagged() {
+    let got = codes("[worker]\nwritable = [\"/w\"]\n");
+    assert_eq!(
+        got,
+        vec![("no_steering_paths", ".worker.writable".to_owned(), 2, 12)]
+    );
+    assert_eq!(
+        codes("[worker]\nwritable = [\"/w\"]\n[taint]\nsteering_paths = [\"AGENTS.md\"]\n"),
+        vec![]
+    );
+}

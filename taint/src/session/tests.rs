@@ -252,3 +252,63 @@ fn sources_are_bounded() {
         TaintState::Clean => panic!("expected taint"),
     }
 }
+
+fn any_event() -> impl proptest::strategy::Strategy<Value = Event> {
+    use proptest::prelude::*;
+    prop_oneof![
+        (0..4usize).prop_map(|t| Event::ToolResult {
+            tool: [
+                ToolClass::Web,
+                ToolClass::ExternalMcp,
+                ToolClass::Shell,
+                ToolClass::Local
+            ][t],
+            name: "t".into(),
+        }),
+        prop::sample::select(vec![
+            "inbox/a",
+            "src/b",
+            "private/c",
+            "vendor/d",
+            "AGENTS.md"
+        ])
+        .prop_map(|p| Event::Read { path: p.into() }),
+        prop::sample::select(vec!["AGENTS.md", "src/b", ".paseo/x"])
+            .prop_map(|p| Event::Write { path: p.into() }),
+        (
+            any::<bool>(),
+            prop::sample::select(vec!["a.example", "B.example."])
+        )
+            .prop_map(|(relay, host)| Event::Connect {
+                host: host.into(),
+                port: 443,
+                relay,
+            }),
+        Just(Event::UntrustedInput { label: "x".into() }),
+        Just(Event::Outward {
+            kind: "git.push".into(),
+            target: "x".into(),
+        }),
+    ]
+}
+
+proptest::proptest! {
+    /// Taint, its first time, contacted hosts and restricted reads only grow,
+    /// whatever events follow.
+    #[test]
+    fn state_is_monotone(events in proptest::collection::vec(any_event(), 0..24)) {
+        let r = rules(&[]);
+        let mut s = Session::new();
+        for (t, e) in events.iter().enumerate() {
+            let before = s.clone();
+            let _ = s.apply(&r, t as u64, e);
+            if before.is_tainted() {
+                proptest::prop_assert!(s.is_tainted(), "{:?} cleared taint", e);
+                proptest::prop_assert_eq!(s.first_tainted_at_ms(), before.first_tainted_at_ms());
+            }
+            proptest::prop_assert!(before.contacted().all(|c| s.contacted().any(|d| d == c)));
+            proptest::prop_assert!(before.restricted_reads().all(|c| s.restricted_reads().any(|d| d == c)));
+            proptest::prop_assert!(s.steering_writes() >= before.steering_writes());
+        }
+    }
+}
