@@ -224,11 +224,18 @@ pub(crate) fn push_figures(res: &mut SuiteResult, figs: &[Figure]) {
         };
         let values: Vec<f64> = same.iter().map(|f| f.value).collect();
         let case = case_for(&first.suite, name);
-        let Some(mut row) = Row::new(&case, &format!("palisade {name}"), &unit, better, &values)
-        else {
+        // A crate bench may print its own physical reference next to its
+        // figures; that is a peer row, not palisade's.
+        let reference = name.starts_with("reference");
+        let subject = if reference {
+            format!("{name} (crate bench)")
+        } else {
+            format!("palisade {name}")
+        };
+        let Some(mut row) = Row::new(&case, &subject, &unit, better, &values) else {
             continue;
         };
-        row.palisade = true;
+        row.palisade = !reference;
         let spreads: Vec<(f64, f64, u64)> = same.iter().filter_map(|f| f.spread).collect();
         if !spreads.is_empty() {
             row.summary.min = spreads.iter().map(|s| s.0).fold(f64::INFINITY, f64::min);
@@ -350,8 +357,39 @@ mod tests {
             reference_case(Some(1))
         );
         assert_eq!(case_for("journal", "verify_MBps"), VERIFY_CASE);
+        assert_eq!(
+            case_for("journal", "reference_write_fdatasync_every16_473B"),
+            reference_case(Some(16))
+        );
         assert_eq!(case_for("journal", "open"), "open");
         assert_eq!(case_for("check", "verify"), "verify");
+    }
+
+    #[test]
+    fn a_crate_reference_is_a_peer_row() {
+        let fig = |name: &str, value| Figure {
+            suite: "journal".into(),
+            name: name.into(),
+            unit: "records/s".into(),
+            value,
+            spread: None,
+        };
+        let mut res = SuiteResult::default();
+        push_figures(
+            &mut res,
+            &[
+                fig("append_group_commit_batch16_256B", 10.0),
+                fig("reference_write_fdatasync_every16_473B", 20.0),
+                fig("append_group_commit_batch16_256B", 30.0),
+            ],
+        );
+        assert_eq!(res.rows.len(), 2);
+        assert!(res.rows[0].palisade && !res.rows[1].palisade);
+        assert_eq!(
+            res.rows[0].summary.median, 20.0,
+            "rounds of one figure form one row"
+        );
+        assert_eq!(res.rows[0].case, res.rows[1].case);
     }
 
     #[test]
