@@ -4,10 +4,13 @@
 //! - `cargo xtask ci` runs every gate CI runs: rustfmt, clippy, the test
 //!   suite, and a short smoke run of every fuzz target.
 //! - `cargo xtask fuzz [TARGET] [--time SECONDS]` runs fuzz targets.
+//! - `cargo xtask bench [--quick] [SUITE…]` measures palisade against its
+//!   peers and regenerates `docs/benchmarks.md` (see `bench.rs`).
 
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout, reason = "a command-line tool")]
 
+mod bench;
 mod tidy;
 
 use std::path::{Path, PathBuf};
@@ -18,6 +21,7 @@ fn main() -> ExitCode {
     let res = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("fuzz") => fuzz(args.get(1..).unwrap_or_default()),
+        Some("bench") => bench::bench(args.get(1..).unwrap_or_default()),
         _ => Err(USAGE.to_owned()),
     };
     match res {
@@ -29,7 +33,8 @@ fn main() -> ExitCode {
     }
 }
 
-const USAGE: &str = "usage: cargo xtask ci | fuzz [TARGET] [--time SECONDS]";
+const USAGE: &str =
+    "usage: cargo xtask ci | fuzz [TARGET] [--time SECONDS] | bench [--quick] [SUITE…]";
 
 /// Seconds each fuzz target runs during `cargo xtask ci`.
 const FUZZ_SMOKE_SECONDS: u32 = 10;
@@ -49,6 +54,8 @@ fn ci() -> Result<(), String> {
     // The README's test command, exactly.
     run(cargo(&root).args(["test", "--workspace"]))?;
     fuzz_smoke(&root, FUZZ_SMOKE_SECONDS)?;
+    // A smoke run of the benchmark harness: no timing is asserted.
+    bench::bench(&["--quick".to_owned()])?;
     println!("xtask ci: all gates passed");
     Ok(())
 }
