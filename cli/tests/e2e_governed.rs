@@ -58,12 +58,20 @@ fn palisade() -> &'static str {
     env!("CARGO_BIN_EXE_palisade")
 }
 
+/// Whether to skip the suite on this machine. Under CI (`CI` set) a missing
+/// prerequisite is a failure, never a silent pass.
 fn skip() -> bool {
+    let ci = std::env::var_os("CI").is_some();
     if !nix_is_root() {
+        assert!(!ci, "CI must run the governed end-to-end suite as root");
         eprintln!("skipped: the governed end-to-end suite runs as root (CI does)");
         return true;
     }
     if !Path::new("/usr/bin/python3").exists() {
+        assert!(
+            !ci,
+            "CI must provide /usr/bin/python3 for the governed end-to-end suite"
+        );
         eprintln!("skipped: the worker scripts need /usr/bin/python3");
         return true;
     }
