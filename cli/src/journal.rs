@@ -14,7 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use palisade_evidence::{
     Anchor, Body, Durability, Entry, Flags, JournalError, JournalKey, JournalWriter, Kind, Report,
-    SealPolicy, Timestamp, Verdict, WriterOptions, verify,
+    SealPolicy, Timestamp, Verdict, WriterOptions, verify_reader,
 };
 use serde_json::{Value, json};
 
@@ -202,8 +202,9 @@ fn verify_cmd(
         }
         None => None,
     };
-    let bytes = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let report = verify(&bytes, &key, anchor.as_ref());
+    let reader = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let report = verify_reader(reader, &key, anchor.as_ref())
+        .map_err(|e| format!("{}: {e}", file.display()))?;
     match format {
         Format::Json => println!("{}", report_json(&report)),
         Format::Human => print_report(file, &report),

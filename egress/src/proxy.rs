@@ -41,7 +41,8 @@ pub struct Limits {
     pub bytes_per_connection: Option<u64>,
     /// Bytes (up + down) all connections of this proxy may carry together.
     pub bytes_per_session: Option<u64>,
-    /// Concurrent client connections.
+    /// Concurrent client connections (values above
+    /// `tokio::sync::Semaphore::MAX_PERMITS` mean unlimited).
     pub max_connections: usize,
     /// New client connections per rolling minute.
     pub per_minute: Option<u32>,
@@ -247,7 +248,7 @@ impl Proxy {
         resolver: Arc<dyn Resolver>,
         recorder: Arc<dyn Recorder>,
     ) -> Self {
-        let max = config.limits.max_connections;
+        let max = config.limits.max_connections.min(Semaphore::MAX_PERMITS);
         Self {
             inner: Arc::new(Inner {
                 config,
@@ -853,7 +854,7 @@ enum DirEnd {
 }
 
 const SMALL_BUF: usize = 8 * 1024;
-const BIG_BUF: usize = 128 * 1024;
+const BIG_BUF: usize = 256 * 1024;
 
 async fn copy_dir<R, W>(
     r: &mut R,
@@ -880,7 +881,6 @@ where
                 .await
                 .map_err(|_| DirEnd::WriteErr)?;
             moved.fetch_add(pass as u64, Ordering::Relaxed);
-            meter.touch();
         }
         if pass < n {
             return Err(DirEnd::Limit);

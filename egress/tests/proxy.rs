@@ -185,11 +185,62 @@ async fn ip_literal_targets_follow_the_address_rules() {
     }
     assert_eq!(p.records(2).await[0].reason, "address_not_allowed:loopback");
     assert_eq!(p.resolver.lookups(), 0);
-    // positive control
-    let p2 = TestProxy::start(cfg(), &allow, &[] as &[&str], StaticResolver::new()).await;
+    // positive control (IPv4 and bracketed IPv6 literals)
+    let both = ProxyConfig {
+        addresses: AddressPolicy::new(vec![
+            "127.0.0.0/8".parse().unwrap(),
+            "::1/128".parse().unwrap(),
+        ]),
+        ..ProxyConfig::default()
+    };
+    let p2 = TestProxy::start(both, &allow, &[] as &[&str], StaticResolver::new()).await;
     let (mut s, head) = connect_tunnel(p2.addr, &format!("127.0.0.1:{}", origin.port()), "").await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(tunnel_works(&mut s).await);
+    let v6 = tokio::net::TcpListener::bind("[::1]:0").await;
+    if let Ok(l) = v6 {
+        let port = l.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut c, _) = l.accept().await.unwrap();
+            let (mut r, mut w) = c.split();
+            let _ = tokio::io::copy(&mut r, &mut w).await;
+        });
+        let (mut s, head) = connect_tunnel(p2.addr, &format!("[::1]:{port}"), "").await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(tunnel_works(&mut s).await);
+    }
+}
+
+#[tokio::test]
+async fn plain_http_body_over_the_byte_budget_gets_413() {
+    let origin = http_origin().await;
+    let config = ProxyConfig {
+        limits: Limits {
+            bytes_per_connection: Some(1000),
+            ..Limits::default()
+        },
+        ..cfg()
+    };
+    let p = TestProxy::start(
+        config,
+        &["127.0.0.1"],
+        &[] as &[&str],
+        StaticResolver::new(),
+    )
+    .await;
+    let port = origin.port();
+    let big = format!(
+        "POST http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 5000\r\n\r\n"
+    );
+    let resp = raw_exchange(p.addr, big.as_bytes()).await;
+    assert_eq!(status_of(&resp), 413, "{resp}");
+    assert_eq!(p.last_record(1).await.close, CloseReason::LimitExceeded);
+    // positive control: a small body is forwarded
+    let small = format!(
+        "POST http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 2\r\n\r\nhi"
+    );
+    let resp = raw_exchange(p.addr, small.as_bytes()).await;
+    assert_eq!(status_of(&resp), 200, "{resp}");
 }
 
 #[tokio::test]
@@ -696,4 +747,57 @@ async fn the_proxy_never_connects_to_itself() {
     let (mut s, h) = connect_tunnel(p.addr, &format!("127.0.0.1:{}", origin.port()), "").await;
     assert!(h.starts_with("HTTP/1.1 200"), "{h}");
     assert!(tunnel_works(&mut s).await);
+}
+
+#[tokio::test]
+async fn a_non_relay_connection_taints_the_session_and_narrows_later_connections() {
+    use palisade_egress::policy::PolicyDecider;
+    use palisade_egress::proxy::{Listener, Proxy, shutdown_channel};
+    use palisade_egress::record::MemoryRecorder;
+    use std::sync::{Arc, Mutex};
+    let origin = echo_origin().await;
+    let toml = "[egress]\nallow = [\"*.lab.test\"]\nallow_addresses = [\"127.0.0.0/8\"]\n[taint]\nsources = [\"proxy_non_relay\"]\negress_allow = [\"safe.lab.test\"]\n";
+    let (policy, _) = palisade_schema::host_policy::parse_strict(toml, "palisade.toml").unwrap();
+    let rules = palisade_taint::Rules::new(&policy, &[]).unwrap();
+    let session = Arc::new(Mutex::new(palisade_taint::Session::new()));
+    let decider = PolicyDecider::new(Arc::new(policy), Arc::new(rules), session.clone());
+    let res = StaticResolver::new()
+        .with("first.lab.test", &[lo()])
+        .with("second.lab.test", &[lo()])
+        .with("safe.lab.test", &[lo()]);
+    let rec = Arc::new(MemoryRecorder::new());
+    let proxy = Proxy::new(
+        ProxyConfig {
+            addresses: loopback_allowed(),
+            ..ProxyConfig::default()
+        },
+        Arc::new(decider),
+        Arc::new(res),
+        rec.clone(),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (_shutdown, signal) = shutdown_channel();
+    tokio::spawn(async move { proxy.serve(Listener::Tcp(l), signal).await });
+    let port = origin.port();
+    // positive control: a clean session reaches any allowed host
+    let (mut s, h) = connect_tunnel(addr, &format!("first.lab.test:{port}"), "").await;
+    assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+    assert!(tunnel_works(&mut s).await);
+    assert!(
+        session.lock().unwrap().is_tainted(),
+        "a non-relay proxy connection taints"
+    );
+    // tainted: a new host outside taint.egress_allow is refused
+    let (_s, h) = connect_tunnel(addr, &format!("second.lab.test:{port}"), "").await;
+    assert!(
+        h.starts_with("HTTP/1.1 403") && h.contains("tainted_session"),
+        "{h}"
+    );
+    // still allowed: the host already contacted, and taint.egress_allow
+    for host in ["first.lab.test", "safe.lab.test"] {
+        let (mut s, h) = connect_tunnel(addr, &format!("{host}:{port}"), "").await;
+        assert!(h.starts_with("HTTP/1.1 200"), "{host}: {h}");
+        assert!(tunnel_works(&mut s).await);
+    }
 }

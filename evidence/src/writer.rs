@@ -9,7 +9,7 @@
 //! one `fdatasync` (group commit).
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::num::NonZeroU64;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -357,11 +357,10 @@ impl JournalWriter {
             .append(true)
             .open(path)
             .map_err(|source| io_err("open", path, source))?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)
-            .map_err(|source| io_err("read", path, source))?;
         let mut verifier = Verifier::for_writer(key);
-        let used = verifier.feed_lines(&bytes);
+        let tail = verifier
+            .feed_reader(&mut file)
+            .map_err(|source| io_err("read", path, source))?;
         if let Some(failure) = &verifier.report().failure {
             return Err(JournalError::Tampered(Box::new(failure.clone())));
         }
@@ -395,7 +394,7 @@ impl JournalWriter {
             policy: st.policy,
         };
         let newest = verifier.report().last.clone();
-        let tail = bytes.get(used..).unwrap_or_default();
+        let used = st.offset;
         let mut report = OpenReport {
             records: chain.next_seq,
             epoch: chain.epoch,
@@ -405,8 +404,8 @@ impl JournalWriter {
         let cut = if tail.is_empty() {
             None
         } else {
-            let digest = hex::encode(Sha256::digest(tail));
-            file.set_len(used as u64)
+            let digest = hex::encode(Sha256::digest(&tail));
+            file.set_len(used)
                 .map_err(|source| io_err("truncate the torn tail of", path, source))?;
             file.sync_data()
                 .map_err(|source| io_err("sync", path, source))?;
@@ -488,9 +487,19 @@ impl JournalWriter {
     /// As [`JournalWriter::append`], except that write failures surface in
     /// [`Ticket::wait`].
     pub fn submit(&self, entry: &Entry) -> Result<Ticket, JournalError> {
-        if entry.kind.is_reserved() {
+        // `Kind::Custom` can be built directly, so check the name itself:
+        // it is written unescaped, and a custom kind spelled like one of the
+        // journal's own would forge a seal or an end marker.
+        let name = entry.kind.as_str();
+        if !crate::record::is_valid_kind(name.as_bytes()) {
+            return Err(RecordError::InvalidKind {
+                kind: name.chars().take(crate::record::MAX_KIND_LEN).collect(),
+            }
+            .into());
+        }
+        if Kind::from_valid(name).is_reserved() {
             return Err(RecordError::ReservedKind {
-                kind: entry.kind.to_string(),
+                kind: name.to_owned(),
             }
             .into());
         }

@@ -140,7 +140,7 @@ fn tmpfs(target: &Path, opts: &str, flags: MsFlags) -> MountResult {
     .map_err(e(format!("tmpfs {}", target.display())))
 }
 
-fn mount_dev(uid: u32, gid: u32) -> MountResult {
+fn mount_dev() -> MountResult {
     let dev = inside(Path::new("/dev"));
     ensure_mountpoint(&dev, true)?;
     tmpfs(&dev, "mode=0755,size=64k", MsFlags::MS_NOEXEC)?;
@@ -183,7 +183,6 @@ fn mount_dev(uid: u32, gid: u32) -> MountResult {
         std::os::unix::fs::symlink(target, dev.join(link))
             .map_err(io(format!("symlink /dev/{link}")))?;
     }
-    let _ = (uid, gid);
     remount_ro(&dev, MsFlags::MS_NOEXEC)
 }
 
@@ -308,7 +307,7 @@ pub(crate) fn apply(plan: &MountPlan, uid: u32, gid: u32) -> MountResult {
                 remount_ro(&t, MsFlags::MS_NOEXEC)?;
             }
             MountOp::Tmp { size } => mount_tmp(*size, uid, gid)?,
-            MountOp::Dev => mount_dev(uid, gid)?,
+            MountOp::Dev => mount_dev()?,
             MountOp::Proc => mount_proc()?,
             MountOp::Pin { path } => {
                 let t = inside(path);

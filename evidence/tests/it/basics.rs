@@ -114,6 +114,19 @@ fn reserved_kinds_are_refused_custom_kinds_accepted() {
             .unwrap_err();
         assert!(matches!(err, JournalError::Record(_)), "{err}");
     }
+    // A `Custom` kind built directly cannot smuggle in a reserved name or
+    // characters that would break the line.
+    for name in ["journal_closed", "epoch_sealed", "bad\",\"x", "", "UPPER"] {
+        let err = writer
+            .append(&Entry::new(
+                Timestamp(1),
+                "s",
+                Kind::Custom(name.to_owned()),
+                Body::empty(),
+            ))
+            .unwrap_err();
+        assert!(matches!(err, JournalError::Record(_)), "{name:?}: {err}");
+    }
     let custom = Kind::custom("deploy.approved").unwrap();
     let receipt = writer
         .append(&Entry::new(Timestamp(1), "s", custom, Body::empty()))
@@ -470,4 +483,29 @@ fn fuzz_harness_reseals_lines_so_structure_checks_are_reached() {
     let resealed = palisade_evidence::__fuzz::reseal(zeroed.as_bytes(), &key);
     assert_eq!(resealed, golden.as_bytes());
     palisade_evidence::__fuzz::verify_bytes(zeroed.as_bytes());
+}
+
+#[test]
+fn writer_handles_and_tickets_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<JournalWriter>();
+    send_sync::<palisade_evidence::Verifier>();
+    send::<palisade_evidence::Ticket>();
+    // And a ticket waited on by another thread than the submitter's.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j");
+    let writer = JournalWriter::create(
+        &path,
+        &test_key(),
+        &WriterOptions::default(),
+        Timestamp(1_000_000),
+    )
+    .unwrap();
+    let ticket = writer.submit(&entry(0)).unwrap();
+    let receipt = std::thread::spawn(move || ticket.wait().unwrap())
+        .join()
+        .unwrap();
+    assert_eq!(receipt.seq, 1);
+    assert_eq!(writer.anchor().unwrap().seq, 1);
 }

@@ -329,3 +329,69 @@ fn random_multi_byte_mutations_insertions_and_deletions_are_detected() {
         );
     }
 }
+
+/// A reader that hands out a few bytes at a time.
+struct Trickle<'a> {
+    data: &'a [u8],
+    step: usize,
+}
+
+impl std::io::Read for Trickle<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.step.min(buf.len()).min(self.data.len());
+        buf[..n].copy_from_slice(&self.data[..n]);
+        self.data = &self.data[n..];
+        Ok(n)
+    }
+}
+
+#[test]
+fn streaming_verification_agrees_with_whole_buffer_verification() {
+    let w = written(300, every_records(31));
+    let starts = line_starts(&w.bytes);
+    let mut flipped = w.bytes.clone();
+    flipped[starts[150] + 40] ^= 4;
+    let torn = &w.bytes[..w.bytes.len() - 9];
+    let truncated = &w.bytes[..starts[200]];
+    for (name, bytes) in [
+        ("intact", &w.bytes[..]),
+        ("flipped", &flipped[..]),
+        ("torn", torn),
+        ("truncated", truncated),
+    ] {
+        let whole = verify(bytes, &w.key, Some(&w.anchor));
+        for step in [1, 7, 4096, usize::MAX] {
+            let streamed = palisade_evidence::verify_reader(
+                Trickle { data: bytes, step },
+                &w.key,
+                Some(&w.anchor),
+            )
+            .unwrap();
+            assert_eq!(streamed.verdict(), whole.verdict(), "{name} step {step}");
+            assert_eq!(streamed.failure, whole.failure, "{name} step {step}");
+            assert_eq!(streamed.records, whole.records, "{name} step {step}");
+            assert_eq!(streamed.torn_tail_bytes, whole.torn_tail_bytes, "{name}");
+        }
+    }
+    // Positive control for the verdicts compared above.
+    assert_eq!(
+        verify(&w.bytes, &w.key, Some(&w.anchor)).verdict(),
+        Verdict::Closed
+    );
+}
+
+#[test]
+fn an_overlong_line_is_refused_without_buffering_it_whole() {
+    let w = written(3, every_records(10));
+    let mut bytes = w.bytes.clone();
+    bytes.extend(std::iter::repeat_n(
+        b'x',
+        palisade_evidence::MAX_LINE_LEN + 10,
+    ));
+    bytes.push(b'\n');
+    let whole = verify(&bytes, &w.key, None).failure.unwrap();
+    assert_eq!(whole.kind, FailureKind::Malformed);
+    assert!(whole.message.contains("longer than"), "{}", whole.message);
+    let streamed = palisade_evidence::verify_reader(&bytes[..], &w.key, None).unwrap();
+    assert_eq!(streamed.failure.unwrap().kind, FailureKind::Malformed);
+}
