@@ -350,8 +350,12 @@ impl Recorder for SessionCore {
 }
 
 impl ControlBackend for SessionCore {
-    fn before_request(&self, _endpoint: Endpoint, op: &str) {
-        self.check_steering(&format!("control:{op}"));
+    fn before_request(&self, endpoint: Endpoint, op: &str) {
+        // The worker's requests mark points in its run; the host's polling
+        // (`palisade approve --next`) must not cost a walk each time.
+        if endpoint == Endpoint::Worker {
+            self.check_steering(&format!("control:{op}"));
+        }
     }
 
     fn taint(&self, source: TaintKind, detail: &str) -> SessionView {
