@@ -73,11 +73,31 @@ fn counts(config: Option<&palisade_schema::HubConfig>) -> Option<(usize, usize)>
 
 /// Runs `palisade check`.
 pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
-    let (mut diags, sources, checked) = check_path(&args.path)?;
+    // `palisade check --policy FILE` alone checks only the policy when the
+    // current folder has no `.paseo`.
+    let policy_only =
+        args.policy.is_some() && args.path == Path::new(".") && !Path::new(".paseo").is_dir();
+    let (mut diags, mut sources, mut checked) = if policy_only {
+        let none = Checked {
+            what: String::new(),
+            files: 0,
+            counts: None,
+        };
+        (Vec::new(), Vec::new(), none)
+    } else {
+        check_path(&args.path)?
+    };
     if let Some(policy) = &args.policy {
         let text = read_text(policy)?;
         let name = policy.display().to_string();
         diags.extend(check_policy(&name, &text)?);
+        checked.what = if checked.what.is_empty() {
+            name.clone()
+        } else {
+            format!("{} and {name}", checked.what)
+        };
+        checked.files += 1;
+        sources.push(Source { name, text });
     }
     diags.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
     let out = match args.format {
@@ -91,14 +111,10 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     )))
 }
 
-/// The seam for the host-policy parser (`palisade.toml`): takes the
-/// policy's display name and text, returns its diagnostics. Until the
-/// host-policy parser lands this refuses, so `--policy` fails closed
-/// (exit 2) instead of pretending the policy was checked.
-pub(crate) fn check_policy(name: &str, _text: &str) -> Result<Vec<Diagnostic>, String> {
-    Err(format!(
-        "cannot check host policy {name}: this build has no host-policy parser yet"
-    ))
+/// The host-policy parser (`palisade.toml`): takes the policy's display
+/// name and text, returns its diagnostics (errors and lints).
+pub(crate) fn check_policy(name: &str, text: &str) -> Result<Vec<Diagnostic>, String> {
+    Ok(palisade_schema::host_policy::parse(text, name).1)
 }
 
 fn read_text(path: &Path) -> Result<String, String> {

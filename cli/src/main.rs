@@ -9,6 +9,12 @@
 #![allow(clippy::print_stdout, reason = "the CLI prints")]
 
 mod check;
+mod decide;
+mod explain;
+mod host_policy_file;
+mod journal;
+mod mark_untrusted;
+mod policy_cmd;
 mod schema_cmd;
 
 use std::process::ExitCode;
@@ -27,8 +33,18 @@ struct Cli {
 enum Command {
     /// Validate hub workflows, provider options and the host policy.
     Check(check::Args),
+    /// Decide egress, outward or routing requests against the host policy.
+    Decide(decide::Args),
+    /// Mark files untrusted: a session that reads them becomes tainted.
+    MarkUntrusted(mark_untrusted::Args),
     /// Print JSON Schema documents for hub.yml, workflow files and provider options.
     Schema(schema_cmd::Args),
+    /// Print each step's exact Hub tool policy and translated provider options.
+    Policy(policy_cmd::Args),
+    /// Explain the run plan for an event: admission, steps run or skipped, tools per step.
+    Explain(explain::Args),
+    /// Generate keys for, verify, show and append to sealed journals.
+    Journal(journal::Args),
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -45,7 +61,12 @@ fn main() -> ExitCode {
     };
     let res = match cli.command {
         Command::Check(args) => check::run(args),
+        Command::Decide(args) => decide::run(args),
+        Command::MarkUntrusted(args) => mark_untrusted::run(args),
         Command::Schema(args) => schema_cmd::run(args),
+        Command::Policy(args) => policy_cmd::run(args),
+        Command::Explain(args) => explain::run(args),
+        Command::Journal(args) => journal::run(args),
     };
     match res {
         Ok(code) => code,

@@ -419,5 +419,7 @@ fn hub_file(
             root,
         );
     }
-    w.diags.len() == before
+    !w.diags
+        .get(before..)
+        .is_some_and(|d| d.iter().any(Diagnostic::is_error))
 }

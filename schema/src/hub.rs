@@ -67,6 +67,13 @@ const NOT_IN_WORKFLOW_FILE: &[&str] = &[
 ];
 
 impl Walker<'_> {
+    /// Whether an error (not a warning) was reported since `before`.
+    fn errors_since(&self, before: usize) -> bool {
+        self.diags
+            .get(before..)
+            .is_some_and(|d| d.iter().any(Diagnostic::is_error))
+    }
+
     pub(crate) fn error(
         &mut self,
         code: &'static str,
@@ -473,23 +480,28 @@ impl Walker<'_> {
             .required(node, "provider", path)
             .and_then(|n| self.string(n, &path.key("provider")));
         let mut ok = provider.is_some();
+        // A provider without a strict option schema cannot preapprove exact
+        // MCP tools either: every dispatch of a step that uses it fails with
+        // tool_policy_unsupported (which the run plan reports). Without
+        // options that is a warning here; with options it is an error, as
+        // the options cannot be checked (see options::validate).
         if let Some(p) = &provider
             && !p.contains("${{")
             && crate::options::provider_shape(p).is_none()
+            && node.get("options").is_none()
             && let Some(pn) = node.get("provider")
         {
             self.diags.push(
-                Diagnostic::error(
-                    "unknown_provider",
+                Diagnostic::warning(
+                    "unsupported_provider",
                     format!(
-                        "provider {p:?} cannot preapprove exact MCP tools for unattended execution and has no strict option schema; select claude, codex or opencode"
+                        "provider {p:?} cannot preapprove exact MCP tools for unattended execution; every step using it fails with tool_policy_unsupported; select claude, codex or opencode"
                     ),
                 )
                 .in_file(self.file.clone())
                 .at(pn.pos.line, pn.pos.column)
                 .with_path(path.key("provider").to_path()),
             );
-            ok = false;
         }
         let mut field = |w: &mut Self, key: &str| -> Option<String> {
             let n = node.get(key)?;
@@ -530,15 +542,12 @@ impl Walker<'_> {
                 let opath = path.key("options");
                 match &o.value {
                     Y::Map(_) => {
-                        if let Some(p) = provider
-                            .as_ref()
-                            .filter(|p| crate::options::provider_shape(p).is_some())
-                        {
+                        if let Some(p) = &provider {
                             let before = self.diags.len();
                             let found =
                                 crate::options::validate(p, o, &opath.to_path(), &self.file);
                             self.diags.extend(found);
-                            if self.diags.len() > before {
+                            if self.errors_since(before) {
                                 ok = false;
                             }
                         }
@@ -760,7 +769,7 @@ impl Walker<'_> {
                 _ => self.type_error("object", &p, n),
             }
         }
-        (self.diags.len() == before).then_some(f)
+        (!self.errors_since(before)).then_some(f)
     }
 
     fn inputs(&mut self, node: &Node, path: &Lp<'_>) -> Option<Vec<InputDecl>> {
@@ -876,7 +885,7 @@ impl Walker<'_> {
                 choices,
             });
         }
-        (self.diags.len() == before).then_some(out)
+        (!self.errors_since(before)).then_some(out)
     }
 
     fn values(&mut self, node: &Node, path: &Lp<'_>) -> Option<Vec<(String, Template)>> {
@@ -901,7 +910,7 @@ impl Walker<'_> {
                 out.push((k.text.clone(), t));
             }
         }
-        (self.diags.len() == before).then_some(out)
+        (!self.errors_since(before)).then_some(out)
     }
 
     // ----- steps --------------------------------------------------------
@@ -1051,7 +1060,7 @@ impl Walker<'_> {
             .get("auto_archive")
             .and_then(|n| self.bool(n, &path.key("auto_archive")))
             .unwrap_or(false);
-        if self.diags.len() != before {
+        if self.errors_since(before) {
             return None;
         }
         Some(Step {
@@ -1202,7 +1211,7 @@ impl Walker<'_> {
                 });
             }
         }
-        (self.diags.len() == before).then_some(out)
+        (!self.errors_since(before)).then_some(out)
     }
 
     fn github(&mut self, node: &Node, path: &Lp<'_>) -> Option<GithubAuthority> {
@@ -1283,7 +1292,7 @@ impl Walker<'_> {
                 "1h because GitHub installation tokens expire after 1h",
             )
         });
-        if self.diags.len() != before {
+        if self.errors_since(before) {
             return None;
         }
         Some(GithubAuthority {

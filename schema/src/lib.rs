@@ -21,6 +21,7 @@
 pub mod bundle;
 pub mod diagnostic;
 pub mod expr;
+pub mod host_policy;
 mod hub;
 pub mod hub_schema;
 mod lazy_path;

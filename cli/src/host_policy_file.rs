@@ -1,0 +1,147 @@
+//! Loading `palisade.toml`, the marks file and session files for the host
+//! policy commands, and printing policy diagnostics.
+
+use std::path::{Path, PathBuf};
+
+use palisade_schema::Diagnostic;
+use palisade_schema::LineIndex;
+use palisade_schema::host_policy::{self, HostPolicy};
+use palisade_taint::{Record, Rules, Session, parse_marks};
+
+/// A loaded policy with the file it came from.
+pub(crate) struct Loaded {
+    pub(crate) policy: HostPolicy,
+    pub(crate) path: PathBuf,
+}
+
+/// Reads and parses the policy; any error is printed and returned as `Err`.
+pub(crate) fn load_policy(path: &Path) -> Result<Loaded, String> {
+    let text = read_text(path)?;
+    let name = path.display().to_string();
+    match host_policy::parse_strict(&text, &name) {
+        Ok((policy, _warnings)) => Ok(Loaded {
+            policy,
+            path: path.to_owned(),
+        }),
+        Err(diags) => {
+            eprint!("{}", render(&diags, &text));
+            let n = diags.iter().filter(|d| d.is_error()).count();
+            Err(format!("{name}: {n} error(s); the policy is refused"))
+        }
+    }
+}
+
+/// Reads a file as UTF-8 with a size cap.
+pub(crate) fn read_text(path: &Path) -> Result<String, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if bytes.len() > host_policy::MAX_POLICY_BYTES * 16 {
+        return Err(format!("{} is too large", path.display()));
+    }
+    String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8", path.display()))
+}
+
+/// The marks file for `loaded`: `explicit` if given, else `taint.marks_file`
+/// relative to the policy file's directory.
+pub(crate) fn marks_path(loaded: &Loaded, explicit: Option<&Path>) -> PathBuf {
+    if let Some(p) = explicit {
+        return p.to_owned();
+    }
+    let dir = loaded.path.parent().unwrap_or_else(|| Path::new("."));
+    dir.join(&loaded.policy.taint.marks_file)
+}
+
+/// Reads the marks file; a missing file means no marks.
+pub(crate) fn read_marks(path: &Path) -> Result<Vec<String>, String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(parse_marks(&text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(format!("cannot read marks file {}: {e}", path.display())),
+    }
+}
+
+/// Loads a session: a serialized `Session` object, a JSON array of records,
+/// or JSON lines of records (rebuilt under `rules`).
+pub(crate) fn load_session(path: &Path, rules: &Rules) -> Result<Session, String> {
+    let text = read_text(path)?;
+    let trimmed = text.trim_start();
+    let bad =
+        |e: serde_json::Error| format!("{}: not a session or record list: {e}", path.display());
+    if trimmed.starts_with('[') {
+        let records: Vec<Record> = serde_json::from_str(&text).map_err(bad)?;
+        return Ok(Session::rebuild(rules, &records));
+    }
+    if let Ok(s) = serde_json::from_str::<Session>(&text) {
+        return Ok(s);
+    }
+    let mut records = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let r: Record = serde_json::from_str(line)
+            .map_err(|e| format!("{}:{}: not a session record: {e}", path.display(), i + 1))?;
+        records.push(r);
+    }
+    Ok(Session::rebuild(rules, &records))
+}
+
+/// Renders diagnostics rustc-style, with the offending line and a caret.
+pub(crate) fn render(diags: &[Diagnostic], text: &str) -> String {
+    let index = LineIndex::new(text);
+    let mut out = String::new();
+    for d in diags {
+        out.push_str(&d.to_string());
+        out.push('\n');
+        if let Some(line) = index.line_text(d.line) {
+            let n = d.line.to_string();
+            let pad = " ".repeat(n.len());
+            let col = usize::try_from(d.column.saturating_sub(1)).unwrap_or(0);
+            let (shown, caret) = window(line, col);
+            out.push_str(&format!(
+                "{pad} |\n{n} | {shown}\n{pad} | {}^\n",
+                " ".repeat(caret)
+            ));
+        }
+        if let Some(help) = &d.help {
+            out.push_str(&format!("  = help: {help}\n"));
+        }
+    }
+    out
+}
+
+/// At most `WIDTH` characters of `line` around character column `col`, and
+/// the caret's column within them. Control characters are shown as `?`.
+fn window(line: &str, col: usize) -> (String, usize) {
+    const WIDTH: usize = 100;
+    let start = col.saturating_sub(WIDTH / 2);
+    let mut shown: String = line
+        .chars()
+        .skip(start)
+        .take(WIDTH)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    let mut caret = col - start;
+    if start > 0 {
+        shown.insert_str(0, "...");
+        caret += 3;
+    }
+    if line.chars().count() > start + WIDTH {
+        shown.push_str("...");
+    }
+    (shown, caret)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::window;
+
+    #[test]
+    fn long_lines_are_windowed_around_the_column() {
+        assert_eq!(window("abc", 1), ("abc".to_owned(), 1));
+        let long = "x".repeat(1000);
+        let (shown, caret) = window(&long, 500);
+        assert_eq!(shown.len(), 106);
+        assert_eq!(caret, 53);
+        assert_eq!(window("a\tb", 2), ("a?b".to_owned(), 2));
+    }
+}

@@ -1,0 +1,1332 @@
+//! The host policy file `palisade.toml`: a strict parser and its typed model.
+//!
+//! The host policy says what a worker may touch: its filesystem view and
+//! limits (`[worker]`), which hosts it may reach and through which relays
+//! (`[egress]`), which outward actions taken in the user's name need a human
+//! (`[outward]`), what taints a session and what a tainted session may still
+//! do (`[taint]`), and which providers may receive which files
+//! (`[[routing]]`). Every key is documented in `docs/policy.md`.
+//!
+//! [`parse`] reads the text and returns the model plus [`Diagnostic`]s:
+//! unknown keys, wrong types and invalid values are errors with the authored
+//! path, line and column; risky but valid choices are warnings (lints). A
+//! policy with any error is refused: [`parse`] returns `None` for it.
+//!
+//! This module does no IO: the caller reads the file.
+
+mod host_pattern;
+mod reader;
+mod values;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::ops::Range;
+
+pub use host_pattern::{HostError, HostPattern, RequestHost, split_authority};
+use reader::{Cx, Table};
+pub use values::{Cidr, Origin, PathGlob, RelayRoute, parse_duration, parse_size};
+
+use crate::{Diagnostic, Path};
+
+/// Largest policy file accepted, in bytes.
+pub const MAX_POLICY_BYTES: usize = 1 << 20;
+
+/// A parsed, validated `palisade.toml`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostPolicy {
+    /// `[worker]`: profile, filesystem view, environment and limits.
+    pub worker: Worker,
+    /// `[egress]`: host rules, address exceptions, limits and relays.
+    pub egress: Egress,
+    /// `[outward]`: approval rules for actions taken in the user's name.
+    pub outward: Outward,
+    /// `[taint]`: what taints a session and what a tainted session may do.
+    pub taint: Taint,
+    /// `[[routing]]`: which providers may receive which paths.
+    pub routing: Vec<RoutingRule>,
+}
+
+/// `[worker]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Worker {
+    /// The sandbox profile.
+    pub profile: Profile,
+    /// Working directory inside the sandbox; relative paths in the policy are
+    /// taken relative to it.
+    pub cwd: Option<String>,
+    /// Absolute paths the worker may write.
+    pub writable: Vec<String>,
+    /// Absolute paths the worker may read but not write.
+    pub read_only: Vec<String>,
+    /// Absolute paths hidden from the worker, on top of the built-in masks.
+    pub masks: Vec<String>,
+    /// Environment passed to and set for the worker.
+    pub env: WorkerEnv,
+    /// Resource limits.
+    pub limits: WorkerLimits,
+}
+
+/// The worker's sandbox profile.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Profile {
+    /// Writable project, egress only through the proxy and relays.
+    #[default]
+    Governed,
+    /// No writes outside scratch, egress only through relays.
+    Strict,
+    /// Wider filesystem access for an operator's maintenance run.
+    Maintenance,
+}
+
+impl Profile {
+    /// The name used in the policy file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Governed => "governed",
+            Self::Strict => "strict",
+            Self::Maintenance => "maintenance",
+        }
+    }
+}
+
+/// `[worker.env]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerEnv {
+    /// Host variables passed through by name.
+    pub pass: Vec<String>,
+    /// Variables set to fixed values.
+    pub set: BTreeMap<String, String>,
+}
+
+/// `[worker.limits]`; `None` means the sandbox's built-in default.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerLimits {
+    /// Memory in bytes.
+    pub memory: Option<u64>,
+    /// Number of processes and threads.
+    pub pids: Option<u64>,
+    /// CPU time in seconds.
+    pub cpu: Option<u64>,
+    /// Wall-clock time in seconds.
+    pub wall: Option<u64>,
+    /// Largest file the worker may write, in bytes.
+    pub file_size: Option<u64>,
+}
+
+/// `[egress]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Egress {
+    /// Host patterns a worker may connect to through the proxy.
+    pub allow: Vec<HostPattern>,
+    /// Host patterns always refused; deny beats allow.
+    pub deny: Vec<HostPattern>,
+    /// Address ranges let through the proxy's built-in address deny set
+    /// (private, loopback, link-local, metadata …). They never allow a host
+    /// by themselves: the name must still match `allow`.
+    pub allow_addresses: Vec<Cidr>,
+    /// Byte and connection limits.
+    pub limits: EgressLimits,
+    /// Host relays that inject credentials the worker never holds.
+    pub relays: Vec<Relay>,
+    /// Whether the proxy refuses a TLS ClientHello whose SNI differs from the
+    /// CONNECT host. Default `true`.
+    pub require_sni_match: bool,
+}
+
+/// `[egress.limits]`; `None` means unlimited for that dimension.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EgressLimits {
+    /// Bytes (both directions) per connection.
+    pub bytes_per_connection: Option<u64>,
+    /// Bytes (both directions) per session.
+    pub bytes_per_session: Option<u64>,
+    /// Connections per session.
+    pub connections: Option<u64>,
+    /// New connections per minute.
+    pub per_minute: Option<u64>,
+}
+
+/// `[[egress.relay]]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Relay {
+    /// Unique name, also usable as a routing provider.
+    pub name: String,
+    /// The exact upstream origin; the worker cannot change it.
+    pub origin: Origin,
+    /// The only method and path pairs forwarded.
+    pub routes: Vec<RelayRoute>,
+    /// Which header carries the credential and where the host reads it.
+    pub credential: RelayCredential,
+    /// Placeholder variables set in the worker's environment.
+    pub worker_env: BTreeMap<String, String>,
+}
+
+/// `credential = { header, from_env, prefix }` of a relay.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RelayCredential {
+    /// Header the relay sets (lowercase), after stripping any the worker sent.
+    pub header: String,
+    /// Host environment variable that holds the secret.
+    pub from_env: String,
+    /// Text put before the secret, such as `Bearer `.
+    pub prefix: String,
+}
+
+/// `[outward]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Outward {
+    /// Decision when no rule matches: ask (default) or deny.
+    pub default: OutwardDefault,
+    /// Actions allowed without asking (ignored by a tainted session).
+    pub allow: Vec<OutwardRule>,
+    /// Actions always refused; deny beats allow, taint never lifts it.
+    pub deny: Vec<OutwardRule>,
+}
+
+/// `outward.default`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum OutwardDefault {
+    /// Ask a human.
+    #[default]
+    Ask,
+    /// Refuse.
+    Deny,
+}
+
+/// One `{ kind, target }` outward rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutwardRule {
+    /// The kind, or a prefix of kinds (`github.post` covers `github.post.comment`), or `*`.
+    pub kind: OutwardKind,
+    /// Target glob; `None` matches every target.
+    pub target: Option<TargetGlob>,
+}
+
+/// A dotted outward-action kind such as `git.push` or `github.post.review`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OutwardKind(String);
+
+/// The built-in outward kinds.
+pub const BUILTIN_OUTWARD_KINDS: &[&str] = &[
+    "git.push",
+    "github.post",
+    "github.post.comment",
+    "github.post.issue",
+    "github.post.pull_request",
+    "github.post.review",
+    "mail.send",
+    "booking",
+    "payment",
+];
+
+impl OutwardKind {
+    /// Parses `*` or dot-separated labels of `[a-z0-9_-]`, starting with a letter.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text == "*" {
+            return Ok(Self(text.to_owned()));
+        }
+        let ok = !text.is_empty()
+            && text.split('.').all(|seg| {
+                seg.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
+                    && seg.bytes().all(|b| {
+                        b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-'
+                    })
+            });
+        if ok {
+            Ok(Self(text.to_owned()))
+        } else {
+            Err(format!(
+                "`{text}` is not a kind such as `git.push` (lowercase dot-separated names, or `*`)"
+            ))
+        }
+    }
+
+    /// The kind text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether this rule kind covers the request kind `kind`: equal, `*`, or a
+    /// dot-boundary prefix.
+    pub fn covers(&self, kind: &str) -> bool {
+        self.0 == "*"
+            || kind == self.0
+            || kind
+                .strip_prefix(self.0.as_str())
+                .is_some_and(|rest| rest.starts_with('.'))
+    }
+
+    /// Whether this is a built-in kind or a family of them.
+    pub fn is_builtin(&self) -> bool {
+        self.0 == "*" || BUILTIN_OUTWARD_KINDS.contains(&self.0.as_str())
+    }
+}
+
+impl fmt::Display for OutwardKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A target glob of an outward rule (`github.com/acme/app:refs/heads/agent/*`,
+/// `*@acme.example`).
+///
+/// `*` and `?` stay inside one `/`-separated segment, `**` crosses segments.
+/// Deny rules match ignoring ASCII case, so a deny on `github.com/acme/*`
+/// also catches `github.com/ACME/x`; allow rules match case-sensitively, so
+/// an allow for `refs/heads/agent/*` does not also allow `refs/heads/AGENT/x`
+/// (git refs are case-sensitive). Both choices err towards asking.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TargetGlob(String);
+
+impl TargetGlob {
+    /// Checks the glob syntax.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text.is_empty() {
+            return Err("empty target".to_owned());
+        }
+        Self::compile_text(text).map_err(|e| format!("`{text}`: {e}"))?;
+        Ok(Self(text.to_owned()))
+    }
+
+    /// The glob text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether the glob matches every target (`*`, `**`, …).
+    pub fn is_match_all(&self) -> bool {
+        self.0.chars().all(|c| c == '*' || c == '/')
+    }
+
+    /// The compiled glob; `case_insensitive` for deny rules.
+    pub fn compile(&self, case_insensitive: bool) -> Result<globset::Glob, globset::Error> {
+        Self::compile_with(&self.0, case_insensitive)
+    }
+
+    fn compile_text(text: &str) -> Result<globset::Glob, globset::Error> {
+        Self::compile_with(text, false)
+    }
+
+    fn compile_with(text: &str, case_insensitive: bool) -> Result<globset::Glob, globset::Error> {
+        globset::GlobBuilder::new(text)
+            .literal_separator(true)
+            .case_insensitive(case_insensitive)
+            .backslash_escape(true)
+            .build()
+    }
+}
+
+impl fmt::Display for TargetGlob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// `[taint]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Taint {
+    /// Which event classes taint a session.
+    pub sources: BTreeSet<TaintSourceKind>,
+    /// Reading a path matching one of these taints the session (`untrusted_path`).
+    pub untrusted_paths: Vec<PathGlob>,
+    /// Files the user marked untrusted in the policy (`marked_file`); the
+    /// marks file adds to these.
+    pub marked: Vec<PathGlob>,
+    /// Where `palisade mark-untrusted` keeps its marks, relative to the policy file.
+    pub marks_file: String,
+    /// Writes to these paths are flagged for the record (they steer later runs).
+    pub steering_paths: Vec<PathGlob>,
+    /// Hosts a tainted session may still open new connections to.
+    pub egress_allow: Vec<HostPattern>,
+}
+
+/// The default marks file, relative to the policy file.
+pub const DEFAULT_MARKS_FILE: &str = ".palisade/untrusted";
+
+impl Default for Taint {
+    fn default() -> Self {
+        Self {
+            sources: TaintSourceKind::DEFAULT.iter().copied().collect(),
+            untrusted_paths: Vec::new(),
+            marked: Vec::new(),
+            marks_file: DEFAULT_MARKS_FILE.to_owned(),
+            steering_paths: Vec::new(),
+            egress_allow: Vec::new(),
+        }
+    }
+}
+
+/// A configurable class of taint source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TaintSourceKind {
+    /// Results of web fetch and web search tools.
+    Web,
+    /// Results of MCP servers not run by the host.
+    ExternalMcp,
+    /// Output of shell commands.
+    Shell,
+    /// Connections through the proxy that do not go through a relay.
+    ProxyNonRelay,
+    /// Reads of `taint.untrusted_paths`.
+    UntrustedPath,
+    /// Reads of files the user marked untrusted.
+    MarkedFile,
+}
+
+impl TaintSourceKind {
+    /// Every kind, in file order.
+    pub const ALL: &'static [Self] = &[
+        Self::Web,
+        Self::ExternalMcp,
+        Self::Shell,
+        Self::ProxyNonRelay,
+        Self::UntrustedPath,
+        Self::MarkedFile,
+    ];
+    /// The kinds enabled when `taint.sources` is absent: all but `shell`.
+    pub const DEFAULT: &'static [Self] = &[
+        Self::Web,
+        Self::ExternalMcp,
+        Self::ProxyNonRelay,
+        Self::UntrustedPath,
+        Self::MarkedFile,
+    ];
+
+    /// The name used in the policy file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Web => "web",
+            Self::ExternalMcp => "external_mcp",
+            Self::Shell => "shell",
+            Self::ProxyNonRelay => "proxy_non_relay",
+            Self::UntrustedPath => "untrusted_path",
+            Self::MarkedFile => "marked_file",
+        }
+    }
+
+    /// Parses the policy-file name.
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|k| k.as_str() == text)
+    }
+}
+
+/// One `[[routing]]` rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoutingRule {
+    /// Paths this rule restricts.
+    pub paths: Vec<PathGlob>,
+    /// Providers that may receive content read from those paths.
+    pub providers: BTreeSet<String>,
+}
+
+/// Parses `palisade.toml` text named `file` (used in diagnostics only).
+///
+/// Returns the policy when there is no error, and every diagnostic (errors
+/// and warnings) in document order.
+pub fn parse(text: &str, file: &str) -> (Option<HostPolicy>, Vec<Diagnostic>) {
+    if text.len() > MAX_POLICY_BYTES {
+        return (
+            None,
+            vec![
+                Diagnostic::error(
+                    "too_large",
+                    format!("the policy is larger than {MAX_POLICY_BYTES} bytes"),
+                )
+                .in_file(file),
+            ],
+        );
+    }
+    let mut cx = Cx::new(file, text);
+    let root = match toml::de::DeTable::parse(text) {
+        Ok(root) => root,
+        Err(err) => {
+            let span = err.span().unwrap_or(0..0);
+            cx.error(
+                "syntax",
+                &span,
+                &Path::root(),
+                err.message().trim().to_owned(),
+            );
+            return (None, cx.diags);
+        }
+    };
+    let root = Table {
+        table: root.get_ref(),
+        path: Path::root(),
+        span: root.span(),
+    };
+    let policy = read_policy(&mut cx, &root);
+    lint(&mut cx, &root, &policy);
+    let mut diags = cx.diags;
+    diags.sort_by_key(|d| (d.line, d.column));
+    let ok = !diags.iter().any(Diagnostic::is_error);
+    (ok.then_some(policy), diags)
+}
+
+/// Parses and returns the policy with its warnings, or every diagnostic when
+/// there is an error.
+pub fn parse_strict(
+    text: &str,
+    file: &str,
+) -> Result<(HostPolicy, Vec<Diagnostic>), Vec<Diagnostic>> {
+    match parse(text, file) {
+        (Some(p), d) => Ok((p, d)),
+        (None, d) => Err(d),
+    }
+}
+
+fn read_policy(cx: &mut Cx<'_>, root: &Table<'_, '_>) -> HostPolicy {
+    root.deny_unknown(cx, &["worker", "egress", "outward", "taint", "routing"]);
+    let mut policy = HostPolicy::default();
+    if let Some(t) = root.table(cx, "worker") {
+        policy.worker = read_worker(cx, &t);
+    }
+    if let Some(t) = root.table(cx, "egress") {
+        policy.egress = read_egress(cx, &t);
+    } else {
+        policy.egress.require_sni_match = true;
+    }
+    if let Some(t) = root.table(cx, "outward") {
+        policy.outward = read_outward(cx, &t);
+    }
+    if let Some(t) = root.table(cx, "taint") {
+        policy.taint = read_taint(cx, &t);
+    }
+    for t in root.table_array(cx, "routing") {
+        t.deny_unknown(cx, &["paths", "providers"]);
+        let paths = globs(cx, &t, "paths");
+        if paths.is_empty() {
+            cx.error(
+                "missing_key",
+                &t.span,
+                &t.path.key("paths"),
+                "a routing rule needs `paths`",
+            );
+        }
+        if !t.table.contains_key("providers") {
+            cx.error(
+                "missing_key",
+                &t.span,
+                &t.path.key("providers"),
+                "a routing rule needs `providers` (use `[]` to send those paths to no provider)",
+            );
+        }
+        let mut providers = BTreeSet::new();
+        for (name, span, path) in t.str_array(cx, "providers") {
+            if !is_name(&name) {
+                cx.error(
+                    "invalid_value",
+                    &span,
+                    &path,
+                    format!("`{name}` is not a provider name (letters, digits, `-`, `_`, `.`)"),
+                );
+            } else if !providers.insert(name.clone()) {
+                cx.warning(
+                    "duplicate",
+                    &span,
+                    &path,
+                    format!("provider `{name}` is listed twice"),
+                );
+            }
+        }
+        policy.routing.push(RoutingRule { paths, providers });
+    }
+    policy
+}
+
+fn read_worker(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Worker {
+    t.deny_unknown(
+        cx,
+        &[
+            "profile",
+            "cwd",
+            "writable",
+            "read_only",
+            "masks",
+            "env",
+            "limits",
+        ],
+    );
+    let mut w = Worker::default();
+    if let Some((p, span)) = t.str(cx, "profile") {
+        match p.as_str() {
+            "governed" => w.profile = Profile::Governed,
+            "strict" => w.profile = Profile::Strict,
+            "maintenance" => w.profile = Profile::Maintenance,
+            other => {
+                cx.error(
+                    "invalid_value",
+                    &span,
+                    &t.path.key("profile"),
+                    format!("unknown profile `{other}`"),
+                )
+                .help("expected one of: governed, strict, maintenance");
+            }
+        }
+    }
+    if let Some((cwd, span)) = t.str(cx, "cwd")
+        && check_abs(cx, &cwd, &span, &t.path.key("cwd"))
+    {
+        w.cwd = Some(cwd);
+    }
+    w.writable = abs_paths(cx, t, "writable");
+    w.read_only = abs_paths(cx, t, "read_only");
+    w.masks = abs_paths(cx, t, "masks");
+    if let Some(env) = t.table(cx, "env") {
+        env.deny_unknown(cx, &["pass", "set"]);
+        for (name, span, path) in env.str_array(cx, "pass") {
+            if is_env_name(&name) {
+                w.env.pass.push(name);
+            } else {
+                cx.error(
+                    "invalid_value",
+                    &span,
+                    &path,
+                    format!("`{name}` is not a variable name"),
+                );
+            }
+        }
+        for (name, value, span, path) in env.str_map(cx, "set") {
+            if is_env_name(&name) {
+                w.env.set.insert(name, value);
+            } else {
+                cx.error(
+                    "invalid_value",
+                    &span,
+                    &path,
+                    format!("`{name}` is not a variable name"),
+                );
+            }
+        }
+    }
+    if let Some(l) = t.table(cx, "limits") {
+        l.deny_unknown(cx, &["memory", "pids", "cpu", "wall", "file_size"]);
+        w.limits.memory = size(cx, &l, "memory");
+        w.limits.pids = l.uint(cx, "pids");
+        w.limits.cpu = duration(cx, &l, "cpu");
+        w.limits.wall = duration(cx, &l, "wall");
+        w.limits.file_size = size(cx, &l, "file_size");
+    }
+    w
+}
+
+fn read_egress(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Egress {
+    t.deny_unknown(
+        cx,
+        &[
+            "allow",
+            "deny",
+            "allow_addresses",
+            "limits",
+            "relay",
+            "require_sni_match",
+        ],
+    );
+    let mut e = Egress {
+        allow: host_patterns(cx, t, "allow"),
+        deny: host_patterns(cx, t, "deny"),
+        require_sni_match: t.bool(cx, "require_sni_match").unwrap_or(true),
+        ..Egress::default()
+    };
+    for (text, span, path) in t.str_array(cx, "allow_addresses") {
+        match Cidr::parse(&text) {
+            Ok(c) => e.allow_addresses.push(c),
+            Err(msg) => {
+                cx.error("invalid_address", &span, &path, msg);
+            }
+        }
+    }
+    if let Some(l) = t.table(cx, "limits") {
+        l.deny_unknown(
+            cx,
+            &[
+                "bytes_per_connection",
+                "bytes_per_session",
+                "connections",
+                "per_minute",
+            ],
+        );
+        e.limits.bytes_per_connection = size(cx, &l, "bytes_per_connection");
+        e.limits.bytes_per_session = size(cx, &l, "bytes_per_session");
+        e.limits.connections = l.uint(cx, "connections");
+        e.limits.per_minute = l.uint(cx, "per_minute");
+    }
+    let mut names = BTreeSet::new();
+    for r in t.table_array(cx, "relay") {
+        if let Some(relay) = read_relay(cx, &r) {
+            if !names.insert(relay.name.clone()) {
+                cx.error(
+                    "duplicate",
+                    &r.span,
+                    &r.path.key("name"),
+                    format!("relay `{}` is defined twice", relay.name),
+                );
+            }
+            e.relays.push(relay);
+        }
+    }
+    e
+}
+
+fn read_relay(cx: &mut Cx<'_>, r: &Table<'_, '_>) -> Option<Relay> {
+    r.deny_unknown(
+        cx,
+        &["name", "origin", "routes", "credential", "worker_env"],
+    );
+    let name = required_str(cx, r, "name");
+    if let Some((n, span)) = &name
+        && !is_name(n)
+    {
+        cx.error(
+            "invalid_value",
+            span,
+            &r.path.key("name"),
+            format!("`{n}` is not a relay name (letters, digits, `-`, `_`, `.`)"),
+        );
+    }
+    let origin = required_str(cx, r, "origin").and_then(|(o, span)| match Origin::parse(&o) {
+        Ok(origin) => {
+            if origin.scheme == "http" && !origin.is_loopback() {
+                cx.error(
+                    "insecure_origin",
+                    &span,
+                    &r.path.key("origin"),
+                    "a relay would send the credential in clear text over `http`",
+                )
+                .help("use `https://`; plain `http` is accepted only for loopback upstreams");
+            }
+            Some(origin)
+        }
+        Err(msg) => {
+            cx.error("invalid_value", &span, &r.path.key("origin"), msg);
+            None
+        }
+    });
+    let mut routes = Vec::new();
+    for (text, span, path) in r.str_array(cx, "routes") {
+        match RelayRoute::parse(&text) {
+            Ok(route) => routes.push(route),
+            Err(msg) => {
+                cx.error("invalid_value", &span, &path, msg);
+            }
+        }
+    }
+    if routes.is_empty() && r.table.contains_key("routes") {
+        cx.warning(
+            "empty_routes",
+            &r.span,
+            &r.path.key("routes"),
+            "a relay with no routes forwards nothing",
+        );
+    }
+    if !r.table.contains_key("routes") {
+        cx.error(
+            "missing_key",
+            &r.span,
+            &r.path.key("routes"),
+            "a relay needs `routes`, such as [\"POST /v1/messages\"]",
+        );
+    }
+    let credential = match r.table(cx, "credential") {
+        Some(c) => {
+            c.deny_unknown(cx, &["header", "from_env", "prefix"]);
+            let header = required_str(cx, &c, "header");
+            if let Some((h, span)) = &header
+                && (h.is_empty() || !h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+            {
+                cx.error(
+                    "invalid_value",
+                    span,
+                    &c.path.key("header"),
+                    format!("`{h}` is not a header name"),
+                );
+            }
+            let from_env = required_str(cx, &c, "from_env");
+            if let Some((v, span)) = &from_env
+                && !is_env_name(v)
+            {
+                cx.error(
+                    "invalid_value",
+                    span,
+                    &c.path.key("from_env"),
+                    format!("`{v}` is not a variable name"),
+                );
+            }
+            let prefix = c.str(cx, "prefix").map(|(p, _)| p).unwrap_or_default();
+            match (header, from_env) {
+                (Some((h, _)), Some((v, _))) => Some(RelayCredential {
+                    header: h.to_ascii_lowercase(),
+                    from_env: v,
+                    prefix,
+                }),
+                _ => None,
+            }
+        }
+        None => {
+            cx.error(
+                "missing_key",
+                &r.span,
+                &r.path.key("credential"),
+                "a relay needs `credential = { header = \"…\", from_env = \"…\" }`",
+            );
+            None
+        }
+    };
+    let mut worker_env = BTreeMap::new();
+    for (k, v, span, path) in r.str_map(cx, "worker_env") {
+        if !is_env_name(&k) {
+            cx.error(
+                "invalid_value",
+                &span,
+                &path,
+                format!("`{k}` is not a variable name"),
+            );
+        }
+        worker_env.insert(k, v);
+    }
+    Some(Relay {
+        name: name?.0,
+        origin: origin?,
+        routes,
+        credential: credential?,
+        worker_env,
+    })
+}
+
+fn read_outward(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Outward {
+    t.deny_unknown(cx, &["default", "allow", "deny"]);
+    let mut o = Outward::default();
+    if let Some((d, span)) = t.str(cx, "default") {
+        match d.as_str() {
+            "ask" => o.default = OutwardDefault::Ask,
+            "deny" => o.default = OutwardDefault::Deny,
+            "allow" => {
+                cx.error(
+                    "invalid_value",
+                    &span,
+                    &t.path.key("default"),
+                    "`allow` as the default would approve every outward action",
+                )
+                .help("use `ask` or `deny`, and list what may run unasked in `outward.allow`");
+            }
+            other => {
+                cx.error(
+                    "invalid_value",
+                    &span,
+                    &t.path.key("default"),
+                    format!("unknown default `{other}`"),
+                )
+                .help("expected `ask` or `deny`");
+            }
+        }
+    }
+    o.allow = outward_rules(cx, t, "allow");
+    o.deny = outward_rules(cx, t, "deny");
+    o
+}
+
+fn outward_rules(cx: &mut Cx<'_>, t: &Table<'_, '_>, key: &str) -> Vec<OutwardRule> {
+    let mut out = Vec::new();
+    for r in t.table_array(cx, key) {
+        r.deny_unknown(cx, &["kind", "target"]);
+        let Some((kind, kspan)) = required_str(cx, &r, "kind") else {
+            continue;
+        };
+        let kind = match OutwardKind::parse(&kind) {
+            Ok(k) => k,
+            Err(msg) => {
+                cx.error("invalid_value", &kspan, &r.path.key("kind"), msg);
+                continue;
+            }
+        };
+        let target = match r.str(cx, "target") {
+            None => None,
+            Some((text, span)) => match TargetGlob::parse(&text) {
+                Ok(g) => Some(g),
+                Err(msg) => {
+                    cx.error("invalid_value", &span, &r.path.key("target"), msg);
+                    continue;
+                }
+            },
+        };
+        out.push(OutwardRule { kind, target });
+    }
+    out
+}
+
+fn read_taint(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Taint {
+    t.deny_unknown(
+        cx,
+        &[
+            "sources",
+            "untrusted_paths",
+            "marked",
+            "marks_file",
+            "steering_paths",
+            "egress_allow",
+        ],
+    );
+    let mut taint = Taint::default();
+    if t.table.contains_key("sources") {
+        taint.sources.clear();
+        for (name, span, path) in t.str_array(cx, "sources") {
+            match TaintSourceKind::parse(&name) {
+                Some(k) => {
+                    taint.sources.insert(k);
+                }
+                None => {
+                    let all: Vec<&str> = TaintSourceKind::ALL.iter().map(|k| k.as_str()).collect();
+                    cx.error(
+                        "invalid_value",
+                        &span,
+                        &path,
+                        format!("unknown taint source `{name}`"),
+                    )
+                    .help(format!("expected one of: {}", all.join(", ")));
+                }
+            }
+        }
+    }
+    taint.untrusted_paths = globs(cx, t, "untrusted_paths");
+    taint.marked = globs(cx, t, "marked");
+    if let Some((f, span)) = t.str(cx, "marks_file") {
+        if f.is_empty() || f.contains('\0') {
+            cx.error(
+                "invalid_value",
+                &span,
+                &t.path.key("marks_file"),
+                "expected a file path",
+            );
+        } else {
+            taint.marks_file = f;
+        }
+    }
+    taint.steering_paths = globs(cx, t, "steering_paths");
+    taint.egress_allow = host_patterns(cx, t, "egress_allow");
+    taint
+}
+
+/// Lints over the whole model: valid but risky or contradictory choices.
+fn lint(cx: &mut Cx<'_>, root: &Table<'_, '_>, p: &HostPolicy) {
+    let span_of = |path: &Path| span_at(root, path);
+    let egress_path = Path::root().key("egress");
+    // A relay origin that the worker may also reach directly.
+    for (i, relay) in p.egress.relays.iter().enumerate() {
+        let host = RequestHost::parse(&relay.origin.host);
+        if let Ok(host) = host
+            && let Some(j) = p
+                .egress
+                .allow
+                .iter()
+                .position(|a| a.matches(&host, relay.origin.port))
+        {
+            let path = egress_path.key("allow").index(j);
+            cx.warning(
+                    "relay_origin_allowed",
+                    &span_of(&path),
+                    &path,
+                    format!(
+                        "`{}` also lets the worker reach relay `{}`'s origin directly, around the relay's route list",
+                        p.egress.allow.get(j).map(ToString::to_string).unwrap_or_default(),
+                        relay.name
+                    ),
+                )
+                .help(format!("remove the allow entry; the worker reaches `{}` through relay index {i}", relay.origin));
+        }
+    }
+    // An allow entry that a deny entry fully covers: dead.
+    for (j, a) in p.egress.allow.iter().enumerate() {
+        if let Some(d) = p.egress.deny.iter().find(|d| d.covers(a)) {
+            let path = egress_path.key("allow").index(j);
+            cx.warning(
+                "allow_shadowed",
+                &span_of(&path),
+                &path,
+                format!("`{a}` can never match: `{d}` in `egress.deny` covers it"),
+            );
+        }
+    }
+    // taint.egress_allow entries outside egress.allow have no effect.
+    for (j, a) in p.taint.egress_allow.iter().enumerate() {
+        if !p.egress.allow.iter().any(|e| e.covers(a)) {
+            let path = Path::root().key("taint").key("egress_allow").index(j);
+            cx.warning(
+                "taint_allow_not_allowed",
+                &span_of(&path),
+                &path,
+                format!("`{a}` is not covered by `egress.allow`, so a tainted session still cannot reach it"),
+            )
+            .help("taint only narrows egress; add the host to `egress.allow` as well");
+        }
+    }
+    // Wildcards over domains where anyone can publish a subdomain, and over
+    // two-label public suffixes.
+    for (key, list) in [
+        ("allow", &p.egress.allow),
+        ("egress_allow", &p.taint.egress_allow),
+    ] {
+        let base_path = if key == "allow" {
+            egress_path.key("allow")
+        } else {
+            Path::root().key("taint").key("egress_allow")
+        };
+        for (j, pat) in list.iter().enumerate() {
+            if !pat.is_wildcard() {
+                continue;
+            }
+            let path = base_path.index(j);
+            if let Some(shared) = SHARED_HOSTING
+                .iter()
+                .find(|d| pat.base() == **d || pat.base().ends_with(&format!(".{d}")))
+            {
+                cx.warning(
+                    "shared_hosting_wildcard",
+                    &span_of(&path),
+                    &path,
+                    format!("anyone can run a server under `{shared}`: `{pat}` lets the worker reach (and send data to) hosts an attacker controls"),
+                )
+                .help("list the exact hosts the worker needs");
+            } else if PUBLIC_SUFFIXES_2.contains(&pat.base()) {
+                cx.warning(
+                    "wildcard_public_suffix",
+                    &span_of(&path),
+                    &path,
+                    format!(
+                        "`{}` is a public suffix: `{pat}` matches every domain registered under it",
+                        pat.base()
+                    ),
+                );
+            }
+        }
+    }
+    // Address ranges wider than a /8 (IPv4) or /16 (IPv6) let almost everything through.
+    for (j, c) in p.egress.allow_addresses.iter().enumerate() {
+        let wide = if c.addr().is_ipv4() {
+            c.prefix() < 8
+        } else {
+            c.prefix() < 16
+        };
+        if wide {
+            let path = egress_path.key("allow_addresses").index(j);
+            cx.warning(
+                "wide_address_range",
+                &span_of(&path),
+                &path,
+                format!(
+                    "`{c}` lets most of the address space through the proxy's address deny set"
+                ),
+            );
+        }
+    }
+    // Outward allow rules that approve too much.
+    let outward_path = Path::root().key("outward").key("allow");
+    for (j, r) in p.outward.allow.iter().enumerate() {
+        let span = span_of(&outward_path.index(j));
+        let any_target = r.target.as_ref().is_none_or(TargetGlob::is_match_all);
+        if r.kind.as_str() == "*" {
+            cx.warning(
+                "outward_allow_everything",
+                &span,
+                &outward_path.index(j),
+                "an allow rule for every kind approves every outward action without asking",
+            );
+        } else if any_target
+            && (r.kind.covers("payment")
+                || r.kind.covers("booking")
+                || r.kind.as_str() == "payment"
+                || r.kind.as_str() == "booking")
+        {
+            cx.warning(
+                "outward_allow_untargeted",
+                &span,
+                &outward_path.index(j),
+                format!(
+                    "`{}` is allowed for every target: money and bookings should name a target",
+                    r.kind
+                ),
+            )
+            .help("add `target = \"…\"` naming the merchant or account");
+        } else if any_target {
+            cx.warning(
+                "outward_allow_untargeted",
+                &span,
+                &outward_path.index(j),
+                format!("`{}` is allowed for every target", r.kind),
+            );
+        }
+        if !r.kind.is_builtin()
+            && BUILTIN_FAMILIES
+                .iter()
+                .any(|f| r.kind.as_str().starts_with(f))
+        {
+            cx.warning(
+                "unknown_kind",
+                &span,
+                &outward_path.index(j).key("kind"),
+                format!("`{}` is not a built-in kind; is it a typo?", r.kind),
+            )
+            .help(format!(
+                "built-in kinds: {}",
+                BUILTIN_OUTWARD_KINDS.join(", ")
+            ));
+        }
+    }
+    // A writable worker whose steering writes nobody will see.
+    if p.taint.steering_paths.is_empty() && !p.worker.writable.is_empty() {
+        let path = Path::root().key("worker").key("writable");
+        cx.warning(
+            "no_steering_paths",
+            &span_of(&path),
+            &path,
+            "the worker can write, but `taint.steering_paths` is empty: writes to workflows, agent instructions or this policy are not flagged",
+        )
+        .help("add e.g. steering_paths = [\".paseo/**\", \"AGENTS.md\", \"CLAUDE.md\", \"palisade.toml\"]");
+    }
+    // Routing rules that send to no provider.
+    for (i, r) in p.routing.iter().enumerate() {
+        if r.providers.is_empty() {
+            let path = Path::root().key("routing").index(i).key("providers");
+            cx.warning(
+                "route_nowhere",
+                &span_of(&path),
+                &path,
+                "no provider may receive these paths; a session that reads them cannot dispatch anywhere",
+            );
+        }
+    }
+    // A worker that can write the policy file or its steering paths is worth a look.
+    if p.taint.sources.is_empty() {
+        let path = Path::root().key("taint").key("sources");
+        cx.warning(
+            "taint_disabled",
+            &span_of(&path),
+            &path,
+            "no taint source is enabled: untrusted content never tightens the session",
+        );
+    }
+}
+
+/// Domains under which anyone can get a subdomain that runs their own code
+/// or receives their own traffic. Not exhaustive.
+const SHARED_HOSTING: &[&str] = &[
+    "amazonaws.com",
+    "appspot.com",
+    "azurewebsites.net",
+    "cloudfront.net",
+    "cloudfunctions.net",
+    "fly.dev",
+    "github.io",
+    "glitch.me",
+    "herokuapp.com",
+    "netlify.app",
+    "ngrok.io",
+    "ngrok-free.app",
+    "onrender.com",
+    "pages.dev",
+    "repl.co",
+    "run.app",
+    "trycloudflare.com",
+    "vercel.app",
+    "workers.dev",
+];
+
+/// Common two-label public suffixes (palisade carries no full public-suffix list).
+const PUBLIC_SUFFIXES_2: &[&str] = &[
+    "ac.uk", "co.in", "co.jp", "co.kr", "co.nz", "co.uk", "co.za", "com.au", "com.br", "com.cn",
+    "com.mx", "com.tr", "gov.uk", "net.au", "org.au", "org.uk",
+];
+
+/// The span of the node at `path`, or of the nearest ancestor that exists.
+fn span_at(root: &Table<'_, '_>, path: &Path) -> Range<usize> {
+    use crate::PathSegment;
+    use toml::de::DeValue;
+    let mut span = root.span.clone();
+    let mut cur: Option<&DeValue<'_>> = None;
+    let mut table = Some(root.table);
+    for seg in &path.0 {
+        let next = match (seg, table, cur) {
+            (PathSegment::Key(k), Some(t), _) => t.get(k.as_str()),
+            (PathSegment::Index(i), _, Some(DeValue::Array(items))) => items.get(*i),
+            _ => None,
+        };
+        let Some(v) = next else { break };
+        span = v.span();
+        cur = Some(v.get_ref());
+        table = match v.get_ref() {
+            DeValue::Table(t) => Some(t),
+            _ => None,
+        };
+    }
+    span
+}
+
+const BUILTIN_FAMILIES: &[&str] = &["git.", "github.", "mail.", "booking.", "payment."];
+
+fn host_patterns(cx: &mut Cx<'_>, t: &Table<'_, '_>, key: &str) -> Vec<HostPattern> {
+    let mut out: Vec<HostPattern> = Vec::new();
+    for (text, span, path) in t.str_array(cx, key) {
+        match HostPattern::parse(&text) {
+            Ok(p) => {
+                if out.contains(&p) {
+                    cx.warning("duplicate", &span, &path, format!("`{p}` is listed twice"));
+                } else {
+                    if p.to_string() != text && p.to_string() != text.to_ascii_lowercase() {
+                        cx.warning(
+                            "not_normalised",
+                            &span,
+                            &path,
+                            format!("`{text}` is compared as `{p}`"),
+                        )
+                        .help(format!("write `{p}`"));
+                    }
+                    out.push(p);
+                }
+            }
+            Err(err) => {
+                let diag = cx.error(
+                    "invalid_host_pattern",
+                    &span,
+                    &path,
+                    format!("`{text}`: {err}"),
+                );
+                match err {
+                    HostError::MatchAll | HostError::WildcardTld => {
+                        diag.help("list the hosts the worker needs, such as `api.github.com:443`");
+                    }
+                    HostError::IpLiteral | HostError::Localhost => {
+                        diag.help("name rules take DNS names; let addresses through with `egress.allow_addresses`");
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    out
+}
+
+fn globs(cx: &mut Cx<'_>, t: &Table<'_, '_>, key: &str) -> Vec<PathGlob> {
+    let mut out = Vec::new();
+    for (text, span, path) in t.str_array(cx, key) {
+        match PathGlob::parse(&text) {
+            Ok(g) => out.push(g),
+            Err(msg) => {
+                cx.error("invalid_glob", &span, &path, msg);
+            }
+        }
+    }
+    out
+}
+
+fn abs_paths(cx: &mut Cx<'_>, t: &Table<'_, '_>, key: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (text, span, path) in t.str_array(cx, key) {
+        if check_abs(cx, &text, &span, &path) {
+            out.push(text);
+        }
+    }
+    out
+}
+
+fn check_abs(cx: &mut Cx<'_>, text: &str, span: &Range<usize>, path: &Path) -> bool {
+    if !text.starts_with('/')
+        || text.contains('\0')
+        || text.split('/').any(|s| s == ".." || s == ".")
+    {
+        cx.error(
+            "invalid_path",
+            span,
+            path,
+            format!("`{text}` must be an absolute path without `.` or `..` segments"),
+        );
+        false
+    } else {
+        true
+    }
+}
+
+fn size(cx: &mut Cx<'_>, t: &Table<'_, '_>, key: &str) -> Option<u64> {
+    let (text, span) = t.quantity(cx, key)?;
+    match parse_size(&text) {
+        Ok(n) => Some(n),
+        Err(msg) => {
+            cx.error("invalid_value", &span, &t.path.key(key), msg);
+            None
+        }
+    }
+}
+
+fn duration(cx: &mut Cx<'_>, t: &Table<'_, '_>, key: &str) -> Option<u64> {
+    let (text, span) = t.quantity(cx, key)?;
+    match parse_duration(&text) {
+        Ok(n) => Some(n),
+        Err(msg) => {
+            cx.error("invalid_value", &span, &t.path.key(key), msg);
+            None
+        }
+    }
+}
+
+fn required_str(cx: &mut Cx<'_>, t: &Table<'_, '_>, key: &str) -> Option<(String, Range<usize>)> {
+    if !t.table.contains_key(key) {
+        cx.error(
+            "missing_key",
+            &t.span,
+            &t.path.key(key),
+            format!("missing required key `{key}`"),
+        );
+        return None;
+    }
+    t.str(cx, key)
+}
+
+fn is_env_name(s: &str) -> bool {
+    s.bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+fn is_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+}
+
+#[doc(hidden)]
+pub mod __fuzz {
+    //! Fuzz entry points; not a stable API.
+
+    /// Parses arbitrary bytes as a policy; must never panic.
+    pub fn parse(data: &[u8]) {
+        if let Ok(text) = std::str::from_utf8(data) {
+            let _ = super::parse(text, "fuzz.toml");
+        }
+    }
+
+    /// Parses arbitrary bytes as a host pattern and checks invariants.
+    pub fn host_pattern(data: &[u8]) {
+        let Ok(text) = std::str::from_utf8(data) else {
+            return;
+        };
+        if let Ok(p) = super::HostPattern::parse(text) {
+            // Normalisation is idempotent and the pattern covers itself.
+            let again = super::HostPattern::parse(&p.to_string());
+            assert_eq!(again.as_ref(), Ok(&p), "normalisation is not idempotent");
+            assert!(p.covers(&p));
+            if p.is_wildcard() {
+                let bare = super::RequestHost::parse(p.base());
+                assert!(
+                    bare.is_ok_and(|h| !p.matches_name(&h)),
+                    "wildcard matched its base"
+                );
+            }
+        }
+        let _ = super::RequestHost::parse(text);
+        let _ = super::split_authority(text);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,310 @@
+//! Tests of the `palisade.toml` parser: strictness, positions and lints.
+
+use super::*;
+
+fn errors(text: &str) -> Vec<Diagnostic> {
+    let (_, d) = parse(text, "palisade.toml");
+    d
+}
+
+fn codes(text: &str) -> Vec<(&'static str, String, u32, u32)> {
+    errors(text)
+        .into_iter()
+        .map(|d| (d.code, d.path.to_string(), d.line, d.column))
+        .collect()
+}
+
+#[test]
+fn example_policy_parses_clean() {
+    let text = include_str!("../../../examples/palisade.toml");
+    let (policy, diags) = parse(text, "examples/palisade.toml");
+    assert_eq!(
+        diags,
+        vec![],
+        "the shipped example must parse without findings"
+    );
+    let policy = policy.unwrap();
+    assert_eq!(policy.egress.relays.len(), 1);
+    assert!(policy.egress.require_sni_match);
+    assert_eq!(policy.outward.default, OutwardDefault::Ask);
+    assert_eq!(policy.worker.limits.memory, Some(4 << 30));
+}
+
+#[test]
+fn empty_policy_is_valid_and_closed() {
+    let (policy, diags) = parse("", "p.toml");
+    assert!(diags.is_empty());
+    let policy = policy.unwrap();
+    assert!(policy.egress.allow.is_empty());
+    assert!(policy.egress.require_sni_match);
+    assert_eq!(policy.outward.default, OutwardDefault::Ask);
+    assert_eq!(policy.taint.sources.len(), TaintSourceKind::DEFAULT.len());
+}
+
+#[test]
+fn unknown_keys_are_reported_with_path_line_and_column() {
+    let text = "[egress]\nallow = [\"a.example\"]\nalow = []\n\n[[egress.relay]]\nname = \"x\"\norigin = \"https://x.example\"\nroutes = [\"POST /v1\"]\ncredential = { header = \"x-api-key\", from_env = \"K\", secret = \"s\" }\n";
+    let (policy, d) = parse(text, "palisade.toml");
+    assert!(policy.is_none());
+    let got: Vec<_> = d
+        .iter()
+        .map(|d| (d.code, d.path.to_string(), d.line, d.column))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("unknown_key", ".egress.alow".to_owned(), 3, 1),
+            (
+                "unknown_key",
+                ".egress.relay[0].credential.secret".to_owned(),
+                9,
+                54
+            ),
+        ]
+    );
+    assert_eq!(
+        d[0].help
+            .as_deref()
+            .map(|h| h.starts_with("did you mean `allow`")),
+        Some(true)
+    );
+    assert_eq!(
+        d[0].to_string(),
+        "error[unknown_key]: palisade.toml:3:1: .egress.alow: unknown key `alow`"
+    );
+}
+
+#[test]
+fn type_errors_name_the_expected_type() {
+    assert_eq!(
+        codes("[egress]\nallow = \"a.example\"\n"),
+        vec![("type_mismatch", ".egress.allow".to_owned(), 2, 9)]
+    );
+    assert_eq!(
+        codes("[egress]\nallow = [\"a.example\", 3]\n"),
+        vec![("type_mismatch", ".egress.allow[1]".to_owned(), 2, 23)]
+    );
+    assert_eq!(
+        codes("worker = 1\n"),
+        vec![("type_mismatch", ".worker".to_owned(), 1, 10)]
+    );
+}
+
+#[test]
+fn syntax_errors_have_a_position() {
+    let d = errors("[egress\nallow = []\n");
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0].code, "syntax");
+    assert_eq!((d[0].line, d[0].column), (1, 8));
+}
+
+#[test]
+fn bad_host_patterns_are_errors_with_help() {
+    let d = errors(
+        "[egress]\nallow = [\"*\", \"*.com\", \"api.*.x.com\", \"10.0.0.1\", \"ok.example:443\"]\n",
+    );
+    let got: Vec<_> = d.iter().map(|d| (d.code, d.path.to_string())).collect();
+    assert_eq!(
+        got,
+        vec![
+            ("invalid_host_pattern", ".egress.allow[0]".to_owned()),
+            ("invalid_host_pattern", ".egress.allow[1]".to_owned()),
+            ("invalid_host_pattern", ".egress.allow[2]".to_owned()),
+            ("invalid_host_pattern", ".egress.allow[3]".to_owned()),
+        ]
+    );
+    assert!(d[0].help.is_some());
+    assert!(d[3].help.as_deref().unwrap().contains("allow_addresses"));
+}
+
+#[test]
+fn positive_control_valid_values_are_accepted() {
+    let text = r#"
+[worker]
+profile = "strict"
+cwd = "/w"
+limits = { memory = 1048576, cpu = "1h30m", pids = 10 }
+[egress]
+allow = ["Example.COM.", "*.githubusercontent.com:443"]
+allow_addresses = ["10.0.0.0/8", "fd00::/8"]
+require_sni_match = false
+[outward]
+default = "deny"
+deny = [{ kind = "payment" }]
+allow = [{ kind = "git.push", target = "github.com/acme/*" }]
+[taint]
+sources = ["web", "shell"]
+egress_allow = ["example.com"]
+[[routing]]
+paths = ["private/**"]
+providers = ["claude"]
+"#;
+    let (policy, d) = parse(text, "p.toml");
+    let errs: Vec<_> = d.iter().filter(|d| d.is_error()).collect();
+    assert!(errs.is_empty(), "{errs:?}");
+    let p = policy.unwrap();
+    assert_eq!(p.worker.profile, Profile::Strict);
+    assert_eq!(p.worker.limits.cpu, Some(5400));
+    assert_eq!(p.egress.allow[0].to_string(), "example.com");
+    assert_eq!(p.egress.allow_addresses.len(), 2);
+    assert!(!p.egress.require_sni_match);
+    assert_eq!(p.outward.default, OutwardDefault::Deny);
+    assert_eq!(p.taint.sources.len(), 2);
+    assert_eq!(p.routing[0].providers.len(), 1);
+}
+
+#[test]
+fn invalid_values_are_errors() {
+    let cases = [
+        ("[worker]\nprofile = \"yolo\"\n", ".worker.profile"),
+        ("[worker]\ncwd = \"relative\"\n", ".worker.cwd"),
+        (
+            "[worker]\nlimits = { memory = \"4 gigs\" }\n",
+            ".worker.limits.memory",
+        ),
+        (
+            "[egress]\nallow_addresses = [\"10.0.0.1/8\"]\n",
+            ".egress.allow_addresses[0]",
+        ),
+        ("[outward]\ndefault = \"allow\"\n", ".outward.default"),
+        (
+            "[outward]\nallow = [{ kind = \"Git Push\" }]\n",
+            ".outward.allow[0].kind",
+        ),
+        (
+            "[outward]\nallow = [{ target = \"x\" }]\n",
+            ".outward.allow[0].kind",
+        ),
+        ("[taint]\nsources = [\"email\"]\n", ".taint.sources[0]"),
+        (
+            "[taint]\nsteering_paths = [\"a/[b\"]\n",
+            ".taint.steering_paths[0]",
+        ),
+        ("[[routing]]\npaths = [\"x/**\"]\n", ".routing[0].providers"),
+        (
+            "[[egress.relay]]\nname = \"a\"\norigin = \"http://api.example\"\nroutes = [\"POST /v1\"]\ncredential = { header = \"h\", from_env = \"E\" }\n",
+            ".egress.relay[0].origin",
+        ),
+        (
+            "[[egress.relay]]\nname = \"a\"\norigin = \"https://api.example\"\nroutes = [\"POST /v1/../x\"]\ncredential = { header = \"h\", from_env = \"E\" }\n",
+            ".egress.relay[0].routes[0]",
+        ),
+        (
+            "[[egress.relay]]\nname = \"a\"\norigin = \"https://api.example\"\nroutes = []\n",
+            ".egress.relay[0].credential",
+        ),
+    ];
+    for (text, path) in cases {
+        let (policy, d) = parse(text, "p.toml");
+        assert!(policy.is_none(), "{text}");
+        assert!(
+            d.iter().any(|d| d.is_error() && d.path.to_string() == path),
+            "{text}: expected an error at {path}, got {d:?}"
+        );
+    }
+}
+
+#[test]
+fn lints_flag_risky_choices() {
+    let text = r#"
+[egress]
+allow = ["api.anthropic.com:443", "*.example.com", "a.example.com"]
+deny = ["*.example.com"]
+[[egress.relay]]
+name = "anthropic"
+origin = "https://api.anthropic.com"
+routes = ["POST /v1/messages"]
+credential = { header = "x-api-key", from_env = "ANTHROPIC_API_KEY" }
+[outward]
+allow = [{ kind = "payment" }, { kind = "*" }, { kind = "github.pots", target = "x" }]
+[taint]
+egress_allow = ["other.example.org"]
+"#;
+    let (policy, d) = parse(text, "p.toml");
+    assert!(policy.is_some(), "lints are warnings: {d:?}");
+    let got: BTreeSet<&str> = d.iter().map(|d| d.code).collect();
+    for code in [
+        "relay_origin_allowed",
+        "allow_shadowed",
+        "outward_allow_untargeted",
+        "outward_allow_everything",
+        "unknown_kind",
+        "taint_allow_not_allowed",
+    ] {
+        assert!(got.contains(code), "missing lint {code}: {got:?}");
+    }
+    assert!(d.iter().all(|d| !d.is_error()));
+    // Positive control: the same policy without the risky entries has no findings.
+    let clean = r#"
+[egress]
+allow = ["api.github.com:443"]
+[outward]
+allow = [{ kind = "payment", target = "stripe:acct_123" }]
+[taint]
+egress_allow = ["api.github.com:443"]
+"#;
+    assert_eq!(errors(clean), vec![]);
+}
+
+#[test]
+fn oversized_input_is_refused() {
+    let big = "#".repeat(MAX_POLICY_BYTES + 1);
+    let d = errors(&big);
+    assert_eq!(d[0].code, "too_large");
+}
+
+#[test]
+fn fuzz_harness_runs() {
+    __fuzz::parse(b"[egress]\nallow = [\"*.example.com\"]\n");
+    __fuzz::parse(&[0xff, 0xfe]);
+    __fuzz::host_pattern(b"*.Example.com.:443");
+    __fuzz::host_pattern(b"[::1]:1");
+}
+
+#[test]
+fn lints_point_at_the_offending_element() {
+    let text = "[egress]\nallow = [\"a.example.org\", \"*.herokuapp.com\", \"*.co.uk\"]\nallow_addresses = [\"0.0.0.0/0\", \"10.0.0.0/8\"]\n[taint]\negress_allow = [\"b.example.org\"]\n";
+    let got = codes(text);
+    assert_eq!(
+        got,
+        vec![
+            (
+                "shared_hosting_wildcard",
+                ".egress.allow[1]".to_owned(),
+                2,
+                27
+            ),
+            (
+                "wildcard_public_suffix",
+                ".egress.allow[2]".to_owned(),
+                2,
+                46
+            ),
+            (
+                "wide_address_range",
+                ".egress.allow_addresses[0]".to_owned(),
+                3,
+                20
+            ),
+            (
+                "taint_allow_not_allowed",
+                ".taint.egress_allow[0]".to_owned(),
+                5,
+                17
+            ),
+        ]
+    );
+}
+
+#[test]
+fn writable_worker_without_steering_paths_is_flagged() {
+    let got = codes("[worker]\nwritable = [\"/w\"]\n");
+    assert_eq!(
+        got,
+        vec![("no_steering_paths", ".worker.writable".to_owned(), 2, 12)]
+    );
+    assert_eq!(
+        codes("[worker]\nwritable = [\"/w\"]\n[taint]\nsteering_paths = [\"AGENTS.md\"]\n"),
+        vec![]
+    );
+}
