@@ -78,12 +78,12 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     let policy_only =
         args.policy.is_some() && args.path == Path::new(".") && !Path::new(".paseo").is_dir();
     let (mut diags, mut sources, mut checked) = if policy_only {
-        let checked = Checked {
-            what: "host policy".to_owned(),
+        let none = Checked {
+            what: String::new(),
             files: 0,
             counts: None,
         };
-        (Vec::new(), Vec::new(), checked)
+        (Vec::new(), Vec::new(), none)
     } else {
         check_path(&args.path)?
     };
@@ -91,8 +91,13 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         let text = read_text(policy)?;
         let name = policy.display().to_string();
         diags.extend(check_policy(&name, &text)?);
-        sources.push(Source { name, text });
+        checked.what = if checked.what.is_empty() {
+            name.clone()
+        } else {
+            format!("{} and {name}", checked.what)
+        };
         checked.files += 1;
+        sources.push(Source { name, text });
     }
     diags.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
     let out = match args.format {
