@@ -469,114 +469,19 @@ impl Proxy {
             }
         }
 
-        // 3. name decision, before any lookup
-        let verdict = self.inner.decider.decide(&host, port);
-        rec.rule = verdict.rule.clone();
-        if !verdict.allow {
-            let reason = verdict.reason.clone();
-            refuse(
-                client,
-                rec,
-                403,
-                &reason,
-                "destination not allowed by policy",
-            )
-            .await;
-            return;
-        }
-
-        // Plain HTTP: refuse a declared body larger than the budget up front.
         let declared = head
             .header("content-length")
             .and_then(|v| std::str::from_utf8(v).ok())
             .and_then(|v| v.parse::<u64>().ok());
-        if let Some(cl) = declared
-            && self.remaining_budget(0).is_some_and(|rem| cl > rem)
-        {
-            refuse(
-                client,
-                rec,
-                413,
-                "limit_exceeded",
-                "request body exceeds the byte limit",
-            )
-            .await;
-            rec.close = CloseReason::LimitExceeded;
-            return;
-        }
-
-        // 4. resolve once, check every address
-        let addrs: Vec<IpAddr> = match &host {
-            Host::Ip(ip) => vec![*ip],
-            Host::Name(name) => {
-                match tokio::time::timeout(limits.dns_timeout, self.inner.resolver.resolve(name))
-                    .await
-                {
-                    Err(_) => {
-                        refuse(client, rec, 504, "dns_timeout", "name resolution timed out").await;
-                        rec.outcome = Outcome::Failed;
-                        return;
-                    }
-                    Ok(Err(_)) => {
-                        refuse(client, rec, 502, "dns_failed", "name resolution failed").await;
-                        rec.outcome = Outcome::Failed;
-                        return;
-                    }
-                    Ok(Ok(a)) if a.is_empty() => {
-                        refuse(client, rec, 502, "dns_failed", "name has no addresses").await;
-                        rec.outcome = Outcome::Failed;
-                        return;
-                    }
-                    Ok(Ok(a)) => a,
-                }
-            }
-        };
-        for ip in &addrs {
-            if let Err(denied) = cfg.addresses.check(*ip) {
-                let code = format!("address_not_allowed:{}", denied.class);
-                refuse(client, rec, 403, &code, &denied.to_string()).await;
+        let mut up = match self.open_upstream(&host, port, declared, rec).await {
+            Ok(up) => up,
+            Err(r) => {
+                refuse(client, rec, r.status, &r.code, r.message).await;
+                rec.outcome = r.outcome;
+                rec.close = r.close;
                 return;
             }
-        }
-
-        if self.is_own_listener(&addrs, port) {
-            refuse(
-                client,
-                rec,
-                403,
-                "proxy_loop",
-                "the proxy does not connect to itself",
-            )
-            .await;
-            return;
-        }
-
-        // dial the checked address, never a second lookup
-        let mut upstream = None;
-        let mut last_err = "connect_failed";
-        for ip in &addrs {
-            let sa = SocketAddr::new(*ip, port);
-            match tokio::time::timeout(limits.connect_timeout, TcpStream::connect(sa)).await {
-                Ok(Ok(s)) => {
-                    let _ = s.set_nodelay(true);
-                    upstream = Some((s, sa));
-                    break;
-                }
-                Ok(Err(_)) => last_err = "connect_failed",
-                Err(_) => last_err = "connect_timeout",
-            }
-        }
-        let Some((mut up, sa)) = upstream else {
-            let status = if last_err == "connect_timeout" {
-                504
-            } else {
-                502
-            };
-            refuse(client, rec, status, last_err, "upstream unreachable").await;
-            rec.outcome = Outcome::Failed;
-            return;
         };
-        rec.resolved = Some(sa);
 
         let mut first_up: Vec<u8>;
         if head.is_connect() {
@@ -632,6 +537,98 @@ impl Proxy {
         rec.close = close;
     }
 
+    /// Steps 3–5 shared by every protocol: decide the name, resolve once,
+    /// check every address, refuse loops, dial the checked address.
+    async fn open_upstream(
+        &self,
+        host: &Host,
+        port: u16,
+        declared_body: Option<u64>,
+        rec: &mut ConnectionRecord,
+    ) -> Result<TcpStream, Refusal> {
+        let cfg = &self.inner.config;
+        let limits = &cfg.limits;
+        // 3. name decision, before any lookup
+        let verdict = self.inner.decider.decide(host, port);
+        rec.rule = verdict.rule.clone();
+        if !verdict.allow {
+            return Err(Refusal::deny(
+                403,
+                verdict.reason,
+                "destination not allowed by policy",
+            ));
+        }
+        // Plain HTTP: refuse a declared body larger than the budget up front.
+        if let Some(cl) = declared_body
+            && self.remaining_budget(0).is_some_and(|rem| cl > rem)
+        {
+            let mut r = Refusal::deny(
+                413,
+                "limit_exceeded".into(),
+                "request body exceeds the byte limit",
+            );
+            r.close = CloseReason::LimitExceeded;
+            return Err(r);
+        }
+        // 4. resolve once, check every address
+        let addrs: Vec<IpAddr> = match host {
+            Host::Ip(ip) => vec![*ip],
+            Host::Name(name) => {
+                match tokio::time::timeout(limits.dns_timeout, self.inner.resolver.resolve(name))
+                    .await
+                {
+                    Err(_) => {
+                        return Err(Refusal::failed(
+                            504,
+                            "dns_timeout",
+                            "name resolution timed out",
+                        ));
+                    }
+                    Ok(Err(_)) => {
+                        return Err(Refusal::failed(502, "dns_failed", "name resolution failed"));
+                    }
+                    Ok(Ok(a)) if a.is_empty() => {
+                        return Err(Refusal::failed(502, "dns_failed", "name has no addresses"));
+                    }
+                    Ok(Ok(a)) => a,
+                }
+            }
+        };
+        for ip in &addrs {
+            if let Err(denied) = cfg.addresses.check(*ip) {
+                let code = format!("address_not_allowed:{}", denied.class);
+                return Err(Refusal::deny(403, code, "destination address not allowed"));
+            }
+        }
+        if self.is_own_listener(&addrs, port) {
+            return Err(Refusal::deny(
+                403,
+                "proxy_loop".into(),
+                "the proxy does not connect to itself",
+            ));
+        }
+        // dial the checked address, never a second lookup
+        let mut last_err = "connect_failed";
+        for ip in &addrs {
+            let sa = SocketAddr::new(*ip, port);
+            match tokio::time::timeout(limits.connect_timeout, TcpStream::connect(sa)).await {
+                Ok(Ok(s)) => {
+                    let _ = s.set_nodelay(true);
+                    rec.resolved = Some(sa);
+                    return Ok(s);
+                }
+                Ok(Err(_)) => last_err = "connect_failed",
+                Err(_) => last_err = "connect_timeout",
+            }
+        }
+        let status = if last_err == "connect_timeout" {
+            504
+        } else {
+            502
+        };
+        Err(Refusal::failed(status, last_err, "upstream unreachable"))
+    }
+
     fn is_own_listener(&self, addrs: &[IpAddr], port: u16) -> bool {
         let Ok(own) = self.inner.own_listen.lock() else {
             return true;
@@ -654,6 +651,38 @@ impl Proxy {
         match (conn, sess) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
+        }
+    }
+}
+
+/// Why a request was not connected, protocol-neutral.
+#[derive(Debug)]
+struct Refusal {
+    status: u16,
+    code: String,
+    message: &'static str,
+    outcome: Outcome,
+    close: CloseReason,
+}
+
+impl Refusal {
+    fn deny(status: u16, code: String, message: &'static str) -> Self {
+        Self {
+            status,
+            code,
+            message,
+            outcome: Outcome::Denied,
+            close: CloseReason::Refused,
+        }
+    }
+
+    fn failed(status: u16, code: &str, message: &'static str) -> Self {
+        Self {
+            status,
+            code: code.to_owned(),
+            message,
+            outcome: Outcome::Failed,
+            close: CloseReason::Refused,
         }
     }
 }
