@@ -801,3 +801,121 @@ async fn a_non_relay_connection_taints_the_session_and_narrows_later_connections
         assert!(tunnel_works(&mut s).await);
     }
 }
+
+async fn socks_connect(
+    proxy: std::net::SocketAddr,
+    auth: Option<&str>,
+    target: &[u8],
+) -> (TcpStream, Vec<u8>) {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    let method = if auth.is_some() { 2 } else { 0 };
+    s.write_all(&[5, 1, method]).await.unwrap();
+    let mut r = [0u8; 2];
+    if s.read_exact(&mut r).await.is_err() || r[1] == 0xff {
+        return (s, r.to_vec());
+    }
+    if let Some(token) = auth {
+        let mut m = vec![1, 6];
+        m.extend_from_slice(b"worker");
+        m.push(token.len() as u8);
+        m.extend_from_slice(token.as_bytes());
+        s.write_all(&m).await.unwrap();
+        s.read_exact(&mut r).await.unwrap();
+        if r[1] != 0 {
+            return (s, r.to_vec());
+        }
+    }
+    let mut req = vec![5, 1, 0];
+    req.extend_from_slice(target);
+    s.write_all(&req).await.unwrap();
+    let mut reply = [0u8; 10];
+    match tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut reply)).await {
+        Ok(Ok(_)) => (s, reply.to_vec()),
+        _ => (s, Vec::new()),
+    }
+}
+
+fn socks_domain(name: &str, port: u16) -> Vec<u8> {
+    let mut t = vec![3, name.len() as u8];
+    t.extend_from_slice(name.as_bytes());
+    t.extend_from_slice(&port.to_be_bytes());
+    t
+}
+
+#[tokio::test]
+async fn socks5_with_domain_names_uses_the_same_rules_and_token() {
+    let origin = echo_origin().await;
+    let token = ProxyToken::generate().unwrap();
+    let config = ProxyConfig {
+        token: Some(token.clone()),
+        ..cfg()
+    };
+    let res = StaticResolver::new()
+        .with("web.test", &[lo()])
+        .with("evil.test", &[lo()]);
+    let p = TestProxy::start(config, &["web.test"], &[] as &[&str], res).await;
+    let port = origin.port();
+    // positive control: token as the RFC 1929 password, domain target
+    let (mut s, reply) = socks_connect(
+        p.addr,
+        Some(token.expose()),
+        &socks_domain("web.test", port),
+    )
+    .await;
+    assert_eq!(reply.get(..2), Some(&[5u8, 0][..]), "{reply:?}");
+    assert!(tunnel_works(&mut s).await);
+    drop(s);
+    let r = p.last_record(1).await;
+    assert_eq!(
+        (r.kind, r.outcome, r.host.as_deref()),
+        (ProxyKind::Socks5, Outcome::Allowed, Some("web.test"))
+    );
+    // a denied name: ruleset refusal (0x02), never resolved
+    let (_s, reply) = socks_connect(
+        p.addr,
+        Some(token.expose()),
+        &socks_domain("evil.test", port),
+    )
+    .await;
+    assert_eq!(reply.get(..2), Some(&[5u8, 2][..]), "{reply:?}");
+    assert_eq!(
+        p.resolver.lookups(),
+        1,
+        "only the allowed name was resolved"
+    );
+    assert_eq!(p.last_record(2).await.reason, "host_not_allowed");
+    // wrong token, and no-auth offered while a token is required
+    let (_s, reply) = socks_connect(p.addr, Some("wrong"), &socks_domain("web.test", port)).await;
+    assert_eq!(reply, vec![1, 1]);
+    let (_s, reply) = socks_connect(p.addr, None, &socks_domain("web.test", port)).await;
+    assert_eq!(reply, vec![5, 0xff]);
+    // an IPv4 literal outside the name rules is refused like any target
+    let mut v4 = vec![1, 127, 0, 0, 1];
+    v4.extend_from_slice(&port.to_be_bytes());
+    let (_s, reply) = socks_connect(p.addr, Some(token.expose()), &v4).await;
+    assert_eq!(
+        reply.get(..2),
+        Some(&[5u8, 2][..]),
+        "IP literal not in the name rules: {reply:?}"
+    );
+    // BIND is not supported
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(&[5, 1, 2]).await.unwrap();
+    let mut r2 = [0u8; 2];
+    s.read_exact(&mut r2).await.unwrap();
+    let mut m = vec![1, 1, b'w', token.expose().len() as u8];
+    m.extend_from_slice(token.expose().as_bytes());
+    s.write_all(&m).await.unwrap();
+    s.read_exact(&mut r2).await.unwrap();
+    let mut bind = vec![5, 2, 0];
+    bind.extend_from_slice(&socks_domain("web.test", port));
+    s.write_all(&bind).await.unwrap();
+    let mut reply = [0u8; 10];
+    s.read_exact(&mut reply).await.unwrap();
+    assert_eq!(reply[1], 7);
+    let recs = p.records(6).await;
+    assert!(
+        recs.iter().skip(1).all(|r| r.outcome == Outcome::Denied),
+        "{recs:?}"
+    );
+}
