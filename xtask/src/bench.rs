@@ -471,6 +471,30 @@ mod tests {
     }
 
     #[test]
+    fn a_partial_run_keeps_the_other_suites_results() {
+        let dir = std::env::temp_dir().join(format!("xtask-merge-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("results.json");
+        let opts = Opts {
+            quick: false,
+            runs: 1,
+            warmup: 1,
+            release: true,
+        };
+        std::fs::write(
+            &file,
+            json!({"suites": {"proxy": {"old": true}, "spawn": {"old": true}}}).to_string(),
+        )
+        .unwrap();
+        let merged = merge_results(&file, &[("spawn", json!({"new": true}))], &opts).unwrap();
+        let suites = merged["suites"].as_object().unwrap();
+        assert_eq!(suites.keys().collect::<Vec<_>>(), ["spawn", "proxy"]);
+        assert_eq!(suites["spawn"], json!({"new": true}));
+        assert_eq!(suites["proxy"], json!({"old": true}));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn the_page_reports_rows_ratios_and_missed_goals() {
         let mut r = SuiteResult::default();
         r.rows.push(

@@ -36,10 +36,13 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SuiteResult, String> {
     } else {
         Duration::from_millis(1000)
     };
+    // The journal bench is long (it syncs thousands of batches per figure),
+    // so it repeats 3 times at the default 20 runs; each repeat is itself
+    // many operations.
     let rounds = if ctx.opts.quick {
         1
     } else {
-        ctx.opts.runs.clamp(3, 10)
+        (ctx.opts.runs / 7).clamp(3, 10)
     };
     let mut reference: Vec<(String, String, Vec<f64>)> = Vec::new();
     let mut palisade: Vec<Vec<Figure>> = Vec::new();

@@ -294,8 +294,8 @@ fn start_squid(bin: &Path, dir: &Path, nofile: u64) -> Result<Target, String> {
 }
 
 /// The host policy the palisade proxy runs with: the origin allowed, the
-/// loopback range let through the address deny set, no limits (absent
-/// limits are off). `PALISADE_BENCH_PROXY_POLICY` names a template to use
+/// loopback range let through the address deny set, byte and rate limits
+/// off (absent), the concurrency limit above the idle-tunnel count. `PALISADE_BENCH_PROXY_POLICY` names a template to use
 /// instead (`{origin}` and `{origin_port}` are replaced).
 fn policy_text(connect_to: &str) -> Result<String, String> {
     let port = connect_to.rsplit_once(':').map_or("", |(_, p)| p);
@@ -315,7 +315,9 @@ fn policy_text(connect_to: &str) -> Result<String, String> {
          [egress]\n\
          allow = [\"{connect_to}\"]\n\
          allow_addresses = [\"127.0.0.0/8\"]\n\
-         # No [egress.limits]: every limit is off, so none can cut the benchmark short.\n"
+         # Byte and rate limits are off when absent; concurrent connections\n\
+         # default to 256, fewer than the idle-tunnel case holds open.\n\
+         limits = {{ connections = 65536 }}\n"
     ))
 }
 
@@ -399,10 +401,12 @@ fn read_head(s: &mut TcpStream) -> Result<String, String> {
         }
         buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
         if let Some(end) = find(&buf, b"\r\n\r\n") {
-            if end + 4 != buf.len() {
-                return Err("the proxy sent bytes past its response head".to_owned());
+            let head = String::from_utf8_lossy(buf.get(..end).unwrap_or_default()).into_owned();
+            // A refusal may carry a body; only a tunnel must be clean.
+            if end + 4 != buf.len() && head.split_whitespace().nth(1) == Some("200") {
+                return Err("the proxy sent bytes past its 200 response head".to_owned());
             }
-            return Ok(String::from_utf8_lossy(&buf).into_owned());
+            return Ok(head);
         }
         if buf.len() > 16 * 1024 {
             return Err("CONNECT response head over 16 KiB".to_owned());
@@ -837,7 +841,7 @@ mod tests {
 
     #[test]
     fn a_refused_connect_is_an_error_with_the_status_line() {
-        let (addr, h) = fake_proxy(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n");
+        let (addr, h) = fake_proxy(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 2\r\n\r\nno");
         let t = Target {
             proxy: Some(addr),
             ..direct()
