@@ -129,9 +129,10 @@ fn policy_dispatch_error_prints_code_and_message_and_exits_1() {
         "reply"
     );
 
-    // An unsupported provider never gets a grant: palisade-schema already
-    // refuses it while loading (usage error, exit 2), and derive + translate
-    // refuse it on their own (vectors/unsupported).
+    // An unsupported provider never gets a grant. palisade-schema loads a
+    // provider without a strict schema (with an `unsupported_provider`
+    // warning when it has no options), so the refusal is the dispatcher's
+    // own `tool_policy_unsupported`, printed as a dispatch error (exit 1).
     let unsupported = vectors("unsupported");
     let o = palisade(&[
         "policy",
@@ -145,9 +146,14 @@ fn policy_dispatch_error_prints_code_and_message_and_exits_1() {
         "--format",
         "json",
     ]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(o.stdout.is_empty());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot preapprove exact MCP tools"));
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        json_out(&o),
+        json!({"error": {
+            "code": "tool_policy_unsupported",
+            "message": "Provider 'gemini' cannot preapprove exact MCP tools for unattended execution; select Claude, Codex, or OpenCode"
+        }})
+    );
 }
 
 #[test]
