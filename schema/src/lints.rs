@@ -50,7 +50,7 @@ pub(crate) fn run(
     for (i, a) in config.agents.iter().enumerate() {
         let _ = i;
         let p = Path::root().key("agents").key(a.name.clone());
-        let found = agent_lints(&a.agent, res.file, res.root, &p, None);
+        let found = agent_lints(&a.agent, res.file, res.root, &|| p.clone(), None);
         l.out.extend(found);
     }
     for (t, site) in config.triggers.iter().zip(sites) {
@@ -175,35 +175,42 @@ impl Linter<'_> {
             })
             .collect();
         for (i, s) in t.steps.iter().enumerate() {
-            let sp = site.base.key("steps").index(i);
+            let sp = || site.base.key("steps").index(i);
             self.step(t, s, site, &sp, deciders.contains(&s.id.as_str()));
         }
     }
 
-    fn step(&mut self, t: &Trigger, s: &Step, site: &TriggerSite<'_>, sp: &Path, decides: bool) {
+    fn step(
+        &mut self,
+        t: &Trigger,
+        s: &Step,
+        site: &TriggerSite<'_>,
+        sp: &dyn Fn() -> Path,
+        decides: bool,
+    ) {
         if decides && !s.allow_outputs.is_empty() {
-            self.out.push(warn(site.file, site.root, "classifier_with_outputs", format!("step {} decides a later step's if but has allow_outputs; keep the classifier without reply or other output authority", s.id), &sp.key("allow_outputs")));
+            self.out.push(warn(site.file, site.root, "classifier_with_outputs", format!("step {} decides a later step's if but has allow_outputs; keep the classifier without reply or other output authority", s.id), &sp().key("allow_outputs")));
         }
         let source = t.source();
         for (j, o) in s.allow_outputs.iter().enumerate() {
-            let op = sp.key("allow_outputs").index(j);
+            let op = || sp().key("allow_outputs").index(j);
             match KNOWN_OUTPUTS.iter().find(|(k, _)| *k == o.kind) {
                 None => self.out.push(if o.required {
-                    diag_at(site.file, site.root, true, "required_output_unavailable", format!("required output capability unavailable: {}; no Hub output tool is registered for it", o.kind), &op.key("type"))
+                    diag_at(site.file, site.root, true, "required_output_unavailable", format!("required output capability unavailable: {}; no Hub output tool is registered for it", o.kind), &op().key("type"))
                 } else {
-                    warn(site.file, site.root, "unknown_output_type", format!("no Hub output tool is registered for {}; the declaration is silently dropped", o.kind), &op.key("type"))
+                    warn(site.file, site.root, "unknown_output_type", format!("no Hub output tool is registered for {}; the declaration is silently dropped", o.kind), &op().key("type"))
                 }),
                 Some((_, ctx)) if *ctx != source => self.out.push(if o.required {
-                    diag_at(site.file, site.root, true, "required_output_unavailable", format!("required output capability unavailable: {} in a {} run; every dispatch of step {} will fail", o.kind, t.on, s.id), &op.key("type"))
+                    diag_at(site.file, site.root, true, "required_output_unavailable", format!("required output capability unavailable: {} in a {} run; every dispatch of step {} will fail", o.kind, t.on, s.id), &op().key("type"))
                 } else {
-                    warn(site.file, site.root, "output_unavailable", format!("{} is never available in a {} run; the declaration is silently dropped", o.kind, t.on), &op.key("type"))
+                    warn(site.file, site.root, "output_unavailable", format!("{} is never available in a {} run; the declaration is silently dropped", o.kind, t.on), &op().key("type"))
                 }),
                 Some(_) => {}
             }
         }
         match &s.agent {
             AgentRef::Inline(a) => {
-                let found = agent_lints(a, site.file, site.root, &sp.key("agent"), Some(s));
+                let found = agent_lints(a, site.file, site.root, &|| sp().key("agent"), Some(s));
                 self.out.extend(found);
             }
             AgentRef::Named(_) | AgentRef::Expression(_) => {}
@@ -261,11 +268,12 @@ fn agent_lints(
     a: &Agent,
     file: &str,
     root: &crate::yaml::Node,
-    p: &Path,
+    p: &dyn Fn() -> Path,
     _step: Option<&Step>,
 ) -> Vec<Diagnostic> {
     let mut out = Vec::new();
-    let op = p.key("options");
+    // Paths are built only when a finding is reported.
+    let op = || p().key("options");
     let o = a.options.as_ref();
     let get = |k: &str| o.and_then(|o| o.get(k));
     let base = a.provider.split('/').next().unwrap_or("");
@@ -275,14 +283,14 @@ fn agent_lints(
             let approval = get("approval_policy").and_then(Json::as_str);
             if mode == Some("danger-full-access") {
                 if approval == Some("never") {
-                    out.push(diag_at(file, root, true, "codex_unattended_full_access", "codex sandbox_mode danger-full-access with approval_policy never gives an unattended agent the whole host without any check", &op.key("sandbox_mode")));
+                    out.push(diag_at(file, root, true, "codex_unattended_full_access", "codex sandbox_mode danger-full-access with approval_policy never gives an unattended agent the whole host without any check", &op().key("sandbox_mode")));
                 } else {
                     out.push(warn(
                         file,
                         root,
                         "codex_danger_full_access",
                         "codex sandbox_mode danger-full-access disables Codex's sandbox",
-                        &op.key("sandbox_mode"),
+                        &op().key("sandbox_mode"),
                     ));
                 }
             }
@@ -292,12 +300,12 @@ fn agent_lints(
                     root,
                     "implicit_provider_policy",
                     "codex agent without sandbox_mode; make the provider-native sandbox explicit",
-                    &op,
+                    &op(),
                 ));
             }
             let sww = get("sandbox_workspace_write");
             if sww.and_then(|s| s.get("network_access")) == Some(&Json::Bool(true)) {
-                out.push(warn(file, root, "codex_network_access", "codex sandbox_workspace_write.network_access true lets the agent reach the network from its sandbox", &op.key("sandbox_workspace_write").key("network_access")));
+                out.push(warn(file, root, "codex_network_access", "codex sandbox_workspace_write.network_access true lets the agent reach the network from its sandbox", &op().key("sandbox_workspace_write").key("network_access")));
             }
             for (i, r) in strings(sww.and_then(|s| s.get("writable_roots")))
                 .iter()
@@ -309,7 +317,8 @@ fn agent_lints(
                         root,
                         "broad_writable_root",
                         format!("writable root {r:?} is {why}"),
-                        &op.key("sandbox_workspace_write")
+                        &op()
+                            .key("sandbox_workspace_write")
                             .key("writable_roots")
                             .index(i),
                     ));
@@ -326,7 +335,7 @@ fn agent_lints(
                             root,
                             "codex_dangerous_proxy",
                             format!("codex network_proxy.{k} weakens the network proxy"),
-                            &op.key("features").key("network_proxy").key(k),
+                            &op().key("features").key("network_proxy").key(k),
                         ));
                     }
                 }
@@ -334,22 +343,21 @@ fn agent_lints(
         }
         "claude" => {
             for key in ["sandbox"] {
-                let sb_paths = [
-                    (get(key), op.key(key)),
-                    (
-                        get("settings").and_then(|s| s.get("sandbox")),
-                        op.key("settings").key("sandbox"),
-                    ),
+                let direct = || op().key(key);
+                let nested = || op().key("settings").key("sandbox");
+                let sb_paths: [(Option<&Json>, &dyn Fn() -> Path); 2] = [
+                    (get(key), &direct),
+                    (get("settings").and_then(|s| s.get("sandbox")), &nested),
                 ];
                 for (sb, sp) in sb_paths {
                     let Some(sb) = sb else { continue };
                     if sb.get("enabled") == Some(&Json::Bool(true))
                         && sb.get("failIfUnavailable") != Some(&Json::Bool(true))
                     {
-                        out.push(warn(file, root, "claude_sandbox_not_fail_closed", "claude sandbox enabled without failIfUnavailable: true runs unsandboxed when the sandbox cannot start", &sp.key("enabled")));
+                        out.push(warn(file, root, "claude_sandbox_not_fail_closed", "claude sandbox enabled without failIfUnavailable: true runs unsandboxed when the sandbox cannot start", &sp().key("enabled")));
                     }
                     if sb.get("allowUnsandboxedCommands") == Some(&Json::Bool(true)) {
-                        out.push(warn(file, root, "claude_unsandboxed_commands", "claude allowUnsandboxedCommands: true lets a command opt out of the sandbox", &sp.key("allowUnsandboxedCommands")));
+                        out.push(warn(file, root, "claude_unsandboxed_commands", "claude allowUnsandboxedCommands: true lets a command opt out of the sandbox", &sp().key("allowUnsandboxedCommands")));
                     }
                 }
             }
@@ -359,7 +367,7 @@ fn agent_lints(
                 let unscoped =
                     !tool.contains('(') || tool.ends_with("(*)") || tool.ends_with("(**)");
                 if broad.contains(&name) && unscoped {
-                    out.push(warn(file, root, "claude_broad_tool_allowed", format!("{tool} in allowedTools preapproves it for an unattended agent; use the native sandbox and permission rules instead"), &op.key("allowedTools").index(i)));
+                    out.push(warn(file, root, "claude_broad_tool_allowed", format!("{tool} in allowedTools preapproves it for an unattended agent; use the native sandbox and permission rules instead"), &op().key("allowedTools").index(i)));
                 }
             }
             for (i, d) in strings(get("additionalDirectories")).iter().enumerate() {
@@ -369,7 +377,7 @@ fn agent_lints(
                         root,
                         "broad_writable_root",
                         format!("additional directory {d:?} is {why}"),
-                        &op.key("additionalDirectories").index(i),
+                        &op().key("additionalDirectories").index(i),
                     ));
                 }
             }
@@ -378,18 +386,18 @@ fn agent_lints(
                 || get("disallowedTools").is_some()
                 || get("allowedTools").is_some();
             if !has_policy && a.mode.is_none() {
-                out.push(warn(file, root, "implicit_provider_policy", "claude agent without sandbox, settings or tool rules; make the provider-native policy explicit", &op));
+                out.push(warn(file, root, "implicit_provider_policy", "claude agent without sandbox, settings or tool rules; make the provider-native policy explicit", &op()));
             }
         }
         "opencode" => {
             match get("permission") {
                 None => {
                     if a.mode.is_none() {
-                        out.push(warn(file, root, "implicit_provider_policy", "opencode agent without permission; make the provider-native policy explicit", &op));
+                        out.push(warn(file, root, "implicit_provider_policy", "opencode agent without permission; make the provider-native policy explicit", &op()));
                     }
                 }
                 Some(Json::String(s)) if s == "allow" => {
-                    out.push(warn(file, root, "opencode_allow_all", "opencode permission: allow lets every tool run without asking, bash included", &op.key("permission")));
+                    out.push(warn(file, root, "opencode_allow_all", "opencode permission: allow lets every tool run without asking, bash included", &op().key("permission")));
                 }
                 Some(Json::Object(m)) => {
                     match m.get("bash") {
@@ -398,7 +406,7 @@ fn agent_lints(
                             root,
                             "opencode_bash_allow",
                             "opencode bash: allow lets the agent run any shell command",
-                            &op.key("permission").key("bash"),
+                            &op().key("permission").key("bash"),
                         )),
                         Some(Json::Object(rules))
                             if rules.get("*").and_then(Json::as_str) == Some("allow") =>
@@ -408,13 +416,13 @@ fn agent_lints(
                                 root,
                                 "opencode_bash_allow",
                                 "opencode bash \"*\": allow lets the agent run any shell command",
-                                &op.key("permission").key("bash").key("*"),
+                                &op().key("permission").key("bash").key("*"),
                             ))
                         }
                         _ => {}
                     }
                     if m.get("external_directory").and_then(Json::as_str) == Some("allow") {
-                        out.push(warn(file, root, "opencode_external_directory_allow", "opencode external_directory: allow lets the agent touch files outside its cwd", &op.key("permission").key("external_directory")));
+                        out.push(warn(file, root, "opencode_external_directory_allow", "opencode external_directory: allow lets the agent touch files outside its cwd", &op().key("permission").key("external_directory")));
                     }
                 }
                 Some(_) => {}
