@@ -54,14 +54,36 @@ struct Source {
     text: String,
 }
 
+/// What was checked, for the summary line.
+struct Checked {
+    what: String,
+    files: usize,
+    /// `(triggers, steps)` when the configuration parsed.
+    counts: Option<(usize, usize)>,
+}
+
+fn counts(config: Option<&palisade_schema::HubConfig>) -> Option<(usize, usize)> {
+    config.map(|c| {
+        (
+            c.triggers.len(),
+            c.triggers.iter().map(|t| t.steps.len()).sum(),
+        )
+    })
+}
+
 /// Runs `palisade check`.
 pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     // `palisade check --policy FILE` alone checks only the policy when the
     // current folder has no `.paseo`.
     let policy_only =
         args.policy.is_some() && args.path == Path::new(".") && !Path::new(".paseo").is_dir();
-    let (mut diags, mut sources) = if policy_only {
-        (Vec::new(), Vec::new())
+    let (mut diags, mut sources, mut checked) = if policy_only {
+        let none = Checked {
+            what: String::new(),
+            files: 0,
+            counts: None,
+        };
+        (Vec::new(), Vec::new(), none)
     } else {
         check_path(&args.path)?
     };
@@ -69,11 +91,17 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         let text = read_text(policy)?;
         let name = policy.display().to_string();
         diags.extend(check_policy(&name, &text)?);
+        checked.what = if checked.what.is_empty() {
+            name.clone()
+        } else {
+            format!("{} and {name}", checked.what)
+        };
+        checked.files += 1;
         sources.push(Source { name, text });
     }
     diags.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
     let out = match args.format {
-        Format::Human => human(&diags, &sources),
+        Format::Human => human(&diags, &sources, &checked),
         Format::Json => json_report(&diags),
         Format::Sarif => sarif(&diags),
     };
@@ -105,16 +133,21 @@ fn read_capped(path: &Path) -> Result<Vec<u8>, String> {
 
 /// Checks PATH; returns diagnostics (file names as the user sees them) and
 /// the sources for snippets.
-fn check_path(path: &Path) -> Result<(Vec<Diagnostic>, Vec<Source>), String> {
+fn check_path(path: &Path) -> Result<(Vec<Diagnostic>, Vec<Source>, Checked), String> {
     let meta = fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     if meta.is_file() {
         let name = path.display().to_string();
         let bytes = read_capped(path)?;
-        let (_, diags) = palisade_schema::parse_workflow_bytes(&name, &bytes);
+        let (config, diags) = palisade_schema::parse_workflow_bytes(&name, &bytes);
+        let checked = Checked {
+            what: name.clone(),
+            files: 1,
+            counts: counts(config.as_ref()),
+        };
         let sources = String::from_utf8(bytes)
             .map(|text| vec![Source { name, text }])
             .unwrap_or_default();
-        return Ok((diags, sources));
+        return Ok((diags, sources, checked));
     }
     let root = if path.file_name().is_some_and(|n| n == ".paseo") {
         path.parent()
@@ -139,7 +172,12 @@ fn check_path(path: &Path) -> Result<(Vec<Diagnostic>, Vec<Source>), String> {
         .iter()
         .map(|(p, b)| (p.as_str(), b.as_slice()))
         .collect();
-    let (_, mut diags) = palisade_schema::parse_bundle(&refs);
+    let (config, mut diags) = palisade_schema::parse_bundle(&refs);
+    let checked = Checked {
+        what: root.join(".paseo").display().to_string(),
+        files: refs.len(),
+        counts: counts(config.as_ref()),
+    };
     let show = |rel: &str| -> String {
         if root == Path::new(".") || root.as_os_str().is_empty() {
             rel.to_owned()
@@ -159,7 +197,7 @@ fn check_path(path: &Path) -> Result<(Vec<Diagnostic>, Vec<Source>), String> {
             })
         })
         .collect();
-    Ok((diags, sources))
+    Ok((diags, sources, checked))
 }
 
 /// Lists the files under `root/rel` as `/`-separated relative paths,
@@ -203,7 +241,7 @@ fn collect(root: &Path, rel: &Path, depth: usize, out: &mut Vec<String>) -> Resu
     Ok(())
 }
 
-fn human(diags: &[Diagnostic], sources: &[Source]) -> String {
+fn human(diags: &[Diagnostic], sources: &[Source], checked: &Checked) -> String {
     let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let renderer = if color {
         Renderer::styled()
@@ -247,15 +285,26 @@ fn human(diags: &[Diagnostic], sources: &[Source]) -> String {
     }
     let errors = diags.iter().filter(|d| d.is_error()).count();
     let warnings = diags.len() - errors;
-    if diags.is_empty() {
-        out.push_str("palisade check: no errors, no warnings\n");
-    } else {
-        out.push_str(&format!(
-            "palisade check: {errors} error{}, {warnings} warning{}\n",
-            if errors == 1 { "" } else { "s" },
-            if warnings == 1 { "" } else { "s" }
-        ));
-    }
+    let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+    let scope = match checked.counts {
+        Some((triggers, steps)) => format!(
+            "{} ({}, {}, {})",
+            checked.what,
+            plural(checked.files, "file"),
+            plural(triggers, "workflow"),
+            plural(steps, "step")
+        ),
+        None => format!("{} ({})", checked.what, plural(checked.files, "file")),
+    };
+    let verdict = match (errors, warnings) {
+        (0, 0) => "no errors, no warnings".to_owned(),
+        _ => format!(
+            "{}, {}",
+            plural(errors, "error"),
+            plural(warnings, "warning")
+        ),
+    };
+    out.push_str(&format!("palisade check: {scope}: {verdict}\n"));
     out
 }
 

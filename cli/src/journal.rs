@@ -6,6 +6,7 @@
 
 use std::fs::OpenOptions;
 use std::io::Write;
+use std::num::NonZeroU64;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -13,7 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use palisade_evidence::{
     Anchor, Body, Durability, Entry, Flags, JournalError, JournalKey, JournalWriter, Kind, Report,
-    Timestamp, Verdict, WriterOptions, verify,
+    SealPolicy, Timestamp, Verdict, WriterOptions, verify_reader,
 };
 use serde_json::{Value, json};
 
@@ -85,6 +86,17 @@ enum JournalCommand {
         /// Close the journal after this record (writes `journal_closed`).
         #[arg(long)]
         close: bool,
+        /// Replace KEY by the current epoch's key when the journal sealed an
+        /// epoch (forward security on this host; keep the initial key elsewhere
+        /// for `verify`).
+        #[arg(long)]
+        evolve_key: bool,
+        /// When creating the journal: seal an epoch every N records.
+        #[arg(long, value_name = "N", default_value_t = 10_000)]
+        seal_every_records: u64,
+        /// When creating the journal: seal an epoch every N milliseconds.
+        #[arg(long, value_name = "N", default_value_t = 15 * 60 * 1000)]
+        seal_every_millis: u64,
     },
 }
 
@@ -113,7 +125,23 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
             session,
             flags,
             close,
-        } => append(&file, &key, &kind, &body, session, &flags, close),
+            evolve_key,
+            seal_every_records,
+            seal_every_millis,
+        } => append(
+            &file,
+            &key,
+            &kind,
+            &body,
+            session,
+            &flags,
+            close,
+            evolve_key,
+            SealPolicy {
+                every_records: NonZeroU64::new(seal_every_records),
+                every_millis: NonZeroU64::new(seal_every_millis),
+            },
+        ),
     }
 }
 
@@ -174,8 +202,9 @@ fn verify_cmd(
         }
         None => None,
     };
-    let bytes = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let report = verify(&bytes, &key, anchor.as_ref());
+    let reader = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let report = verify_reader(reader, &key, anchor.as_ref())
+        .map_err(|e| format!("{}: {e}", file.display()))?;
     match format {
         Format::Json => println!("{}", report_json(&report)),
         Format::Human => print_report(file, &report),
@@ -319,16 +348,22 @@ fn show(file: &Path, kind: Option<&str>, format: Format) -> Result<ExitCode, Str
     Ok(ExitCode::SUCCESS)
 }
 
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one parameter per command-line option"
+)]
 fn append(
     file: &Path,
-    key: &Path,
+    key_path: &Path,
     kind: &str,
     body: &str,
     session: String,
     flags: &[String],
     close: bool,
+    evolve_key: bool,
+    seal: SealPolicy,
 ) -> Result<ExitCode, String> {
-    let key = read_key(key)?;
+    let key = read_key(key_path)?;
     let kind = Kind::parse(kind).map_err(|e| e.to_string())?;
     let body = Body::from_json_text(body).map_err(|e| format!("--body: {e}"))?;
     let mut all = Flags::NONE;
@@ -343,7 +378,7 @@ fn append(
             batch: 1,
             max_latency: std::time::Duration::ZERO,
         },
-        ..WriterOptions::default()
+        seal,
     };
     let now = now();
     let writer = if file.exists() {
@@ -374,8 +409,44 @@ fn append(
         writer.sync().and_then(|a| a.ok_or(JournalError::Empty))
     }
     .map_err(|e| journal_error(file, &e))?;
+    // Everything is durable now, so the current key may replace the file's.
+    let current = writer.current_key();
+    if evolve_key && current.epoch() > key.epoch() {
+        replace_key_file(key_path, &current)?;
+        eprintln!(
+            "{}: evolved to epoch {}; earlier keys are gone from this file",
+            key_path.display(),
+            current.epoch()
+        );
+    }
     println!("{}", anchor.to_json());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Atomically replaces the key file: write a sibling, sync, rename, sync
+/// the directory.
+fn replace_key_file(path: &Path, key: &JournalKey) -> Result<(), String> {
+    let mut tmp_name = path.as_os_str().to_owned();
+    tmp_name.push(".new");
+    let tmp = PathBuf::from(tmp_name);
+    let _ = std::fs::remove_file(&tmp);
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+    file.write_all(key.expose_text().as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| format!("{}: {e}", dir.display()))
 }
 
 fn journal_error(file: &Path, err: &JournalError) -> String {

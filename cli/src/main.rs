@@ -8,7 +8,9 @@
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout, reason = "the CLI prints")]
 
+mod approve;
 mod check;
+mod ctl;
 mod decide;
 mod explain;
 mod host_policy_file;
@@ -18,8 +20,11 @@ mod policy_cmd;
 mod probe;
 mod proxy;
 mod relay;
+mod report;
 mod run;
 mod schema_cmd;
+mod session;
+mod steering;
 
 use std::process::ExitCode;
 
@@ -37,9 +42,15 @@ struct Cli {
 enum Command {
     /// Validate hub workflows, provider options and the host policy.
     Check(check::Args),
+    /// Talk to the session control channel from inside a governed worker.
+    Ctl(ctl::Args),
+    /// Approve or deny an outward action a governed worker asked for.
+    Approve(approve::Args),
+    /// Summarise a run's sealed journal: hosts, denials, taint, outward actions, steering writes.
+    Report(report::Args),
     /// Run a command in a fail-closed sandbox (exit code: the command's;
     /// 125 on setup failure).
-    Run(run::Args),
+    Run(Box<run::Args>),
     /// Report every isolation layer as active, degraded or unavailable.
     Probe(probe::Args),
     /// Decide egress, outward or routing requests against the host policy.
@@ -74,12 +85,15 @@ fn main() -> ExitCode {
     };
     let res = match cli.command {
         Command::Check(args) => check::run(args),
-        Command::Run(args) => run::run(args),
+        Command::Ctl(args) => ctl::run(args),
+        Command::Approve(args) => approve::run(args),
+        Command::Report(args) => report::run(args),
+        Command::Run(args) => run::run(*args),
         Command::Probe(args) => probe::run(args),
-        Command::Proxy(args) => proxy::run(args),
-        Command::Relay(args) => relay::run(args),
         Command::Decide(args) => decide::run(args),
         Command::MarkUntrusted(args) => mark_untrusted::run(args),
+        Command::Proxy(args) => proxy::run(args),
+        Command::Relay(args) => relay::run(args),
         Command::Schema(args) => schema_cmd::run(args),
         Command::Policy(args) => policy_cmd::run(args),
         Command::Explain(args) => explain::run(args),

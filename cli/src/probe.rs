@@ -22,14 +22,20 @@ enum Format {
     Json,
 }
 
-/// Runs `palisade probe`. Exits 0 when every layer the built-in profiles
-/// require is active, 1 otherwise.
+/// Runs `palisade probe`. Exits 0 when the built-in profiles can launch
+/// (every required layer present; Landlock at least at the profiles'
+/// minimum ABI, possibly degraded), 1 otherwise.
 pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     let report = probe_thorough();
-    let all_required = report
-        .layers
-        .iter()
-        .all(|(l, s)| s.is_active() || *l == palisade_isolate::Layer::Cgroups);
+    let min_abi = palisade_isolate::Profile::governed().min_landlock_abi;
+    let all_required = report.layers.iter().all(|(l, s)| match l {
+        palisade_isolate::Layer::Cgroups => true,
+        palisade_isolate::Layer::Landlock => {
+            !matches!(s, LayerStatus::Unavailable { .. })
+                && report.landlock_abi.unwrap_or(0) >= min_abi
+        }
+        _ => s.is_active(),
+    });
     match args.format {
         Format::Json => {
             let v = serde_json::json!({

@@ -169,9 +169,10 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         limits: Limits {
             bytes_per_connection: lim.bytes_per_connection,
             bytes_per_session: lim.bytes_per_session,
-            max_connections: lim.connections.map_or(defaults.max_connections, |c| {
-                usize::try_from(c).unwrap_or(usize::MAX)
-            }),
+            // absent means unlimited, as docs/policy.md states
+            max_connections: lim
+                .connections
+                .map_or(usize::MAX, |c| usize::try_from(c).unwrap_or(usize::MAX)),
             per_minute: lim.per_minute.map(|p| u32::try_from(p).unwrap_or(u32::MAX)),
             ..defaults
         },

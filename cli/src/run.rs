@@ -19,8 +19,9 @@ pub(crate) struct Args {
     /// Sandbox profile: strict, governed or maintenance.
     #[arg(long, default_value = "governed")]
     profile: String,
-    /// Working directory of the command (default: the current directory).
-    /// Writable under governed and maintenance.
+    /// Working directory of the command, bound writable. Default: the
+    /// current directory under governed and maintenance, the scratch HOME
+    /// (`/tmp/home`) under strict.
     #[arg(long)]
     cwd: Option<PathBuf>,
     /// An extra writable root (repeatable).
@@ -44,6 +45,15 @@ pub(crate) struct Args {
     /// landlock, seccomp, net_ns, ipc_ns, uts_ns and cgroups can be named.
     #[arg(long = "dangerously-disable", value_name = "LAYER")]
     dangerously_disable: Vec<String>,
+    /// The worker's uid (and gid) inside the sandbox, mapped 1:1. Default:
+    /// the invoking user, or 64000 when palisade runs as root. As root,
+    /// writable roots must be writable by this uid; `--worker-uid 0` keeps
+    /// root's file ownership (still without any capability).
+    #[arg(long, value_name = "UID")]
+    worker_uid: Option<u32>,
+    /// The governed form: `--policy palisade.toml --journal FILE --key KEY`.
+    #[command(flatten)]
+    governed: crate::session::launch::GovernedArgs,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<OsString>,
@@ -68,6 +78,22 @@ pub(crate) fn layer_json(l: Layer, s: &LayerStatus) -> serde_json::Value {
     serde_json::json!({"layer": l.name(), "status": s.word(), "detail": s.detail()})
 }
 
+fn forwarded_signals() -> nix::sys::signal::SigSet {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    for s in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+    ] {
+        set.add(s);
+    }
+    set
+}
+
 fn setup_failure(msg: impl std::fmt::Display) -> Result<ExitCode, String> {
     eprintln!("palisade: {msg}");
     Ok(ExitCode::from(EXIT_SETUP))
@@ -84,9 +110,10 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     };
     let host_view = profile.root == palisade_isolate::RootView::HostReadOnly;
     let mut sb = Sandbox::new(profile);
-    // Under the host-view profiles the working directory (default: the
-    // current one) is the writable root; under strict it must be one of the
-    // visible paths, and defaults to the scratch HOME.
+    // The working directory is a writable root. Under the host-view
+    // profiles it defaults to the current directory; under strict only an
+    // explicit --cwd is bound in, otherwise the command starts in the
+    // scratch HOME.
     let cwd = match (args.cwd, host_view) {
         (Some(c), _) => Some(c),
         (None, true) => match std::env::current_dir() {
@@ -96,9 +123,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         (None, false) => None,
     };
     if let Some(cwd) = cwd {
-        if host_view {
-            sb.writable(cwd.clone());
-        }
+        sb.writable(cwd.clone());
         sb.cwd(cwd);
     }
     for w in args.writable {
@@ -122,6 +147,9 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         };
         sb.bridge(Bridge { port, target });
     }
+    if let Some(uid) = args.worker_uid {
+        sb.identity(palisade_isolate::WorkerIdentity::Dedicated { uid, gid: uid });
+    }
     for name in &args.dangerously_disable {
         let Some(layer) = Layer::from_name(name) else {
             return setup_failure(format!("unknown layer `{name}`"));
@@ -130,6 +158,16 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
             return setup_failure(e);
         }
         eprintln!("palisade: warning: running without `{name}` (dangerously disabled)");
+    }
+    if args.governed.policy.is_some() {
+        return crate::session::launch::run(sb, args.governed, args.command, args.launch_report);
+    }
+    // Termination signals are forwarded to the worker (through the
+    // supervisor and init) instead of killing palisade; the worker's exit
+    // status then becomes ours. Blocked before the fork, so none is lost.
+    let forwarded = forwarded_signals();
+    if let Err(e) = forwarded.thread_block() {
+        return setup_failure(format!("cannot block signals: {e}"));
     }
     let child = match sb.spawn(Command::new(args.command)) {
         Ok(c) => c,
@@ -144,6 +182,12 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
             );
         }
     }
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.pid()).unwrap_or(0));
+    std::thread::spawn(move || {
+        while let Ok(sig) = forwarded.wait() {
+            let _ = nix::sys::signal::kill(pid, sig);
+        }
+    });
     match child.wait() {
         Ok(code) => Ok(ExitCode::from(u8::try_from(code).unwrap_or(EXIT_SETUP))),
         Err(e) => setup_failure(format!("waiting for the sandbox: {e}")),

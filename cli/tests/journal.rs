@@ -244,3 +244,60 @@ fn a_key_readable_by_others_is_refused() {
     ]);
     assert_eq!(code(&out), 2);
 }
+
+#[test]
+fn evolve_key_moves_the_host_key_forward_and_only_the_initial_key_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key");
+    let initial = dir.path().join("initial.key");
+    let journal = dir.path().join("j.jsonl");
+    assert_eq!(code(&palisade(&["journal", "keygen", "--out", s(&key)])), 0);
+    std::fs::copy(&key, &initial).unwrap();
+    let append = |close: bool| {
+        let mut args = vec![
+            "journal",
+            "append",
+            s(&journal),
+            "--key",
+            s(&key),
+            "--kind",
+            "steering_write",
+            "--body",
+            "{}",
+            "--evolve-key",
+            "--seal-every-records",
+            "2",
+        ];
+        if close {
+            args.push("--close");
+        }
+        palisade(&args)
+    };
+    for _ in 0..4 {
+        assert_eq!(code(&append(false)), 0);
+    }
+    assert_eq!(code(&append(true)), 0);
+    let host_key = std::fs::read_to_string(&key).unwrap();
+    let epoch: u64 = host_key.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert!(epoch >= 2, "{epoch}");
+    assert_eq!(
+        std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    // The initial key verifies the whole journal ...
+    let out = palisade(&["journal", "verify", s(&journal), "--key", s(&initial)]);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stdout));
+    // ... the evolved host key cannot.
+    let out = palisade(&[
+        "journal",
+        "verify",
+        s(&journal),
+        "--key",
+        s(&key),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code(&out), 1);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["failure"]["kind"], "key_not_initial");
+}

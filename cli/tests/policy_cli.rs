@@ -129,10 +129,14 @@ fn policy_dispatch_error_prints_code_and_message_and_exits_1() {
         "reply"
     );
 
-    let edge = vectors("edge");
+    // An unsupported provider never gets a grant. palisade-schema loads a
+    // provider without a strict schema (with an `unsupported_provider`
+    // warning when it has no options), so the refusal is the dispatcher's
+    // own `tool_policy_unsupported`, printed as a dispatch error (exit 1).
+    let unsupported = vectors("unsupported");
     let o = palisade(&[
         "policy",
-        edge.to_str().unwrap(),
+        unsupported.to_str().unwrap(),
         "--trigger",
         "unsupported",
         "--step",
@@ -143,7 +147,13 @@ fn policy_dispatch_error_prints_code_and_message_and_exits_1() {
         "json",
     ]);
     assert_eq!(o.status.code(), Some(1));
-    assert_eq!(json_out(&o)["error"]["code"], "tool_policy_unsupported");
+    assert_eq!(
+        json_out(&o),
+        json!({"error": {
+            "code": "tool_policy_unsupported",
+            "message": "Provider 'gemini' cannot preapprove exact MCP tools for unattended execution; select Claude, Codex, or OpenCode"
+        }})
+    );
 }
 
 #[test]
@@ -269,4 +279,66 @@ fn explain_rejected_event_exits_1_with_the_reason() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("rejected (user_not_allowed)"), "{text}");
     assert!(text.contains("step classify: not run"), "{text}");
+}
+
+#[test]
+fn agent_chosen_by_an_expression_shows_every_choice_and_the_plan_resolves_it() {
+    let root = data("dynamic");
+    let o = palisade(&[
+        "policy",
+        root.to_str().unwrap(),
+        "--trigger",
+        "pick",
+        "--step",
+        "work",
+        "--context",
+        "slack",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let got = json_out(&o);
+    let agents: Vec<(&str, &str)> = got
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["agent"].as_str().unwrap(),
+                e["provider"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(agents, [("reader", "claude"), ("writer", "codex")]);
+
+    let ev = data("dynamic-event.json");
+    let out = data("route-writer.json");
+    let arg = format!("route={}", out.display());
+    let o = palisade(&[
+        "explain",
+        root.to_str().unwrap(),
+        "--event",
+        ev.to_str().unwrap(),
+        "--output",
+        &arg,
+        "--format",
+        "json",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let work = &json_out(&o)[0]["steps"][1];
+    assert_eq!(
+        (work["agent"].as_str(), work["provider"].as_str()),
+        (Some("writer"), Some("codex"))
+    );
+    assert_eq!(work["tools"], json!(["finish_execution", "reply"]));
 }

@@ -9,10 +9,13 @@
 //! * [`relay`]: a reverse proxy on a private Unix socket to one exact HTTPS
 //!   origin with exact `METHOD path` routes, injecting a host-held
 //!   credential in place of a per-session placeholder.
+//! * [`control`]: the session control channel (taint reports, outward
+//!   approvals, session state) between a worker, its session and the host.
 //! * [`head`], [`sni`], [`addr`]: pure, bounded, fuzzed parsers and tables.
 #![forbid(unsafe_code)]
 
 pub mod addr;
+pub mod control;
 pub mod decide;
 pub mod head;
 pub mod journal;

@@ -3,11 +3,10 @@
 //! the taint-aware rule (a tainted session reaches only
 //! `taint.egress_allow` or hosts it already contacted).
 //!
-//! One addition for IP-literal targets, which the name rules never match:
-//! an IP literal inside an explicit `egress.allow_addresses` range is
-//! allowed by name for a **clean** session (the address deny set then
-//! applies as for any target). Everything else about IP literals is
-//! denied, as `palisade_policy::egress` decides.
+//! IP-literal targets never match host patterns; `palisade_policy::egress`
+//! allows them only inside an explicit `egress.allow_addresses` range (for
+//! a clean session, or one that already contacted them); the address deny
+//! set then applies as for any target.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -62,21 +61,6 @@ impl Decider for PolicyDecider {
         let Ok(session) = self.session.lock() else {
             return Verdict::deny(None, "session_unavailable");
         };
-        if let Host::Ip(ip) = host {
-            let carve = self
-                .policy
-                .egress
-                .allow_addresses
-                .iter()
-                .position(|c| c.contains(*ip));
-            return match carve {
-                Some(i) if !session.is_tainted() => {
-                    Verdict::allow(format!("egress.allow_addresses[{i}]"))
-                }
-                Some(_) => Verdict::deny(Some("taint.egress_allow".into()), "tainted_session"),
-                None => Verdict::deny(None, "ip_literal_not_allowed"),
-            };
-        }
         let v = decide_host(&self.policy, &session, &request_host(host), port);
         match v.decision {
             Decision::Allow => Verdict::allow(v.rule.unwrap_or_default()),
@@ -84,6 +68,7 @@ impl Decider for PolicyDecider {
                 let code = match v.rule.as_deref() {
                     Some(r) if r.starts_with("egress.deny") => "host_denied",
                     Some(r) if r.starts_with("taint") => "tainted_session",
+                    _ if matches!(host, Host::Ip(_)) => "ip_literal_not_allowed",
                     _ => "host_not_allowed",
                 };
                 Verdict::deny(v.rule, code)

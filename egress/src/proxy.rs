@@ -41,7 +41,8 @@ pub struct Limits {
     pub bytes_per_connection: Option<u64>,
     /// Bytes (up + down) all connections of this proxy may carry together.
     pub bytes_per_session: Option<u64>,
-    /// Concurrent client connections.
+    /// Concurrent client connections (values above
+    /// `tokio::sync::Semaphore::MAX_PERMITS` mean unlimited).
     pub max_connections: usize,
     /// New client connections per rolling minute.
     pub per_minute: Option<u32>,
@@ -174,6 +175,8 @@ struct Inner {
     next_id: AtomicU64,
     conns: Arc<Semaphore>,
     recent: Mutex<VecDeque<Instant>>,
+    /// The proxy's own listening addresses (a CONNECT to them would loop).
+    own_listen: Mutex<Vec<SocketAddr>>,
 }
 
 /// A running proxy's shared state. Cheap to clone.
@@ -245,7 +248,7 @@ impl Proxy {
         resolver: Arc<dyn Resolver>,
         recorder: Arc<dyn Recorder>,
     ) -> Self {
-        let max = config.limits.max_connections;
+        let max = config.limits.max_connections.min(Semaphore::MAX_PERMITS);
         Self {
             inner: Arc::new(Inner {
                 config,
@@ -256,6 +259,7 @@ impl Proxy {
                 next_id: AtomicU64::new(1),
                 conns: Arc::new(Semaphore::new(max)),
                 recent: Mutex::new(VecDeque::new()),
+                own_listen: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -268,6 +272,11 @@ impl Proxy {
     /// Serve until `signal` fires, then cut open tunnels and wait for their
     /// records to be written.
     pub async fn serve(&self, listener: Listener, mut signal: ShutdownSignal) -> io::Result<()> {
+        if let Listener::Tcp(l) = &listener
+            && let (Ok(a), Ok(mut own)) = (l.local_addr(), self.inner.own_listen.lock())
+        {
+            own.push(a);
+        }
         let mut tasks = JoinSet::new();
         loop {
             let accepted: io::Result<(Box<dyn Stream>, String)> = tokio::select! {
@@ -373,13 +382,42 @@ impl Proxy {
         let limits = &cfg.limits;
         // 1. request head
         let mut buf: Vec<u8> = Vec::with_capacity(1024);
-        let parsed = tokio::time::timeout(limits.header_timeout, async {
+        let deadline = tokio::time::Instant::now() + limits.header_timeout;
+        // The first byte tells SOCKS5 (0x05) from HTTP.
+        match tokio::time::timeout_at(deadline, fill(client, &mut buf, 1)).await {
+            Err(_) => {
+                refuse(
+                    client,
+                    rec,
+                    408,
+                    "header_timeout",
+                    "request head not received in time",
+                )
+                .await;
+                return;
+            }
+            Ok(false) => {
+                rec.reason = "client_closed_before_head".into();
+                return;
+            }
+            Ok(true) => {}
+        }
+        if buf.first() == Some(&5) {
+            self.serve_socks(client, rec, buf, deadline, signal).await;
+            return;
+        }
+        let parsed = tokio::time::timeout_at(deadline, async {
             let mut chunk = [0u8; 2048];
+            // Re-parse only when a read brought a line end (or filled the cap),
+            // so a client dribbling bytes cannot make parsing quadratic.
+            let mut fresh_line_end = buf.contains(&b'\n');
             loop {
-                match parse_head(&buf, limits.max_header_bytes) {
-                    Ok(Some(done)) => return Ok(Some(done)),
-                    Ok(None) => {}
-                    Err(e) => return Err(Some(e)),
+                if fresh_line_end || buf.len() >= limits.max_header_bytes {
+                    match parse_head(&buf, limits.max_header_bytes) {
+                        Ok(Some(done)) => return Ok(Some(done)),
+                        Ok(None) => {}
+                        Err(e) => return Err(Some(e)),
+                    }
                 }
                 let room = limits
                     .max_header_bytes
@@ -390,7 +428,11 @@ impl Proxy {
                 };
                 match client.read(slot).await {
                     Ok(0) | Err(_) => return Ok(None),
-                    Ok(n) => buf.extend_from_slice(slot.get(..n).unwrap_or_default()),
+                    Ok(n) => {
+                        let got = slot.get(..n).unwrap_or_default();
+                        fresh_line_end = got.contains(&b'\n');
+                        buf.extend_from_slice(got);
+                    }
                 }
             }
         })
@@ -451,104 +493,20 @@ impl Proxy {
             }
         }
 
-        // 3. name decision, before any lookup
-        let verdict = self.inner.decider.decide(&host, port);
-        rec.rule = verdict.rule.clone();
-        if !verdict.allow {
-            let reason = verdict.reason.clone();
-            refuse(
-                client,
-                rec,
-                403,
-                &reason,
-                "destination not allowed by policy",
-            )
-            .await;
-            return;
-        }
-
-        // Plain HTTP: refuse a declared body larger than the budget up front.
         let declared = head
             .header("content-length")
             .and_then(|v| std::str::from_utf8(v).ok())
             .and_then(|v| v.parse::<u64>().ok());
-        if let Some(cl) = declared
-            && self.remaining_budget(0).is_some_and(|rem| cl > rem)
-        {
-            refuse(
-                client,
-                rec,
-                413,
-                "limit_exceeded",
-                "request body exceeds the byte limit",
-            )
-            .await;
-            rec.close = CloseReason::LimitExceeded;
-            return;
-        }
-
-        // 4. resolve once, check every address
-        let addrs: Vec<IpAddr> = match &host {
-            Host::Ip(ip) => vec![*ip],
-            Host::Name(name) => {
-                match tokio::time::timeout(limits.dns_timeout, self.inner.resolver.resolve(name))
-                    .await
-                {
-                    Err(_) => {
-                        refuse(client, rec, 504, "dns_timeout", "name resolution timed out").await;
-                        rec.outcome = Outcome::Failed;
-                        return;
-                    }
-                    Ok(Err(_)) => {
-                        refuse(client, rec, 502, "dns_failed", "name resolution failed").await;
-                        rec.outcome = Outcome::Failed;
-                        return;
-                    }
-                    Ok(Ok(a)) if a.is_empty() => {
-                        refuse(client, rec, 502, "dns_failed", "name has no addresses").await;
-                        rec.outcome = Outcome::Failed;
-                        return;
-                    }
-                    Ok(Ok(a)) => a,
-                }
-            }
-        };
-        for ip in &addrs {
-            if let Err(denied) = cfg.addresses.check(*ip) {
-                let code = format!("address_not_allowed:{}", denied.class);
-                refuse(client, rec, 403, &code, &denied.to_string()).await;
+        let mut up = match self.open_upstream(&host, port, declared, rec).await {
+            Ok(up) => up,
+            Err(r) => {
+                refuse(client, rec, r.status, &r.code, r.message).await;
+                rec.outcome = r.outcome;
+                rec.close = r.close;
                 return;
             }
-        }
-
-        // dial the checked address, never a second lookup
-        let mut upstream = None;
-        let mut last_err = "connect_failed";
-        for ip in &addrs {
-            let sa = SocketAddr::new(*ip, port);
-            match tokio::time::timeout(limits.connect_timeout, TcpStream::connect(sa)).await {
-                Ok(Ok(s)) => {
-                    let _ = s.set_nodelay(true);
-                    upstream = Some((s, sa));
-                    break;
-                }
-                Ok(Err(_)) => last_err = "connect_failed",
-                Err(_) => last_err = "connect_timeout",
-            }
-        }
-        let Some((mut up, sa)) = upstream else {
-            let status = if last_err == "connect_timeout" {
-                504
-            } else {
-                502
-            };
-            refuse(client, rec, status, last_err, "upstream unreachable").await;
-            rec.outcome = Outcome::Failed;
-            return;
         };
-        rec.resolved = Some(sa);
 
-        let mut first_up: Vec<u8>;
         if head.is_connect() {
             if client
                 .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -560,46 +518,323 @@ impl Proxy {
                 return;
             }
             rec.status = Some(200);
-            first_up = leftover;
-            // 5. SNI check
-            if cfg.require_sni_match && cfg.sni_ports.contains(&port) {
-                match read_client_hello(client, &mut first_up, limits.tls_hello_timeout).await {
-                    Ok(ClientHello::Sni(sni)) => {
-                        rec.sni = Some(sni.clone());
-                        let matches = matches!(&host, Host::Name(n) if *n == sni);
-                        if !matches {
-                            deny_after_200(rec, "sni_mismatch");
-                            return;
-                        }
-                    }
-                    Ok(ClientHello::NoSni) => {
-                        deny_after_200(rec, "sni_missing");
-                        return;
-                    }
-                    Ok(other) => {
-                        deny_after_200(rec, other.code());
-                        return;
-                    }
-                    Err(code) => {
-                        deny_after_200(rec, code);
+            self.run_tunnel(client, &mut up, leftover, &host, port, rec, signal)
+                .await;
+        } else {
+            let mut first_up = rewrite_http_head(&head);
+            first_up.extend_from_slice(&leftover);
+            rec.outcome = Outcome::Allowed;
+            rec.reason = "allowed".into();
+            self.inner.decider.contacted(&host, port);
+            let (up_bytes, down_bytes, close) =
+                pump(client, &mut up, &first_up, &self.inner, signal).await;
+            rec.bytes_up = up_bytes;
+            rec.bytes_down = down_bytes;
+            rec.close = close;
+        }
+    }
+
+    /// After the client was told the tunnel is open: the SNI check (on SNI
+    /// ports), then the metered pump.
+    #[allow(clippy::too_many_arguments, reason = "one call per protocol")]
+    async fn run_tunnel<S>(
+        &self,
+        client: &mut S,
+        up: &mut TcpStream,
+        mut first_up: Vec<u8>,
+        host: &Host,
+        port: u16,
+        rec: &mut ConnectionRecord,
+        signal: ShutdownSignal,
+    ) where
+        S: AsyncRead + AsyncWrite + Unpin + Send,
+    {
+        let cfg = &self.inner.config;
+        // 5. SNI check
+        if cfg.require_sni_match && cfg.sni_ports.contains(&port) {
+            match read_client_hello(client, &mut first_up, cfg.limits.tls_hello_timeout).await {
+                Ok(ClientHello::Sni(sni)) => {
+                    rec.sni = Some(sni.clone());
+                    let matches = matches!(host, Host::Name(n) if *n == sni);
+                    if !matches {
+                        deny_after_200(rec, "sni_mismatch");
                         return;
                     }
                 }
+                Ok(ClientHello::NoSni) => {
+                    deny_after_200(rec, "sni_missing");
+                    return;
+                }
+                Ok(other) => {
+                    deny_after_200(rec, other.code());
+                    return;
+                }
+                Err(code) => {
+                    deny_after_200(rec, code);
+                    return;
+                }
             }
-        } else {
-            first_up = rewrite_http_head(&head);
-            first_up.extend_from_slice(&leftover);
         }
         rec.outcome = Outcome::Allowed;
         rec.reason = "allowed".into();
-        self.inner.decider.contacted(&host, port);
-
+        self.inner.decider.contacted(host, port);
         // 6. pump with limits
-        let (up_bytes, down_bytes, close) =
-            pump(client, &mut up, &first_up, &self.inner, signal).await;
+        let (up_bytes, down_bytes, close) = pump(client, up, &first_up, &self.inner, signal).await;
         rec.bytes_up = up_bytes;
         rec.bytes_down = down_bytes;
         rec.close = close;
+    }
+
+    /// SOCKS5 (RFC 1928) with CONNECT only; username/password (RFC 1929)
+    /// carries the session token as the password when one is configured.
+    async fn serve_socks<S>(
+        &self,
+        client: &mut S,
+        rec: &mut ConnectionRecord,
+        mut buf: Vec<u8>,
+        deadline: tokio::time::Instant,
+        signal: ShutdownSignal,
+    ) where
+        S: AsyncRead + AsyncWrite + Unpin + Send,
+    {
+        rec.kind = ProxyKind::Socks5;
+        let cfg = &self.inner.config;
+        let handshake = tokio::time::timeout_at(deadline, async {
+            // greeting: VER NMETHODS METHODS
+            if !fill(client, &mut buf, 2).await {
+                return Err(("socks:client_closed", None));
+            }
+            let n = usize::from(buf.get(1).copied().unwrap_or(0));
+            if n == 0 || !fill(client, &mut buf, 2 + n).await {
+                return Err(("socks:bad_greeting", None));
+            }
+            let methods = buf.get(2..2 + n).unwrap_or_default();
+            let want = if cfg.token.is_some() { 2u8 } else { 0u8 };
+            if !methods.contains(&want) {
+                return Err(("socks:no_acceptable_auth", Some(vec![5u8, 0xff])));
+            }
+            if client.write_all(&[5, want]).await.is_err() {
+                return Err(("socks:client_closed", None));
+            }
+            let mut pos = 2 + n;
+            if let Some(token) = &cfg.token {
+                // VER=1 ULEN UNAME PLEN PASSWD
+                if !fill(client, &mut buf, pos + 2).await || buf.get(pos) != Some(&1) {
+                    return Err(("socks:bad_auth", Some(vec![1u8, 1])));
+                }
+                let ulen = usize::from(buf.get(pos + 1).copied().unwrap_or(0));
+                if !fill(client, &mut buf, pos + 2 + ulen + 1).await {
+                    return Err(("socks:bad_auth", Some(vec![1u8, 1])));
+                }
+                let plen = usize::from(buf.get(pos + 2 + ulen).copied().unwrap_or(0));
+                let pstart = pos + 3 + ulen;
+                if !fill(client, &mut buf, pstart + plen).await {
+                    return Err(("socks:bad_auth", Some(vec![1u8, 1])));
+                }
+                let password = buf.get(pstart..pstart + plen).unwrap_or_default();
+                if !bool::from(password.ct_eq(token.expose().as_bytes())) {
+                    return Err(("proxy_auth_required", Some(vec![1u8, 1])));
+                }
+                if client.write_all(&[1, 0]).await.is_err() {
+                    return Err(("socks:client_closed", None));
+                }
+                pos = pstart + plen;
+            }
+            // request: VER CMD RSV ATYP DST.ADDR DST.PORT
+            if !fill(client, &mut buf, pos + 5).await {
+                return Err(("socks:bad_request", None));
+            }
+            let (ver, cmd, rsv, atyp) = (
+                buf.get(pos).copied(),
+                buf.get(pos + 1).copied(),
+                buf.get(pos + 2).copied(),
+                buf.get(pos + 3).copied(),
+            );
+            if ver != Some(5) || rsv != Some(0) {
+                return Err(("socks:bad_request", Some(socks_reply(1))));
+            }
+            let addr_len = match atyp {
+                Some(1) => 4,
+                Some(4) => 16,
+                Some(3) => 1 + usize::from(buf.get(pos + 4).copied().unwrap_or(0)),
+                _ => return Err(("socks:bad_address_type", Some(socks_reply(8)))),
+            };
+            let end = pos + 4 + addr_len + 2;
+            if !fill(client, &mut buf, end).await {
+                return Err(("socks:bad_request", None));
+            }
+            if cmd != Some(1) {
+                return Err(("socks:command_not_supported", Some(socks_reply(7))));
+            }
+            let addr = buf.get(pos + 4..pos + 4 + addr_len).unwrap_or_default();
+            let host = match atyp {
+                Some(1) => <[u8; 4]>::try_from(addr)
+                    .ok()
+                    .map(|a| Host::Ip(IpAddr::from(a))),
+                Some(4) => <[u8; 16]>::try_from(addr)
+                    .ok()
+                    .map(|a| Host::Ip(IpAddr::from(a))),
+                _ => addr
+                    .get(1..)
+                    .and_then(|n| std::str::from_utf8(n).ok())
+                    .and_then(|n| crate::head::parse_host_name(n).ok()),
+            };
+            let port_bytes = buf.get(end - 2..end).unwrap_or_default();
+            let port = match port_bytes {
+                [a, b] => u16::from_be_bytes([*a, *b]),
+                _ => 0,
+            };
+            match host {
+                Some(h) if port != 0 => Ok((h, port, buf.get(end..).unwrap_or_default().to_vec())),
+                _ => Err(("socks:bad_target", Some(socks_reply(1)))),
+            }
+        })
+        .await;
+        let (host, port, leftover) = match handshake {
+            Err(_) => {
+                deny_after_200(rec, "header_timeout");
+                return;
+            }
+            Ok(Err((code, reply))) => {
+                if let Some(r) = reply {
+                    let _ = client.write_all(&r).await;
+                }
+                let _ = client.shutdown().await;
+                deny_after_200(rec, code);
+                return;
+            }
+            Ok(Ok(t)) => t,
+        };
+        rec.host = Some(host.to_string());
+        rec.port = Some(port);
+        let mut up = match self.open_upstream(&host, port, None, rec).await {
+            Ok(up) => up,
+            Err(r) => {
+                let code = match (r.status, r.code.as_str()) {
+                    (_, c) if c.starts_with("dns") => 4,
+                    (_, "connect_failed") => 5,
+                    (504, _) => 4,
+                    _ => 2,
+                };
+                let _ = client.write_all(&socks_reply(code)).await;
+                let _ = client.shutdown().await;
+                rec.outcome = r.outcome;
+                rec.reason = r.code;
+                rec.close = r.close;
+                return;
+            }
+        };
+        if client.write_all(&socks_reply(0)).await.is_err() {
+            rec.reason = "client_closed".into();
+            rec.close = CloseReason::ClientError;
+            return;
+        }
+        self.run_tunnel(client, &mut up, leftover, &host, port, rec, signal)
+            .await;
+    }
+
+    /// Steps 3–5 shared by every protocol: decide the name, resolve once,
+    /// check every address, refuse loops, dial the checked address.
+    async fn open_upstream(
+        &self,
+        host: &Host,
+        port: u16,
+        declared_body: Option<u64>,
+        rec: &mut ConnectionRecord,
+    ) -> Result<TcpStream, Refusal> {
+        let cfg = &self.inner.config;
+        let limits = &cfg.limits;
+        // 3. name decision, before any lookup
+        let verdict = self.inner.decider.decide(host, port);
+        rec.rule = verdict.rule.clone();
+        if !verdict.allow {
+            return Err(Refusal::deny(
+                403,
+                verdict.reason,
+                "destination not allowed by policy",
+            ));
+        }
+        // Plain HTTP: refuse a declared body larger than the budget up front.
+        if let Some(cl) = declared_body
+            && self.remaining_budget(0).is_some_and(|rem| cl > rem)
+        {
+            let mut r = Refusal::deny(
+                413,
+                "limit_exceeded".into(),
+                "request body exceeds the byte limit",
+            );
+            r.close = CloseReason::LimitExceeded;
+            return Err(r);
+        }
+        // 4. resolve once, check every address
+        let addrs: Vec<IpAddr> = match host {
+            Host::Ip(ip) => vec![*ip],
+            Host::Name(name) => {
+                match tokio::time::timeout(limits.dns_timeout, self.inner.resolver.resolve(name))
+                    .await
+                {
+                    Err(_) => {
+                        return Err(Refusal::failed(
+                            504,
+                            "dns_timeout",
+                            "name resolution timed out",
+                        ));
+                    }
+                    Ok(Err(_)) => {
+                        return Err(Refusal::failed(502, "dns_failed", "name resolution failed"));
+                    }
+                    Ok(Ok(a)) if a.is_empty() => {
+                        return Err(Refusal::failed(502, "dns_failed", "name has no addresses"));
+                    }
+                    Ok(Ok(a)) => a,
+                }
+            }
+        };
+        for ip in &addrs {
+            if let Err(denied) = cfg.addresses.check(*ip) {
+                let code = format!("address_not_allowed:{}", denied.class);
+                return Err(Refusal::deny(403, code, "destination address not allowed"));
+            }
+        }
+        if self.is_own_listener(&addrs, port) {
+            return Err(Refusal::deny(
+                403,
+                "proxy_loop".into(),
+                "the proxy does not connect to itself",
+            ));
+        }
+        // dial the checked address, never a second lookup
+        let mut last_err = "connect_failed";
+        for ip in &addrs {
+            let sa = SocketAddr::new(*ip, port);
+            match tokio::time::timeout(limits.connect_timeout, TcpStream::connect(sa)).await {
+                Ok(Ok(s)) => {
+                    let _ = s.set_nodelay(true);
+                    rec.resolved = Some(sa);
+                    return Ok(s);
+                }
+                Ok(Err(_)) => last_err = "connect_failed",
+                Err(_) => last_err = "connect_timeout",
+            }
+        }
+        let status = if last_err == "connect_timeout" {
+            504
+        } else {
+            502
+        };
+        Err(Refusal::failed(status, last_err, "upstream unreachable"))
+    }
+
+    fn is_own_listener(&self, addrs: &[IpAddr], port: u16) -> bool {
+        let Ok(own) = self.inner.own_listen.lock() else {
+            return true;
+        };
+        own.iter().any(|l| {
+            l.port() == port
+                && addrs
+                    .iter()
+                    .any(|ip| l.ip().is_unspecified() || canonical(*ip) == canonical(l.ip()))
+        })
     }
 
     /// Bytes still allowed for a connection that has used `used`.
@@ -613,6 +848,63 @@ impl Proxy {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+}
+
+/// Why a request was not connected, protocol-neutral.
+#[derive(Debug)]
+struct Refusal {
+    status: u16,
+    code: String,
+    message: &'static str,
+    outcome: Outcome,
+    close: CloseReason,
+}
+
+impl Refusal {
+    fn deny(status: u16, code: String, message: &'static str) -> Self {
+        Self {
+            status,
+            code,
+            message,
+            outcome: Outcome::Denied,
+            close: CloseReason::Refused,
+        }
+    }
+
+    fn failed(status: u16, code: &str, message: &'static str) -> Self {
+        Self {
+            status,
+            code: code.to_owned(),
+            message,
+            outcome: Outcome::Failed,
+            close: CloseReason::Refused,
+        }
+    }
+}
+
+/// A SOCKS5 reply with a zero bound address.
+fn socks_reply(code: u8) -> Vec<u8> {
+    vec![5, code, 0, 1, 0, 0, 0, 0, 0, 0]
+}
+
+/// Read until `buf` holds at least `need` bytes (bounded by the caller's
+/// deadline); `false` on EOF or error.
+async fn fill<S: AsyncRead + Unpin>(client: &mut S, buf: &mut Vec<u8>, need: usize) -> bool {
+    let mut chunk = [0u8; 1024];
+    while buf.len() < need {
+        match client.read(&mut chunk).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => buf.extend_from_slice(chunk.get(..n).unwrap_or_default()),
+        }
+    }
+    true
+}
+
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(a) => a.to_ipv4_mapped().map_or(IpAddr::V6(a), IpAddr::V4),
+        v4 @ IpAddr::V4(_) => v4,
     }
 }
 
@@ -805,7 +1097,7 @@ enum DirEnd {
 }
 
 const SMALL_BUF: usize = 8 * 1024;
-const BIG_BUF: usize = 128 * 1024;
+const BIG_BUF: usize = 256 * 1024;
 
 async fn copy_dir<R, W>(
     r: &mut R,
@@ -832,7 +1124,6 @@ where
                 .await
                 .map_err(|_| DirEnd::WriteErr)?;
             moved.fetch_add(pass as u64, Ordering::Relaxed);
-            meter.touch();
         }
         if pass < n {
             return Err(DirEnd::Limit);

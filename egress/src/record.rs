@@ -21,6 +21,8 @@ pub enum ProxyKind {
     Connect,
     /// Absolute-form plain HTTP.
     Http,
+    /// SOCKS5 `CONNECT`.
+    Socks5,
 }
 
 impl ProxyKind {
@@ -30,6 +32,7 @@ impl ProxyKind {
             Self::Unknown => "unknown",
             Self::Connect => "connect",
             Self::Http => "http",
+            Self::Socks5 => "socks5",
         }
     }
 }

@@ -185,11 +185,62 @@ async fn ip_literal_targets_follow_the_address_rules() {
     }
     assert_eq!(p.records(2).await[0].reason, "address_not_allowed:loopback");
     assert_eq!(p.resolver.lookups(), 0);
-    // positive control
-    let p2 = TestProxy::start(cfg(), &allow, &[] as &[&str], StaticResolver::new()).await;
+    // positive control (IPv4 and bracketed IPv6 literals)
+    let both = ProxyConfig {
+        addresses: AddressPolicy::new(vec![
+            "127.0.0.0/8".parse().unwrap(),
+            "::1/128".parse().unwrap(),
+        ]),
+        ..ProxyConfig::default()
+    };
+    let p2 = TestProxy::start(both, &allow, &[] as &[&str], StaticResolver::new()).await;
     let (mut s, head) = connect_tunnel(p2.addr, &format!("127.0.0.1:{}", origin.port()), "").await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(tunnel_works(&mut s).await);
+    let v6 = tokio::net::TcpListener::bind("[::1]:0").await;
+    if let Ok(l) = v6 {
+        let port = l.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut c, _) = l.accept().await.unwrap();
+            let (mut r, mut w) = c.split();
+            let _ = tokio::io::copy(&mut r, &mut w).await;
+        });
+        let (mut s, head) = connect_tunnel(p2.addr, &format!("[::1]:{port}"), "").await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(tunnel_works(&mut s).await);
+    }
+}
+
+#[tokio::test]
+async fn plain_http_body_over_the_byte_budget_gets_413() {
+    let origin = http_origin().await;
+    let config = ProxyConfig {
+        limits: Limits {
+            bytes_per_connection: Some(1000),
+            ..Limits::default()
+        },
+        ..cfg()
+    };
+    let p = TestProxy::start(
+        config,
+        &["127.0.0.1"],
+        &[] as &[&str],
+        StaticResolver::new(),
+    )
+    .await;
+    let port = origin.port();
+    let big = format!(
+        "POST http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 5000\r\n\r\n"
+    );
+    let resp = raw_exchange(p.addr, big.as_bytes()).await;
+    assert_eq!(status_of(&resp), 413, "{resp}");
+    assert_eq!(p.last_record(1).await.close, CloseReason::LimitExceeded);
+    // positive control: a small body is forwarded
+    let small = format!(
+        "POST http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 2\r\n\r\nhi"
+    );
+    let resp = raw_exchange(p.addr, small.as_bytes()).await;
+    assert_eq!(status_of(&resp), 200, "{resp}");
 }
 
 #[tokio::test]
@@ -681,4 +732,190 @@ async fn records_reach_a_sealed_journal_that_verifies() {
         "{text}"
     );
     assert!(!text.contains("ping"), "no payload bytes in records");
+}
+
+#[tokio::test]
+async fn the_proxy_never_connects_to_itself() {
+    let origin = echo_origin().await;
+    let p = TestProxy::start(cfg(), &["127.0.0.1"], &[] as &[&str], StaticResolver::new()).await;
+    let (_s, h) = connect_tunnel(p.addr, &format!("127.0.0.1:{}", p.addr.port()), "").await;
+    assert!(
+        h.starts_with("HTTP/1.1 403") && h.contains("proxy_loop"),
+        "{h}"
+    );
+    // positive control: another loopback port on the same policy works
+    let (mut s, h) = connect_tunnel(p.addr, &format!("127.0.0.1:{}", origin.port()), "").await;
+    assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+    assert!(tunnel_works(&mut s).await);
+}
+
+#[tokio::test]
+async fn a_non_relay_connection_taints_the_session_and_narrows_later_connections() {
+    use palisade_egress::policy::PolicyDecider;
+    use palisade_egress::proxy::{Listener, Proxy, shutdown_channel};
+    use palisade_egress::record::MemoryRecorder;
+    use std::sync::{Arc, Mutex};
+    let origin = echo_origin().await;
+    let toml = "[egress]\nallow = [\"*.lab.test\"]\nallow_addresses = [\"127.0.0.0/8\"]\n[taint]\nsources = [\"proxy_non_relay\"]\negress_allow = [\"safe.lab.test\"]\n";
+    let (policy, _) = palisade_schema::host_policy::parse_strict(toml, "palisade.toml").unwrap();
+    let rules = palisade_taint::Rules::new(&policy, &[]).unwrap();
+    let session = Arc::new(Mutex::new(palisade_taint::Session::new()));
+    let decider = PolicyDecider::new(Arc::new(policy), Arc::new(rules), session.clone());
+    let res = StaticResolver::new()
+        .with("first.lab.test", &[lo()])
+        .with("second.lab.test", &[lo()])
+        .with("safe.lab.test", &[lo()]);
+    let rec = Arc::new(MemoryRecorder::new());
+    let proxy = Proxy::new(
+        ProxyConfig {
+            addresses: loopback_allowed(),
+            ..ProxyConfig::default()
+        },
+        Arc::new(decider),
+        Arc::new(res),
+        rec.clone(),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (_shutdown, signal) = shutdown_channel();
+    tokio::spawn(async move { proxy.serve(Listener::Tcp(l), signal).await });
+    let port = origin.port();
+    // positive control: a clean session reaches any allowed host
+    let (mut s, h) = connect_tunnel(addr, &format!("first.lab.test:{port}"), "").await;
+    assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+    assert!(tunnel_works(&mut s).await);
+    assert!(
+        session.lock().unwrap().is_tainted(),
+        "a non-relay proxy connection taints"
+    );
+    // tainted: a new host outside taint.egress_allow is refused
+    let (_s, h) = connect_tunnel(addr, &format!("second.lab.test:{port}"), "").await;
+    assert!(
+        h.starts_with("HTTP/1.1 403") && h.contains("tainted_session"),
+        "{h}"
+    );
+    // still allowed: the host already contacted, and taint.egress_allow
+    for host in ["first.lab.test", "safe.lab.test"] {
+        let (mut s, h) = connect_tunnel(addr, &format!("{host}:{port}"), "").await;
+        assert!(h.starts_with("HTTP/1.1 200"), "{host}: {h}");
+        assert!(tunnel_works(&mut s).await);
+    }
+}
+
+async fn socks_connect(
+    proxy: std::net::SocketAddr,
+    auth: Option<&str>,
+    target: &[u8],
+) -> (TcpStream, Vec<u8>) {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    let method = if auth.is_some() { 2 } else { 0 };
+    s.write_all(&[5, 1, method]).await.unwrap();
+    let mut r = [0u8; 2];
+    if s.read_exact(&mut r).await.is_err() || r[1] == 0xff {
+        return (s, r.to_vec());
+    }
+    if let Some(token) = auth {
+        let mut m = vec![1, 6];
+        m.extend_from_slice(b"worker");
+        m.push(token.len() as u8);
+        m.extend_from_slice(token.as_bytes());
+        s.write_all(&m).await.unwrap();
+        s.read_exact(&mut r).await.unwrap();
+        if r[1] != 0 {
+            return (s, r.to_vec());
+        }
+    }
+    let mut req = vec![5, 1, 0];
+    req.extend_from_slice(target);
+    s.write_all(&req).await.unwrap();
+    let mut reply = [0u8; 10];
+    match tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut reply)).await {
+        Ok(Ok(_)) => (s, reply.to_vec()),
+        _ => (s, Vec::new()),
+    }
+}
+
+fn socks_domain(name: &str, port: u16) -> Vec<u8> {
+    let mut t = vec![3, name.len() as u8];
+    t.extend_from_slice(name.as_bytes());
+    t.extend_from_slice(&port.to_be_bytes());
+    t
+}
+
+#[tokio::test]
+async fn socks5_with_domain_names_uses_the_same_rules_and_token() {
+    let origin = echo_origin().await;
+    let token = ProxyToken::generate().unwrap();
+    let config = ProxyConfig {
+        token: Some(token.clone()),
+        ..cfg()
+    };
+    let res = StaticResolver::new()
+        .with("web.test", &[lo()])
+        .with("evil.test", &[lo()]);
+    let p = TestProxy::start(config, &["web.test"], &[] as &[&str], res).await;
+    let port = origin.port();
+    // positive control: token as the RFC 1929 password, domain target
+    let (mut s, reply) = socks_connect(
+        p.addr,
+        Some(token.expose()),
+        &socks_domain("web.test", port),
+    )
+    .await;
+    assert_eq!(reply.get(..2), Some(&[5u8, 0][..]), "{reply:?}");
+    assert!(tunnel_works(&mut s).await);
+    drop(s);
+    let r = p.last_record(1).await;
+    assert_eq!(
+        (r.kind, r.outcome, r.host.as_deref()),
+        (ProxyKind::Socks5, Outcome::Allowed, Some("web.test"))
+    );
+    // a denied name: ruleset refusal (0x02), never resolved
+    let (_s, reply) = socks_connect(
+        p.addr,
+        Some(token.expose()),
+        &socks_domain("evil.test", port),
+    )
+    .await;
+    assert_eq!(reply.get(..2), Some(&[5u8, 2][..]), "{reply:?}");
+    assert_eq!(
+        p.resolver.lookups(),
+        1,
+        "only the allowed name was resolved"
+    );
+    assert_eq!(p.last_record(2).await.reason, "host_not_allowed");
+    // wrong token, and no-auth offered while a token is required
+    let (_s, reply) = socks_connect(p.addr, Some("wrong"), &socks_domain("web.test", port)).await;
+    assert_eq!(reply, vec![1, 1]);
+    let (_s, reply) = socks_connect(p.addr, None, &socks_domain("web.test", port)).await;
+    assert_eq!(reply, vec![5, 0xff]);
+    // an IPv4 literal outside the name rules is refused like any target
+    let mut v4 = vec![1, 127, 0, 0, 1];
+    v4.extend_from_slice(&port.to_be_bytes());
+    let (_s, reply) = socks_connect(p.addr, Some(token.expose()), &v4).await;
+    assert_eq!(
+        reply.get(..2),
+        Some(&[5u8, 2][..]),
+        "IP literal not in the name rules: {reply:?}"
+    );
+    // BIND is not supported
+    let mut s = TcpStream::connect(p.addr).await.unwrap();
+    s.write_all(&[5, 1, 2]).await.unwrap();
+    let mut r2 = [0u8; 2];
+    s.read_exact(&mut r2).await.unwrap();
+    let mut m = vec![1, 1, b'w', token.expose().len() as u8];
+    m.extend_from_slice(token.expose().as_bytes());
+    s.write_all(&m).await.unwrap();
+    s.read_exact(&mut r2).await.unwrap();
+    let mut bind = vec![5, 2, 0];
+    bind.extend_from_slice(&socks_domain("web.test", port));
+    s.write_all(&bind).await.unwrap();
+    let mut reply = [0u8; 10];
+    s.read_exact(&mut reply).await.unwrap();
+    assert_eq!(reply[1], 7);
+    let recs = p.records(6).await;
+    assert!(
+        recs.iter().skip(1).all(|r| r.outcome == Outcome::Denied),
+        "{recs:?}"
+    );
 }

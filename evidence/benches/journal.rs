@@ -40,7 +40,7 @@ fn main() {
     let n = 2_000_000 / scale;
     let (rate, cpu_rate) = append_unsynced(&dir, &key, n, &|_| body.clone(), "unsynced");
     emit("append_unsynced_256B", "records/s", rate);
-    emit(
+    detail(
         "append_unsynced_256B_per_cpu_second",
         "records/cpu-s",
         cpu_rate,
@@ -83,12 +83,12 @@ fn main() {
     // Verify throughput over a closed journal.
     let (bytes, secs, cpu) = verify_throughput(&dir, &key, &body, 400_000 / scale as u64);
     emit("verify_256B", "MB/s", bytes as f64 / secs / 1e6);
-    emit(
+    detail(
         "verify_256B_per_cpu_second",
         "MB/cpu-s",
         bytes as f64 / cpu / 1e6,
     );
-    emit(
+    detail(
         "verify_256B_records",
         "records/s",
         (400_000 / scale) as f64 / secs,
@@ -98,7 +98,7 @@ fn main() {
     for (every, total) in [(1u64, 2_000u64), (16, 20_000), (256, 200_000)] {
         let total = (total / scale as u64).max(every * 4);
         let rate = fdatasync_reference(&dir, line_len, every, total);
-        emit(
+        detail(
             &format!("reference_write_fdatasync_every{every}_{line_len}B"),
             "records/s",
             rate,

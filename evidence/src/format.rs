@@ -428,6 +428,38 @@ mod tests {
         }
     }
 
+    /// Line 2 of `tests/data/golden.jsonl`, written by an independent
+    /// implementation: the encoder reproduces it byte for byte.
+    #[test]
+    fn encoder_matches_the_golden_vector() {
+        let key = JournalKey::from_bytes([0x42; KEY_LEN], 0);
+        let mut prev = [0u8; KEY_LEN];
+        hex::decode_to_slice(
+            "a4000cc1a801b77a03d0cec54c65cb7c2100b068e464b025e9a61cfcf739e637",
+            &mut prev,
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        encode_line(
+            &mut out,
+            &Fields {
+                journal: b"00112233445566778899aabbccddeeff",
+                seq: 1,
+                epoch: 0,
+                time: 1_700_000_000_005,
+                kind: "outward_action",
+                session: "s-1",
+                flags: Flags::IRREVERSIBLE,
+                body: r#"{"target":"git push"}"#,
+            },
+            &prev,
+            &key.mac_state(),
+        );
+        let golden = include_str!("../tests/data/golden.jsonl");
+        let expected = golden.lines().nth(1).unwrap();
+        assert_eq!(std::str::from_utf8(&out).unwrap(), format!("{expected}\n"));
+    }
+
     #[test]
     fn numbers_are_written_in_plain_decimal() {
         for n in [0, 9, 10, 12345, u64::MAX] {

@@ -7,6 +7,7 @@
 //! nothing per record, so its memory is bounded by the caller's input.
 
 use std::fmt;
+use std::io::Read;
 
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
@@ -18,6 +19,30 @@ use crate::key::{HmacSha256, JournalKey};
 /// record sealed with a later epoch's key (`epoch_key_mismatch`) from plain
 /// corruption.
 const LATER_KEYS_TRIED: u64 = 64;
+
+/// Longest line accepted: a 1 MiB body plus the header, an escaped
+/// 256-byte session and the MAC, with room to spare.
+pub const MAX_LINE_LEN: usize = crate::record::MAX_BODY_LEN + 8 * 1024;
+/// Bytes read at a time by [`verify_reader`].
+const READ_CHUNK: usize = 1 << 20;
+
+/// Verifies a journal read from `reader` (e.g. an open file) in 1 MiB
+/// chunks, holding at most one line beyond the chunk in memory. The report
+/// is the one [`verify`] gives for the same bytes, except that telling
+/// `reordered` from `seq_gap` only looks ahead within the current chunk.
+///
+/// # Errors
+/// Only the reader's errors; every problem with the journal is in the
+/// report.
+pub fn verify_reader<R: Read>(
+    mut reader: R,
+    key: &JournalKey,
+    anchor: Option<&Anchor>,
+) -> std::io::Result<Report> {
+    let mut verifier = Verifier::new(key, anchor.cloned());
+    let tail = verifier.feed_reader(&mut reader)?;
+    Ok(verifier.finish(&tail))
+}
 
 /// Verifies a whole journal.
 ///
@@ -387,6 +412,34 @@ impl Verifier {
         used
     }
 
+    /// Feeds every complete line `reader` yields; returns the bytes after
+    /// the last complete line (empty after a failure).
+    pub(crate) fn feed_reader<R: Read>(&mut self, reader: &mut R) -> std::io::Result<Vec<u8>> {
+        let mut buf: Vec<u8> = Vec::with_capacity(2 * READ_CHUNK);
+        let mut chunk = vec![0u8; READ_CHUNK];
+        loop {
+            let n = match reader.read(&mut chunk) {
+                Ok(n) => n,
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(err) => return Err(err),
+            };
+            if n == 0 {
+                return Ok(buf);
+            }
+            buf.extend_from_slice(chunk.get(..n).unwrap_or_default());
+            let used = self.feed_lines(&buf);
+            if self.report.failure.is_some() {
+                return Ok(Vec::new());
+            }
+            buf.drain(..used);
+            if buf.len() > MAX_LINE_LEN {
+                let msg = format!("line {} is longer than {MAX_LINE_LEN} bytes", self.st.line);
+                self.fail(FailureKind::Malformed, msg);
+                return Ok(Vec::new());
+            }
+        }
+    }
+
     /// Ends verification; `tail` is whatever followed the last complete line.
     #[must_use]
     pub fn finish(mut self, tail: &[u8]) -> Report {
@@ -443,6 +496,10 @@ impl Verifier {
     /// classify a failure).
     fn line(&mut self, line: &[u8], after: &[u8]) {
         let expected = self.st.next_seq;
+        if line.len() > MAX_LINE_LEN {
+            let msg = format!("line {} is longer than {MAX_LINE_LEN} bytes", self.st.line);
+            return self.fail(FailureKind::Malformed, msg);
+        }
         let rec = match format::parse_line(line) {
             Ok(rec) => rec,
             Err(why) => {

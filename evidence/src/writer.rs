@@ -9,7 +9,7 @@
 //! one `fdatasync` (group commit).
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::num::NonZeroU64;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -56,8 +56,10 @@ impl Default for SealPolicy {
 #[non_exhaustive]
 pub enum Durability {
     /// An append returns once its record is written and `fdatasync`ed.
-    /// Pending records are flushed as soon as `batch` are waiting, or when a
-    /// waiting appender has waited `max_latency` without a flush.
+    /// Pending records are flushed as soon as `batch` are pending, when a
+    /// waiting appender has waited `max_latency` without a flush, or at once
+    /// when only one appender is waiting (a lone appender never waits for
+    /// company; records that arrive during a flush form the next batch).
     Synced {
         /// Records that trigger a flush at once (1 = every record).
         batch: usize,
@@ -242,6 +244,8 @@ struct State {
     /// The newest record known durable (or written, in unsynced mode).
     durable: Option<Anchor>,
     flushing: bool,
+    /// Appenders blocked in `wait_durable`.
+    waiters: usize,
     failed: Option<String>,
     closed: bool,
 }
@@ -353,11 +357,10 @@ impl JournalWriter {
             .append(true)
             .open(path)
             .map_err(|source| io_err("open", path, source))?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)
-            .map_err(|source| io_err("read", path, source))?;
         let mut verifier = Verifier::for_writer(key);
-        let used = verifier.feed_lines(&bytes);
+        let tail = verifier
+            .feed_reader(&mut file)
+            .map_err(|source| io_err("read", path, source))?;
         if let Some(failure) = &verifier.report().failure {
             return Err(JournalError::Tampered(Box::new(failure.clone())));
         }
@@ -391,7 +394,7 @@ impl JournalWriter {
             policy: st.policy,
         };
         let newest = verifier.report().last.clone();
-        let tail = bytes.get(used..).unwrap_or_default();
+        let used = st.offset;
         let mut report = OpenReport {
             records: chain.next_seq,
             epoch: chain.epoch,
@@ -401,8 +404,8 @@ impl JournalWriter {
         let cut = if tail.is_empty() {
             None
         } else {
-            let digest = hex::encode(Sha256::digest(tail));
-            file.set_len(used as u64)
+            let digest = hex::encode(Sha256::digest(&tail));
+            file.set_len(used)
                 .map_err(|source| io_err("truncate the torn tail of", path, source))?;
             file.sync_data()
                 .map_err(|source| io_err("sync", path, source))?;
@@ -448,6 +451,7 @@ impl JournalWriter {
                     durable: newest.clone(),
                     newest,
                     flushing: false,
+                    waiters: 0,
                     failed: None,
                     closed: false,
                 }),
@@ -483,9 +487,19 @@ impl JournalWriter {
     /// As [`JournalWriter::append`], except that write failures surface in
     /// [`Ticket::wait`].
     pub fn submit(&self, entry: &Entry) -> Result<Ticket, JournalError> {
-        if entry.kind.is_reserved() {
+        // `Kind::Custom` can be built directly, so check the name itself:
+        // it is written unescaped, and a custom kind spelled like one of the
+        // journal's own would forge a seal or an end marker.
+        let name = entry.kind.as_str();
+        if !crate::record::is_valid_kind(name.as_bytes()) {
+            return Err(RecordError::InvalidKind {
+                kind: name.chars().take(crate::record::MAX_KIND_LEN).collect(),
+            }
+            .into());
+        }
+        if Kind::from_valid(name).is_reserved() {
             return Err(RecordError::ReservedKind {
-                kind: entry.kind.to_string(),
+                kind: name.to_owned(),
             }
             .into());
         }
@@ -546,6 +560,16 @@ impl JournalWriter {
             return Err(JournalError::Failed(err.clone()));
         }
         Ok(st.durable.clone())
+    }
+
+    /// The key of the current epoch, for a host that persists its evolving
+    /// key (forward security: once it is stored, erase the older key).
+    ///
+    /// Persist it only after [`JournalWriter::sync`] (or `close`) returned:
+    /// a key file newer than the journal's last durable seal cannot reopen
+    /// the journal after a crash ([`JournalError::KeyTooNew`]).
+    pub fn current_key(&self) -> JournalKey {
+        self.inner.lock().chain.key.clone()
     }
 
     /// The anchor of the newest durable record: keep it off the host so that
@@ -611,15 +635,18 @@ impl Inner {
             Durability::Synced { batch, max_latency } => (batch, max_latency),
         };
         let mut st = self.lock();
+        st.waiters += 1;
         let mut waited = false;
-        loop {
+        let res = loop {
             if st.durable.as_ref().is_some_and(|a| a.seq >= seq) {
-                return Ok(());
+                break Ok(());
             }
             if let Some(err) = &st.failed {
-                return Err(JournalError::Failed(err.clone()));
+                break Err(JournalError::Failed(err.clone()));
             }
-            if !st.flushing && (waited || st.pending_records >= batch || batch <= 1) {
+            // A lone waiter flushes at once: nobody else could join its batch.
+            let due = waited || st.pending_records >= batch || batch <= 1 || st.waiters <= 1;
+            if !st.flushing && due {
                 st = self.flush_locked(st, true);
                 continue;
             }
@@ -629,7 +656,9 @@ impl Inner {
                 .unwrap_or_else(PoisonError::into_inner);
             st = guard;
             waited = waited || res.timed_out();
-        }
+        };
+        st.waiters -= 1;
+        res
     }
 
     /// Writes (and with `sync`, fdatasyncs) everything pending, with the

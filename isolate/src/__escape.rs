@@ -64,7 +64,12 @@ fn pty_ioctl(request: u64) -> String {
         Err(e) => return io::<()>(Err(e)),
     };
     use std::os::fd::AsRawFd;
-    res(attempt::ioctl_raw(slave.as_raw_fd(), request))
+    let out = res(attempt::ioctl_raw(slave.as_raw_fd(), request));
+    // Closing the master would hang up our new controlling terminal and
+    // SIGHUP us before the answer is printed: keep both open until exit.
+    std::mem::forget(slave);
+    std::mem::forget(master);
+    out
 }
 
 /// Run one attempt named by `args[0]`.
@@ -110,10 +115,17 @@ pub fn run(args: &[String]) -> String {
         "symlink" => io(std::os::unix::fs::symlink(a(1), a(2))),
         "link" => io(std::fs::hard_link(a(1), a(2))),
         "exists" => format!("ok {}", std::fs::symlink_metadata(a(1)).is_ok()),
-        "socket" => res(attempt::socket_raw(
-            u64::try_from(num(args.get(1))).unwrap_or(0),
-            libc::SOCK_STREAM,
-        )),
+        "socket" => {
+            let ty = match a(2) {
+                "dgram" => libc::SOCK_DGRAM,
+                "raw" => libc::SOCK_RAW,
+                _ => libc::SOCK_STREAM,
+            };
+            res(attempt::socket_raw(
+                u64::try_from(num(args.get(1))).unwrap_or(0),
+                ty,
+            ))
+        }
         "socketpair" => {
             let ty = if a(1) == "dgram" {
                 libc::SOCK_DGRAM
@@ -192,6 +204,46 @@ pub fn run(args: &[String]) -> String {
         "ptrace" => res(attempt::ptrace_attach(
             i32::try_from(num(args.get(1))).unwrap_or(0),
         )),
+        "process_vm-self" => res(attempt::process_vm_readv(
+            i32::try_from(std::process::id()).unwrap_or(0),
+        )),
+        "ptrace-child" => match std::process::Command::new("/bin/sleep").arg("5").spawn() {
+            Ok(mut ch) => {
+                let r = attempt::ptrace_attach(i32::try_from(ch.id()).unwrap_or(0));
+                let _ = ch.kill();
+                let _ = ch.wait();
+                res(r)
+            }
+            Err(e) => io::<()>(Err(e)),
+        },
+        "sandboxed" => {
+            // Launch the rest of the arguments inside a sandbox of the named
+            // profile, from this process (whose environment the test set).
+            let Some(profile) = crate::Profile::by_name(a(1)) else {
+                return String::from("err unknown profile");
+            };
+            let mut sb = crate::Sandbox::new(profile);
+            if let Ok(exe) = std::env::current_exe()
+                && let Some(dir) = exe.parent()
+            {
+                sb.read_only(dir);
+            }
+            let (r, w) = match nix::unistd::pipe() {
+                Ok(p) => p,
+                Err(e) => return format!("err {}", e as i32),
+            };
+            let mut cmd = crate::Command::new(args.iter().skip(2));
+            cmd.stdout = crate::Stdio::Fd(w);
+            match sb.spawn(cmd) {
+                Ok(child) => {
+                    let mut out = String::new();
+                    let _ = std::fs::File::from(r).read_to_string(&mut out);
+                    let _ = child.wait();
+                    out.trim_end().to_owned()
+                }
+                Err(e) => format!("err {e}"),
+            }
+        }
         "process_vm" => res(attempt::process_vm_readv(
             i32::try_from(num(args.get(1))).unwrap_or(0),
         )),
@@ -226,6 +278,15 @@ pub fn run(args: &[String]) -> String {
                     .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
                     .collect();
                 format!("ok {}", picked.join(";"))
+            }
+            Err(e) => io::<()>(Err(e)),
+        },
+        "mountpoints" => match std::fs::read_to_string("/proc/self/mountinfo") {
+            Ok(s) => {
+                let mut m: Vec<&str> = s.lines().filter_map(|l| l.split(' ').nth(4)).collect();
+                m.sort_unstable();
+                m.dedup();
+                format!("ok {}", m.join(","))
             }
             Err(e) => io::<()>(Err(e)),
         },
@@ -337,8 +398,10 @@ pub fn run(args: &[String]) -> String {
         }
         "scan" => {
             // Look for a marker in every readable file under a directory
-            // (bounded), reporting paths that contain it.
-            let marker = a(2).as_bytes().to_vec();
+            // (bounded), reporting paths that contain it. The marker is
+            // given reversed so this process's own command line does not
+            // contain it.
+            let marker: Vec<u8> = a(2).bytes().rev().collect();
             let mut hits = Vec::new();
             let mut stack = vec![std::path::PathBuf::from(a(1))];
             let mut budget = 20_000;
@@ -387,4 +450,27 @@ pub fn run(args: &[String]) -> String {
             Path::new(other).as_os_str().as_bytes().escape_ascii()
         ),
     }
+}
+
+/// Fork the calling process (tests only): 0 in the child, the child's pid
+/// in the parent, -1 on failure.
+pub fn fork_for_tests() -> i32 {
+    match crate::sys::fork() {
+        Ok(crate::sys::Forked::Child) => 0,
+        Ok(crate::sys::Forked::Parent(p)) => p,
+        Err(_) => -1,
+    }
+}
+
+/// Leave a child forked by [`fork_for_tests`] at once (`_exit`), without
+/// running the parent's exit handlers or touching locks other threads held
+/// at fork time.
+pub fn exit_for_tests(code: i32) -> ! {
+    crate::sys::exit_now(code)
+}
+
+/// Wait for a child forked by [`fork_for_tests`]: its exit code, or
+/// `128 + signal`.
+pub fn wait_for_tests(pid: i32) -> i32 {
+    crate::spawn::wait_code(nix::unistd::Pid::from_raw(pid)).unwrap_or(-1)
 }

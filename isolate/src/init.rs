@@ -129,7 +129,13 @@ fn pump(src: &mut impl Read, dst: &mut impl Write, p: &mut Pipe) -> bool {
 }
 
 /// Init's loop. Returns the worker's status when it exits.
-pub(crate) fn run(worker: Pid, mask: &SigSet, listeners: Vec<BridgeListener>) -> i32 {
+pub(crate) fn run(
+    worker: Pid,
+    mask: &SigSet,
+    listeners: Vec<BridgeListener>,
+    wall_limit: Option<std::time::Duration>,
+) -> i32 {
+    let deadline = wall_limit.map(|d| std::time::Instant::now() + d);
     let Ok(sfd) = SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK) else {
         return wait_blocking(worker);
     };
@@ -158,7 +164,22 @@ pub(crate) fn run(worker: Pid, mask: &SigSet, listeners: Vec<BridgeListener>) ->
             fds.push(PollFd::new(c.tcp.as_fd(), tf));
             fds.push(PollFd::new(c.unix.as_fd(), uf));
         }
-        let ready = poll(&mut fds, PollTimeout::NONE);
+        let timeout = match deadline {
+            None => PollTimeout::NONE,
+            Some(d) => {
+                let left = d.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    // Over the wall-clock limit: kill the worker; its status
+                    // (137) is reaped below like any other exit.
+                    let _ = nix::sys::signal::kill(worker, Signal::SIGKILL);
+                    PollTimeout::from(100u16)
+                } else {
+                    let ms = u16::try_from(left.as_millis().min(60_000)).unwrap_or(60_000);
+                    PollTimeout::from(ms.max(1))
+                }
+            }
+        };
+        let ready = poll(&mut fds, timeout);
         let listener_ready: Vec<bool> = fds
             .iter()
             .skip(1)

@@ -245,12 +245,22 @@ fn landlock_status() -> (Option<u32>, LayerStatus) {
     match sys::landlock_abi() {
         Ok(abi) => {
             let abi = u32::try_from(abi).unwrap_or(0);
-            (
-                Some(abi),
+            let status = if abi >= 6 {
                 LayerStatus::Active {
                     detail: format!("ABI {abi}"),
-                },
-            )
+                }
+            } else if abi >= 4 {
+                LayerStatus::Degraded {
+                    detail: format!(
+                        "ABI {abi}: filesystem and TCP rules; abstract-socket and signal scoping need ABI 6"
+                    ),
+                }
+            } else {
+                LayerStatus::Degraded {
+                    detail: format!("ABI {abi}: filesystem rules only; TCP rules need ABI 4"),
+                }
+            };
+            (Some(abi), status)
         }
         Err(libc::EOPNOTSUPP) => (
             None,

@@ -58,3 +58,33 @@ pub use spawn::{
 
 #[doc(hidden)]
 pub mod __escape;
+
+/// Fuzzing entry points (`fuzz/fuzz_targets/isolate_proc_tables.rs`).
+#[doc(hidden)]
+pub mod __fuzz {
+    /// Parse arbitrary bytes as a `mountinfo` table, a `/proc/net/unix`
+    /// table and an error-pipe record: must never panic.
+    pub fn proc_tables(data: &[u8]) {
+        let text = String::from_utf8_lossy(data);
+        let _ = crate::plan::parse_mountinfo(&text);
+        let _ = crate::plan::parse_net_unix(&text);
+        let _ = crate::spawn::decode_record(data);
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn harness_accepts_garbage() {
+            for data in [
+                &b""[..],
+                b"\\",
+                b"\\7",
+                b"\\777 x",
+                b"\xff\xfe\x00\x01",
+                &[0u8; 9],
+            ] {
+                super::proc_tables(data);
+            }
+        }
+    }
+}

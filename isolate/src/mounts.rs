@@ -21,6 +21,7 @@ pub(crate) type MountResult = Result<(), (i32, String)>;
 const STAGE: &str = "/tmp";
 const NEW: &str = "/newroot";
 const OLD: &str = "/oldroot";
+const EMPTY: &str = "/empty";
 
 fn e(what: impl Into<String>) -> impl FnOnce(nix::errno::Errno) -> (i32, String) {
     let what = what.into();
@@ -65,6 +66,21 @@ fn ensure_mountpoint(target: &Path, dir: bool) -> MountResult {
             .open(target)
             .map(|_| ())
             .map_err(io(format!("create mount point {}", target.display())))
+    }
+}
+
+/// A protected path or pinned ancestor must not have become a symlink
+/// since the plan was made (the bind would follow it).
+fn refuse_symlink(t: &Path) -> MountResult {
+    match std::fs::symlink_metadata(t) {
+        Ok(m) if m.file_type().is_symlink() => {
+            Err((libc::ELOOP, format!("{} became a symlink", t.display())))
+        }
+        Ok(_) => Ok(()),
+        Err(err) => Err((
+            err.raw_os_error().unwrap_or(libc::EIO),
+            format!("stat {}", t.display()),
+        )),
     }
 }
 
@@ -124,7 +140,7 @@ fn tmpfs(target: &Path, opts: &str, flags: MsFlags) -> MountResult {
     .map_err(e(format!("tmpfs {}", target.display())))
 }
 
-fn mount_dev(uid: u32, gid: u32) -> MountResult {
+fn mount_dev() -> MountResult {
     let dev = inside(Path::new("/dev"));
     ensure_mountpoint(&dev, true)?;
     tmpfs(&dev, "mode=0755,size=64k", MsFlags::MS_NOEXEC)?;
@@ -167,7 +183,6 @@ fn mount_dev(uid: u32, gid: u32) -> MountResult {
         std::os::unix::fs::symlink(target, dev.join(link))
             .map_err(io(format!("symlink /dev/{link}")))?;
     }
-    let _ = (uid, gid);
     remount_ro(&dev, MsFlags::MS_NOEXEC)
 }
 
@@ -234,6 +249,10 @@ pub(crate) fn apply(plan: &MountPlan, uid: u32, gid: u32) -> MountResult {
     nix::unistd::pivot_root(STAGE, &Path::new(STAGE).join("oldroot"))
         .map_err(e("pivot_root to staging"))?;
     nix::unistd::chdir("/").map_err(e("chdir /"))?;
+    // The empty, read-only file every masked file is bound to.
+    std::fs::write(EMPTY, b"").map_err(io("create the mask file"))?;
+    std::fs::set_permissions(EMPTY, std::os::unix::fs::PermissionsExt::from_mode(0o444))
+        .map_err(io("chmod the mask file"))?;
 
     let new = Path::new(NEW);
     let mut masks: Vec<PathBuf> = Vec::new();
@@ -278,7 +297,7 @@ pub(crate) fn apply(plan: &MountPlan, uid: u32, gid: u32) -> MountResult {
                 let t = inside(path);
                 ensure_mountpoint(&t, false)?;
                 mount(
-                    Some(&host(Path::new("/dev/null"))),
+                    Some(EMPTY),
                     &t,
                     None::<&str>,
                     MsFlags::MS_BIND,
@@ -288,15 +307,17 @@ pub(crate) fn apply(plan: &MountPlan, uid: u32, gid: u32) -> MountResult {
                 remount_ro(&t, MsFlags::MS_NOEXEC)?;
             }
             MountOp::Tmp { size } => mount_tmp(*size, uid, gid)?,
-            MountOp::Dev => mount_dev(uid, gid)?,
+            MountOp::Dev => mount_dev()?,
             MountOp::Proc => mount_proc()?,
             MountOp::Pin { path } => {
                 let t = inside(path);
+                refuse_symlink(&t)?;
                 mount(Some(&t), &t, None::<&str>, MsFlags::MS_BIND, None::<&str>)
                     .map_err(e(format!("pin {}", path.display())))?;
             }
             MountOp::Protect { path } => {
                 let t = inside(path);
+                refuse_symlink(&t)?;
                 mount(
                     Some(&t),
                     &t,

@@ -48,7 +48,7 @@ pub enum MountOp {
         /// The masked directory.
         path: PathBuf,
     },
-    /// A read-only `/dev/null` over a file or socket.
+    /// An empty read-only file over a file or socket.
     MaskFile {
         /// The masked file.
         path: PathBuf,
@@ -105,8 +105,10 @@ pub struct MountPlan {
     /// The operations, in order.
     pub ops: Vec<MountOp>,
     /// Placeholders created on the host for absent protected paths (removed
-    /// again when the sandbox ends, if still empty).
+    /// again when the sandbox ends, if still empty and still the same inode).
     pub placeholders: Vec<PathBuf>,
+    /// Identity of each placeholder, checked before removal.
+    pub(crate) created: Vec<Placeholder>,
     /// Sockets hidden by [`SocketPolicy::Mask`].
     pub masked_sockets: Vec<PathBuf>,
     /// Writable roots.
@@ -132,6 +134,18 @@ impl MountPlan {
             hex::encode(Sha256::digest(self.text().as_bytes()))
         )
     }
+}
+
+/// A placeholder this launch created: removed afterwards only if it is
+/// still the same empty inode under the same real parent, so a concurrent
+/// worker that swaps a parent for a symlink cannot make the launcher delete
+/// something else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Placeholder {
+    path: PathBuf,
+    parent: PathBuf,
+    dev: u64,
+    ino: u64,
 }
 
 /// Canonicalise a profile path: absolute, no `..`, symlinks resolved.
@@ -167,6 +181,7 @@ const SCAN_SKIP: &[&str] = &["node_modules", "target", ".git"];
 
 struct Walk {
     repos: Vec<PathBuf>,
+    symlinked_git: Vec<PathBuf>,
     sockets: Vec<PathBuf>,
     entries: usize,
 }
@@ -211,6 +226,8 @@ fn walk(root: &Path, find_repos: bool, out: &mut Walk) -> Result<(), SandboxErro
                 stack.push((entry.path(), depth + 1, child_ok));
             } else if ft.is_file() && repo_ok && name == ".git" {
                 out.repos.push(dir.clone());
+            } else if ft.is_symlink() && repo_ok && name == ".git" {
+                out.symlinked_git.push(entry.path());
             }
         }
     }
@@ -220,9 +237,14 @@ fn walk(root: &Path, find_repos: bool, out: &mut Walk) -> Result<(), SandboxErro
 /// Pathname sockets bound in the launcher's network namespace
 /// (`/proc/net/unix`), as a complement to the walk for large system trees.
 fn kernel_socket_paths() -> Vec<PathBuf> {
-    let Ok(text) = std::fs::read_to_string("/proc/net/unix") else {
-        return Vec::new();
-    };
+    std::fs::read_to_string("/proc/net/unix")
+        .map(|t| parse_net_unix(&t))
+        .unwrap_or_default()
+}
+
+/// The pathname sockets of a `/proc/net/unix` table (field 8, absolute
+/// paths only; abstract names start with `@`).
+pub(crate) fn parse_net_unix(text: &str) -> Vec<PathBuf> {
     text.lines()
         .skip(1)
         .filter_map(|l| l.split_whitespace().nth(7))
@@ -234,9 +256,13 @@ fn kernel_socket_paths() -> Vec<PathBuf> {
 /// Mount points of the launcher's mount namespace (`/proc/self/mountinfo`,
 /// field 5, octal escapes decoded).
 fn mount_points() -> Vec<PathBuf> {
-    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return Vec::new();
-    };
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|t| parse_mountinfo(&t))
+        .unwrap_or_default()
+}
+
+/// The mount points of a `mountinfo` table (field 5, octal escapes decoded).
+pub(crate) fn parse_mountinfo(text: &str) -> Vec<PathBuf> {
     text.lines()
         .filter_map(|l| l.split(' ').nth(4))
         .map(|p| PathBuf::from(unescape_mountinfo(p)))
@@ -373,6 +399,7 @@ pub(crate) fn build(profile: &Profile, input: &PlanInput) -> Result<MountPlan, S
     // Protected paths inside each writable root, nested repositories too.
     let mut scan = Walk {
         repos: Vec::new(),
+        symlinked_git: Vec::new(),
         sockets: Vec::new(),
         entries: 0,
     };
@@ -392,6 +419,7 @@ pub(crate) fn build(profile: &Profile, input: &PlanInput) -> Result<MountPlan, S
         }
     }
     let mut placeholders = Vec::new();
+    let mut created: Vec<Placeholder> = Vec::new();
     let mut protect: BTreeSet<PathBuf> = BTreeSet::new();
     for w in &writable {
         for name in &profile.protected_names {
@@ -400,8 +428,17 @@ pub(crate) fn build(profile: &Profile, input: &PlanInput) -> Result<MountPlan, S
             }
             let p = w.join(name);
             if std::fs::symlink_metadata(&p).is_err() {
-                create_placeholder(&p, name == ".palisade")?;
-                placeholders.push(p.clone());
+                match create_placeholder(&p, name == ".palisade") {
+                    Ok(Some(ph)) => {
+                        placeholders.push(p.clone());
+                        created.push(ph);
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        remove_placeholders(&created);
+                        return Err(e);
+                    }
+                }
             }
             protect.insert(p);
         }
@@ -432,8 +469,17 @@ pub(crate) fn build(profile: &Profile, input: &PlanInput) -> Result<MountPlan, S
         {
             let p = repo.join(name);
             if std::fs::symlink_metadata(&p).is_err() {
-                create_placeholder(&p, name.ends_with("hooks"))?;
-                placeholders.push(p.clone());
+                match create_placeholder(&p, name.ends_with("hooks")) {
+                    Ok(Some(ph)) => {
+                        placeholders.push(p.clone());
+                        created.push(ph);
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        remove_placeholders(&created);
+                        return Err(e);
+                    }
+                }
             }
             protect.insert(p);
         }
@@ -441,6 +487,28 @@ pub(crate) fn build(profile: &Profile, input: &PlanInput) -> Result<MountPlan, S
     for p in &profile.protected_paths {
         if let Ok(c) = std::fs::canonicalize(p) {
             protect.insert(c);
+        }
+    }
+    // A symlink cannot be bound over (the mount would follow it), and a
+    // worker could re-point it: refuse rather than leave it writable.
+    if let Some(link) = scan.symlinked_git.first() {
+        remove_placeholders(&created);
+        return Err(SandboxError::InvalidPath {
+            path: link.clone(),
+            reason: String::from(
+                "a `.git` symlink inside a writable root cannot be protected; replace it with a `.git` file (`gitdir: …`) or a directory",
+            ),
+        });
+    }
+    for p in &protect {
+        if std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()) {
+            remove_placeholders(&created);
+            return Err(SandboxError::InvalidPath {
+                path: p.clone(),
+                reason: String::from(
+                    "a protected path is a symlink and cannot be kept read-only; make it a regular file or directory",
+                ),
+            });
         }
     }
     let mut pins: BTreeSet<PathBuf> = BTreeSet::new();
@@ -508,7 +576,7 @@ pub(crate) fn build(profile: &Profile, input: &PlanInput) -> Result<MountPlan, S
         }
         match profile.socket_policy {
             SocketPolicy::Refuse => {
-                remove_placeholders(&placeholders);
+                remove_placeholders(&created);
                 return Err(SandboxError::SocketVisible { path: p, how });
             }
             SocketPolicy::Mask => {
@@ -520,43 +588,104 @@ pub(crate) fn build(profile: &Profile, input: &PlanInput) -> Result<MountPlan, S
     Ok(MountPlan {
         ops,
         placeholders,
+        created,
         masked_sockets,
         writable,
         read_paths,
     })
 }
 
-fn create_placeholder(path: &Path, dir: bool) -> Result<(), SandboxError> {
+fn create_placeholder(path: &Path, dir: bool) -> Result<Option<Placeholder>, SandboxError> {
+    use std::os::unix::fs::MetadataExt;
     let Some(parent) = path.parent() else {
-        return Ok(());
+        return Ok(None);
     };
-    if !parent.is_dir() {
-        return Ok(());
+    // The parent must be a real directory (not a symlink), and stay the
+    // same directory while the placeholder is made.
+    let Ok(pmeta) = std::fs::symlink_metadata(parent) else {
+        return Ok(None);
+    };
+    if !pmeta.is_dir() {
+        return Ok(None);
     }
-    let res = if dir {
-        std::fs::create_dir(path)
+    let real_parent = std::fs::canonicalize(parent)?;
+    let fail = |e: std::io::Error| SandboxError::InvalidPath {
+        path: path.to_owned(),
+        reason: format!("cannot create read-only placeholder: {e}"),
+    };
+    if dir {
+        std::fs::create_dir(path).map_err(fail)?;
     } else {
+        // O_CREAT|O_EXCL does not follow a symlink in the last component.
         std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(path)
-            .map(|_| ())
-    };
-    res.map_err(|e| SandboxError::InvalidPath {
+            .map_err(fail)?;
+    }
+    let meta = std::fs::symlink_metadata(path).map_err(fail)?;
+    let ph = Placeholder {
         path: path.to_owned(),
-        reason: format!("cannot create read-only placeholder: {e}"),
-    })
+        parent: real_parent.clone(),
+        dev: meta.dev(),
+        ino: meta.ino(),
+    };
+    if std::fs::canonicalize(parent).ok().as_deref() != Some(real_parent.as_path()) {
+        return Err(SandboxError::InvalidPath {
+            path: path.to_owned(),
+            reason: String::from("its directory changed while the placeholder was made"),
+        });
+    }
+    // Owned like its directory, so the only refusal inside is the
+    // read-only mount (EROFS), as for an existing protected file.
+    let _ = std::os::unix::fs::lchown(path, Some(pmeta.uid()), Some(pmeta.gid()));
+    Ok(Some(ph))
 }
 
-/// Remove placeholders that are still empty.
-pub(crate) fn remove_placeholders(paths: &[PathBuf]) {
-    for p in paths.iter().rev() {
-        if let Ok(m) = std::fs::symlink_metadata(p) {
-            if m.is_dir() {
-                let _ = std::fs::remove_dir(p);
-            } else if m.is_file() && m.len() == 0 {
-                let _ = std::fs::remove_file(p);
-            }
+/// Remove placeholders that are still empty and still the inode this
+/// launch created under the same real parent.
+pub(crate) fn remove_placeholders(created: &[Placeholder]) {
+    use std::os::unix::fs::MetadataExt;
+    for p in created.iter().rev() {
+        let Some(parent) = p.path.parent() else {
+            continue;
+        };
+        if std::fs::canonicalize(parent).ok().as_deref() != Some(p.parent.as_path()) {
+            continue;
         }
+        let Ok(m) = std::fs::symlink_metadata(&p.path) else {
+            continue;
+        };
+        if m.dev() != p.dev || m.ino() != p.ino {
+            continue;
+        }
+        if m.is_dir() {
+            let _ = std::fs::remove_dir(&p.path);
+        } else if m.is_file() && m.len() == 0 {
+            let _ = std::fs::remove_file(&p.path);
+        }
+    }
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes_are_decoded() {
+        let line = "36 35 98:0 / /mnt/with\\040space rw,noatime master:1 - ext3 /dev/root rw\n";
+        assert_eq!(
+            parse_mountinfo(line),
+            vec![PathBuf::from("/mnt/with space")]
+        );
+        assert_eq!(unescape_mountinfo("a\\0"), "a\\0");
+    }
+
+    #[test]
+    fn net_unix_keeps_pathname_sockets_only() {
+        let t = "Num RefCount Protocol Flags Type St Inode Path\n\
+                 0000: 00000002 00000000 00010000 0001 01 1 /run/x.sock\n\
+                 0000: 00000002 00000000 00010000 0001 01 2 @abstract\n\
+                 0000: 00000002 00000000 00010000 0001 01 3\n";
+        assert_eq!(parse_net_unix(t), vec![PathBuf::from("/run/x.sock")]);
     }
 }

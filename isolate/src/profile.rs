@@ -38,7 +38,7 @@ pub enum NetworkMode {
 pub enum SocketPolicy {
     /// Refuse to launch, naming the socket.
     Refuse,
-    /// Hide the socket behind a read-only `/dev/null` bind and go on.
+    /// Hide the socket behind an empty read-only file and go on.
     Mask,
 }
 
@@ -143,7 +143,7 @@ pub struct Profile {
     /// Writable roots (bound read-write).
     pub writable: Vec<PathBuf>,
     /// Host masks: each directory becomes an empty read-only tmpfs, each
-    /// file a read-only `/dev/null` ([`RootView::HostReadOnly`]).
+    /// file an empty read-only file ([`RootView::HostReadOnly`]).
     pub host_masks: Vec<PathBuf>,
     /// Names kept read-only inside each writable root and inside each
     /// nested repository (for `.git/...` names).
@@ -168,6 +168,9 @@ pub struct Profile {
     pub allowed_sockets: Vec<PathBuf>,
     /// Whether a delegated cgroup is required (otherwise reported only).
     pub require_cgroups: bool,
+    /// Wall-clock limit: init kills the worker (`SIGKILL`, status 137)
+    /// when it runs longer. `None`: no limit.
+    pub wall_limit: Option<std::time::Duration>,
     /// Whether the worker may receive provider credentials through relays
     /// (`false` for maintenance). Informational for the caller wiring relays.
     pub provider_credentials: bool,
@@ -197,6 +200,7 @@ impl Profile {
             socket_policy: SocketPolicy::Refuse,
             allowed_sockets: Vec::new(),
             require_cgroups: false,
+            wall_limit: None,
             provider_credentials: true,
         }
     }

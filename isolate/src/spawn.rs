@@ -108,6 +108,7 @@ pub struct Sandbox {
     identity: Option<WorkerIdentity>,
     disabled: BTreeSet<Layer>,
     simulated: Vec<(Layer, String)>,
+    simulated_abi: Option<u32>,
 }
 
 /// The explicit, named downgrade door: see [`Sandbox::dangerous`].
@@ -155,7 +156,7 @@ pub struct LaunchReport {
 pub struct SandboxChild {
     pid: nix::unistd::Pid,
     report: LaunchReport,
-    placeholders: Vec<PathBuf>,
+    placeholders: Vec<plan::Placeholder>,
     reaped: bool,
 }
 
@@ -176,8 +177,34 @@ impl SandboxChild {
         nix::sys::signal::kill(self.pid, sig).map_err(std::io::Error::from)
     }
 
+    /// Check without blocking whether the worker has ended: its exit code
+    /// (or `128 + signal`), or `None` while it runs.
+    pub fn try_wait(&mut self) -> std::io::Result<Option<i32>> {
+        use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+        if self.reaped {
+            return Err(std::io::Error::other("sandbox already reaped"));
+        }
+        match waitpid(self.pid, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(_, code)) => {
+                self.reaped = true;
+                plan::remove_placeholders(&self.placeholders);
+                Ok(Some(code))
+            }
+            Ok(WaitStatus::Signaled(_, sig, _)) => {
+                self.reaped = true;
+                plan::remove_placeholders(&self.placeholders);
+                Ok(Some(128 + sig as i32))
+            }
+            Ok(_) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Wait for the worker: its exit code, or `128 + signal`.
     pub fn wait(mut self) -> std::io::Result<i32> {
+        if self.reaped {
+            return Err(std::io::Error::other("sandbox already reaped"));
+        }
         let code = wait_code(self.pid)?;
         self.reaped = true;
         plan::remove_placeholders(&self.placeholders);
@@ -195,7 +222,7 @@ impl Drop for SandboxChild {
     }
 }
 
-fn wait_code(pid: nix::unistd::Pid) -> std::io::Result<i32> {
+pub(crate) fn wait_code(pid: nix::unistd::Pid) -> std::io::Result<i32> {
     use nix::sys::wait::{WaitStatus, waitpid};
     loop {
         match waitpid(pid, None) {
@@ -235,6 +262,7 @@ impl Sandbox {
             identity: None,
             disabled: BTreeSet::new(),
             simulated: Vec::new(),
+            simulated_abi: None,
         }
     }
 
@@ -252,6 +280,13 @@ impl Sandbox {
     /// Add a read-only bind (a required runtime file or directory).
     pub fn read_only(&mut self, path: impl Into<PathBuf>) -> &mut Self {
         self.profile.read_paths.push(path.into());
+        self
+    }
+
+    /// Hide a host path behind an empty read-only tmpfs (a directory) or
+    /// an empty read-only file, on top of the profile's host masks.
+    pub fn mask(&mut self, path: impl Into<PathBuf>) -> &mut Self {
+        self.profile.host_masks.push(path.into());
         self
     }
 
@@ -299,6 +334,15 @@ impl Sandbox {
         self
     }
 
+    /// Test hook: pretend the kernel's Landlock ABI is `abi` (if lower than
+    /// the real one) for the requirement check. Enforcement always uses the
+    /// real ABI, so this can only cause a refusal.
+    #[doc(hidden)]
+    pub fn __simulate_landlock_abi(&mut self, abi: u32) -> &mut Self {
+        self.simulated_abi = Some(abi);
+        self
+    }
+
     fn worker_ids(&self) -> (u32, u32) {
         let uid = nix::unistd::getuid().as_raw();
         let gid = nix::unistd::getgid().as_raw();
@@ -313,7 +357,17 @@ impl Sandbox {
     /// Probe the host and check every required layer. Returns the layer
     /// table of the launch, or the first missing required layer.
     pub fn check(&self) -> Result<Vec<(Layer, LayerStatus)>, SandboxError> {
-        let mut report: ProbeReport = probe();
+        self.check_with(probe()).map(|(layers, _)| layers)
+    }
+
+    fn check_with(
+        &self,
+        mut report: ProbeReport,
+    ) -> Result<(Vec<(Layer, LayerStatus)>, u32), SandboxError> {
+        let real_abi = report.landlock_abi.unwrap_or(0);
+        if let Some(sim) = self.simulated_abi {
+            report.landlock_abi = Some(sim.min(real_abi));
+        }
         for (layer, detail) in &self.simulated {
             report.set(
                 *layer,
@@ -342,7 +396,12 @@ impl Sandbox {
                 continue;
             }
             let abi = report.landlock_abi.unwrap_or(0);
-            if layer == Layer::Landlock && status.is_active() && abi < self.profile.min_landlock_abi
+            if layer == Layer::Landlock
+                && matches!(
+                    status,
+                    LayerStatus::Active { .. } | LayerStatus::Degraded { .. }
+                )
+                && abi < self.profile.min_landlock_abi
             {
                 return Err(SandboxError::LayerUnavailable {
                     layer,
@@ -351,6 +410,11 @@ impl Sandbox {
             }
             match status {
                 LayerStatus::Active { .. } => out.push((layer, status)),
+                // Landlock below ABI 6 but at or above the profile's minimum
+                // runs, reported as degraded (the minimum was checked above).
+                LayerStatus::Degraded { .. } if layer == Layer::Landlock => {
+                    out.push((layer, status))
+                }
                 other if required => {
                     return Err(SandboxError::LayerUnavailable {
                         layer,
@@ -373,14 +437,13 @@ impl Sandbox {
                 ),
             });
         }
-        Ok(out)
+        Ok((out, real_abi))
     }
 
     /// Probe, plan and launch `command`. Returns once the command has been
     /// executed inside the sandbox, or the typed reason it was not.
     pub fn spawn(&self, command: Command) -> Result<SandboxChild, SandboxError> {
-        let layers = self.check()?;
-        let landlock_abi = probe().landlock_abi.unwrap_or(0);
+        let (layers, landlock_abi) = self.check_with(probe())?;
         if command.argv.is_empty() {
             return Err(SandboxError::InvalidCommand(String::from("empty command")));
         }
@@ -441,6 +504,7 @@ impl Sandbox {
             envp: &envp,
             cwd: &cwd_c,
             rlimits: self.profile.rlimits,
+            wall_limit: self.profile.wall_limit,
             filters: filters.as_ref(),
             landlock: landlock.as_ref(),
             stdio: [&command.stdin, &command.stdout, &command.stderr],
@@ -448,11 +512,11 @@ impl Sandbox {
         let pid = match launch(&setup) {
             Ok(pid) => pid,
             Err(e) => {
-                plan::remove_placeholders(&plan.placeholders);
+                plan::remove_placeholders(&plan.created);
                 return Err(e);
             }
         };
-        let placeholders = plan.placeholders.clone();
+        let placeholders = plan.created.clone();
         let mut downgraded: Vec<Layer> = self.disabled.iter().copied().collect();
         downgraded.sort();
         let report = LaunchReport {
@@ -518,6 +582,7 @@ struct ChildSetup<'a> {
     envp: &'a [CString],
     cwd: &'a CString,
     rlimits: crate::profile::Rlimits,
+    wall_limit: Option<std::time::Duration>,
     filters: Option<&'a seccomp::Filters>,
     landlock: Option<&'a landlock_rules::Rules>,
     stdio: [&'a Stdio; 3],
@@ -626,7 +691,8 @@ fn launch(setup: &ChildSetup<'_>) -> Result<nix::unistd::Pid, SandboxError> {
     Err(decode_failure(&buf, setup))
 }
 
-fn decode_failure(buf: &[u8], setup: &ChildSetup<'_>) -> SandboxError {
+/// Decode one `(step, errno, detail)` record of the error pipe.
+pub(crate) fn decode_record(buf: &[u8]) -> (Option<u16>, Option<i32>, String) {
     let step = buf
         .get(0..2)
         .and_then(|b| <[u8; 2]>::try_from(b).ok())
@@ -643,6 +709,11 @@ fn decode_failure(buf: &[u8], setup: &ChildSetup<'_>) -> SandboxError {
         .and_then(|l| buf.get(8..8 + usize::from(l)))
         .map(|d| String::from_utf8_lossy(d).into_owned())
         .unwrap_or_default();
+    (step, errno, detail)
+}
+
+fn decode_failure(buf: &[u8], setup: &ChildSetup<'_>) -> SandboxError {
+    let (step, errno, detail) = decode_record(buf);
     match (step.and_then(Step::from_u16), errno) {
         (Some(Step::Exec), Some(errno)) => SandboxError::Exec {
             command: setup
@@ -696,6 +767,8 @@ fn is_unavailable(step: Step, errno: i32) -> bool {
             )
         }
         Step::Landlock | Step::Seccomp => matches!(errno, libc::ENOSYS | libc::EOPNOTSUPP),
+        // mount_setattr (Linux 5.12) missing.
+        Step::MountPlan => errno == libc::ENOSYS,
         _ => false,
     }
 }
@@ -747,6 +820,9 @@ fn supervisor(
     if nix::unistd::getppid() != launcher {
         sys::exit_now(125);
     }
+    // Own process group: a terminal's Ctrl-C reaches the launcher only,
+    // which forwards it once (the worker is in its own session anyway).
+    let _ = nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0));
     nix::sched::unshare(CloneFlags::CLONE_NEWUSER)
         .map_err(nx(Step::UnshareUser, "unshare(CLONE_NEWUSER)"))?;
     let _ = nix::unistd::write(&ready_w, b"r");
@@ -756,21 +832,50 @@ fn supervisor(
         sys::exit_now(125);
     }
     drop(go_r);
-    nix::sched::unshare(CloneFlags::CLONE_NEWNS)
-        .map_err(nx(Step::UnshareMount, "unshare(CLONE_NEWNS)"))?;
-    nix::sched::unshare(CloneFlags::CLONE_NEWPID)
-        .map_err(nx(Step::UnsharePid, "unshare(CLONE_NEWPID)"))?;
-    if setup.net {
-        nix::sched::unshare(CloneFlags::CLONE_NEWNET)
-            .map_err(nx(Step::UnshareNet, "unshare(CLONE_NEWNET)"))?;
-    }
-    if setup.ipc {
-        nix::sched::unshare(CloneFlags::CLONE_NEWIPC)
-            .map_err(nx(Step::UnshareIpc, "unshare(CLONE_NEWIPC)"))?;
-    }
-    if setup.uts {
-        nix::sched::unshare(CloneFlags::CLONE_NEWUTS)
-            .map_err(nx(Step::UnshareUts, "unshare(CLONE_NEWUTS)"))?;
+    // One unshare for the rest; if the kernel refuses, retry one namespace
+    // at a time so the error names the layer that is missing.
+    let steps = [
+        (
+            true,
+            CloneFlags::CLONE_NEWNS,
+            Step::UnshareMount,
+            "unshare(CLONE_NEWNS)",
+        ),
+        (
+            true,
+            CloneFlags::CLONE_NEWPID,
+            Step::UnsharePid,
+            "unshare(CLONE_NEWPID)",
+        ),
+        (
+            setup.net,
+            CloneFlags::CLONE_NEWNET,
+            Step::UnshareNet,
+            "unshare(CLONE_NEWNET)",
+        ),
+        (
+            setup.ipc,
+            CloneFlags::CLONE_NEWIPC,
+            Step::UnshareIpc,
+            "unshare(CLONE_NEWIPC)",
+        ),
+        (
+            setup.uts,
+            CloneFlags::CLONE_NEWUTS,
+            Step::UnshareUts,
+            "unshare(CLONE_NEWUTS)",
+        ),
+    ];
+    let all = steps
+        .iter()
+        .filter(|(on, ..)| *on)
+        .fold(CloneFlags::empty(), |acc, (_, f, ..)| acc | *f);
+    if nix::sched::unshare(all).is_err() {
+        for (on, flag, step, what) in steps {
+            if on {
+                nix::sched::unshare(flag).map_err(nx(step, what))?;
+            }
+        }
     }
     let mask = forwarded_mask();
     mask.thread_block()
@@ -786,7 +891,8 @@ fn supervisor(
         }
         Ok(sys::Forked::Parent(pid)) => nix::unistd::Pid::from_raw(pid),
     };
-    sys::close(err_w.as_raw_fd());
+    // Nothing of the launcher's is needed any more (pipes, stdio).
+    let _ = sys::close_all_except(&[]);
     // Forward signals to init and leave with its status.
     let code = init::supervise(init_pid, &mask);
     sys::exit_now(code)
@@ -861,9 +967,14 @@ fn init_stage(setup: &ChildSetup<'_>, err_fd: RawFd) -> Result<std::convert::Inf
         }
         Ok(sys::Forked::Parent(pid)) => nix::unistd::Pid::from_raw(pid),
     };
-    sys::close(err_fd);
+    let mut keep = Vec::new();
+    for l in &listeners {
+        keep.push(l.listener.as_raw_fd());
+        keep.push(l.dir.as_raw_fd());
+    }
+    let _ = sys::close_all_except(&keep);
     let mask = forwarded_mask();
-    let code = init::run(worker, &mask, listeners);
+    let code = init::run(worker, &mask, listeners, setup.wall_limit);
     sys::exit_now(code)
 }
 

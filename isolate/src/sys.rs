@@ -67,6 +67,25 @@ pub(crate) fn close_range(first: u32, last: u32) -> SysResult<()> {
     check(unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) }).map(|_| ())
 }
 
+/// Close every descriptor from 3 up except those in `keep`.
+pub(crate) fn close_all_except(keep: &[RawFd]) -> SysResult<()> {
+    let mut keep: Vec<u32> = keep
+        .iter()
+        .filter_map(|k| u32::try_from(*k).ok())
+        .filter(|k| *k >= 3)
+        .collect();
+    keep.sort_unstable();
+    keep.dedup();
+    let mut from = 3u32;
+    for k in keep {
+        if k > from {
+            close_range(from, k - 1)?;
+        }
+        from = k.saturating_add(1);
+    }
+    close_range(from, u32::MAX)
+}
+
 /// `dup2(2)`.
 pub(crate) fn dup2(old: RawFd, new: RawFd) -> SysResult<()> {
     // SAFETY: integer arguments only.
@@ -363,10 +382,12 @@ pub(crate) mod attempt {
 
     /// `ioctl(fd, request, NULL)` with a raw 64-bit request.
     pub(crate) fn ioctl_raw(fd: libc::c_int, request: u64) -> SysResult<()> {
-        let mut byte: u8 = b'x';
-        // SAFETY: the argument points at one valid byte, which is what
-        // TIOCSTI reads; other requests used here ignore it or fail.
-        check(unsafe { libc::syscall(libc::SYS_ioctl, fd, request, &raw mut byte) }).map(|_| ())
+        // A buffer larger than any terminal ioctl argument (TIOCSTI reads
+        // one byte, TCGETS writes a termios, TIOCLINUX reads one byte).
+        let mut buf = [b'x'; 256];
+        // SAFETY: the argument points at 256 valid, writable bytes, more
+        // than any request used here reads or writes.
+        check(unsafe { libc::syscall(libc::SYS_ioctl, fd, request, buf.as_mut_ptr()) }).map(|_| ())
     }
 
     /// A syscall number with arguments all zero.

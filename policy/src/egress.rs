@@ -18,6 +18,24 @@
 //! *name* as requested (check before resolve); the caller dials the
 //! normalised name from [`RequestHost::parse`] and applies its address deny
 //! set to whatever that name resolves to.
+//!
+//! ```
+//! use palisade_policy::egress::{ConnectRequest, decide};
+//! use palisade_policy::verdict::Decision;
+//! use palisade_schema::host_policy::parse_strict;
+//! use palisade_taint::Session;
+//!
+//! let text = "[egress]\nallow = [\"*.example.com:443\"]\ndeny = [\"evil.example.com\"]\n";
+//! let (policy, _) = parse_strict(text, "palisade.toml").map_err(|d| d[0].to_string())?;
+//! let session = Session::new();
+//! let v = decide(&policy, &session, &ConnectRequest { host: "API.Example.com.", port: 443 });
+//! assert_eq!((v.decision, v.rule.as_deref()), (Decision::Allow, Some("egress.allow[0]")));
+//! let v = decide(&policy, &session, &ConnectRequest { host: "example.com", port: 443 });
+//! assert_eq!(v.decision, Decision::Deny); // `*.` never matches the bare name
+//! let v = decide(&policy, &session, &ConnectRequest { host: "evil.example.com", port: 443 });
+//! assert_eq!(v.rule.as_deref(), Some("egress.deny[0]"));
+//! # Ok::<(), String>(())
+//! ```
 
 use palisade_schema::host_policy::HostPolicy;
 use palisade_taint::Session;

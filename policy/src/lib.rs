@@ -12,21 +12,24 @@
 //! - [`ledger::OutputLedger`]: output budgets while the execution runs.
 //!
 //! Trigger admission: [`admission::admit`], after [`webhook`] authentication.
+//! The run plan: [`plan::plan`], over `palisade-schema`'s workflow model.
 //!
 //! Host policy decisions: [`egress::decide`], [`outward::decide`] and
 //! [`route::decide_route`] / [`route::decide_dispatch`] take a parsed host
 //! policy (`palisade_schema::host_policy::HostPolicy`), a session state
 //! (`palisade_taint::Session`) and a request, and return a
 //! [`verdict::Verdict`]: allow, ask or deny, the rule that decided and why.
-//! The run plan: [`plan::plan`], over `palisade-schema`'s workflow model.
+//!
 //! What this crate does **not** do: it does not sandbox the agent, and it
 //! does not govern the provider's native tools (shell, files, web); those are
 //! the provider's options and the host boundary (see `docs/tool-authority.md`).
+//!
 //! ```
 //! use palisade_policy::capability::{CapabilityRegistry, OutputContext};
 //! use palisade_policy::derive::OutputDecl;
 //! use palisade_policy::grant::{GrantConfig, StepInput, grant_step};
 //! use serde_json::json;
+//!
 //! let options = json!({"allowedTools": ["Read"]});
 //! let outputs = [OutputDecl { kind: "slack.reply".into(), max: 1, required: false }];
 //! let grant = grant_step(

@@ -5,7 +5,8 @@
 //! `.comment`, `.issue`, `.pull_request`, `.review`), `mail.send`, `booking`,
 //! `payment`, and any custom kind. A rule's kind covers the same kind and
 //! every kind below it (`github.post` covers `github.post.review`); `*`
-//! covers all. A rule without `target` matches every target.
+//! covers all. A rule without `target` matches every target. Deny targets
+//! match ignoring ASCII case, allow targets case-sensitively.
 //!
 //! Order of evaluation:
 //!
@@ -63,8 +64,8 @@ impl OutwardTable {
     pub fn new(policy: &HostPolicy) -> Result<Self, OutwardError> {
         Ok(Self {
             default: policy.outward.default,
-            allow: compile(&policy.outward.allow)?,
-            deny: compile(&policy.outward.deny)?,
+            allow: compile(&policy.outward.allow, false)?,
+            deny: compile(&policy.outward.deny, true)?,
         })
     }
 
@@ -123,14 +124,16 @@ pub fn decide(policy: &HostPolicy, session: &Session, request: &OutwardRequest<'
     }
 }
 
-fn compile(rules: &[OutwardRule]) -> Result<Vec<Compiled>, OutwardError> {
+/// Deny rules compile case-insensitively, allow rules case-sensitively: both
+/// err towards asking.
+fn compile(rules: &[OutwardRule], case_insensitive: bool) -> Result<Vec<Compiled>, OutwardError> {
     rules
         .iter()
         .map(|r| {
             let target = match &r.target {
                 None => None,
                 Some(g) => Some(
-                    g.compile()
+                    g.compile(case_insensitive)
                         .map_err(|e| OutwardError {
                             glob: g.as_str().to_owned(),
                             message: e.to_string(),

@@ -504,5 +504,20 @@ mod tests {
             err.to_string(),
             "provider 'codex': agent.options: expected object"
         );
+        // Positive controls: the same keys with the right shapes translate.
+        for (provider, opts) in [
+            ("claude", json!({"allowedTools": ["Read"]})),
+            (
+                "opencode",
+                json!({"permission": {"bash": {"git status": "allow"}}}),
+            ),
+            ("codex", json!({})),
+        ] {
+            assert!(
+                run(provider, Some(opts), &p, OpenCodeOrdering::default())
+                    .unwrap()
+                    .is_some()
+            );
+        }
     }
 }

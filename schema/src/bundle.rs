@@ -3,6 +3,7 @@
 
 use crate::diagnostic::{Diagnostic, Path};
 use crate::hub::Walker;
+use crate::lazy_path::Lp;
 use crate::model::{HubConfig, Partial, PromptBlock};
 use crate::semantic::{Checker, ResourceSite, TriggerSite};
 use crate::yaml::{Node, Value as Y};
@@ -255,7 +256,7 @@ pub fn parse_bundle(files: &[(&str, &[u8])]) -> (Option<HubConfig>, Vec<Diagnost
             file: (*path).to_owned(),
             diags: &mut diags,
         };
-        match w.trigger(&node, &Path::root(), Some(path)) {
+        match w.trigger(&node, &Lp::Base(&Path::root()), Some(path)) {
             Some(t) => {
                 config.triggers.push(t);
                 trees.push((path, node));
@@ -363,7 +364,7 @@ fn hub_file(
                 "Invalid input: expected object, received {}",
                 root.value.type_name()
             ),
-            &Path::root(),
+            &Lp::Base(&Path::root()),
             root,
         );
         return false;
@@ -374,7 +375,7 @@ fn hub_file(
             "name" => {
                 match &v.value {
                     Y::String(s) if crate::hub::is_slug(s) => config.name = Some(s.clone()),
-                    _ => w.error("invalid_value", "name must be a project slug (^[a-z0-9]+(?:-[a-z0-9]+)*$)", &p, v),
+                    _ => w.error("invalid_value", "name must be a project slug (^[a-z0-9]+(?:-[a-z0-9]+)*$)", &Lp::Base(&p), v),
                 }
             }
             "environments" => match &v.value {
@@ -382,7 +383,7 @@ fn hub_file(
                     let mut list = Vec::new();
                     for (ek, ev) in envs {
                         let ep = p.key(ek.text.clone());
-                        if let Some(e) = w.environment(ev, &ep, Some(&ek.text)) {
+                        if let Some(e) = w.environment(ev, &Lp::Base(&ep), Some(&ek.text)) {
                             list.push((e, ep));
                         }
                     }
@@ -392,10 +393,10 @@ fn hub_file(
                         env_paths.push(ep);
                     }
                 }
-                Y::Map(_) => w.error("invalid_value", "environments must not be empty", &p, v),
-                _ => w.error("invalid_type", format!("Invalid input: expected object (a map of environment name to environment), received {}", v.value.type_name()), &p, v),
+                Y::Map(_) => w.error("invalid_value", "environments must not be empty", &Lp::Base(&p), v),
+                _ => w.error("invalid_type", format!("Invalid input: expected object (a map of environment name to environment), received {}", v.value.type_name()), &Lp::Base(&p), v),
             },
-            "agents" => config.agents = w.named_agents(v, &p),
+            "agents" => config.agents = w.named_agents(v, &Lp::Base(&p)),
             "triggers" => w.diags.push(
                 Diagnostic::error("monolithic_triggers", "Monolithic triggers are not accepted; move each trigger to .paseo/workflows/<workflow>.yml.")
                     .in_file(w.file.clone())
@@ -414,9 +415,11 @@ fn hub_file(
         w.error(
             "missing_field",
             "missing required key \"environments\"",
-            &Path::root().key("environments"),
+            &Lp::Base(&Path::root().key("environments")),
             root,
         );
     }
-    w.diags.len() == before
+    !w.diags
+        .get(before..)
+        .is_some_and(|d| d.iter().any(Diagnostic::is_error))
 }

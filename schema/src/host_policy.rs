@@ -272,9 +272,11 @@ impl fmt::Display for OutwardKind {
 /// A target glob of an outward rule (`github.com/acme/app:refs/heads/agent/*`,
 /// `*@acme.example`).
 ///
-/// `*` and `?` stay inside one `/`-separated segment, `**` crosses segments;
-/// matching ignores ASCII case, so a deny on `github.com/acme/*` also catches
-/// `github.com/ACME/x`.
+/// `*` and `?` stay inside one `/`-separated segment, `**` crosses segments.
+/// Deny rules match ignoring ASCII case, so a deny on `github.com/acme/*`
+/// also catches `github.com/ACME/x`; allow rules match case-sensitively, so
+/// an allow for `refs/heads/agent/*` does not also allow `refs/heads/AGENT/x`
+/// (git refs are case-sensitive). Both choices err towards asking.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TargetGlob(String);
 
@@ -298,15 +300,19 @@ impl TargetGlob {
         self.0.chars().all(|c| c == '*' || c == '/')
     }
 
-    /// The compiled glob.
-    pub fn compile(&self) -> Result<globset::Glob, globset::Error> {
-        Self::compile_text(&self.0)
+    /// The compiled glob; `case_insensitive` for deny rules.
+    pub fn compile(&self, case_insensitive: bool) -> Result<globset::Glob, globset::Error> {
+        Self::compile_with(&self.0, case_insensitive)
     }
 
     fn compile_text(text: &str) -> Result<globset::Glob, globset::Error> {
+        Self::compile_with(text, false)
+    }
+
+    fn compile_with(text: &str, case_insensitive: bool) -> Result<globset::Glob, globset::Error> {
         globset::GlobBuilder::new(text)
             .literal_separator(true)
-            .case_insensitive(true)
+            .case_insensitive(case_insensitive)
             .backslash_escape(true)
             .build()
     }

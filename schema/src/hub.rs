@@ -5,8 +5,9 @@
 //! and building the typed model from whatever is well formed. The semantic
 //! checks of [`crate::check`] then run over the model.
 
-use crate::diagnostic::{Diagnostic, Path};
+use crate::diagnostic::Diagnostic;
 use crate::expr::Template;
+use crate::lazy_path::Lp;
 use crate::model::{
     Agent, AgentRef, AllowOutput, Duration, Environment, EnvironmentKind, EnvironmentRef, Filters,
     GithubAuthority, GithubLevel, InputDecl, InputType, MAX_DURATION_MS, NamedAgent, PromptBlock,
@@ -66,18 +67,25 @@ const NOT_IN_WORKFLOW_FILE: &[&str] = &[
 ];
 
 impl Walker<'_> {
+    /// Whether an error (not a warning) was reported since `before`.
+    fn errors_since(&self, before: usize) -> bool {
+        self.diags
+            .get(before..)
+            .is_some_and(|d| d.iter().any(Diagnostic::is_error))
+    }
+
     pub(crate) fn error(
         &mut self,
         code: &'static str,
         message: impl Into<String>,
-        path: &Path,
+        path: &Lp<'_>,
         pos_node: &Node,
     ) {
         self.diags.push(
             Diagnostic::error(code, message)
                 .in_file(self.file.clone())
                 .at(pos_node.pos.line, pos_node.pos.column)
-                .with_path(path.clone()),
+                .with_path(path.to_path()),
         );
     }
 
@@ -85,18 +93,18 @@ impl Walker<'_> {
         &mut self,
         code: &'static str,
         message: impl Into<String>,
-        path: &Path,
+        path: &Lp<'_>,
         key: &Key,
     ) {
         self.diags.push(
             Diagnostic::error(code, message)
                 .in_file(self.file.clone())
                 .at(key.pos.line, key.pos.column)
-                .with_path(path.clone()),
+                .with_path(path.to_path()),
         );
     }
 
-    fn type_error(&mut self, expected: &str, path: &Path, node: &Node) {
+    fn type_error(&mut self, expected: &str, path: &Lp<'_>, node: &Node) {
         self.error(
             "invalid_type",
             format!(
@@ -113,7 +121,7 @@ impl Walker<'_> {
     fn object<'n>(
         &mut self,
         node: &'n Node,
-        path: &Path,
+        path: &Lp<'_>,
         allowed: &[&str],
         removed: &dyn Fn(&str) -> Option<(&'static str, String)>,
     ) -> Option<&'n [(Key, Node)]> {
@@ -126,7 +134,7 @@ impl Walker<'_> {
                 continue;
             }
             if let Some((code, message)) = removed(&k.text) {
-                self.error_at_key(code, message, &path.key(k.text.clone()), k);
+                self.error_at_key(code, message, &path.key(&k.text), k);
             } else {
                 self.error_at_key(
                     "unknown_key",
@@ -139,7 +147,7 @@ impl Walker<'_> {
         Some(entries)
     }
 
-    fn required<'n>(&mut self, obj: &'n Node, key: &str, path: &Path) -> Option<&'n Node> {
+    fn required<'n>(&mut self, obj: &'n Node, key: &str, path: &Lp<'_>) -> Option<&'n Node> {
         let found = obj.get(key);
         if found.is_none() {
             self.error(
@@ -152,7 +160,7 @@ impl Walker<'_> {
         found
     }
 
-    fn string(&mut self, node: &Node, path: &Path) -> Option<String> {
+    fn string(&mut self, node: &Node, path: &Lp<'_>) -> Option<String> {
         match &node.value {
             Y::String(s) if s.is_empty() => {
                 self.error(
@@ -171,7 +179,7 @@ impl Walker<'_> {
         }
     }
 
-    fn any_string(&mut self, node: &Node, path: &Path) -> Option<String> {
+    fn any_string(&mut self, node: &Node, path: &Lp<'_>) -> Option<String> {
         match &node.value {
             Y::String(s) => Some(s.clone()),
             _ => {
@@ -181,11 +189,11 @@ impl Walker<'_> {
         }
     }
 
-    fn opt_string(&mut self, obj: &Node, key: &str, path: &Path) -> Option<String> {
+    fn opt_string(&mut self, obj: &Node, key: &str, path: &Lp<'_>) -> Option<String> {
         obj.get(key).and_then(|n| self.string(n, &path.key(key)))
     }
 
-    fn identifier(&mut self, node: &Node, path: &Path, what: &str) -> Option<String> {
+    fn identifier(&mut self, node: &Node, path: &Lp<'_>, what: &str) -> Option<String> {
         let s = self.string(node, path)?;
         if !is_identifier(&s) {
             self.error(
@@ -199,7 +207,7 @@ impl Walker<'_> {
         Some(s)
     }
 
-    fn string_list(&mut self, node: &Node, path: &Path, non_empty: bool) -> Option<Vec<String>> {
+    fn string_list(&mut self, node: &Node, path: &Lp<'_>, non_empty: bool) -> Option<Vec<String>> {
         let Y::Seq(items) = &node.value else {
             self.type_error("array", path, node);
             return None;
@@ -223,7 +231,7 @@ impl Walker<'_> {
         ok.then_some(out)
     }
 
-    fn bool(&mut self, node: &Node, path: &Path) -> Option<bool> {
+    fn bool(&mut self, node: &Node, path: &Lp<'_>) -> Option<bool> {
         match node.value {
             Y::Bool(b) => Some(b),
             _ => {
@@ -237,7 +245,7 @@ impl Walker<'_> {
     fn duration(
         &mut self,
         node: &Node,
-        path: &Path,
+        path: &Lp<'_>,
         what: &str,
         max_ms: u64,
         max_text: &str,
@@ -258,7 +266,7 @@ impl Walker<'_> {
                 )
                 .in_file(self.file.clone())
                 .at(node.pos.line, node.pos.column)
-                .with_path(path.clone())
+                .with_path(path.to_path())
                 .with_help("write a whole number followed by ms, s, m or h; no decimals, zero, compound forms or days"),
             );
             return None;
@@ -275,12 +283,17 @@ impl Walker<'_> {
         Some(d)
     }
 
-    fn template(&mut self, node: &Node, path: &Path) -> Option<Template> {
+    fn template(&mut self, node: &Node, path: &Lp<'_>) -> Option<Template> {
         let s = self.any_string(node, path)?;
         self.parse_template(&s, path, node)
     }
 
-    pub(crate) fn parse_template(&mut self, s: &str, path: &Path, node: &Node) -> Option<Template> {
+    pub(crate) fn parse_template(
+        &mut self,
+        s: &str,
+        path: &Lp<'_>,
+        node: &Node,
+    ) -> Option<Template> {
         match Template::parse(s) {
             Ok(t) => Some(t),
             Err(e) => {
@@ -304,7 +317,7 @@ impl Walker<'_> {
     pub(crate) fn environment(
         &mut self,
         node: &Node,
-        path: &Path,
+        path: &Lp<'_>,
         name_from_key: Option<&str>,
     ) -> Option<Environment> {
         let Y::Map(_) = &node.value else {
@@ -389,7 +402,7 @@ impl Walker<'_> {
         Some(Environment { name, kind })
     }
 
-    fn worktree(&mut self, node: &Node, path: &Path) -> Option<Worktree> {
+    fn worktree(&mut self, node: &Node, path: &Lp<'_>) -> Option<Worktree> {
         let Y::Map(_) = &node.value else {
             self.type_error("object", path, node);
             return None;
@@ -449,7 +462,7 @@ impl Walker<'_> {
     // ----- agents -------------------------------------------------------
 
     /// An agent definition (named or inline).
-    pub(crate) fn agent(&mut self, node: &Node, path: &Path) -> Option<Agent> {
+    pub(crate) fn agent(&mut self, node: &Node, path: &Lp<'_>) -> Option<Agent> {
         self.object(
             node,
             path,
@@ -467,23 +480,28 @@ impl Walker<'_> {
             .required(node, "provider", path)
             .and_then(|n| self.string(n, &path.key("provider")));
         let mut ok = provider.is_some();
+        // A provider without a strict option schema cannot preapprove exact
+        // MCP tools either: every dispatch of a step that uses it fails with
+        // tool_policy_unsupported (which the run plan reports). Without
+        // options that is a warning here; with options it is an error, as
+        // the options cannot be checked (see options::validate).
         if let Some(p) = &provider
             && !p.contains("${{")
             && crate::options::provider_shape(p).is_none()
+            && node.get("options").is_none()
             && let Some(pn) = node.get("provider")
         {
             self.diags.push(
-                Diagnostic::error(
-                    "unknown_provider",
+                Diagnostic::warning(
+                    "unsupported_provider",
                     format!(
-                        "provider {p:?} cannot preapprove exact MCP tools for unattended execution and has no strict option schema; select claude, codex or opencode"
+                        "provider {p:?} cannot preapprove exact MCP tools for unattended execution; every step using it fails with tool_policy_unsupported; select claude, codex or opencode"
                     ),
                 )
                 .in_file(self.file.clone())
                 .at(pn.pos.line, pn.pos.column)
-                .with_path(path.key("provider")),
+                .with_path(path.key("provider").to_path()),
             );
-            ok = false;
         }
         let mut field = |w: &mut Self, key: &str| -> Option<String> {
             let n = node.get(key)?;
@@ -524,14 +542,12 @@ impl Walker<'_> {
                 let opath = path.key("options");
                 match &o.value {
                     Y::Map(_) => {
-                        if let Some(p) = provider
-                            .as_ref()
-                            .filter(|p| crate::options::provider_shape(p).is_some())
-                        {
+                        if let Some(p) = &provider {
                             let before = self.diags.len();
-                            let found = crate::options::validate(p, o, &opath, &self.file);
+                            let found =
+                                crate::options::validate(p, o, &opath.to_path(), &self.file);
                             self.diags.extend(found);
-                            if self.diags.len() > before {
+                            if self.errors_since(before) {
                                 ok = false;
                             }
                         }
@@ -560,7 +576,7 @@ impl Walker<'_> {
     pub(crate) fn trigger(
         &mut self,
         node: &Node,
-        path: &Path,
+        path: &Lp<'_>,
         workflow_file: Option<&str>,
     ) -> Option<Trigger> {
         let allowed = [
@@ -677,7 +693,7 @@ impl Walker<'_> {
     }
 
     /// Trigger filters.
-    pub(crate) fn filters(&mut self, node: &Node, path: &Path) -> Option<Filters> {
+    pub(crate) fn filters(&mut self, node: &Node, path: &Lp<'_>) -> Option<Filters> {
         self.object(
             node,
             path,
@@ -745,11 +761,7 @@ impl Walker<'_> {
                             Y::String(_) | Y::Number(_) | Y::Bool(_) => {
                                 out.push((k.text.clone(), v.to_json()))
                             }
-                            _ => self.type_error(
-                                "string, number or boolean",
-                                &p.key(k.text.clone()),
-                                v,
-                            ),
+                            _ => self.type_error("string, number or boolean", &p.key(&k.text), v),
                         }
                     }
                     f.inputs = Some(out);
@@ -757,10 +769,10 @@ impl Walker<'_> {
                 _ => self.type_error("object", &p, n),
             }
         }
-        (self.diags.len() == before).then_some(f)
+        (!self.errors_since(before)).then_some(f)
     }
 
-    fn inputs(&mut self, node: &Node, path: &Path) -> Option<Vec<InputDecl>> {
+    fn inputs(&mut self, node: &Node, path: &Lp<'_>) -> Option<Vec<InputDecl>> {
         let Y::Map(entries) = &node.value else {
             self.type_error("object", path, node);
             return None;
@@ -768,7 +780,7 @@ impl Walker<'_> {
         let before = self.diags.len();
         let mut out = Vec::new();
         for (k, v) in entries {
-            let p = path.key(k.text.clone());
+            let p = path.key(&k.text);
             if !is_identifier(&k.text) {
                 self.error_at_key(
                     "invalid_identifier",
@@ -873,10 +885,10 @@ impl Walker<'_> {
                 choices,
             });
         }
-        (self.diags.len() == before).then_some(out)
+        (!self.errors_since(before)).then_some(out)
     }
 
-    fn values(&mut self, node: &Node, path: &Path) -> Option<Vec<(String, Template)>> {
+    fn values(&mut self, node: &Node, path: &Lp<'_>) -> Option<Vec<(String, Template)>> {
         let Y::Map(entries) = &node.value else {
             self.type_error("object", path, node);
             return None;
@@ -884,7 +896,7 @@ impl Walker<'_> {
         let before = self.diags.len();
         let mut out = Vec::new();
         for (k, v) in entries {
-            let p = path.key(k.text.clone());
+            let p = path.key(&k.text);
             if !is_identifier(&k.text) {
                 self.error_at_key(
                     "invalid_identifier",
@@ -898,12 +910,12 @@ impl Walker<'_> {
                 out.push((k.text.clone(), t));
             }
         }
-        (self.diags.len() == before).then_some(out)
+        (!self.errors_since(before)).then_some(out)
     }
 
     // ----- steps --------------------------------------------------------
 
-    fn step(&mut self, node: &Node, path: &Path, tname: &str) -> Option<Step> {
+    fn step(&mut self, node: &Node, path: &Lp<'_>, tname: &str) -> Option<Step> {
         let allowed = [
             "id",
             "if",
@@ -1028,7 +1040,7 @@ impl Walker<'_> {
                     Y::Map(entries) => {
                         let mut out = Vec::new();
                         for (k, v) in entries {
-                            if let Some(t) = self.template(v, &p.key(k.text.clone())) {
+                            if let Some(t) = self.template(v, &p.key(&k.text)) {
                                 out.push((k.text.clone(), t));
                             }
                         }
@@ -1048,7 +1060,7 @@ impl Walker<'_> {
             .get("auto_archive")
             .and_then(|n| self.bool(n, &path.key("auto_archive")))
             .unwrap_or(false);
-        if self.diags.len() != before {
+        if self.errors_since(before) {
             return None;
         }
         Some(Step {
@@ -1067,7 +1079,7 @@ impl Walker<'_> {
         })
     }
 
-    fn prompt(&mut self, node: &Node, path: &Path) -> Option<Vec<PromptBlock>> {
+    fn prompt(&mut self, node: &Node, path: &Lp<'_>) -> Option<Vec<PromptBlock>> {
         let Y::Seq(items) = &node.value else {
             self.type_error("array", path, node);
             return None;
@@ -1122,7 +1134,7 @@ impl Walker<'_> {
     }
 
     /// An `allow_outputs` list.
-    pub(crate) fn allow_outputs(&mut self, node: &Node, path: &Path) -> Option<Vec<AllowOutput>> {
+    pub(crate) fn allow_outputs(&mut self, node: &Node, path: &Lp<'_>) -> Option<Vec<AllowOutput>> {
         let Y::Seq(items) = &node.value else {
             self.type_error("array", path, node);
             return None;
@@ -1199,10 +1211,10 @@ impl Walker<'_> {
                 });
             }
         }
-        (self.diags.len() == before).then_some(out)
+        (!self.errors_since(before)).then_some(out)
     }
 
-    fn github(&mut self, node: &Node, path: &Path) -> Option<GithubAuthority> {
+    fn github(&mut self, node: &Node, path: &Lp<'_>) -> Option<GithubAuthority> {
         self.object(
             node,
             path,
@@ -1261,7 +1273,7 @@ impl Walker<'_> {
                         self.error(
                             "invalid_value",
                             "Invalid option: expected one of \"read\"|\"write\"|\"admin\"",
-                            &p.key(k.text.clone()),
+                            &p.key(&k.text),
                             v,
                         );
                         continue;
@@ -1280,7 +1292,7 @@ impl Walker<'_> {
                 "1h because GitHub installation tokens expire after 1h",
             )
         });
-        if self.diags.len() != before {
+        if self.errors_since(before) {
             return None;
         }
         Some(GithubAuthority {
@@ -1292,14 +1304,14 @@ impl Walker<'_> {
     }
 
     /// A named-agent map of `.paseo/hub.yml`.
-    pub(crate) fn named_agents(&mut self, node: &Node, path: &Path) -> Vec<NamedAgent> {
+    pub(crate) fn named_agents(&mut self, node: &Node, path: &Lp<'_>) -> Vec<NamedAgent> {
         let Y::Map(entries) = &node.value else {
             self.type_error("object", path, node);
             return Vec::new();
         };
         let mut out = Vec::new();
         for (k, v) in entries {
-            let p = path.key(k.text.clone());
+            let p = path.key(&k.text);
             if !is_identifier(&k.text) {
                 self.error_at_key(
                     "invalid_identifier",

@@ -24,6 +24,7 @@ pub mod expr;
 pub mod host_policy;
 mod hub;
 pub mod hub_schema;
+mod lazy_path;
 mod lints;
 pub mod model;
 pub mod options;
@@ -37,6 +38,7 @@ pub use lints::{KNOWN_EVENTS, KNOWN_OUTPUTS};
 pub use model::*;
 
 use crate::hub::Walker;
+use crate::lazy_path::Lp;
 use crate::semantic::{Checker, ResourceSite, TriggerSite};
 use crate::yaml::{Node, Value as Y};
 
@@ -87,7 +89,7 @@ fn single_file(
                 "Invalid input: expected object, received {}",
                 root.value.type_name()
             ),
-            &root_path,
+            &Lp::Base(&root_path),
             root,
         );
         return None;
@@ -109,7 +111,7 @@ fn single_file(
                 Y::Seq(items) => {
                     for (i, item) in items.iter().enumerate() {
                         let ep = p.index(i);
-                        match w.environment(item, &ep, None) {
+                        match w.environment(item, &Lp::Base(&ep), None) {
                             Some(e) => {
                                 config.environments.push(e);
                                 env_paths.push(ep);
@@ -119,7 +121,7 @@ fn single_file(
                     }
                 }
                 Y::Map(_) => {
-                    w.error("invalid_type", "Invalid input: expected array, received object; a single-file workflow lists environments (a map is the .paseo/hub.yml form)", &p, v);
+                    w.error("invalid_type", "Invalid input: expected array, received object; a single-file workflow lists environments (a map is the .paseo/hub.yml form)", &Lp::Base(&p), v);
                     ok = false;
                 }
                 _ => {
@@ -129,7 +131,7 @@ fn single_file(
                             "Invalid input: expected array, received {}",
                             v.value.type_name()
                         ),
-                        &p,
+                        &Lp::Base(&p),
                         v,
                     );
                     ok = false;
@@ -139,7 +141,7 @@ fn single_file(
                 Y::Seq(items) => {
                     for (i, item) in items.iter().enumerate() {
                         let tp = p.index(i);
-                        match w.trigger(item, &tp, None) {
+                        match w.trigger(item, &Lp::Base(&tp), None) {
                             Some(t) => {
                                 config.triggers.push(t);
                                 trigger_paths.push(tp);
@@ -155,7 +157,7 @@ fn single_file(
                             "Invalid input: expected array, received {}",
                             v.value.type_name()
                         ),
-                        &p,
+                        &Lp::Base(&p),
                         v,
                     );
                     ok = false;
@@ -177,7 +179,7 @@ fn single_file(
                 w.error(
                     "missing_field",
                     format!("missing required key {key:?}"),
-                    &root_path.key(key),
+                    &Lp::Base(&root_path.key(key)),
                     root,
                 );
                 ok = false;
@@ -239,7 +241,7 @@ pub fn parse_fragment(file: &str, text: &str) -> Vec<Diagnostic> {
                 "Invalid input: expected object, received {}",
                 root.value.type_name()
             ),
-            &Path::root(),
+            &Lp::Base(&Path::root()),
             &root,
         );
         return diags;
@@ -251,14 +253,14 @@ pub fn parse_fragment(file: &str, text: &str) -> Vec<Diagnostic> {
             "agent" => match &v.value {
                 Y::String(_) => {}
                 _ => {
-                    let _ = w.agent(v, &p);
+                    let _ = w.agent(v, &Lp::Base(&p));
                 }
             },
             "filters" => {
-                let _ = w.filters(v, &p);
+                let _ = w.filters(v, &Lp::Base(&p));
             }
             "allow_outputs" => {
-                let _ = w.allow_outputs(v, &p);
+                let _ = w.allow_outputs(v, &Lp::Base(&p));
             }
             "environments" | "triggers" => whole = true,
             other => w.diags.push(
@@ -277,4 +279,61 @@ pub fn parse_fragment(file: &str, text: &str) -> Vec<Diagnostic> {
     }
     sort(&mut diags);
     diags
+}
+
+/// Entry points for the fuzz targets under `fuzz/`; not a stable API.
+#[doc(hidden)]
+pub mod __fuzz {
+    /// Feeds arbitrary bytes to every parser: the first byte picks the
+    /// parser, the rest is its input. Must never panic, hang or allocate
+    /// without bound.
+    pub fn parse_any(data: &[u8]) {
+        let Some((&mode, rest)) = data.split_first() else {
+            return;
+        };
+        match mode % 5 {
+            0 => {
+                let _ = crate::parse_workflow_bytes("fuzz.yml", rest);
+            }
+            1 => {
+                if let Ok(text) = std::str::from_utf8(rest) {
+                    let _ = crate::parse_fragment("fuzz.yml", text);
+                }
+            }
+            2 => {
+                // NUL-separated (path, contents) pairs.
+                let parts: Vec<&[u8]> = rest.split(|b| *b == 0).collect();
+                let files: Vec<(String, &[u8])> = parts
+                    .chunks(2)
+                    .map(|pair| {
+                        let path = pair
+                            .first()
+                            .map_or_else(String::new, |p| String::from_utf8_lossy(p).into_owned());
+                        (path, pair.get(1).copied().unwrap_or(&[]))
+                    })
+                    .collect();
+                let refs: Vec<(&str, &[u8])> =
+                    files.iter().map(|(p, b)| (p.as_str(), *b)).collect();
+                let _ = crate::parse_bundle(&refs);
+            }
+            3 => {
+                if let Ok(text) = std::str::from_utf8(rest)
+                    && let Ok(t) = crate::expr::Template::parse(text)
+                {
+                    let ctx = serde_json::json!({"paseo": {"prompt": "p", "inputs": {}}, "steps": {"a": {"outputs": {"k": 1}}}, "values": {}});
+                    let _ = t.eval(&ctx);
+                }
+            }
+            _ => {
+                if let Ok(text) = std::str::from_utf8(rest)
+                    && let (Some(node), _) = crate::yaml::parse("fuzz.yml", text)
+                {
+                    for p in crate::options::PROVIDERS {
+                        let _ =
+                            crate::options::validate(p, &node, &crate::Path::root(), "fuzz.yml");
+                    }
+                }
+            }
+        }
+    }
 }

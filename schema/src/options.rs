@@ -10,6 +10,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::diagnostic::{Diagnostic, Path};
+use crate::lazy_path::Lp;
 use crate::yaml::{Node, Value as Y};
 
 /// The shape of an option value.
@@ -247,21 +248,22 @@ pub struct Issue {
 /// Checks `node` against `shape`, collecting every issue.
 pub fn check(shape: &Shape, node: &Node) -> Vec<Issue> {
     let mut out = Vec::new();
-    check_at(shape, node, &Path::root(), &mut out);
+    let root = Path::root();
+    check_at(shape, node, &Lp::Base(&root), &mut out);
     out
 }
 
-fn issue(out: &mut Vec<Issue>, code: &'static str, message: String, path: &Path, node: &Node) {
+fn issue(out: &mut Vec<Issue>, code: &'static str, message: String, path: &Lp<'_>, node: &Node) {
     out.push(Issue {
         code,
         message,
-        path: path.clone(),
+        path: path.to_path(),
         line: node.pos.line,
         column: node.pos.column,
     });
 }
 
-fn type_issue(out: &mut Vec<Issue>, expected: &str, path: &Path, node: &Node) {
+fn type_issue(out: &mut Vec<Issue>, expected: &str, path: &Lp<'_>, node: &Node) {
     issue(
         out,
         "invalid_type",
@@ -282,7 +284,7 @@ fn enum_list(values: &[&str]) -> String {
         .join("|")
 }
 
-fn check_at(shape: &Shape, node: &Node, path: &Path, out: &mut Vec<Issue>) {
+fn check_at(shape: &Shape, node: &Node, path: &Lp<'_>, out: &mut Vec<Issue>) {
     match shape {
         Shape::Bool => {
             if !matches!(node.value, Y::Bool(_)) {
@@ -297,7 +299,7 @@ fn check_at(shape: &Shape, node: &Node, path: &Path, out: &mut Vec<Issue>) {
         Shape::StrArray => match &node.value {
             Y::Seq(items) => {
                 for (i, item) in items.iter().enumerate() {
-                    check_at(&Shape::Str, item, &path.index(i), out);
+                    check_at(&Shape::Str, item, &Lp::Index(path, i), out);
                 }
             }
             _ => type_issue(out, "array", path, node),
@@ -346,7 +348,7 @@ fn check_at(shape: &Shape, node: &Node, path: &Path, out: &mut Vec<Issue>) {
         Shape::Record(value) => match &node.value {
             Y::Map(entries) => {
                 for (k, v) in entries {
-                    check_at(value, v, &path.key(k.text.clone()), out);
+                    check_at(value, v, &Lp::Key(path, &k.text), out);
                 }
             }
             _ => type_issue(out, "record", path, node),
@@ -370,7 +372,7 @@ fn check_object(
     fields: &[(&str, Shape)],
     required: &[&str],
     node: &Node,
-    path: &Path,
+    path: &Lp<'_>,
     out: &mut Vec<Issue>,
 ) {
     let Y::Map(entries) = &node.value else {
@@ -380,7 +382,7 @@ fn check_object(
     let mut unknown = Vec::new();
     for (k, v) in entries {
         match fields.iter().find(|(name, _)| *name == k.text) {
-            Some((_, shape)) => check_at(shape, v, &path.key(k.text.clone()), out),
+            Some((_, shape)) => check_at(shape, v, &Lp::Key(path, &k.text), out),
             None => unknown.push(k),
         }
     }
@@ -394,7 +396,7 @@ fn check_object(
         out.push(Issue {
             code: "unknown_key",
             message: format!("Unrecognized key{plural}: {names}"),
-            path: path.clone(),
+            path: path.to_path(),
             line: first.pos.line,
             column: first.pos.column,
         });
@@ -408,7 +410,7 @@ fn check_object(
                     "Invalid input: expected {}, received undefined",
                     shape_type(fields, name)
                 ),
-                &path.key(*name),
+                &Lp::Key(path, name),
                 node,
             );
         }

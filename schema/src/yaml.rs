@@ -1,29 +1,29 @@
 //! Loading YAML text into a positioned node tree, fail-closed on hostile input.
 //!
 //! The tree keeps the 1-based line and column of every node and every mapping
-//! key, so later checks can point at the exact place of a finding. Parsing is
-//! done by `serde-saphyr` (a maintained, panic-free YAML 1.2 parser with
-//! resource budgets); this module only adds palisade's limits on top:
-//! an input size cap, a nesting cap, an alias cap, YAML 1.2 core booleans
-//! only (`on`/`yes` are strings, as in the Hub's js-yaml), duplicate keys
-//! rejected, and exactly one document.
+//! key, so later checks can point at the exact place of a finding. Scanning
+//! is done by `granit-parser` (the maintained, panic-free YAML 1.2 event
+//! parser under `serde-saphyr`); this module builds the tree from its events
+//! without recursion and enforces palisade's limits: an input size cap, a
+//! nesting cap, an alias cap and a total node cap (so alias bombs stop), YAML
+//! 1.2 core-schema scalars only (`on`/`yes` are strings, as in the Hub's
+//! js-yaml; `.nan`/`.inf` are refused as they are not JSON), no custom tags,
+//! duplicate keys rejected, and exactly one document.
 
-use std::fmt;
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_saphyr::Spanned;
-use serde_saphyr::budget::Budget;
-use serde_saphyr::options::{AliasLimits, DuplicateKeyPolicy};
+use granit_parser::{Event, Marker, Parser, ScalarStyle, ScanError, Span, Tag};
 
 use crate::diagnostic::{Diagnostic, LineIndex, Path};
 
 /// The largest YAML file palisade reads, in bytes (1 MiB).
 pub const MAX_FILE_BYTES: usize = 1024 * 1024;
 /// The deepest nesting of mappings and sequences palisade accepts.
-pub const MAX_DEPTH: usize = 32;
+pub const MAX_DEPTH: usize = 64;
 /// The most alias references (`*name`) a document may contain.
 pub const MAX_ALIASES: usize = 64;
-/// The most nodes a document may contain.
+/// The most nodes a document may contain, counting every alias expansion.
 pub const MAX_NODES: usize = 250_000;
 
 /// A position in the source text: 1-based line and column (in characters).
@@ -190,13 +190,12 @@ pub fn parse(file: &str, text: &str) -> (Option<Node>, Vec<Diagnostic>) {
         );
         return (None, diags);
     }
-    let index = LineIndex::new(text);
-    if let Some(offset) = text.find('\t') {
+    if text.contains('\t') {
         // Tabs are never indentation in YAML; inside a scalar they are data,
         // but a tab before any content on a line is almost always a mistake
         // the parser reports poorly, so name it precisely.
         if let Some(line_off) = tab_in_indentation(text) {
-            let (line, column) = index.line_col(line_off);
+            let (line, column) = LineIndex::new(text).line_col(line_off);
             diags.push(
                 Diagnostic::error("yaml_tab_indentation", "tab character used for indentation")
                     .in_file(file)
@@ -205,40 +204,409 @@ pub fn parse(file: &str, text: &str) -> (Option<Node>, Vec<Diagnostic>) {
             );
             return (None, diags);
         }
-        let _ = offset;
     }
-    let mut budget = Budget::default();
-    budget.max_depth = MAX_DEPTH;
-    budget.max_aliases = MAX_ALIASES;
-    budget.max_nodes = MAX_NODES;
-    budget.max_documents = 1;
-    budget.flow_nesting_limit = MAX_DEPTH;
-    let mut alias_limits = AliasLimits::default();
-    alias_limits.max_total_replayed_events = 10_000;
-    alias_limits.max_alias_expansions_per_anchor = 16;
-    alias_limits.max_replay_stack_depth = 8;
-    let options = serde_saphyr::options! {
-        budget: Some(budget),
-        alias_limits: alias_limits,
-        duplicate_keys: DuplicateKeyPolicy::Error,
-        strict_booleans: true,
-        emit_comments: false,
-    };
-    let result: Result<Spanned<Value>, serde_saphyr::Error> =
-        serde_saphyr::from_str_with_options(text, options);
-    match result {
-        Ok(spanned) => (
-            Some(Node {
-                pos: pos_of(&spanned.referenced),
-                value: spanned.value,
-            }),
-            diags,
-        ),
-        Err(err) => {
-            diags.push(yaml_error(file, text, &err));
+    match build(text) {
+        Ok(node) => (Some(node), diags),
+        Err(e) => {
+            let (line, column) = if e.pos.line == 0 {
+                (1, 1)
+            } else {
+                (e.pos.line, e.pos.column)
+            };
+            diags.push(
+                Diagnostic::error(e.code, e.message)
+                    .in_file(file)
+                    .at(line, column),
+            );
             (None, diags)
         }
     }
+}
+
+/// A refusal while building the tree.
+struct BuildError {
+    code: &'static str,
+    message: String,
+    pos: Pos,
+}
+
+fn fail<T>(code: &'static str, message: impl Into<String>, pos: Pos) -> Result<T, BuildError> {
+    Err(BuildError {
+        code,
+        message: message.into(),
+        pos,
+    })
+}
+
+fn marker_pos(m: &Marker) -> Pos {
+    Pos {
+        line: u32::try_from(m.line()).unwrap_or(u32::MAX),
+        column: u32::try_from(m.col().saturating_add(1)).unwrap_or(u32::MAX),
+    }
+}
+
+fn span_pos(s: &Span) -> Pos {
+    marker_pos(&s.start)
+}
+
+fn scan_error(e: &ScanError) -> BuildError {
+    let info = e.info();
+    let lower = info.to_lowercase();
+    let code = if lower.contains("recursion") || lower.contains("nesting") {
+        "yaml_limit_exceeded"
+    } else {
+        "yaml_syntax"
+    };
+    let message = if code == "yaml_limit_exceeded" {
+        format!("nesting deeper than {MAX_DEPTH} levels")
+    } else {
+        info
+    };
+    BuildError {
+        code,
+        message,
+        pos: marker_pos(e.marker()),
+    }
+}
+
+/// A collection being built.
+enum Frame {
+    Seq {
+        pos: Pos,
+        anchor: usize,
+        items: Vec<Node>,
+    },
+    Map {
+        pos: Pos,
+        anchor: usize,
+        entries: Vec<(Key, Node)>,
+        pending: Option<Key>,
+        seen: Option<HashSet<String>>,
+    },
+}
+
+fn count_nodes(n: &Node) -> usize {
+    let mut total = 0;
+    let mut stack = vec![n];
+    while let Some(n) = stack.pop() {
+        total += 1;
+        match &n.value {
+            Value::Seq(items) => stack.extend(items),
+            Value::Map(entries) => stack.extend(entries.iter().map(|(_, v)| v)),
+            _ => {}
+        }
+    }
+    total
+}
+
+fn build(text: &str) -> Result<Node, BuildError> {
+    let mut options = granit_parser::Options::default();
+    options.flow_nesting_limit = MAX_DEPTH;
+    options.block_nesting_limit = MAX_DEPTH;
+    let parser = Parser::new_from_str_with_options(text, options);
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut anchors: HashMap<usize, Node> = HashMap::new();
+    let mut root: Option<Node> = None;
+    let mut documents = 0usize;
+    let mut nodes = 0usize;
+    let mut aliases = 0usize;
+    for item in parser {
+        let (event, span) = item.map_err(|e| scan_error(&e))?;
+        let pos = span_pos(&span);
+        let finished: Option<(Node, usize)> = match event {
+            Event::StreamStart | Event::StreamEnd | Event::DocumentEnd => None,
+            Event::DocumentStart(..) => {
+                documents += 1;
+                if documents > 1 {
+                    return fail(
+                        "yaml_multiple_documents",
+                        "a file must hold exactly one YAML document",
+                        pos,
+                    );
+                }
+                None
+            }
+            Event::Alias(id) => {
+                aliases += 1;
+                if aliases > MAX_ALIASES {
+                    return fail(
+                        "yaml_limit_exceeded",
+                        format!("more than {MAX_ALIASES} aliases"),
+                        pos,
+                    );
+                }
+                let Some(target) = anchors.get(&id) else {
+                    return fail("yaml_syntax", "alias to an unknown anchor", pos);
+                };
+                nodes += count_nodes(target);
+                if nodes > MAX_NODES {
+                    return fail(
+                        "yaml_limit_exceeded",
+                        format!("alias expansion exceeds palisade's limit of {MAX_NODES} nodes"),
+                        pos,
+                    );
+                }
+                let mut copy = target.clone();
+                copy.pos = pos;
+                Some((copy, 0))
+            }
+            Event::Scalar(value, style, anchor, tag) => {
+                nodes += 1;
+                let v = resolve_scalar(value, style, tag.as_deref(), pos)?;
+                Some((Node { pos, value: v }, anchor))
+            }
+            Event::SequenceStart(_, anchor, tag) => {
+                check_collection_tag(tag.as_deref(), "seq", pos)?;
+                nodes += 1;
+                if stack.len() >= MAX_DEPTH {
+                    return fail(
+                        "yaml_limit_exceeded",
+                        format!("nesting deeper than {MAX_DEPTH} levels"),
+                        pos,
+                    );
+                }
+                stack.push(Frame::Seq {
+                    pos,
+                    anchor,
+                    items: Vec::new(),
+                });
+                None
+            }
+            Event::MappingStart(_, anchor, tag) => {
+                check_collection_tag(tag.as_deref(), "map", pos)?;
+                nodes += 1;
+                if stack.len() >= MAX_DEPTH {
+                    return fail(
+                        "yaml_limit_exceeded",
+                        format!("nesting deeper than {MAX_DEPTH} levels"),
+                        pos,
+                    );
+                }
+                stack.push(Frame::Map {
+                    pos,
+                    anchor,
+                    entries: Vec::new(),
+                    pending: None,
+                    seen: None,
+                });
+                None
+            }
+            Event::SequenceEnd => match stack.pop() {
+                Some(Frame::Seq { pos, anchor, items }) => Some((
+                    Node {
+                        pos,
+                        value: Value::Seq(items),
+                    },
+                    anchor,
+                )),
+                _ => return fail("yaml_syntax", "unbalanced sequence", pos),
+            },
+            Event::MappingEnd => match stack.pop() {
+                Some(Frame::Map {
+                    pos,
+                    anchor,
+                    entries,
+                    ..
+                }) => Some((
+                    Node {
+                        pos,
+                        value: Value::Map(entries),
+                    },
+                    anchor,
+                )),
+                _ => return fail("yaml_syntax", "unbalanced mapping", pos),
+            },
+            _ => None,
+        };
+        if nodes > MAX_NODES {
+            return fail(
+                "yaml_limit_exceeded",
+                format!("more than {MAX_NODES} nodes"),
+                pos,
+            );
+        }
+        let Some((node, anchor)) = finished else {
+            continue;
+        };
+        if anchor != 0 {
+            anchors.insert(anchor, node.clone());
+        }
+        match stack.last_mut() {
+            None => {
+                if root.is_some() {
+                    return fail(
+                        "yaml_multiple_documents",
+                        "a file must hold exactly one YAML document",
+                        node.pos,
+                    );
+                }
+                root = Some(node);
+            }
+            Some(Frame::Seq { items, .. }) => items.push(node),
+            Some(Frame::Map {
+                entries,
+                pending,
+                seen,
+                ..
+            }) => match pending.take() {
+                None => {
+                    let text = match node.value {
+                        Value::String(s) => s,
+                        Value::Bool(b) => b.to_string(),
+                        Value::Number(n) => n.to_string(),
+                        Value::Null => {
+                            return fail("yaml_syntax", "a mapping key must not be null", node.pos);
+                        }
+                        Value::Seq(_) | Value::Map(_) => {
+                            return fail("yaml_syntax", "a mapping key must be a scalar", node.pos);
+                        }
+                    };
+                    let duplicate = match seen {
+                        Some(set) => !set.insert(text.clone()),
+                        None => {
+                            let dup = entries.iter().any(|(k, _)| k.text == text);
+                            if entries.len() >= 16 {
+                                *seen = Some(
+                                    entries
+                                        .iter()
+                                        .map(|(k, _)| k.text.clone())
+                                        .chain([text.clone()])
+                                        .collect(),
+                                );
+                            }
+                            dup
+                        }
+                    };
+                    if duplicate {
+                        return fail("duplicate_key", format!("duplicate key {text:?}"), node.pos);
+                    }
+                    *pending = Some(Key {
+                        pos: node.pos,
+                        text,
+                    });
+                }
+                Some(key) => entries.push((key, node)),
+            },
+        }
+    }
+    Ok(root.unwrap_or(Node {
+        pos: Pos { line: 1, column: 1 },
+        value: Value::Null,
+    }))
+}
+
+fn check_collection_tag(tag: Option<&Tag>, expected: &str, pos: Pos) -> Result<(), BuildError> {
+    match tag {
+        None => Ok(()),
+        Some(t) if t.core_suffix() == Some(expected) => Ok(()),
+        Some(t) => fail(
+            "yaml_unsupported_tag",
+            format!("tag {} is not supported", t.original()),
+            pos,
+        ),
+    }
+}
+
+fn resolve_scalar(
+    value: Cow<'_, str>,
+    style: ScalarStyle,
+    tag: Option<&Tag>,
+    pos: Pos,
+) -> Result<Value, BuildError> {
+    let core = match tag {
+        None => None,
+        Some(t) => match t.core_suffix() {
+            Some(s @ ("str" | "int" | "float" | "bool" | "null")) => Some(s),
+            _ => {
+                return fail(
+                    "yaml_unsupported_tag",
+                    format!("tag {} is not supported", t.original()),
+                    pos,
+                );
+            }
+        },
+    };
+    if core == Some("str") || (core.is_none() && style != ScalarStyle::Plain) {
+        return Ok(Value::String(value.into_owned()));
+    }
+    let v: &str = &value;
+    let resolved = match v {
+        "" | "~" | "null" | "Null" | "NULL" => Value::Null,
+        "true" | "True" | "TRUE" => Value::Bool(true),
+        "false" | "False" | "FALSE" => Value::Bool(false),
+        _ => match number(v) {
+            Some(Ok(n)) => Value::Number(n),
+            Some(Err(())) => {
+                return fail(
+                    "yaml_non_finite_number",
+                    format!("{v} is not a JSON number; quote it if you mean a string"),
+                    pos,
+                );
+            }
+            None => Value::String(v.to_owned()),
+        },
+    };
+    // An explicit core tag must agree with the resolved type.
+    let agrees = matches!(
+        (core, &resolved),
+        (None, _)
+            | (Some("null"), Value::Null)
+            | (Some("bool"), Value::Bool(_))
+            | (Some("int" | "float"), Value::Number(_))
+    );
+    if !agrees {
+        return fail("yaml_syntax", format!("{v:?} does not match its tag"), pos);
+    }
+    Ok(resolved)
+}
+
+/// YAML 1.2 core-schema numbers: `Some(Ok)` for a finite number,
+/// `Some(Err)` for `.inf`/`.nan`, `None` when `s` is not a number.
+fn number(s: &str) -> Option<Result<serde_json::Number, ()>> {
+    let unsigned = s.strip_prefix(['-', '+']).unwrap_or(s);
+    if matches!(unsigned, ".inf" | ".Inf" | ".INF")
+        || (unsigned == s && matches!(s, ".nan" | ".NaN" | ".NAN"))
+    {
+        return Some(Err(()));
+    }
+    if let Some(oct) = s.strip_prefix("0o") {
+        return u64::from_str_radix(oct, 8).ok().map(|n| Ok(n.into()));
+    }
+    if let Some(hex) = s.strip_prefix("0x") {
+        return u64::from_str_radix(hex, 16).ok().map(|n| Ok(n.into()));
+    }
+    let digits = unsigned.bytes().all(|b| b.is_ascii_digit());
+    if !unsigned.is_empty() && digits {
+        if let Ok(n) = s.parse::<i64>() {
+            return Some(Ok(n.into()));
+        }
+        if let Ok(n) = s.parse::<u64>() {
+            return Some(Ok(n.into()));
+        }
+    }
+    // [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?
+    let (mantissa, exponent) = match unsigned.find(['e', 'E']) {
+        Some(i) => (unsigned.get(..i)?, Some(unsigned.get(i + 1..)?)),
+        None => (unsigned, None),
+    };
+    let (int, frac) = match mantissa.split_once('.') {
+        Some((a, b)) => (a, Some(b)),
+        None => (mantissa, None),
+    };
+    let is_digits = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
+    let mantissa_ok = match frac {
+        Some(f) => is_digits(int) && is_digits(f) && !(int.is_empty() && f.is_empty()),
+        None => !int.is_empty() && is_digits(int),
+    };
+    let exponent_ok = exponent.is_none_or(|e| {
+        let e = e.strip_prefix(['-', '+']).unwrap_or(e);
+        !e.is_empty() && is_digits(e)
+    });
+    if !mantissa_ok || !exponent_ok {
+        return None;
+    }
+    let f: f64 = s.parse().ok()?;
+    Some(serde_json::Number::from_f64(f).ok_or(()))
 }
 
 fn tab_in_indentation(text: &str) -> Option<usize> {
@@ -257,168 +625,6 @@ fn tab_in_indentation(text: &str) -> Option<usize> {
         offset += line.len();
     }
     None
-}
-
-fn yaml_error(file: &str, text: &str, err: &serde_saphyr::Error) -> Diagnostic {
-    let raw = err.without_snippet().to_string();
-    let first = raw.lines().next().unwrap_or("invalid YAML").trim();
-    // The location travels separately; drop the parser's " at line N, column M" tail.
-    let message = first
-        .find(" at line ")
-        .and_then(|i| first.get(..i))
-        .unwrap_or(first)
-        .to_owned();
-    let lower = message.to_lowercase();
-    let (code, message) = if lower.starts_with("duplicate mapping key") {
-        let key = message
-            .strip_prefix("duplicate mapping key: ")
-            .and_then(|k| k.split(", set DuplicateKeyPolicy").next())
-            .unwrap_or("")
-            .to_owned();
-        ("duplicate_key", format!("duplicate key {key:?}"))
-    } else if lower.contains("documents {") {
-        (
-            "yaml_multiple_documents",
-            "a file must hold exactly one YAML document".to_owned(),
-        )
-    } else if lower.contains("depth {") || lower.contains("recursion limit") {
-        (
-            "yaml_limit_exceeded",
-            format!("nesting deeper than {MAX_DEPTH} levels"),
-        )
-    } else if lower.contains("alias") || lower.contains("anchor") {
-        (
-            "yaml_limit_exceeded",
-            format!("alias expansion exceeds palisade's limits ({message})"),
-        )
-    } else if lower.contains("budget") {
-        ("yaml_limit_exceeded", message)
-    } else {
-        ("yaml_syntax", message)
-    };
-    let (line, column) = match err.location() {
-        Some(loc) => (
-            u32::try_from(loc.line()).unwrap_or(0),
-            u32::try_from(loc.column()).unwrap_or(0),
-        ),
-        None => (0, 0),
-    };
-    let (line, column) = if line == 0 && !text.is_empty() {
-        (1, 1)
-    } else {
-        (line, column)
-    };
-    Diagnostic::error(code, message)
-        .in_file(file)
-        .at(line, column)
-}
-
-fn pos_of(loc: &serde_saphyr::Location) -> Pos {
-    Pos {
-        line: u32::try_from(loc.line()).unwrap_or(0),
-        column: u32::try_from(loc.column()).unwrap_or(0),
-    }
-}
-
-impl<'de> Deserialize<'de> for Value {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(ValueVisitor)
-    }
-}
-
-struct ValueVisitor;
-
-impl<'de> Visitor<'de> for ValueVisitor {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a YAML value")
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        Value::deserialize(d)
-    }
-
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::Number(v.into()))
-    }
-
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::Number(v.into()))
-    }
-
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
-        serde_json::Number::from_f64(v)
-            .map(Value::Number)
-            .ok_or_else(|| E::custom("non-finite numbers (.nan, .inf) are not JSON values"))
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
-    }
-
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-
-    fn visit_bytes<E: de::Error>(self, _v: &[u8]) -> Result<Value, E> {
-        Err(E::custom("binary values are not supported"))
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut items = Vec::new();
-        while let Some(item) = seq.next_element::<Spanned<Value>>()? {
-            items.push(Node {
-                pos: pos_of(&item.referenced),
-                value: item.value,
-            });
-        }
-        Ok(Value::Seq(items))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut entries: Vec<(Key, Node)> = Vec::new();
-        while let Some(key) = map.next_key::<Spanned<Value>>()? {
-            let text = match key.value {
-                Value::String(s) => s,
-                Value::Bool(b) => b.to_string(),
-                Value::Number(n) => n.to_string(),
-                Value::Null => return Err(de::Error::custom("a mapping key must not be null")),
-                Value::Seq(_) | Value::Map(_) => {
-                    return Err(de::Error::custom("a mapping key must be a scalar"));
-                }
-            };
-            let value = map.next_value::<Spanned<Value>>()?;
-            if entries.iter().any(|(k, _)| k.text == text) {
-                return Err(de::Error::custom(format!(
-                    "duplicate mapping key: {text:?}"
-                )));
-            }
-            entries.push((
-                Key {
-                    pos: pos_of(&key.referenced),
-                    text,
-                },
-                Node {
-                    pos: pos_of(&value.referenced),
-                    value: value.value,
-                },
-            ));
-        }
-        Ok(Value::Map(entries))
-    }
 }
 
 #[cfg(test)]
@@ -480,5 +686,30 @@ mod tests {
         // positive controls
         ok("a: &a [x]\nb: *a\n");
         ok(&format!("{}{}", "[".repeat(20), "]".repeat(20)));
+    }
+
+    #[test]
+    fn core_schema_scalars_and_tags() {
+        let n = ok(
+            "a: !!str 12\nb: 0x1F\nc: 1e3\nd: yes\ne: \"true\"\nf: -0.5\ng: 0o17\nh: 1_000\ni: ~\n",
+        );
+        assert_eq!(n.get("a").unwrap().value, Value::String("12".into()));
+        assert_eq!(n.get("b").unwrap().value, Value::Number(31.into()));
+        assert_eq!(n.get("c").unwrap().to_json(), serde_json::json!(1000.0));
+        assert_eq!(n.get("d").unwrap().value, Value::String("yes".into()));
+        assert_eq!(n.get("e").unwrap().value, Value::String("true".into()));
+        assert_eq!(n.get("f").unwrap().to_json(), serde_json::json!(-0.5));
+        assert_eq!(n.get("g").unwrap().value, Value::Number(15.into()));
+        assert_eq!(n.get("h").unwrap().value, Value::String("1_000".into()));
+        assert_eq!(n.get("i").unwrap().value, Value::Null);
+        assert_eq!(err("a: !custom x\n").code, "yaml_unsupported_tag");
+        assert_eq!(err("a: !!int abc\n").code, "yaml_syntax");
+        assert_eq!(err("a: .inf\n").code, "yaml_non_finite_number");
+        assert_eq!(err("a: -.inf\n").code, "yaml_non_finite_number");
+        assert_eq!(err("a: *nope\n").code, "yaml_syntax");
+        // Large maps use the hashed duplicate check.
+        let big: String = (0..100).map(|i| format!("k{i}: 1\n")).collect();
+        ok(&big);
+        assert_eq!(err(&format!("{big}k7: 2\n")).code, "duplicate_key");
     }
 }

@@ -148,3 +148,28 @@ fn invalid_corpus_matches_snapshots() {
         failures.join("\n")
     );
 }
+
+#[test]
+fn every_code_in_the_corpus_is_documented() {
+    let docs =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/check.md"))
+            .unwrap();
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(data_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "expected") {
+            continue;
+        }
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let code = v["code"].as_str().unwrap().to_owned();
+            if !docs.contains(&format!("`{code}`")) && !missing.contains(&code) {
+                missing.push(code);
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "codes missing from docs/check.md: {missing:?}"
+    );
+}

@@ -66,3 +66,24 @@ fn seed_fragments_validate_as_their_section() {
     assert_eq!(diags[0].path.to_string(), ".agent.options");
     assert_eq!((diags[0].line, diags[0].column), (4, 5));
 }
+
+#[test]
+fn warnings_do_not_drop_the_model() {
+    let text = "environments: [{name: dev, kind: daemon, daemon: d, cwd: /repo}]\ntriggers:\n  - name: t\n    on: slack.mention\n    max_runtime: 1h\n    filters: {from_users: [U1]}\n    steps:\n      - {id: s, environment: dev, max_runtime: 1m, idle_timeout: 1m, agent: {provider: gemini}, prompt: [{text: go}]}\n";
+    let (config, diags) = parse_workflow("w.yml", text);
+    let codes: Vec<&str> = diags.iter().map(|d| d.code).collect();
+    assert_eq!(
+        codes,
+        [
+            "unpinned_trigger",
+            "unpinned_trigger",
+            "unsupported_provider"
+        ]
+    );
+    assert!(diags.iter().all(|d| !d.is_error()));
+    let config = config.expect("a workflow with only warnings parses");
+    assert_eq!(config.triggers[0].steps.len(), 1);
+    // Positive control: the same workflow with an error has no model.
+    let (config, _) = parse_workflow("w.yml", &text.replace("max_runtime: 1m", "max_runtime: 0m"));
+    assert!(config.is_none());
+}

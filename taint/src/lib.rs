@@ -14,6 +14,26 @@
 //! crate only keeps the state. It does no IO and reads no clock: the caller
 //! passes every timestamp, as Unix milliseconds.
 //!
+//! # Example
+//!
+//! ```
+//! use palisade_schema::host_policy::parse_strict;
+//! use palisade_taint::{Event, Rules, Session, TaintSource};
+//!
+//! let text = "[taint]\nuntrusted_paths = [\"inbox/**\"]\nsteering_paths = [\"AGENTS.md\"]\n";
+//! let (policy, _warnings) = parse_strict(text, "palisade.toml").map_err(|d| d[0].to_string())?;
+//! let rules = Rules::new(&policy, &[]).map_err(|e| e.to_string())?;
+//! let mut session = Session::new();
+//!
+//! let fx = session.apply(&rules, 1_000, &Event::Read { path: "inbox/mail.eml".into() });
+//! assert!(fx.newly_tainted && fx.tainted_by == Some(TaintSource::UntrustedPath));
+//!
+//! let fx = session.apply(&rules, 2_000, &Event::Write { path: "AGENTS.md".into() });
+//! assert!(fx.steering_write.is_some_and(|w| w.tainted)); // record it, flagged
+//! assert!(session.is_tainted()); // and it stays so
+//! # Ok::<(), String>(())
+//! ```
+//!
 //! # Journal mapping
 //!
 //! [`Record`] serialises to `{"at_ms":…,"event":{"type":…}}`. A journal

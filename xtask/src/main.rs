@@ -53,7 +53,9 @@ fn ci() -> Result<(), String> {
     ]))?;
     // The README's test command, exactly.
     run(cargo(&root).args(["test", "--workspace"]))?;
-    fuzz_smoke(&root, FUZZ_SMOKE_SECONDS)?;
+    // An unoptimised build compiles in about half the time, which matters
+    // more than execution speed for a 10-second smoke run.
+    fuzz_smoke(&root, FUZZ_SMOKE_SECONDS, FuzzBuild::Dev)?;
     // A smoke run of the benchmark harness: no timing is asserted.
     bench::bench(&["--quick".to_owned()])?;
     println!("xtask ci: all gates passed");
@@ -78,19 +80,37 @@ fn fuzz(args: &[String]) -> Result<(), String> {
         }
     }
     match target {
-        Some(t) => fuzz_run(&root, &t, seconds),
-        None => fuzz_smoke(&root, seconds),
+        Some(t) => fuzz_run(&root, &t, seconds, FuzzBuild::Release),
+        None => fuzz_smoke(&root, seconds, FuzzBuild::Release),
     }
 }
 
-fn fuzz_smoke(root: &Path, seconds: u32) -> Result<(), String> {
+/// How cargo-fuzz builds the targets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FuzzBuild {
+    /// Optimised (cargo-fuzz's default): for real fuzzing campaigns.
+    Release,
+    /// Unoptimised (`--dev`): for the CI smoke run.
+    Dev,
+}
+
+impl FuzzBuild {
+    fn flags(self) -> &'static [&'static str] {
+        match self {
+            Self::Release => &[],
+            Self::Dev => &["--dev"],
+        }
+    }
+}
+
+fn fuzz_smoke(root: &Path, seconds: u32, build: FuzzBuild) -> Result<(), String> {
     let targets = fuzz_targets(root)?;
     if targets.is_empty() {
         return Err("no fuzz targets found under fuzz/fuzz_targets".to_owned());
     }
-    run(cargo_fuzz(root).args(["build"]))?;
+    run(cargo_fuzz(root).arg("build").args(build.flags()))?;
     for target in &targets {
-        fuzz_run(root, target, seconds)?;
+        fuzz_run(root, target, seconds, build)?;
     }
     println!(
         "fuzz: {} targets ran {seconds}s each without a finding",
@@ -99,9 +119,8 @@ fn fuzz_smoke(root: &Path, seconds: u32) -> Result<(), String> {
     Ok(())
 }
 
-fn fuzz_run(root: &Path, target: &str, seconds: u32) -> Result<(), String> {
-    run(cargo_fuzz(root).args([
-        "run".to_owned(),
+fn fuzz_run(root: &Path, target: &str, seconds: u32, build: FuzzBuild) -> Result<(), String> {
+    run(cargo_fuzz(root).arg("run").args(build.flags()).args([
         target.to_owned(),
         "--".to_owned(),
         format!("-max_total_time={seconds}"),

@@ -9,7 +9,7 @@ use palisade_policy::outward::{OutwardRequest, OutwardTable};
 use palisade_policy::route::RouteTable;
 use palisade_policy::verdict::Decision;
 use palisade_schema::host_policy::{
-    HostPattern, HostPolicy, OutwardDefault, OutwardKind, OutwardRule, PathGlob, RoutingRule,
+    Cidr, HostPattern, HostPolicy, OutwardDefault, OutwardKind, OutwardRule, PathGlob, RoutingRule,
     TaintSourceKind, TargetGlob,
 };
 use palisade_taint::{Event, Rules, Session, ToolClass};
@@ -23,6 +23,19 @@ const NAMES: &[&str] = &[
     "example.org",
     "x.example.org",
 ];
+/// Request hosts: every name above plus IP literals (rules never name these).
+const HOSTS: &[&str] = &[
+    "example.com",
+    "a.example.com",
+    "b.a.example.com",
+    "evil-example.com",
+    "example.org",
+    "x.example.org",
+    "10.1.2.3",
+    "10.9.9.9",
+    "::ffff:10.1.2.3",
+];
+const RANGES: &[&str] = &["10.1.0.0/16", "10.9.9.9/32"];
 const PORTS: &[u16] = &[443, 8443];
 const KINDS: &[&str] = &[
     "git.push",
@@ -88,6 +101,7 @@ struct MPolicy {
     out_allow: Vec<MOut>,
     out_deny: Vec<MOut>,
     routing: Vec<(Vec<usize>, BTreeSet<usize>)>,
+    ranges: BTreeSet<usize>,
 }
 
 #[derive(Clone, Debug)]
@@ -132,24 +146,28 @@ fn mpolicy() -> impl Strategy<Value = MPolicy> {
             ),
             0..3,
         ),
+        prop::collection::btree_set(0..RANGES.len(), 0..=2),
     )
         .prop_map(
-            |(allow, deny, taint_allow, sources, d, out_allow, out_deny, routing)| MPolicy {
-                allow,
-                deny,
-                taint_allow,
-                sources,
-                out_default_deny: d,
-                out_allow,
-                out_deny,
-                routing,
+            |(allow, deny, taint_allow, sources, d, out_allow, out_deny, routing, ranges)| {
+                MPolicy {
+                    allow,
+                    deny,
+                    taint_allow,
+                    sources,
+                    out_default_deny: d,
+                    out_allow,
+                    out_deny,
+                    routing,
+                    ranges,
+                }
             },
         )
 }
 
 fn mevent() -> impl Strategy<Value = MEvent> {
     prop_oneof![
-        (0..NAMES.len(), prop::sample::select(PORTS), any::<bool>())
+        (0..HOSTS.len(), prop::sample::select(PORTS), any::<bool>())
             .prop_map(|(n, p, r)| MEvent::Connect(n, p, r)),
         (0..4usize).prop_map(MEvent::Tool),
         (0..PATHS.len()).prop_map(MEvent::Read),
@@ -184,6 +202,11 @@ fn real_policy(m: &MPolicy) -> HostPolicy {
     };
     p.outward.allow = outs(&m.out_allow);
     p.outward.deny = outs(&m.out_deny);
+    p.egress.allow_addresses = m
+        .ranges
+        .iter()
+        .map(|r| Cidr::parse(RANGES[*r]).unwrap())
+        .collect();
     p.routing = m
         .routing
         .iter()
@@ -201,7 +224,7 @@ fn real_policy(m: &MPolicy) -> HostPolicy {
 fn real_event(e: &MEvent) -> Event {
     match e {
         MEvent::Connect(n, p, r) => Event::Connect {
-            host: NAMES[*n].to_owned(),
+            host: HOSTS[*n].to_owned(),
             port: *p,
             relay: *r,
         },
@@ -280,7 +303,25 @@ fn restricting(m: &MPolicy, path: usize) -> impl Iterator<Item = &(Vec<usize>, B
     })
 }
 
+/// Naive address-range membership: a fixed table, not CIDR arithmetic.
+fn in_range(host: usize, range: usize) -> bool {
+    matches!(
+        (HOSTS[host], RANGES[range]),
+        ("10.1.2.3" | "::ffff:10.1.2.3", "10.1.0.0/16") | ("10.9.9.9", "10.9.9.9/32")
+    )
+}
+
 fn model_egress(m: &MPolicy, s: &MSession, n: usize, port: u16) -> Decision {
+    if n >= NAMES.len() {
+        // An IP literal: only inside an allow_addresses range, and a tainted
+        // session only back to an address it contacted.
+        let inside = m.ranges.iter().any(|r| in_range(n, *r));
+        return if inside && (!s.tainted || s.contacted.contains(&(n, port))) {
+            Decision::Allow
+        } else {
+            Decision::Deny
+        };
+    }
     let host = NAMES[n];
     if m.deny.iter().any(|r| r.matches(host, port)) {
         return Decision::Deny;
@@ -336,7 +377,7 @@ fn model_dispatch(m: &MPolicy, s: &MSession, provider: usize) -> Decision {
 /// Every decision of the real code for `session` under `policy`, in a fixed order.
 fn all_decisions(policy: &HostPolicy, session: &Session) -> Vec<Decision> {
     let mut out = Vec::new();
-    for n in NAMES {
+    for n in HOSTS {
         for port in PORTS {
             out.push(
                 egress::decide(
@@ -410,7 +451,7 @@ proptest! {
             prop_assert_eq!(real.is_tainted(), model.tainted, "taint after {:?}", e);
             prop_assert!(!was_tainted || real.is_tainted(), "taint was cleared by {:?}", e);
             was_tainted = real.is_tainted();
-            for (n, name) in NAMES.iter().enumerate() {
+            for (n, name) in HOSTS.iter().enumerate() {
                 for port in PORTS {
                     let got = egress::decide(&policy, &real, &ConnectRequest { host: name, port: *port }).decision;
                     prop_assert_eq!(got, model_egress(&m, &model, n, *port), "egress {}:{}", name, port);

@@ -141,6 +141,12 @@ fn guarded_request_plan_advances_with_outputs() {
 #[test]
 fn rejected_events_run_nothing() {
     let config = bundle("v3");
+    // Positive control: the listed author is admitted.
+    assert!(
+        run_plan(&config, &slack_event("<@UBOT> hi"), &[])
+            .admission
+            .is_admitted()
+    );
     let mut e = slack_event("<@UBOT> hi");
     e.actor_id = Some("U666".into());
     let p = run_plan(&config, &e, &[]);

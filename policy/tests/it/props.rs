@@ -723,6 +723,16 @@ proptest! {
         // A required output no registered capability can provide for this trigger is rejected while parsing.
         let statically_rejected = diags.iter().any(|d| d.is_error() && d.code == "required_output_unavailable");
         prop_assume!(!statically_rejected);
+        // palisade-schema refuses providers without exact MCP preapproval while
+        // parsing; it must refuse exactly the ones the reference refuses.
+        let schema_unsupported = diags.iter().any(|d| d.is_error() && d.code == "unknown_provider");
+        let naive_unsupported = steps.iter().any(|(p, _, _)| {
+            matches!(crate::naive::translate(p, None, &["finish_execution".to_owned()], true), Err((code, _)) if code == "tool_policy_unsupported")
+        });
+        prop_assert_eq!(schema_unsupported, naive_unsupported);
+        if schema_unsupported {
+            return Ok(());
+        }
         let config = config.unwrap_or_else(|| panic!("generated workflow does not parse: {diags:#?}"));
         let reg = CapabilityRegistry::default();
         let cfg = GrantConfig { opencode_ordering: ord, ..GrantConfig::default() };
@@ -744,6 +754,89 @@ proptest! {
                 }
                 (r, n) => prop_assert!(false, "real {:?} vs naive {:?}", r, n),
             }
+        }
+    }
+}
+
+// ---- output ledger against a model ----
+
+#[derive(Clone, Debug)]
+enum LedgerOp {
+    /// Call a tool; `ok` says whether the outbound call then succeeds.
+    Call {
+        tool: &'static str,
+        ok: bool,
+    },
+    Finish,
+}
+
+fn ledger_op() -> impl Strategy<Value = LedgerOp> {
+    prop_oneof![
+        4 => (prop::sample::select(&["reply", "progress", "nope"][..]), prop::bool::weighted(0.7))
+            .prop_map(|(tool, ok)| LedgerOp::Call { tool, ok }),
+        1 => Just(LedgerOp::Finish),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// The ledger agrees with a model: attempts never exceed the first
+    /// declaration's `max`, finish succeeds exactly when every required type
+    /// was emitted, and nothing is accepted after a successful finish.
+    #[test]
+    fn ledger_agrees_with_a_model(ds in decls(), c in ctx(), reg in registry(), ops in prop::collection::vec(ledger_op(), 0..12)) {
+        use palisade_policy::ledger::{LedgerError, OutputLedger};
+        let mut ledger = OutputLedger::new(&ds, c.as_ref(), &reg);
+        // Model: per type (first declaration wins max; any declaration makes it required).
+        let mut types: Vec<(String, Option<String>, u32, bool, u32, u32)> = Vec::new();
+        for d in &ds {
+            if let Some(t) = types.iter_mut().find(|t| t.0 == d.kind) {
+                t.3 |= d.required;
+                continue;
+            }
+            let tool = reg.get(&d.kind).filter(|cap| cap.availability.is_available(c.as_ref())).map(|cap| cap.tool.name.clone());
+            types.push((d.kind.clone(), tool, d.max, d.required, 0, 0));
+        }
+        let mut finished = false;
+        for op in ops {
+            match op {
+                LedgerOp::Call { tool, ok } => {
+                    let res = ledger.reserve_tool(tool);
+                    let entry = types.iter_mut().find(|t| t.1.as_deref() == Some(tool));
+                    match (finished, entry) {
+                        (true, _) => prop_assert_eq!(res, Err(LedgerError::Finished)),
+                        (false, None) => prop_assert_eq!(res, Err(LedgerError::ToolNotFound { tool: tool.to_owned() })),
+                        (false, Some(t)) if t.4 >= t.2 => prop_assert_eq!(res, Err(LedgerError::LimitReached { kind: t.0.clone() })),
+                        (false, Some(t)) => {
+                            let r = res.unwrap();
+                            prop_assert_eq!(r.kind(), t.0.as_str());
+                            t.4 += 1;
+                            if ok {
+                                t.5 += 1;
+                                ledger.record(r);
+                            }
+                        }
+                    }
+                }
+                LedgerOp::Finish => {
+                    let res = ledger.finish();
+                    if finished {
+                        prop_assert_eq!(res, Err(LedgerError::Finished));
+                    } else if types.iter().any(|t| t.3 && t.5 == 0) {
+                        let missing = matches!(res, Err(LedgerError::RequiredOutputMissing { .. }));
+                        prop_assert!(missing, "expected a missing required output, got {:?}", res);
+                    } else {
+                        prop_assert_eq!(res, Ok(()));
+                        finished = true;
+                    }
+                }
+            }
+        }
+        for t in &types {
+            prop_assert_eq!(ledger.attempts(&t.0), t.4);
+            prop_assert_eq!(ledger.emitted(&t.0), t.5);
+            prop_assert!(t.4 <= t.2);
         }
     }
 }

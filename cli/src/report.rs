@@ -1,0 +1,520 @@
+//! `palisade report FILE --key KEY`: a human summary of one run's journal.
+//!
+//! The journal is verified first; only verified records are summarised, and
+//! the verification status heads the report. Sections: the execution, hosts
+//! contacted (with bytes), denials with reasons, relay requests, taint and
+//! when, outward actions, steering writes, and how the run ended.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args as ClapArgs;
+use serde_json::Value;
+
+/// Summarise a run's sealed journal.
+#[derive(Debug, ClapArgs)]
+pub(crate) struct Args {
+    /// The journal file.
+    file: PathBuf,
+    /// The journal key file (from `palisade journal keygen`).
+    #[arg(long)]
+    key: PathBuf,
+    /// An anchor file: fail when the journal ends before it.
+    #[arg(long)]
+    anchor: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_parser = ["human", "json"], default_value = "human")]
+    format: String,
+}
+
+/// One verified record, as the report reads it.
+#[derive(Debug, Clone)]
+pub(crate) struct Rec {
+    seq: u64,
+    time: u64,
+    kind: String,
+    flags: Vec<String>,
+    body: Value,
+}
+
+impl Rec {
+    fn parse(line: &str) -> Option<Self> {
+        let v: Value = serde_json::from_str(line).ok()?;
+        Some(Self {
+            seq: v.get("seq")?.as_u64()?,
+            time: v.get("time")?.as_u64()?,
+            kind: v.get("kind")?.as_str()?.to_owned(),
+            flags: v
+                .get("flags")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default(),
+            body: v.get("body").cloned().unwrap_or(Value::Null),
+        })
+    }
+
+    fn s(&self, key: &str) -> Option<&str> {
+        self.body.get(key).and_then(Value::as_str)
+    }
+
+    fn n(&self, key: &str) -> Option<u64> {
+        self.body.get(key).and_then(Value::as_u64)
+    }
+}
+
+#[derive(Debug, Default)]
+struct HostStats {
+    connections: u64,
+    bytes_up: u64,
+    bytes_down: u64,
+}
+
+/// The summary of verified records.
+#[derive(Debug, Default)]
+pub(crate) struct Summary {
+    started: Option<Rec>,
+    sandbox: Vec<Rec>,
+    policy: Vec<Rec>,
+    hosts: BTreeMap<String, HostStats>,
+    denials: Vec<(u64, String, String)>,
+    relays: BTreeMap<String, (u64, u64)>,
+    relay_refusals: Vec<(u64, String, String)>,
+    taint: Vec<Rec>,
+    outward: Vec<Rec>,
+    steering: Vec<Rec>,
+    ended: Option<Rec>,
+    other: BTreeMap<String, u64>,
+}
+
+fn target_of(r: &Rec) -> String {
+    if let Some(h) = r.s("host") {
+        return match r.n("port") {
+            Some(p) => format!("{h}:{p}"),
+            None => h.to_owned(),
+        };
+    }
+    r.s("target")
+        .or_else(|| r.s("authority"))
+        .unwrap_or("?")
+        .to_owned()
+}
+
+fn is_denied(r: &Rec) -> bool {
+    matches!(
+        r.s("decision").or_else(|| r.s("outcome")),
+        Some("deny" | "denied" | "refused")
+    )
+}
+
+/// Builds the summary from records in order.
+pub(crate) fn summarize(recs: &[Rec]) -> Summary {
+    let mut s = Summary::default();
+    for r in recs {
+        match r.kind.as_str() {
+            "execution_started" => s.started = Some(r.clone()),
+            "sandbox_status" => s.sandbox.push(r.clone()),
+            "tool_policy_applied" | "policy_loaded" => s.policy.push(r.clone()),
+            "egress_connection" => {
+                let target = target_of(r);
+                if is_denied(r) {
+                    let why = r
+                        .s("reason")
+                        .or_else(|| r.s("rule"))
+                        .unwrap_or("denied")
+                        .to_owned();
+                    s.denials.push((r.time, target, why));
+                } else {
+                    let h = s.hosts.entry(target).or_default();
+                    h.connections = h.connections.saturating_add(1);
+                    h.bytes_up = h.bytes_up.saturating_add(r.n("bytes_up").unwrap_or(0));
+                    h.bytes_down = h.bytes_down.saturating_add(r.n("bytes_down").unwrap_or(0));
+                }
+            }
+            "relay_request" => {
+                let name = r.s("relay").unwrap_or("relay").to_owned();
+                let what = format!(
+                    "{} {} {}",
+                    name,
+                    r.s("method").unwrap_or("?"),
+                    r.s("path").unwrap_or("?")
+                );
+                if is_denied(r) {
+                    let why = r.s("reason").unwrap_or("refused").to_owned();
+                    s.relay_refusals.push((r.time, what, why));
+                } else {
+                    let e = s.relays.entry(name).or_insert((0, 0));
+                    e.0 = e.0.saturating_add(1);
+                    e.1 =
+                        e.1.saturating_add(r.n("bytes_up").unwrap_or(0))
+                            .saturating_add(r.n("bytes_down").unwrap_or(0));
+                }
+            }
+            "taint_raised" => s.taint.push(r.clone()),
+            "outward_action" => s.outward.push(r.clone()),
+            "steering_write" => s.steering.push(r.clone()),
+            "execution_ended" | "execution_killed" => s.ended = Some(r.clone()),
+            "journal_opened" | "epoch_sealed" | "journal_closed" => {}
+            other => *s.other.entry(other.to_owned()).or_insert(0) += 1,
+        }
+    }
+    s
+}
+
+/// Milliseconds since the Unix epoch as `HH:MM:SS.mmm` UTC (the date is in the header).
+fn clock(ms: u64) -> String {
+    let secs = ms / 1000;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        (secs / 3600) % 24,
+        (secs / 60) % 60,
+        secs % 60,
+        ms % 1000
+    )
+}
+
+fn bytes(n: u64) -> String {
+    if n >= 1 << 20 {
+        format!("{:.1} MiB", n as f64 / f64::from(1u32 << 20))
+    } else if n >= 1 << 10 {
+        format!("{:.1} KiB", n as f64 / 1024.0)
+    } else {
+        format!("{n} B")
+    }
+}
+
+/// Renders the human report.
+pub(crate) fn render(status: &str, s: &Summary) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "verification: {status}");
+    if let Some(r) = &s.started {
+        let cmd = r
+            .body
+            .get("command")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "execution: started {} profile {} session {} `{}`",
+            clock(r.time),
+            r.s("profile").unwrap_or("?"),
+            r.s("session").unwrap_or("?"),
+            cmd
+        );
+    }
+    for r in &s.sandbox {
+        let _ = writeln!(
+            o,
+            "sandbox: {}",
+            r.s("status").unwrap_or(&r.body.to_string())
+        );
+    }
+    for r in &s.policy {
+        let _ = writeln!(
+            o,
+            "{}: {}",
+            r.kind,
+            r.s("digest")
+                .or_else(|| r.s("step"))
+                .unwrap_or(&r.body.to_string())
+        );
+    }
+    let _ = writeln!(o, "\nhosts contacted ({}):", s.hosts.len());
+    for (h, st) in &s.hosts {
+        let _ = writeln!(
+            o,
+            "  {h}: {} connection(s), {} up, {} down",
+            st.connections,
+            bytes(st.bytes_up),
+            bytes(st.bytes_down)
+        );
+    }
+    let _ = writeln!(o, "relays:");
+    for (name, (n, b)) in &s.relays {
+        let _ = writeln!(o, "  {name}: {n} request(s), {}", bytes(*b));
+    }
+    let _ = writeln!(
+        o,
+        "\ndenials ({}):",
+        s.denials.len() + s.relay_refusals.len()
+    );
+    for (t, target, why) in s.denials.iter().chain(&s.relay_refusals) {
+        let _ = writeln!(o, "  {} {target}: {why}", clock(*t));
+    }
+    let _ = writeln!(o, "\ntaint:");
+    match s.taint.first() {
+        None => {
+            let _ = writeln!(o, "  never tainted");
+        }
+        Some(first) => {
+            let _ = writeln!(o, "  tainted at {}", clock(first.time));
+            for r in &s.taint {
+                let _ = writeln!(
+                    o,
+                    "  {} source {} {}",
+                    clock(r.time),
+                    r.s("source").unwrap_or("?"),
+                    r.s("detail").unwrap_or("")
+                );
+            }
+        }
+    }
+    let _ = writeln!(o, "\noutward actions ({}):", s.outward.len());
+    for r in &s.outward {
+        let irreversible = if r.flags.iter().any(|f| f == "irreversible") {
+            " [irreversible]"
+        } else {
+            ""
+        };
+        let outcome = if r.s("event") == Some("executed") {
+            format!(
+                "executed (exit status {})",
+                r.body
+                    .get("status")
+                    .and_then(Value::as_i64)
+                    .map_or_else(|| String::from("unknown"), |c| c.to_string())
+            )
+        } else {
+            format!(
+                "{} (policy {}{})",
+                r.s("decision").unwrap_or("?"),
+                r.s("policy").unwrap_or("?"),
+                r.s("approval")
+                    .map(|a| format!(", {a}"))
+                    .unwrap_or_default()
+            )
+        };
+        let _ = writeln!(
+            o,
+            "  {} #{} {} {} -> {outcome}{irreversible}",
+            clock(r.time),
+            r.seq,
+            r.s("kind").unwrap_or("?"),
+            r.s("target").unwrap_or(""),
+        );
+    }
+    let _ = writeln!(o, "\nsteering writes ({}):", s.steering.len());
+    for r in &s.steering {
+        let flagged = if r.flags.iter().any(|f| f == "flagged")
+            || r.body.get("tainted") == Some(&Value::Bool(true))
+        {
+            " [FLAGGED: tainted session]"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            o,
+            "  {} #{} {} {}{flagged}",
+            clock(r.time),
+            r.seq,
+            r.s("change").unwrap_or("?"),
+            r.s("path").unwrap_or("?")
+        );
+    }
+    if !s.other.is_empty() {
+        let _ = writeln!(o, "\nother records:");
+        for (k, n) in &s.other {
+            let _ = writeln!(o, "  {k}: {n}");
+        }
+    }
+    let _ = writeln!(o);
+    match &s.ended {
+        Some(r) => {
+            let _ = writeln!(o, "ended: {} {} {}", clock(r.time), r.kind, r.body);
+        }
+        None => {
+            let _ = writeln!(o, "ended: no end-of-execution record");
+        }
+    }
+    o
+}
+
+/// Loads a journal key file, refusing one other users can read (as `palisade journal` does).
+pub(crate) fn load_key(path: &std::path::Path) -> Result<palisade_evidence::JournalKey, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).map_err(|e| format!("key `{}`: {e}", path.display()))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "key file {} is accessible by other users (mode {mode:o}); run chmod 600",
+            path.display()
+        ));
+    }
+    let text = zeroize::Zeroizing::new(
+        std::fs::read_to_string(path).map_err(|e| format!("key `{}`: {e}", path.display()))?,
+    );
+    palisade_evidence::JournalKey::from_text(&text)
+        .map_err(|e| format!("key `{}`: {e}", path.display()))
+}
+
+/// Verification status in words, and whether it is valid (closed or open).
+fn status_words(r: &palisade_evidence::Report) -> String {
+    use palisade_evidence::Verdict;
+    match r.verdict() {
+        Verdict::Closed => format!(
+            "VALID, closed ({} records, {} sealed epochs)",
+            r.records, r.sealed_epochs
+        ),
+        Verdict::Open => format!(
+            "VALID but OPEN: no journal_closed record, possibly truncated ({} records)",
+            r.records
+        ),
+        Verdict::Invalid => match &r.failure {
+            Some(f) => format!(
+                "INVALID at seq {} (line {}): {} ({}); only the {} records before it are summarised",
+                f.seq,
+                f.line,
+                f.kind.as_str(),
+                f.message,
+                r.records
+            ),
+            None => String::from("INVALID"),
+        },
+    }
+}
+
+pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
+    use palisade_evidence::Verdict;
+    let key = load_key(&args.key)?;
+    let bytes =
+        std::fs::read(&args.file).map_err(|e| format!("journal `{}`: {e}", args.file.display()))?;
+    let anchor = match &args.anchor {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).map_err(|e| format!("anchor `{}`: {e}", p.display()))?;
+            Some(palisade_evidence::Anchor::from_json(text.trim()).map_err(|e| e.to_string())?)
+        }
+        None => None,
+    };
+    let report = palisade_evidence::verify(&bytes, &key, anchor.as_ref());
+    let verified = usize::try_from(report.records).unwrap_or(usize::MAX);
+    let recs: Vec<Rec> = bytes
+        .split(|b| *b == b'\n')
+        .take(verified)
+        .filter_map(|l| std::str::from_utf8(l).ok())
+        .filter_map(Rec::parse)
+        .collect();
+    let summary = summarize(&recs);
+    let status = status_words(&report);
+    if args.format == "json" {
+        let v = serde_json::json!({
+            "verification": match report.verdict() {
+                Verdict::Closed => "closed",
+                Verdict::Open => "open",
+                Verdict::Invalid => "invalid",
+            },
+            "failure": report.failure.as_ref().map(|f| serde_json::json!({"seq": f.seq, "kind": f.kind.as_str(), "message": f.message})),
+            "records": report.records,
+            "hosts": summary.hosts.iter().map(|(h, s)| serde_json::json!({"host": h, "connections": s.connections, "bytes_up": s.bytes_up, "bytes_down": s.bytes_down})).collect::<Vec<_>>(),
+            "denials": summary.denials.iter().chain(&summary.relay_refusals).map(|(t, target, why)| serde_json::json!({"time": t, "target": target, "reason": why})).collect::<Vec<_>>(),
+            "tainted_at": summary.taint.first().map(|r| r.time),
+            "taint": summary.taint.iter().map(|r| r.body.clone()).collect::<Vec<_>>(),
+            "outward": summary.outward.iter().map(|r| { let mut b = r.body.clone(); if let Some(o) = b.as_object_mut() { o.insert("irreversible".into(), serde_json::Value::Bool(r.flags.iter().any(|f| f == "irreversible"))); } b }).collect::<Vec<_>>(),
+            "steering_writes": summary.steering.iter().map(|r| r.body.clone()).collect::<Vec<_>>(),
+            "ended": summary.ended.as_ref().map(|r| serde_json::json!({"kind": r.kind, "body": r.body})),
+        });
+        println!("{v}");
+    } else {
+        print!("{}", render(&status, &summary));
+    }
+    Ok(ExitCode::from(match report.verdict() {
+        Verdict::Closed => 0,
+        Verdict::Invalid => 1,
+        Verdict::Open => 3,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(seq: u64, kind: &str, body: Value, flags: &[&str]) -> Rec {
+        Rec {
+            seq,
+            time: 1_000 * seq,
+            kind: kind.into(),
+            flags: flags.iter().map(|f| (*f).to_owned()).collect(),
+            body,
+        }
+    }
+
+    #[test]
+    fn the_report_lists_hosts_denials_taint_outward_and_steering() {
+        use serde_json::json;
+        let recs = [
+            rec(
+                1,
+                "execution_started",
+                json!({"profile":"governed","command":["sh","w.sh"]}),
+                &[],
+            ),
+            rec(
+                2,
+                "egress_connection",
+                json!({"host":"a.example","port":443,"decision":"allow","bytes_up":10,"bytes_down":2048}),
+                &[],
+            ),
+            rec(
+                3,
+                "egress_connection",
+                json!({"host":"b.example","port":443,"decision":"deny","reason":"not in egress.allow"}),
+                &[],
+            ),
+            rec(
+                4,
+                "taint_raised",
+                json!({"source":"marked_file","detail":"notes/x.md"}),
+                &[],
+            ),
+            rec(
+                5,
+                "outward_action",
+                json!({"kind":"git.push","target":"r","decision":"deny","policy":"ask","approval":"timed_out"}),
+                &[],
+            ),
+            rec(
+                6,
+                "steering_write",
+                json!({"path":"AGENTS.md","change":"modified","tainted":true}),
+                &["flagged"],
+            ),
+            rec(7, "execution_ended", json!({"exit_code":0}), &[]),
+            rec(
+                8,
+                "outward_action",
+                json!({"event":"executed","kind":"git.push","target":"r","status":0}),
+                &["irreversible"],
+            ),
+        ];
+        let out = render("valid, closed", &summarize(&recs));
+        assert!(
+            out.contains("a.example:443: 1 connection(s), 10 B up, 2.0 KiB down"),
+            "{out}"
+        );
+        assert!(out.contains("b.example:443: not in egress.allow"), "{out}");
+        assert!(out.contains("tainted at 00:00:04.000"), "{out}");
+        assert!(
+            out.contains("git.push r -> deny (policy ask, timed_out)"),
+            "{out}"
+        );
+        assert!(out.contains("modified AGENTS.md [FLAGGED"), "{out}");
+        assert!(out.contains("ended: 00:00:07.000 execution_ended"), "{out}");
+        assert!(
+            out.contains("#8 git.push r -> executed (exit status 0) [irreversible]"),
+            "{out}"
+        );
+        assert_eq!(recs[0].seq, 1);
+    }
+}

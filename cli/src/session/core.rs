@@ -1,0 +1,502 @@
+//! The shared state of one governed session: the host policy, the sticky
+//! taint session, the sealed journal and the steering watch, behind one
+//! type that is at the same time the proxy's [`Decider`] and [`Recorder`]
+//! and the control channel's [`ControlBackend`].
+//!
+//! Because the proxy asks [`SessionCore::decide`] for every new connection
+//! and reads the same taint state that [`ControlBackend::taint`] changes
+//! under the same lock, a taint report switches the proxy to the tainted
+//! rules before the worker even gets its answer.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use palisade_egress::control::{
+    ControlBackend, Endpoint, OutwardAnswer, PendingAction, PolicyAnswer, SessionView, TaintEntry,
+    TaintKind, Verdict,
+};
+use palisade_egress::decide::{Decider, Verdict as ProxyVerdict};
+use palisade_egress::head::Host;
+use palisade_egress::record::{Event as ProxyEvent, Recorder};
+use palisade_evidence::{Body, Entry, Flags, JournalWriter, Kind, Timestamp};
+use palisade_policy::egress::{ConnectRequest, decide as decide_egress};
+use palisade_policy::outward::{OutwardRequest, OutwardTable};
+use palisade_policy::verdict::Decision;
+use palisade_schema::host_policy::HostPolicy;
+use palisade_taint::{Event as TaintEvent, Rules, Session, TaintSource, TaintState, ToolClass};
+use serde_json::{Value, json};
+
+use crate::steering::SteeringWatch;
+
+/// Unix milliseconds now.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` for Unix milliseconds (proleptic Gregorian, UTC).
+pub(crate) fn rfc3339(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The session's journal: records are appended synchronously (acknowledged
+/// once durable). A failed write marks the session failed; the launcher
+/// then stops the worker, because an unrecorded session must not go on.
+#[derive(Debug)]
+pub(crate) struct Journal {
+    writer: JournalWriter,
+    session: String,
+    failed: AtomicBool,
+}
+
+impl Journal {
+    pub(crate) fn new(writer: JournalWriter, session: String) -> Self {
+        Self {
+            writer,
+            session,
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    /// Appends one record now; errors mark the journal failed.
+    pub(crate) fn record(&self, kind: Kind, body: &Value, flags: Flags) {
+        let res = Body::from_value(body)
+            .map_err(|e| e.to_string())
+            .and_then(|b| {
+                let entry = Entry::new(Timestamp(now_ms()), self.session.clone(), kind, b)
+                    .with_flags(flags);
+                self.writer
+                    .append(&entry)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            });
+        if let Err(e) = res
+            && !self.failed.swap(true, Ordering::SeqCst)
+        {
+            eprintln!("palisade: journal write failed, stopping the session: {e}");
+        }
+    }
+
+    /// Whether a write failed.
+    pub(crate) fn failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
+    }
+
+    /// Seals and closes the journal.
+    pub(crate) fn close(&self) -> Result<String, String> {
+        self.writer
+            .close(Timestamp(now_ms()))
+            .map(|a| a.to_json())
+            .map_err(|e| e.to_string())
+    }
+}
+
+struct State {
+    session: Session,
+    /// Taint sources in report order, with their times (for the state view).
+    sources: Vec<TaintEntry>,
+}
+
+/// One governed session.
+pub(crate) struct SessionCore {
+    id: String,
+    policy: HostPolicy,
+    rules: Rules,
+    outward: OutwardTable,
+    state: Mutex<State>,
+    journal: Journal,
+    steering: Mutex<Option<SteeringWatch>>,
+    pending: AtomicUsize,
+    /// Print approval prompts for the operator (`palisade approve`).
+    host_endpoint: Option<String>,
+}
+
+impl std::fmt::Debug for SessionCore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionCore")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionCore {
+    /// A session over `policy` (marks: the marks-file paths), recording into `journal`.
+    pub(crate) fn new(
+        id: String,
+        policy: HostPolicy,
+        marks: &[String],
+        journal: Journal,
+        steering: Option<SteeringWatch>,
+        host_endpoint: Option<String>,
+    ) -> Result<Self, String> {
+        let rules = Rules::new(&policy, marks).map_err(|e| e.to_string())?;
+        let outward = OutwardTable::new(&policy).map_err(|e| e.to_string())?;
+        Ok(Self {
+            id,
+            policy,
+            rules,
+            outward,
+            state: Mutex::new(State {
+                session: Session::new(),
+                sources: Vec::new(),
+            }),
+            journal,
+            steering: Mutex::new(steering),
+            pending: AtomicUsize::new(0),
+            host_endpoint,
+        })
+    }
+
+    /// The journal.
+    pub(crate) fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
+    /// Whether the session is tainted now.
+    pub(crate) fn is_tainted(&self) -> bool {
+        lock(&self.state).session.is_tainted()
+    }
+
+    /// Applies a taint event, records `taint_raised` for a new source, returns whether it tainted.
+    ///
+    /// `claimed` is the source kind the worker reported, when it reported one;
+    /// the record keeps both it and the class the taint rules assigned.
+    fn apply_taint(&self, event: &TaintEvent, reported_by: &str, claimed: Option<&str>) -> bool {
+        let at = now_ms();
+        let (fx, before) = {
+            let mut st = lock(&self.state);
+            let before = sources_of(st.session.taint());
+            let fx = st.session.apply(&self.rules, at, event);
+            (fx, before)
+        };
+        let Some(src) = fx.tainted_by else {
+            return false;
+        };
+        let after = sources_of(lock(&self.state).session.taint());
+        // Record only a source that was not known yet (taint is a set).
+        if after.len() > before.len() {
+            let detail = after
+                .iter()
+                .find(|s| !before.contains(*s))
+                .map(|s| s.1.clone())
+                .unwrap_or_default();
+            let shown = claimed.unwrap_or(source_name(src));
+            lock(&self.state).sources.push(TaintEntry {
+                source: shown.to_owned(),
+                detail: detail.clone(),
+                at: rfc3339(at),
+            });
+            self.journal.record(
+                Kind::TaintRaised,
+                &json!({
+                    "source": shown,
+                    "class": source_name(src),
+                    "detail": detail,
+                    "first": fx.newly_tainted,
+                    "reported_by": reported_by,
+                }),
+                Flags::TAINTED,
+            );
+        }
+        true
+    }
+
+    /// Hashes the steering paths again and records each change; changes made
+    /// while the session is tainted are flagged.
+    pub(crate) fn check_steering(&self, trigger: &str) {
+        let (changes, incomplete) = match lock(&self.steering).as_mut() {
+            Some(w) => w.check(),
+            None => return,
+        };
+        if changes.is_empty() && !incomplete {
+            return;
+        }
+        let tainted = self.is_tainted();
+        for c in changes {
+            let path = c.path.display().to_string();
+            let _ = lock(&self.state).session.apply(
+                &self.rules,
+                now_ms(),
+                &TaintEvent::Write { path: path.clone() },
+            );
+            let flags = if tainted {
+                Flags::FLAGGED | Flags::TAINTED
+            } else {
+                Flags::NONE
+            };
+            self.journal.record(
+                Kind::SteeringWrite,
+                &json!({
+                    "path": path,
+                    "change": c.change,
+                    "before": c.before,
+                    "after": c.after,
+                    "tainted": tainted,
+                    "trigger": trigger,
+                }),
+                flags,
+            );
+        }
+        if incomplete {
+            self.journal.record(
+                Kind::SteeringWrite,
+                &json!({"path": null, "change": "scan_incomplete", "tainted": tainted, "trigger": trigger}),
+                Flags::FLAGGED,
+            );
+        }
+    }
+}
+
+fn sources_of(t: &TaintState) -> Vec<(TaintSource, String)> {
+    match t {
+        TaintState::Clean => Vec::new(),
+        TaintState::Tainted { sources, .. } => sources
+            .iter()
+            .map(|s| (s.source, s.detail.clone()))
+            .collect(),
+    }
+}
+
+fn source_name(s: TaintSource) -> &'static str {
+    match s {
+        TaintSource::Web => "web",
+        TaintSource::ExternalMcp => "external_mcp",
+        TaintSource::Shell => "shell",
+        TaintSource::ProxyNonRelay => "proxy_non_relay",
+        TaintSource::UntrustedPath => "untrusted_path",
+        TaintSource::MarkedFile => "marked_file",
+        TaintSource::Input => "input",
+    }
+}
+
+impl Decider for SessionCore {
+    fn decide(&self, host: &Host, port: u16) -> ProxyVerdict {
+        let host_text = match host {
+            Host::Name(n) => n.clone(),
+            Host::Ip(ip) => ip.to_string(),
+        };
+        let v = {
+            let st = lock(&self.state);
+            decide_egress(
+                &self.policy,
+                &st.session,
+                &ConnectRequest {
+                    host: &host_text,
+                    port,
+                },
+            )
+        };
+        match v.decision {
+            Decision::Allow => ProxyVerdict {
+                allow: true,
+                rule: v.rule,
+                reason: v.reason,
+            },
+            Decision::Ask | Decision::Deny => ProxyVerdict::deny(v.rule, v.reason),
+        }
+    }
+
+    fn contacted(&self, host: &Host, port: u16) {
+        let event = TaintEvent::Connect {
+            host: host.to_string(),
+            port,
+            relay: false,
+        };
+        // Marks the host as already contacted, and taints when the policy
+        // lists `proxy_non_relay` as a source.
+        let _ = self.apply_taint(&event, "proxy", None);
+    }
+}
+
+impl Recorder for SessionCore {
+    fn record(&self, event: &ProxyEvent) {
+        let kind = match event {
+            ProxyEvent::Relay(_) => Kind::RelayRequest,
+            _ => Kind::EgressConnection,
+        };
+        let flags = if self.is_tainted() {
+            Flags::TAINTED
+        } else {
+            Flags::NONE
+        };
+        self.journal.record(kind, &event.to_json(), flags);
+    }
+}
+
+impl ControlBackend for SessionCore {
+    fn before_request(&self, endpoint: Endpoint, op: &str) {
+        // The worker's requests mark points in its run; the host's polling
+        // (`palisade approve --next`) must not cost a walk each time.
+        if endpoint == Endpoint::Worker {
+            self.check_steering(&format!("control:{op}"));
+        }
+    }
+
+    fn taint(&self, source: TaintKind, detail: &str) -> SessionView {
+        let specific = match source {
+            TaintKind::Web => Some(TaintEvent::ToolResult {
+                tool: ToolClass::Web,
+                name: detail.to_owned(),
+            }),
+            TaintKind::Mcp => Some(TaintEvent::ToolResult {
+                tool: ToolClass::ExternalMcp,
+                name: detail.to_owned(),
+            }),
+            TaintKind::MarkedFile => Some(TaintEvent::Read {
+                path: detail.to_owned(),
+            }),
+            TaintKind::Inbox => None,
+        };
+        let claimed = Some(source.as_str());
+        let tainted = specific.is_some_and(|e| self.apply_taint(&e, "worker", claimed));
+        if !tainted {
+            // A worker's own report always taints, even when the policy does
+            // not list that source or path: taint errs on the side of caution.
+            let label = format!("{}:{detail}", source.as_str());
+            let _ = self.apply_taint(&TaintEvent::UntrustedInput { label }, "worker", claimed);
+        }
+        self.state()
+    }
+
+    fn decide_outward(&self, kind: &str, target: &str) -> PolicyAnswer {
+        let v = {
+            let st = lock(&self.state);
+            self.outward
+                .decide(&st.session, &OutwardRequest { kind, target })
+        };
+        PolicyAnswer {
+            verdict: match v.decision {
+                Decision::Allow => Verdict::Allow,
+                Decision::Ask => Verdict::Ask,
+                Decision::Deny => Verdict::Deny,
+            },
+            rule: v.rule,
+            reason: v.reason,
+        }
+    }
+
+    fn outward_pending(&self, p: &PendingAction) {
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        let how = self
+            .host_endpoint
+            .as_ref()
+            .map(|e| format!(": palisade approve --socket {e} {} [--deny]", p.ticket))
+            .unwrap_or_default();
+        eprintln!(
+            "palisade: outward `{}` to `{}` waits for approval (ticket {}){how}",
+            p.kind, p.target, p.ticket
+        );
+    }
+
+    fn outward_settled(&self, kind: &str, target: &str, a: &OutwardAnswer) {
+        if a.approval.is_some() {
+            self.pending.fetch_sub(1, Ordering::SeqCst);
+        }
+        let tainted = self.is_tainted();
+        self.journal.record(
+            Kind::OutwardAction,
+            &json!({
+                "event": "decided",
+                "ticket": a.ticket,
+                "kind": kind,
+                "target": target,
+                "policy": a.policy.as_str(),
+                "decision": a.decision.as_str(),
+                "approval": a.approval.map(|x| match x {
+                    palisade_egress::control::Approval::Approved => "approved",
+                    palisade_egress::control::Approval::Denied => "denied",
+                    palisade_egress::control::Approval::TimedOut => "timed_out",
+                    palisade_egress::control::Approval::Cancelled => "cancelled",
+                }),
+                "rule": a.rule,
+                "reason": a.reason,
+                "tainted": tainted,
+            }),
+            if tainted { Flags::TAINTED } else { Flags::NONE },
+        );
+    }
+
+    fn outward_executed(&self, ticket: u64, kind: &str, target: &str, status: Option<i32>) {
+        let fx = lock(&self.state).session.apply(
+            &self.rules,
+            now_ms(),
+            &TaintEvent::Outward {
+                kind: kind.to_owned(),
+                target: target.to_owned(),
+            },
+        );
+        // Executed means done: even a failed command may have had an effect,
+        // so an executed action is irreversible whatever its status.
+        let _ = fx;
+        let flags = if self.is_tainted() {
+            Flags::TAINTED | Flags::IRREVERSIBLE
+        } else {
+            Flags::IRREVERSIBLE
+        };
+        self.journal.record(
+            Kind::OutwardAction,
+            &json!({
+                "event": "executed",
+                "ticket": ticket,
+                "kind": kind,
+                "target": target,
+                "decision": "allow",
+                "policy": null,
+                "status": status,
+            }),
+            flags,
+        );
+    }
+
+    fn state(&self) -> SessionView {
+        let st = lock(&self.state);
+        let mut contacted: Vec<String> = st.session.contacted().map(str::to_owned).collect();
+        contacted.sort();
+        SessionView {
+            session: self.id.clone(),
+            tainted: st.session.is_tainted(),
+            tainted_at: st.session.first_tainted_at_ms().map(rfc3339),
+            sources: st.sources.clone(),
+            contacted,
+            pending: self.pending.load(Ordering::SeqCst),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rfc3339;
+
+    #[test]
+    fn rfc3339_formats_known_instants() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(951_782_400_123), "2000-02-29T00:00:00.123Z");
+        assert_eq!(rfc3339(1_796_000_000_500), "2026-11-30T00:53:20.500Z");
+    }
+}

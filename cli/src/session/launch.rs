@@ -1,0 +1,915 @@
+//! `palisade run --policy …`: start the proxy, the relays and the control
+//! channel on private Unix sockets, bridge them into the sandbox's network
+//! namespace, launch the worker, record everything in one sealed journal,
+//! and close it whatever happens to the worker.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use palisade_egress::control::{ControlConfig, ControlListener, ControlServer, Endpoint};
+use palisade_egress::proxy::{Listener, Proxy, ProxyToken, Shutdown, shutdown_channel};
+use palisade_egress::relay::{
+    Credential, Origin, Placeholder, PlaceholderFormat, PrivateSocket, Relay, RelayConfig, Route,
+    Secret,
+};
+use palisade_egress::resolve::{BoxFuture, Resolver, SystemResolver};
+use palisade_evidence::{Flags, JournalWriter, Kind, Timestamp, WriterOptions};
+use palisade_isolate::{Bridge, Command, Sandbox};
+use palisade_schema::host_policy::HostPolicy;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use super::core::{Journal, SessionCore, now_ms};
+use crate::steering::SteeringWatch;
+
+/// Port of the egress proxy inside the sandbox.
+pub(crate) const PROXY_PORT: u16 = 3128;
+/// Port of the control channel inside the sandbox.
+pub(crate) const CONTROL_PORT: u16 = 3129;
+/// First relay port inside the sandbox (one port per relay, in policy order).
+pub(crate) const FIRST_RELAY_PORT: u16 = 3130;
+
+/// How long a worker has to stop after palisade forwarded a stop signal.
+const KILL_GRACE: Duration = Duration::from_secs(5);
+
+/// Exit status of a setup failure (as `palisade run`).
+const EXIT_SETUP: u8 = 125;
+
+/// What the policy-driven form of `palisade run` adds to the sandbox.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub(crate) struct GovernedArgs {
+    /// The host policy (`palisade.toml`): egress, relays, outward, taint.
+    /// With it, the worker runs as a governed session.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) policy: Option<PathBuf>,
+    /// The session's journal (created; an existing file is refused).
+    #[arg(long, value_name = "FILE", requires = "policy")]
+    pub(crate) journal: Option<PathBuf>,
+    /// The journal key file (`palisade journal keygen`).
+    #[arg(long, value_name = "FILE", requires = "policy")]
+    pub(crate) key: Option<PathBuf>,
+    /// Pin a name to an address for the proxy and relays, like curl's
+    /// `--resolve` (repeatable, `NAME=IP`). The address still has to pass
+    /// the address deny set or `egress.allow_addresses`.
+    #[arg(long = "resolve", value_name = "NAME=IP", requires = "policy")]
+    pub(crate) resolve: Vec<String>,
+    /// Trust only the certificates in this PEM file for relay upstreams
+    /// (instead of the public web roots), e.g. a private provider gateway.
+    #[arg(long, value_name = "PEM", requires = "policy")]
+    pub(crate) relay_ca: Option<PathBuf>,
+    /// Where the host endpoint for `palisade approve` listens (default: in
+    /// the session's private directory, printed at start).
+    #[arg(long, value_name = "SOCKET", requires = "policy")]
+    pub(crate) approve_socket: Option<PathBuf>,
+    /// Seconds an outward `ask` waits for `palisade approve` before it is denied.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 300,
+        requires = "policy"
+    )]
+    pub(crate) approval_timeout: u64,
+    /// The hub workflow (a repository root, a `.paseo` folder or a
+    /// single-file workflow) whose step the worker runs. Its exact tool
+    /// grant and translated provider options are written, read-only, to
+    /// `.palisade/step-grant.json` in the working directory, and recorded.
+    #[arg(long, value_name = "PATH", requires_all = ["policy", "trigger", "step"])]
+    pub(crate) workflow: Option<PathBuf>,
+    /// The workflow trigger.
+    #[arg(long, value_name = "T", requires = "workflow")]
+    pub(crate) trigger: Option<String>,
+    /// The workflow step.
+    #[arg(long, value_name = "S", requires = "workflow")]
+    pub(crate) step: Option<String>,
+    /// The run's output context: slack, discord, github or manual.
+    #[arg(
+        long,
+        value_name = "C",
+        requires = "workflow",
+        default_value = "manual"
+    )]
+    pub(crate) context: String,
+}
+
+/// Resolves pinned names from a table and everything else on the host.
+#[derive(Debug)]
+struct PinnedResolver {
+    pins: HashMap<String, Vec<IpAddr>>,
+}
+
+impl Resolver for PinnedResolver {
+    fn resolve<'a>(&'a self, name: &'a str) -> BoxFuture<'a, std::io::Result<Vec<IpAddr>>> {
+        match self.pins.get(&name.to_ascii_lowercase()) {
+            Some(a) => {
+                let a = a.clone();
+                Box::pin(async move { Ok(a) })
+            }
+            None => SystemResolver.resolve(name),
+        }
+    }
+}
+
+fn pins(args: &[String]) -> Result<HashMap<String, Vec<IpAddr>>, String> {
+    let mut out: HashMap<String, Vec<IpAddr>> = HashMap::new();
+    for a in args {
+        let (name, ip) = a
+            .split_once('=')
+            .ok_or_else(|| format!("--resolve `{a}` is not NAME=IP"))?;
+        let ip: IpAddr = ip
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse()
+            .map_err(|_| format!("--resolve `{a}`: `{ip}` is not an IP address"))?;
+        out.entry(name.trim_end_matches('.').to_ascii_lowercase())
+            .or_default()
+            .push(ip);
+    }
+    Ok(out)
+}
+
+fn setup_failure(msg: impl std::fmt::Display) -> Result<ExitCode, String> {
+    eprintln!("palisade: {msg}");
+    Ok(ExitCode::from(EXIT_SETUP))
+}
+
+/// A private directory for this session's sockets.
+fn session_dir(id: &str) -> Result<PathBuf, String> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let bases: Vec<PathBuf> = [
+        Some(PathBuf::from("/run/palisade")),
+        std::env::var_os("XDG_RUNTIME_DIR").map(|d| PathBuf::from(d).join("palisade")),
+        Some(std::env::temp_dir().join(format!("palisade-{}", nix::unistd::geteuid()))),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let mut last = String::new();
+    for base in bases {
+        if let Err(e) = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&base)
+        {
+            last = format!("{}: {e}", base.display());
+            continue;
+        }
+        let dir = base.join(id);
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => {
+                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+                    .map_err(|e| format!("{}: {e}", dir.display()))?;
+                return Ok(dir);
+            }
+            Err(e) => last = format!("{}: {e}", dir.display()),
+        }
+    }
+    Err(format!(
+        "cannot create a private session directory ({last})"
+    ))
+}
+
+fn random_id() -> Result<String, String> {
+    let mut b = [0u8; 8];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .map_err(|e| format!("cannot read /dev/urandom: {e}"))?;
+    Ok(hex::encode(b))
+}
+
+fn load_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| format!("--relay-ca `{}`: {e}", path.display()))?;
+    for c in certs {
+        let c = c.map_err(|e| format!("--relay-ca `{}`: {e}", path.display()))?;
+        roots
+            .add(c)
+            .map_err(|e| format!("--relay-ca `{}`: {e}", path.display()))?;
+    }
+    if roots.is_empty() {
+        return Err(format!(
+            "--relay-ca `{}` holds no certificate",
+            path.display()
+        ));
+    }
+    Ok(roots)
+}
+
+/// The shape of a relay's placeholder: credential-shaped for known providers.
+fn placeholder_format(relay: &palisade_schema::host_policy::Relay) -> PlaceholderFormat {
+    let hay = format!("{} {}", relay.name, relay.origin.host).to_ascii_lowercase();
+    if hay.contains("anthropic") || relay.credential.header.eq_ignore_ascii_case("x-api-key") {
+        PlaceholderFormat::anthropic()
+    } else if hay.contains("openai") {
+        PlaceholderFormat::openai()
+    } else {
+        PlaceholderFormat::generic()
+    }
+}
+
+/// A relay ready to serve, with what the worker needs to reach it.
+struct ReadyRelay {
+    relay: Relay,
+    socket: PrivateSocket,
+    port: u16,
+    env: Vec<(String, String)>,
+}
+
+fn build_relays(
+    policy: &HostPolicy,
+    dir: &Path,
+    roots: Option<&rustls::RootCertStore>,
+    resolver: &Arc<PinnedResolver>,
+    core: &Arc<SessionCore>,
+    addresses: &palisade_egress::addr::AddressPolicy,
+) -> Result<Vec<ReadyRelay>, String> {
+    let mut out = Vec::new();
+    for (i, r) in policy.egress.relays.iter().enumerate() {
+        let port = FIRST_RELAY_PORT
+            .checked_add(u16::try_from(i).map_err(|_| "too many relays".to_owned())?)
+            .ok_or("too many relays")?;
+        // The one place a credential is read: the host's environment, never the worker's.
+        let secret = std::env::var(&r.credential.from_env).map_err(|_| {
+            format!(
+                "relay `{}`: the host variable `{}` holding its credential is not set",
+                r.name, r.credential.from_env
+            )
+        })?;
+        let origin_text = format!("{}://{}:{}", r.origin.scheme, r.origin.host, r.origin.port);
+        let origin = Origin::parse(&origin_text).map_err(|e| format!("relay `{}`: {e}", r.name))?;
+        let routes = r
+            .routes
+            .iter()
+            .map(|rt| Route::parse(&format!("{} {}", rt.method, rt.path)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("relay `{}`: {e}", r.name))?;
+        let credential = Credential::new(
+            &r.credential.header,
+            &r.credential.prefix,
+            Secret::new(secret),
+        )
+        .map_err(|e| format!("relay `{}`: {e}", r.name))?;
+        let placeholder = Placeholder::generate(&placeholder_format(r))
+            .map_err(|e| format!("relay `{}`: cannot make a placeholder: {e}", r.name))?;
+        let mut config = RelayConfig::new(&r.name, origin, routes, credential, placeholder.clone())
+            .map_err(|e| format!("relay `{}`: {e}", r.name))?;
+        if let Some(roots) = roots {
+            config = config
+                .with_roots(roots.clone())
+                .map_err(|e| format!("relay `{}`: {e}", r.name))?;
+        }
+        config.addresses = addresses.clone();
+        let socket = PrivateSocket::bind(&dir.join(format!("relay-{i}.sock")))
+            .map_err(|e| format!("relay `{}`: cannot bind its socket: {e}", r.name))?;
+        let base_url = format!("http://127.0.0.1:{port}");
+        let mut env = vec![(
+            format!(
+                "PALISADE_RELAY_{}_URL",
+                r.name
+                    .chars()
+                    .map(|c| if c.is_ascii_alphanumeric() {
+                        c.to_ascii_uppercase()
+                    } else {
+                        '_'
+                    })
+                    .collect::<String>()
+            ),
+            base_url.clone(),
+        )];
+        for (k, v) in &r.worker_env {
+            let value = match v.as_str() {
+                "placeholder" => placeholder.expose().to_owned(),
+                "relay" | "base_url" => base_url.clone(),
+                other => other.to_owned(),
+            };
+            env.push((k.clone(), value));
+        }
+        let relay = Relay::new(config, resolver.clone(), core.clone());
+        out.push(ReadyRelay {
+            relay,
+            socket,
+            port,
+            env,
+        });
+    }
+    Ok(out)
+}
+
+/// Everything bound and built before the worker starts.
+struct Services {
+    proxy: Proxy,
+    proxy_listener: Option<Listener>,
+    relays: Vec<ReadyRelay>,
+    control: ControlServer,
+    worker_listener: Option<ControlListener>,
+    host_listener: Option<ControlListener>,
+    host_path: PathBuf,
+    proxy_path: PathBuf,
+    control_path: PathBuf,
+    token: ProxyToken,
+}
+
+/// Runs the worker as a governed session. `sb` is the sandbox `palisade run`
+/// configured from its flags; the policy adds the rest.
+pub(crate) fn run(
+    mut sb: Sandbox,
+    args: GovernedArgs,
+    command: Vec<OsString>,
+    launch_report: Option<PathBuf>,
+) -> Result<ExitCode, String> {
+    let Some(policy_path) = args.policy.clone() else {
+        return setup_failure("a governed session needs --policy");
+    };
+    let (Some(journal_path), Some(key_path)) = (args.journal.clone(), args.key.clone()) else {
+        return setup_failure("a governed session needs --journal FILE and --key KEY");
+    };
+    let text = std::fs::read_to_string(&policy_path)
+        .map_err(|e| format!("policy `{}`: {e}", policy_path.display()))?;
+    let file = policy_path.display().to_string();
+    let policy = match palisade_schema::host_policy::parse_strict(&text, &file) {
+        Ok((p, _)) => p,
+        Err(diags) => {
+            for d in diags {
+                eprintln!("{d}");
+            }
+            return setup_failure(format!("policy `{file}` is invalid"));
+        }
+    };
+    if policy.worker.profile.as_str() != sb.profile().name {
+        return setup_failure(format!(
+            "the policy asks for the `{}` profile but the sandbox uses `{}`: pass --profile {}",
+            policy.worker.profile.as_str(),
+            sb.profile().name,
+            policy.worker.profile.as_str()
+        ));
+    }
+    let policy_digest = format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())));
+    let pins = pins(&args.resolve).map_err(|e| e.to_string())?;
+    let roots = match &args.relay_ca {
+        Some(p) => Some(load_roots(p)?),
+        None => None,
+    };
+    let key = crate::report::load_key(&key_path)?;
+    let id = random_id()?;
+    // The step's exact grant, computed before anything starts: a step that
+    // cannot be dispatched refuses the run.
+    let grant = match &args.workflow {
+        Some(w) => match step_grant(
+            w,
+            args.trigger.as_deref(),
+            args.step.as_deref(),
+            &args.context,
+        ) {
+            Ok(g) => Some(g),
+            Err(e) => return setup_failure(e),
+        },
+        None => None,
+    };
+
+    // The policy's worker section adds to what the flags gave.
+    for w in &policy.worker.writable {
+        sb.writable(PathBuf::from(w));
+    }
+    for r in &policy.worker.read_only {
+        sb.read_only(PathBuf::from(r));
+    }
+    for (k, v) in &policy.worker.env.set {
+        sb.env(k, v);
+    }
+    // The policy file stays read-only for the worker when it lies inside a
+    // writable root (elsewhere the host view is read-only already).
+    if let Ok(abs) = std::fs::canonicalize(&policy_path)
+        && sb
+            .profile()
+            .writable
+            .iter()
+            .filter_map(|w| std::fs::canonicalize(w).ok())
+            .any(|w| abs.starts_with(w))
+    {
+        sb.protect(abs);
+    }
+    let provider_credentials = sb.profile().provider_credentials;
+    let roots_for_steering: Vec<PathBuf> = sb.profile().writable.clone();
+    let steering_globs: Vec<String> = policy
+        .taint
+        .steering_paths
+        .iter()
+        .map(|g| g.as_str().to_owned())
+        .collect();
+
+    let writer = JournalWriter::create(
+        &journal_path,
+        &key,
+        &WriterOptions::default(),
+        Timestamp(now_ms()),
+    )
+    .map_err(|e| format!("journal `{}`: {e}", journal_path.display()))?;
+    let journal = Journal::new(writer, id.clone());
+    let dir = match session_dir(&id) {
+        Ok(d) => d,
+        Err(e) => {
+            let _ = journal.close();
+            return setup_failure(e);
+        }
+    };
+    let host_path = args
+        .approve_socket
+        .clone()
+        .unwrap_or_else(|| dir.join("host.sock"));
+    let steering = match SteeringWatch::new(&roots_for_steering, &steering_globs) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            let _ = journal.close();
+            return setup_failure(e);
+        }
+    };
+    let marks = policy_marks(&policy);
+    let core = match SessionCore::new(
+        id.clone(),
+        policy.clone(),
+        &marks,
+        journal,
+        steering,
+        Some(host_path.display().to_string()),
+    ) {
+        Ok(c) => Arc::new(c),
+        Err(e) => return setup_failure(e),
+    };
+
+    if let Some((info, grant_json)) = &grant {
+        match write_grant(&mut sb, grant_json) {
+            Ok(path) => {
+                let mut body = info.clone();
+                if let Some(o) = body.as_object_mut() {
+                    o.insert("written_to".into(), json!(path.display().to_string()));
+                }
+                core.journal()
+                    .record(Kind::ToolPolicyApplied, &body, Flags::NONE);
+            }
+            Err(e) => {
+                let _ = core.journal().close();
+                return setup_failure(e);
+            }
+        }
+    }
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the session runtime: {e}"))?;
+    let approval_timeout = Duration::from_secs(args.approval_timeout);
+    let result = rt.block_on(async {
+        let services = match bind_services(
+            &policy,
+            &dir,
+            &host_path,
+            roots.as_ref(),
+            pins,
+            &core,
+            provider_credentials,
+            approval_timeout,
+        )
+        .await
+        {
+            Ok(s) => s,
+            Err(e) => {
+                core.journal().record(
+                    Kind::SandboxStatus,
+                    &json!({"status": "refused", "error": e}),
+                    Flags::NONE,
+                );
+                return Err(e);
+            }
+        };
+        supervise(
+            sb,
+            services,
+            &core,
+            &id,
+            &command,
+            &policy_path,
+            &policy_digest,
+            launch_report.as_deref(),
+        )
+        .await
+    });
+    drop(rt);
+    let anchor = core.journal().close();
+    let _ = std::fs::remove_dir_all(&dir);
+    match anchor {
+        Ok(a) => {
+            let anchor_path = PathBuf::from(format!("{}.anchor", journal_path.display()));
+            if let Err(e) = std::fs::write(&anchor_path, format!("{a}\n")) {
+                eprintln!(
+                    "palisade: warning: cannot write the anchor {}: {e}",
+                    anchor_path.display()
+                );
+            }
+            eprintln!(
+                "palisade: journal sealed: {} (anchor {}); summary: palisade report {} --key {}",
+                journal_path.display(),
+                anchor_path.display(),
+                journal_path.display(),
+                key_path.display()
+            );
+        }
+        Err(e) => eprintln!("palisade: the journal could not be closed cleanly: {e}"),
+    }
+    match result {
+        Ok(code) => Ok(code),
+        Err(e) => setup_failure(e),
+    }
+}
+
+/// Computes one workflow step's grant: `(record body, file contents)`.
+fn step_grant(
+    workflow: &Path,
+    trigger: Option<&str>,
+    step: Option<&str>,
+    context: &str,
+) -> Result<(serde_json::Value, serde_json::Value), String> {
+    use palisade_policy::capability::{CapabilityRegistry, OutputContext};
+    use palisade_policy::grant::GrantConfig;
+    use palisade_policy::plan::{find_trigger, grant_for, static_agent};
+    let (Some(trigger), Some(step)) = (trigger, step) else {
+        return Err(String::from("--workflow needs --trigger and --step"));
+    };
+    if !matches!(context, "slack" | "discord" | "github" | "manual") {
+        return Err(format!(
+            "--context `{context}` is not slack, discord, github or manual"
+        ));
+    }
+    let config = crate::policy_cmd::load_config(workflow)?;
+    let t = find_trigger(&config, trigger).map_err(|e| e.to_string())?;
+    let s = t
+        .steps
+        .iter()
+        .find(|x| x.id == step)
+        .ok_or_else(|| format!("trigger `{trigger}` has no step `{step}`"))?;
+    let agent = static_agent(&config, s).ok_or_else(|| {
+        format!("step `{step}` chooses its agent at run time or names an undefined agent; palisade run needs a fixed agent")
+    })?;
+    let ctx = OutputContext::new(context);
+    let grant = grant_for(
+        s,
+        &agent.agent,
+        Some(&ctx),
+        &CapabilityRegistry::default(),
+        &GrantConfig::default(),
+    )
+    .map_err(|e| format!("step `{step}` cannot be dispatched: {} ({})", e, e.code()))?;
+    let full = grant.to_json();
+    let tools: Vec<String> = grant
+        .derived
+        .policy
+        .tool_names()
+        .map(str::to_owned)
+        .collect();
+    let info = json!({
+        "workflow": workflow.display().to_string(),
+        "trigger": trigger,
+        "step": step,
+        "agent": agent.name,
+        "context": context,
+        "provider": grant.provider.id(),
+        "tools": tools,
+        "digest": grant.digest.as_str(),
+    });
+    Ok((info, full))
+}
+
+/// Writes the grant to `.palisade/step-grant.json` in the working directory
+/// (read-only for the worker: `.palisade` is protected in every writable root).
+fn write_grant(sb: &mut Sandbox, grant: &serde_json::Value) -> Result<PathBuf, String> {
+    let cwd = match sb.profile().writable.first() {
+        Some(c) => c.clone(),
+        None => {
+            return Err(String::from(
+                "a workflow step needs a writable working directory",
+            ));
+        }
+    };
+    let dir = cwd.join(".palisade");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join("step-grant.json");
+    let text = serde_json::to_string_pretty(grant).map_err(|e| e.to_string())?;
+    std::fs::write(&path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    sb.env("PALISADE_STEP_GRANT", &path);
+    Ok(path)
+}
+
+fn policy_marks(policy: &HostPolicy) -> Vec<String> {
+    let path = &policy.taint.marks_file;
+    if path.is_empty() {
+        return Vec::new();
+    }
+    std::fs::read_to_string(path)
+        .map(|t| palisade_taint::parse_marks(&t))
+        .unwrap_or_default()
+}
+
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one call site; the pieces are distinct"
+)]
+async fn bind_services(
+    policy: &HostPolicy,
+    dir: &Path,
+    host_path: &Path,
+    roots: Option<&rustls::RootCertStore>,
+    pins: HashMap<String, Vec<IpAddr>>,
+    core: &Arc<SessionCore>,
+    provider_credentials: bool,
+    approval_timeout: Duration,
+) -> Result<Services, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut config = super::proxy_config(policy)?;
+    let token = ProxyToken::generate().map_err(|e| format!("cannot make the proxy token: {e}"))?;
+    config.token = Some(token.clone());
+    let addresses = config.addresses.clone();
+    let resolver = Arc::new(PinnedResolver { pins });
+    let proxy = Proxy::new(config, core.clone(), resolver.clone(), core.clone());
+    let proxy_path = dir.join("proxy.sock");
+    let proxy_listener = tokio::net::UnixListener::bind(&proxy_path)
+        .map_err(|e| format!("cannot bind the proxy socket: {e}"))?;
+    std::fs::set_permissions(&proxy_path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("{}: {e}", proxy_path.display()))?;
+    let relays = if provider_credentials {
+        build_relays(policy, dir, roots, &resolver, core, &addresses)?
+    } else {
+        if !policy.egress.relays.is_empty() {
+            eprintln!(
+                "palisade: this profile gets no provider credentials: relays are not started"
+            );
+        }
+        Vec::new()
+    };
+    let control = ControlServer::new(
+        core.clone(),
+        ControlConfig {
+            approval_timeout,
+            ..ControlConfig::default()
+        },
+    );
+    let control_path = dir.join("control.sock");
+    let worker_listener =
+        ControlListener::bind_unix(&control_path, 0o600).map_err(|e| e.to_string())?;
+    let host_listener = ControlListener::bind_unix(host_path, 0o600).map_err(|e| e.to_string())?;
+    Ok(Services {
+        proxy,
+        proxy_listener: Some(Listener::Unix(proxy_listener)),
+        relays,
+        control,
+        worker_listener: Some(worker_listener),
+        host_listener: Some(host_listener),
+        host_path: host_path.to_path_buf(),
+        proxy_path,
+        control_path,
+        token,
+    })
+}
+
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one call site; the pieces are distinct"
+)]
+async fn supervise(
+    mut sb: Sandbox,
+    mut s: Services,
+    core: &Arc<SessionCore>,
+    id: &str,
+    command: &[OsString],
+    policy_path: &Path,
+    policy_digest: &str,
+    launch_report: Option<&Path>,
+) -> Result<ExitCode, String> {
+    // The worker's view: proxy, control and relays on loopback ports, bridged to our sockets.
+    let proxy_url = format!(
+        "http://palisade:{}@127.0.0.1:{PROXY_PORT}",
+        s.token.expose()
+    );
+    for k in [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ] {
+        sb.env(k, &proxy_url);
+    }
+    for k in ["NO_PROXY", "no_proxy"] {
+        sb.env(k, "127.0.0.1,localhost,::1");
+    }
+    sb.env("PALISADE_CONTROL", format!("tcp:127.0.0.1:{CONTROL_PORT}"));
+    sb.env("PALISADE_SESSION", id);
+    if let Ok(exe) = std::env::current_exe() {
+        sb.env("PALISADE_BIN", exe);
+    }
+    sb.bridge(Bridge {
+        port: PROXY_PORT,
+        target: s.proxy_path.clone(),
+    });
+    sb.bridge(Bridge {
+        port: CONTROL_PORT,
+        target: s.control_path.clone(),
+    });
+    for r in &s.relays {
+        sb.bridge(Bridge {
+            port: r.port,
+            target: r.socket.path().to_path_buf(),
+        });
+        for (k, v) in &r.env {
+            sb.env(k, v);
+        }
+    }
+
+    let relay_names: Vec<&str> = s
+        .relays
+        .iter()
+        .map(|r| r.relay.config().name.as_str())
+        .collect();
+    core.journal().record(
+        Kind::ExecutionStarted,
+        &json!({
+            "session": id,
+            "profile": sb.profile().name,
+            "command": command.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>(),
+            "policy": policy_path.display().to_string(),
+            "policy_digest": policy_digest,
+            "relays": relay_names,
+            "writable": sb.profile().writable.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+        }),
+        Flags::NONE,
+    );
+
+    // Fork while this runtime is still single-threaded: nothing has been polled yet.
+    let child = match sb.spawn(Command::new(command.to_vec())) {
+        Ok(c) => c,
+        Err(e) => {
+            core.journal().record(
+                Kind::SandboxStatus,
+                &json!({"status": "refused", "error": e.to_string()}),
+                Flags::NONE,
+            );
+            return Err(e.to_string());
+        }
+    };
+    let report = crate::run::report_json(child.report());
+    let degraded = !child.report().downgraded.is_empty();
+    let mut status = report.clone();
+    if let Some(o) = status.as_object_mut() {
+        o.insert(
+            "status".into(),
+            json!(if degraded { "degraded" } else { "full" }),
+        );
+        o.remove("mount_plan");
+    }
+    core.journal()
+        .record(Kind::SandboxStatus, &status, Flags::NONE);
+    if let Some(path) = launch_report
+        && let Err(e) = std::fs::write(path, report.to_string() + "\n")
+    {
+        eprintln!(
+            "palisade: warning: cannot write the launch report {}: {e}",
+            path.display()
+        );
+    }
+    eprintln!(
+        "palisade: governed session {id}: approvals with `palisade approve --socket {}`",
+        s.host_path.display()
+    );
+
+    // Serve.
+    let (stop, signal) = shutdown_channel();
+    let mut tasks = tokio::task::JoinSet::new();
+    if let Some(l) = s.proxy_listener.take() {
+        let p = s.proxy.clone();
+        let sig = signal.clone();
+        tasks.spawn(async move {
+            let _ = p.serve(l, sig).await;
+        });
+    }
+    for r in std::mem::take(&mut s.relays) {
+        let sig = signal.clone();
+        tasks.spawn(async move {
+            let _ = r.relay.serve(&r.socket, sig).await;
+        });
+    }
+    if let Some(l) = s.worker_listener.take() {
+        drop(s.control.serve(l, Endpoint::Worker));
+    }
+    if let Some(l) = s.host_listener.take() {
+        drop(s.control.serve(l, Endpoint::Host));
+    }
+
+    let pid = child.pid();
+    let mut waiter = tokio::task::spawn_blocking(move || child.wait());
+    let mut term = signal_stream(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = signal_stream(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut hup = signal_stream(tokio::signal::unix::SignalKind::hangup())?;
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let mut killed_by: Option<&'static str> = None;
+    let mut forwarded = false;
+    // When palisade is asked to stop, the worker gets the same signal, then
+    // SIGKILL after a grace period.
+    let mut grace: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    let worker = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(0));
+    let code = loop {
+        tokio::select! {
+            r = &mut waiter => break r.map_err(|e| e.to_string()).and_then(|w| w.map_err(|e| e.to_string())),
+            _ = term.recv(), if killed_by.is_none() => killed_by = Some("SIGTERM"),
+            _ = int.recv(), if killed_by.is_none() => killed_by = Some("SIGINT"),
+            _ = hup.recv(), if killed_by.is_none() => killed_by = Some("SIGHUP"),
+            () = async { if let Some(g) = grace.as_mut() { g.as_mut().await } else { std::future::pending().await } } => {
+                let _ = nix::sys::signal::kill(worker, nix::sys::signal::Signal::SIGKILL);
+                grace = None;
+            }
+            _ = tick.tick() => {
+                if core.journal().failed() && killed_by.is_none() {
+                    killed_by = Some("journal_failure");
+                }
+            }
+        }
+        if let Some(why) = killed_by
+            && !forwarded
+        {
+            forwarded = true;
+            let (sig, action) = match why {
+                "SIGTERM" => (
+                    nix::sys::signal::Signal::SIGTERM,
+                    "forwarded to the worker; SIGKILL after 5 s",
+                ),
+                "SIGINT" => (
+                    nix::sys::signal::Signal::SIGINT,
+                    "forwarded to the worker; SIGKILL after 5 s",
+                ),
+                "SIGHUP" => (
+                    nix::sys::signal::Signal::SIGHUP,
+                    "forwarded to the worker; SIGKILL after 5 s",
+                ),
+                _ => (
+                    nix::sys::signal::Signal::SIGKILL,
+                    "worker killed: the journal cannot be written",
+                ),
+            };
+            if why != "journal_failure" {
+                core.journal().record(
+                    Kind::custom("execution_killed").map_err(|e| e.to_string())?,
+                    &json!({"signal": why, "by": "palisade", "action": action}),
+                    Flags::NONE,
+                );
+            }
+            let _ = nix::sys::signal::kill(worker, sig);
+            grace = Some(Box::pin(tokio::time::sleep(KILL_GRACE)));
+        }
+    };
+
+    // After: the last steering check, then the end record.
+    core.check_steering("exit");
+    let code = code?;
+    let signal_no = code.checked_sub(128).filter(|s| *s > 0 && code > 128);
+    core.journal().record(
+        Kind::custom("execution_ended").map_err(|e| e.to_string())?,
+        &json!({
+            "exit_code": code,
+            "signal": signal_no,
+            "killed": signal_no.is_some() || killed_by.is_some(),
+            "killed_by": killed_by,
+        }),
+        if core.is_tainted() {
+            Flags::TAINTED
+        } else {
+            Flags::NONE
+        },
+    );
+    stop_all(&stop, &s.control, &mut tasks).await;
+    if core.journal().failed() {
+        return Err(String::from(
+            "the journal could not be written; the worker was stopped",
+        ));
+    }
+    Ok(ExitCode::from(u8::try_from(code).unwrap_or(EXIT_SETUP)))
+}
+
+fn signal_stream(
+    kind: tokio::signal::unix::SignalKind,
+) -> Result<tokio::signal::unix::Signal, String> {
+    tokio::signal::unix::signal(kind).map_err(|e| format!("cannot watch signals: {e}"))
+}
+
+async fn stop_all(stop: &Shutdown, control: &ControlServer, tasks: &mut tokio::task::JoinSet<()>) {
+    control.shutdown();
+    stop.trigger();
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+}

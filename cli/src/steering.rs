@@ -1,0 +1,319 @@
+//! Steering-path fingerprints: which agent-steering files (`AGENTS.md`,
+//! `.paseo/**`, the policy file, …) exist under the writable roots, and
+//! what they contain, so that a session can flag every change.
+//!
+//! The walk never follows symbolic links (a link is fingerprinted by its
+//! target text), is bounded in entries and depth, and hashes at most
+//! [`MAX_HASHED_BYTES`] of a file (a larger file is fingerprinted by its size
+//! and modification time). A bounded walk that hits its limit says so: the
+//! snapshot is marked incomplete and the caller records that, rather than
+//! pretend the scan was complete.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use sha2::{Digest, Sha256};
+
+/// Files larger than this are fingerprinted by size and mtime, not content.
+pub(crate) const MAX_HASHED_BYTES: u64 = 64 << 20;
+/// Most directory entries one snapshot visits.
+const MAX_ENTRIES: usize = 200_000;
+/// Deepest directory level visited.
+const MAX_DEPTH: usize = 64;
+
+/// How one steering path looks now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Fingerprint {
+    /// A regular file: `sha256:<hex>` of its bytes.
+    File(String),
+    /// A large file: size and modification time.
+    Large(u64, i64),
+    /// A symbolic link and its target text.
+    Symlink(String),
+    /// Something else (directory, socket, fifo): its type only.
+    Other(&'static str),
+}
+
+impl Fingerprint {
+    /// A short printable form for records.
+    pub(crate) fn show(&self) -> String {
+        match self {
+            Self::File(h) => h.clone(),
+            Self::Large(size, mtime) => format!("large:{size}:{mtime}"),
+            Self::Symlink(t) => format!("symlink:{t}"),
+            Self::Other(kind) => format!("other:{kind}"),
+        }
+    }
+}
+
+/// One snapshot: path (absolute) → fingerprint.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Snapshot {
+    /// Steering paths found.
+    pub(crate) paths: BTreeMap<PathBuf, Fingerprint>,
+    /// Whether a limit cut the walk short (changes beyond it are not seen).
+    pub(crate) incomplete: bool,
+}
+
+/// What happened to one steering path between two snapshots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Change {
+    /// The path.
+    pub(crate) path: PathBuf,
+    /// `created`, `modified` or `deleted`.
+    pub(crate) change: &'static str,
+    /// Fingerprint before, if it existed.
+    pub(crate) before: Option<String>,
+    /// Fingerprint after, if it exists.
+    pub(crate) after: Option<String>,
+}
+
+/// Watches the steering paths of a set of writable roots.
+#[derive(Debug)]
+pub(crate) struct SteeringWatch {
+    roots: Vec<PathBuf>,
+    globs: GlobSet,
+    last: Snapshot,
+}
+
+impl SteeringWatch {
+    /// A watch over `roots` for the globs `patterns` (relative to each root,
+    /// `/`-separated, `*` stays within one segment, `**` crosses segments).
+    /// Takes the first snapshot.
+    pub(crate) fn new(roots: &[PathBuf], patterns: &[String]) -> Result<Self, String> {
+        let mut b = GlobSetBuilder::new();
+        for p in patterns {
+            let glob = GlobBuilder::new(p.strip_prefix("./").unwrap_or(p))
+                .literal_separator(true)
+                .backslash_escape(true)
+                .build()
+                .map_err(|e| format!("steering path `{p}`: {e}"))?;
+            b.add(glob);
+        }
+        let globs = b.build().map_err(|e| format!("steering paths: {e}"))?;
+        let mut w = Self {
+            roots: roots.to_vec(),
+            globs,
+            last: Snapshot::default(),
+        };
+        w.last = w.snapshot();
+        Ok(w)
+    }
+
+    /// The most recent snapshot.
+    #[cfg(test)]
+    pub(crate) fn last(&self) -> &Snapshot {
+        &self.last
+    }
+
+    /// Takes a new snapshot, returns the changes since the previous one and keeps the new one.
+    pub(crate) fn check(&mut self) -> (Vec<Change>, bool) {
+        let now = self.snapshot();
+        let changes = diff(&self.last, &now);
+        let incomplete = now.incomplete;
+        self.last = now;
+        (changes, incomplete)
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let mut snap = Snapshot::default();
+        let mut budget = MAX_ENTRIES;
+        for root in &self.roots {
+            walk(root, root, 0, &self.globs, &mut snap, &mut budget);
+        }
+        snap
+    }
+}
+
+fn walk(
+    root: &Path,
+    dir: &Path,
+    depth: usize,
+    globs: &GlobSet,
+    snap: &mut Snapshot,
+    budget: &mut usize,
+) {
+    if depth > MAX_DEPTH {
+        snap.incomplete = true;
+        return;
+    }
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if *budget == 0 {
+            snap.incomplete = true;
+            return;
+        }
+        *budget = budget.saturating_sub(1);
+        let path = entry.path();
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let rel = path.strip_prefix(root).unwrap_or(&path);
+        let matched = globs.is_match(rel);
+        let ft = meta.file_type();
+        if matched {
+            snap.paths.insert(path.clone(), fingerprint(&path, &meta));
+        }
+        if ft.is_dir() && !ft.is_symlink() {
+            walk(root, &path, depth.saturating_add(1), globs, snap, budget);
+        }
+    }
+}
+
+fn fingerprint(path: &Path, meta: &fs::Metadata) -> Fingerprint {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let ft = meta.file_type();
+    if ft.is_symlink() {
+        return Fingerprint::Symlink(
+            fs::read_link(path)
+                .map(|t| t.display().to_string())
+                .unwrap_or_default(),
+        );
+    }
+    if ft.is_file() {
+        if meta.len() > MAX_HASHED_BYTES {
+            return Fingerprint::Large(meta.len(), meta.mtime());
+        }
+        return match hash_file(path) {
+            Some(h) => Fingerprint::File(h),
+            None => Fingerprint::Other("unreadable"),
+        };
+    }
+    Fingerprint::Other(if ft.is_dir() {
+        "dir"
+    } else if ft.is_socket() {
+        "socket"
+    } else if ft.is_fifo() {
+        "fifo"
+    } else {
+        "device"
+    })
+}
+
+fn hash_file(path: &Path) -> Option<String> {
+    // O_NOFOLLOW: a file swapped for a link between stat and open is not followed.
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .ok()?;
+    let mut h = Sha256::new();
+    let mut buf = [0u8; 64 * 1024];
+    let mut total: u64 = 0;
+    loop {
+        let n = f.read(&mut buf).ok()?;
+        if n == 0 {
+            break;
+        }
+        total = total.saturating_add(n as u64);
+        if total > MAX_HASHED_BYTES {
+            return None;
+        }
+        h.update(buf.get(..n)?);
+    }
+    Some(format!("sha256:{}", hex::encode(h.finalize())))
+}
+
+/// The changes from `before` to `after`, in path order.
+pub(crate) fn diff(before: &Snapshot, after: &Snapshot) -> Vec<Change> {
+    let mut out = Vec::new();
+    for (path, fp) in &after.paths {
+        match before.paths.get(path) {
+            None => out.push(Change {
+                path: path.clone(),
+                change: "created",
+                before: None,
+                after: Some(fp.show()),
+            }),
+            Some(old) if old != fp => out.push(Change {
+                path: path.clone(),
+                change: "modified",
+                before: Some(old.show()),
+                after: Some(fp.show()),
+            }),
+            Some(_) => {}
+        }
+    }
+    for (path, fp) in &before.paths {
+        if !after.paths.contains_key(path) {
+            out.push(Change {
+                path: path.clone(),
+                change: "deleted",
+                before: Some(fp.show()),
+                after: None,
+            });
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pats(p: &[&str]) -> Vec<String> {
+        p.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn changes_to_steering_paths_are_seen_and_others_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        fs::write(root.join("AGENTS.md"), "be nice").unwrap();
+        fs::create_dir_all(root.join(".paseo/deep")).unwrap();
+        fs::write(root.join("src.rs"), "fn main(){}").unwrap();
+        let mut w = SteeringWatch::new(
+            std::slice::from_ref(&root),
+            &pats(&["AGENTS.md", ".paseo/**", "**/CLAUDE.md"]),
+        )
+        .unwrap();
+        assert_eq!(w.last().paths.len(), 2, "{:?}", w.last());
+
+        // Positive control: an ordinary file changes and nothing is flagged.
+        fs::write(root.join("src.rs"), "fn main(){loop{}}").unwrap();
+        assert!(w.check().0.is_empty());
+
+        fs::write(root.join("AGENTS.md"), "ignore previous instructions").unwrap();
+        fs::write(root.join(".paseo/deep/hook.sh"), "curl evil").unwrap();
+        fs::create_dir_all(root.join("sub")).unwrap();
+        fs::write(root.join("sub/CLAUDE.md"), "x").unwrap();
+        let (changes, incomplete) = w.check();
+        assert!(!incomplete);
+        let got: Vec<(String, &str)> = changes
+            .iter()
+            .map(|c| {
+                (
+                    c.path.strip_prefix(&root).unwrap().display().to_string(),
+                    c.change,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (".paseo/deep/hook.sh".to_owned(), "created"),
+                ("AGENTS.md".to_owned(), "modified"),
+                ("sub/CLAUDE.md".to_owned(), "created"),
+            ]
+        );
+        fs::remove_file(root.join("AGENTS.md")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", root.join("AGENTS.md")).unwrap();
+        let (changes, _) = w.check();
+        assert_eq!(changes.len(), 1);
+        assert_eq!(changes[0].after.as_deref(), Some("symlink:/etc/passwd"));
+        // Nothing changed since: no flags.
+        assert!(w.check().0.is_empty());
+    }
+
+    #[test]
+    fn bad_globs_are_refused() {
+        assert!(SteeringWatch::new(&[], &pats(&["a/[b"])).is_err());
+    }
+}

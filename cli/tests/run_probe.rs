@@ -1,0 +1,261 @@
+//! `palisade run` and `palisade probe` end to end: exit codes (the
+//! command's, 125 on setup failure), the launch report, the probe JSON.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    reason = "tests"
+)]
+
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_palisade");
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+}
+
+#[test]
+fn exit_code_is_the_commands() {
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs as root)");
+        return;
+    }
+    let cwd = tempfile::tempdir().unwrap();
+    for profile in ["strict", "governed", "maintenance"] {
+        let out = Command::new(BIN)
+            .args(["run", "--profile", profile, "--", "/bin/sh", "-c", "exit 3"])
+            .current_dir(cwd.path())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(3),
+            "{profile}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = Command::new(BIN)
+        .args(["run", "--profile", "strict", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn setup_failure_exits_125_with_the_reason() {
+    let mut cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["run", "--profile", "nope", "--", "/bin/true"],
+            "unknown profile `nope`",
+        ),
+        (
+            vec![
+                "run",
+                "--dangerously-disable",
+                "mount_ns",
+                "--",
+                "/bin/true",
+            ],
+            "layer `mount_ns` cannot be downgraded",
+        ),
+        (
+            vec![
+                "run",
+                "--profile",
+                "strict",
+                "--cwd",
+                "relative/dir",
+                "--",
+                "/bin/true",
+            ],
+            "must be absolute",
+        ),
+    ];
+    if is_root() {
+        cases.push((
+            vec!["run", "--profile", "strict", "--", "/nonexistent/program"],
+            "cannot execute `/nonexistent/program`",
+        ));
+    }
+    for (args, want) in cases {
+        let out = Command::new(BIN)
+            .args(&args)
+            .current_dir("/")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn launch_report_is_written() {
+    if !is_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("launch.json");
+    let out = Command::new(BIN)
+        .args([
+            "run",
+            "--profile",
+            "strict",
+            "--launch-report",
+            report.to_str().unwrap(),
+            "--dangerously-disable",
+            "uts_ns",
+            "--",
+            "/bin/true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("dangerously disabled"));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(v["profile"], "strict");
+    assert!(
+        v["mount_plan_digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    assert_eq!(v["downgraded"], serde_json::json!(["uts_ns"]));
+    let layers = v["layers"].as_array().unwrap();
+    assert!(
+        layers
+            .iter()
+            .any(|l| l["layer"] == "landlock" && l["status"] == "active")
+    );
+    assert!(
+        layers
+            .iter()
+            .any(|l| l["layer"] == "uts_ns" && l["status"] == "degraded")
+    );
+}
+
+#[test]
+fn probe_json_lists_every_layer() {
+    let out = Command::new(BIN)
+        .args(["probe", "--format", "json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = v["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["layer"].as_str().unwrap())
+        .collect();
+    for want in [
+        "user_ns",
+        "mount_ns",
+        "pid_ns",
+        "net_ns",
+        "ipc_ns",
+        "uts_ns",
+        "landlock",
+        "seccomp",
+        "capabilities",
+        "no_new_privs",
+        "rlimits",
+        "cgroups",
+    ] {
+        assert!(names.contains(&want), "{want} missing from {names:?}");
+    }
+    let ready = v["ready"].as_bool().unwrap();
+    assert_eq!(out.status.code(), Some(if ready { 0 } else { 1 }));
+}
+
+#[test]
+fn termination_signals_reach_the_worker() {
+    if !is_root() {
+        return;
+    }
+    let cwd = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .args([
+            "run",
+            "--profile",
+            "governed",
+            "--",
+            "/bin/sh",
+            "-c",
+            "trap 'exit 42' TERM; echo ready; while :; do sleep 0.05; done",
+        ])
+        .current_dir(cwd.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut buf = [0u8; 6];
+    std::io::Read::read_exact(&mut out, &mut buf).unwrap();
+    assert_eq!(&buf, b"ready\n");
+    let pid = i32::try_from(child.id()).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let mut status = None;
+    for _ in 0..200 {
+        if let Some(s) = child.try_wait().unwrap() {
+            status = Some(s);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("palisade did not end within 10 s of SIGTERM");
+    };
+    // The worker's trap ran: palisade exits with the worker's own code.
+    assert_eq!(status.code(), Some(42));
+}
+
+#[test]
+fn worker_uid_is_selectable_as_root() {
+    if !is_root() {
+        return;
+    }
+    let cwd = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "--profile", "governed"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "/bin/sh", "-c", "id -u; touch written"]);
+        Command::new(BIN)
+            .args(&args)
+            .current_dir(cwd.path())
+            .output()
+            .unwrap()
+    };
+    // Default as root: the dedicated worker uid, which cannot write the
+    // root-owned working directory.
+    let out = run(&[]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "64000");
+    assert_ne!(out.status.code(), Some(0));
+    assert!(!cwd.path().join("written").exists());
+    // Explicitly root's uid: the write succeeds, capabilities stay dropped.
+    let out = run(&["--worker-uid", "0"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(cwd.path().join("written").exists());
+}
