@@ -142,11 +142,12 @@ impl SuiteResult {
 }
 
 const USAGE: &str = "usage: cargo xtask bench [--quick] [--runs N] [--debug] [SUITE…] \
-                     (suites: spawn proxy journal check)";
+                     | bench --render (suites: spawn proxy journal check)";
 
 /// Entry point of `cargo xtask bench`.
 pub(crate) fn bench(args: &[String]) -> Result<(), String> {
     let mut quick = false;
+    let mut render_only = false;
     let mut runs = None;
     let mut debug = false;
     let mut suites: Vec<&'static str> = Vec::new();
@@ -155,6 +156,7 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
         match arg.as_str() {
             "--quick" => quick = true,
             "--debug" => debug = true,
+            "--render" => render_only = true,
             "--runs" => {
                 let v = it.next().ok_or("--runs needs a number")?;
                 let n: usize = v
@@ -187,6 +189,17 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
     };
     let root = crate::workspace_root();
     let bench_dir = root.join("target").join("bench");
+    if render_only {
+        // Re-render the page and charts from the last results, running nothing.
+        let file = bench_dir.join("results.json");
+        let text =
+            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let results: Value =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+        report::write_page(&results, &root.join("docs"))?;
+        println!("bench: page re-rendered from {}", file.display());
+        return Ok(());
+    }
     let tmp = bench_dir
         .join("tmp")
         .join(format!("run-{}", std::process::id()));

@@ -221,8 +221,8 @@ pub(crate) fn fmt_num(v: f64) -> String {
     let a = v.abs();
     if a == 0.0 {
         "0".to_owned()
-    } else if a >= 100_000.0 {
-        format!("{v:.3e}")
+    } else if a >= 10_000.0 {
+        grouped(v)
     } else if a >= 100.0 {
         format!("{v:.0}")
     } else if a >= 10.0 {
@@ -234,9 +234,32 @@ pub(crate) fn fmt_num(v: f64) -> String {
     }
 }
 
+/// A large figure rounded to an integer with thousands separators.
+fn grouped(v: f64) -> String {
+    let digits = format!("{:.0}", v.abs());
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if v < 0.0 { format!("-{out}") } else { out }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn large_figures_get_separators() {
+        assert_eq!(fmt_num(1_000_000.0), "1,000,000");
+        assert_eq!(fmt_num(802_212.4), "802,212");
+        assert_eq!(fmt_num(-123_456.0), "-123,456");
+        assert_eq!(fmt_num(99_999.0), "99,999");
+        assert_eq!(fmt_num(9_999.0), "9999");
+        assert_eq!(fmt_num(0.5), "0.500");
+    }
 
     #[test]
     fn summary_has_min_median_max() {
