@@ -710,7 +710,11 @@ async fn supervise(
     }
     sb.env("PALISADE_CONTROL", format!("tcp:127.0.0.1:{CONTROL_PORT}"));
     sb.env("PALISADE_SESSION", id);
+    // The worker runs `palisade ctl` from the binary that launched it; bind
+    // that one file read-only at its own path, wherever it lives (under a
+    // masked `/home` or the private `/tmp` it would otherwise be invisible).
     if let Ok(exe) = std::env::current_exe() {
+        sb.read_only(&exe);
         sb.env("PALISADE_BIN", exe);
     }
     sb.bridge(Bridge {
