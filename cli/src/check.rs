@@ -5,8 +5,7 @@
 //! SARIF 2.1.0. Exit status: 0 without errors (warnings allowed), 1 with
 //! errors, 2 on usage or IO errors.
 
-use std::fs;
-use std::io::{IsTerminal, Read};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -14,13 +13,7 @@ use annotate_snippets::{AnnotationKind, Group, Level, Renderer, Snippet};
 use palisade_schema::{Diagnostic, LineIndex, Severity};
 use serde_json::{Value, json};
 
-/// Files larger than this are not read whole: the parser refuses anything
-/// over its own 1 MiB limit, so reading a little more is enough to say so.
-const READ_CAP: u64 = 16 * 1024 * 1024;
-/// The most files read from a `.paseo` folder.
-const MAX_BUNDLE_FILES: usize = 2000;
-/// The deepest folder nesting read under `.paseo`.
-const MAX_BUNDLE_DEPTH: usize = 6;
+use crate::bundle::{Input, read_capped};
 
 /// Output formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -122,123 +115,38 @@ fn read_text(path: &Path) -> Result<String, String> {
     String::from_utf8(bytes).map_err(|_| format!("{}: not valid UTF-8", path.display()))
 }
 
-fn read_capped(path: &Path) -> Result<Vec<u8>, String> {
-    let file = fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let mut bytes = Vec::new();
-    file.take(READ_CAP)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    Ok(bytes)
-}
-
 /// Checks PATH; returns diagnostics (file names as the user sees them) and
 /// the sources for snippets.
 fn check_path(path: &Path) -> Result<(Vec<Diagnostic>, Vec<Source>, Checked), String> {
-    let meta = fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if meta.is_file() {
-        let name = path.display().to_string();
-        let bytes = read_capped(path)?;
-        let (config, diags) = palisade_schema::parse_workflow_bytes(&name, &bytes);
-        let checked = Checked {
-            what: name.clone(),
-            files: 1,
-            counts: counts(config.as_ref()),
-        };
-        let sources = String::from_utf8(bytes)
-            .map(|text| vec![Source { name, text }])
-            .unwrap_or_default();
-        return Ok((diags, sources, checked));
-    }
-    let root = if path.file_name().is_some_and(|n| n == ".paseo") {
-        path.parent()
-            .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
-    } else if path.join(".paseo").is_dir() {
-        path.to_path_buf()
-    } else {
-        return Err(format!(
-            "{} holds no .paseo folder; give a repository root, a .paseo folder or a workflow file",
-            path.display()
-        ));
+    let input = Input::read(path)?;
+    let (config, mut diags) = input.parse();
+    let (what, files) = match &input {
+        Input::File { name, .. } => (name.clone(), 1),
+        Input::Bundle { root, files } => (root.join(".paseo").display().to_string(), files.len()),
     };
-    let mut files = Vec::new();
-    collect(&root, Path::new(".paseo"), 0, &mut files)?;
-    files.sort();
-    let mut loaded: Vec<(String, Vec<u8>)> = Vec::new();
-    for rel in files {
-        let bytes = read_capped(&root.join(&rel))?;
-        loaded.push((rel, bytes));
-    }
-    let refs: Vec<(&str, &[u8])> = loaded
-        .iter()
-        .map(|(p, b)| (p.as_str(), b.as_slice()))
-        .collect();
-    let (config, mut diags) = palisade_schema::parse_bundle(&refs);
     let checked = Checked {
-        what: root.join(".paseo").display().to_string(),
-        files: refs.len(),
+        what,
+        files,
         counts: counts(config.as_ref()),
     };
-    let show = |rel: &str| -> String {
-        if root == Path::new(".") || root.as_os_str().is_empty() {
-            rel.to_owned()
-        } else {
-            root.join(rel).display().to_string()
-        }
-    };
     for d in &mut diags {
-        d.file = show(&d.file);
+        d.file = input.display_name(&d.file);
     }
-    let sources = loaded
-        .into_iter()
-        .filter_map(|(rel, bytes)| {
-            String::from_utf8(bytes).ok().map(|text| Source {
-                name: show(&rel),
-                text,
+    let sources = match input {
+        Input::File { name, bytes } => String::from_utf8(bytes)
+            .map(|text| vec![Source { name, text }])
+            .unwrap_or_default(),
+        Input::Bundle { ref files, .. } => files
+            .iter()
+            .filter_map(|(rel, bytes)| {
+                String::from_utf8(bytes.clone()).ok().map(|text| Source {
+                    name: input.display_name(rel),
+                    text,
+                })
             })
-        })
-        .collect();
+            .collect(),
+    };
     Ok((diags, sources, checked))
-}
-
-/// Lists the files under `root/rel` as `/`-separated relative paths,
-/// without following symbolic links.
-fn collect(root: &Path, rel: &Path, depth: usize, out: &mut Vec<String>) -> Result<(), String> {
-    if depth > MAX_BUNDLE_DEPTH {
-        return Err(format!(
-            "{} nests deeper than {MAX_BUNDLE_DEPTH} folders",
-            root.join(rel).display()
-        ));
-    }
-    let dir = root.join(rel);
-    let entries = fs::read_dir(&dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
-        let kind = entry
-            .file_type()
-            .map_err(|e| format!("cannot read {}: {e}", entry.path().display()))?;
-        let child = rel.join(entry.file_name());
-        if kind.is_dir() {
-            collect(root, &child, depth + 1, out)?;
-        } else if kind.is_file() {
-            if out.len() >= MAX_BUNDLE_FILES {
-                return Err(format!(
-                    "{} holds more than {MAX_BUNDLE_FILES} files",
-                    root.join(".paseo").display()
-                ));
-            }
-            let parts: Vec<String> = child
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect();
-            out.push(parts.join("/"));
-        } else {
-            return Err(format!(
-                "{} is a symbolic link or special file; palisade does not follow links inside .paseo",
-                root.join(&child).display()
-            ));
-        }
-    }
-    Ok(())
 }
 
 fn human(diags: &[Diagnostic], sources: &[Source], checked: &Checked) -> String {

@@ -10,7 +10,8 @@ use palisade_policy::capability::{CapabilityRegistry, OutputContext};
 use palisade_policy::plan::{PlanInput, RunPlan, StepStatus, plan};
 use serde_json::{Map, Value, json};
 
-use crate::policy_cmd::{Format, Ordering, load_config, read_capped};
+use crate::bundle::{load_config, read_capped};
+use crate::policy_cmd::{Format, Ordering};
 
 /// Arguments of `palisade explain`.
 #[derive(Debug, clap::Args)]

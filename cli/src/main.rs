@@ -9,6 +9,7 @@
 #![allow(clippy::print_stdout, reason = "the CLI prints")]
 
 mod approve;
+mod bundle;
 mod check;
 mod ctl;
 mod decide;

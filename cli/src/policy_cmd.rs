@@ -1,9 +1,7 @@
 //! `palisade policy`: the exact tool policy and provider options of each step
 //! of a trigger, for an output context, as a dispatcher would send them.
 
-use std::fs;
-use std::io::Read as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::ValueEnum;
@@ -11,15 +9,10 @@ use palisade_policy::capability::{CapabilityRegistry, OutputContext};
 use palisade_policy::grant::GrantConfig;
 use palisade_policy::plan::{find_trigger, grant_for, static_agent};
 use palisade_policy::translate::OpenCodeOrdering;
-use palisade_schema::{AgentRef, HubConfig};
+use palisade_schema::AgentRef;
 use serde_json::{Map, Value, json};
 
-/// Largest file the loader reads.
-const READ_CAP: u64 = 8 * 1024 * 1024;
-/// Most files a bundle may hold.
-const MAX_FILES: usize = 1000;
-/// Deepest folder nesting under `.paseo`.
-const MAX_DEPTH: usize = 8;
+use crate::bundle::load_config;
 
 /// Arguments of `palisade policy`.
 #[derive(Debug, clap::Args)]
@@ -200,104 +193,4 @@ fn human(trigger: &str, ctx: &OutputContext, entries: &[Value]) -> String {
         );
     }
     out.trim_end().to_owned()
-}
-
-/// Loads and parses PATH (a repository root, a `.paseo` folder or a
-/// single-file workflow); any error diagnostic fails the load.
-pub(crate) fn load_config(path: &Path) -> Result<HubConfig, String> {
-    let meta = fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let (config, diags) = if meta.is_file() {
-        let bytes = read_capped(path)?;
-        palisade_schema::parse_workflow_bytes(&path.display().to_string(), &bytes)
-    } else {
-        let root = if path.file_name().is_some_and(|n| n == ".paseo") {
-            path.parent()
-                .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
-        } else if path.join(".paseo").is_dir() {
-            path.to_path_buf()
-        } else {
-            return Err(format!(
-                "{} holds no .paseo folder; give a repository root, a .paseo folder or a workflow file",
-                path.display()
-            ));
-        };
-        let mut files = Vec::new();
-        collect(&root, ".paseo", 0, &mut files)?;
-        files.sort();
-        let mut loaded = Vec::new();
-        for rel in files {
-            let bytes = read_capped(&root.join(&rel))?;
-            loaded.push((rel, bytes));
-        }
-        let refs: Vec<(&str, &[u8])> = loaded
-            .iter()
-            .map(|(p, b)| (p.as_str(), b.as_slice()))
-            .collect();
-        palisade_schema::parse_bundle(&refs)
-    };
-    let errors: Vec<String> = diags
-        .iter()
-        .filter(|d| d.is_error())
-        .map(|d| format!("{}:{}:{}: {}", d.file, d.line, d.column, d.message))
-        .collect();
-    match config {
-        Some(c) if errors.is_empty() => Ok(c),
-        _ => Err(format!(
-            "{} does not parse ({} error(s); run `palisade check`):\n{}",
-            path.display(),
-            errors.len(),
-            errors.join("\n")
-        )),
-    }
-}
-
-pub(crate) fn read_capped(path: &Path) -> Result<Vec<u8>, String> {
-    let file = fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let mut bytes = Vec::new();
-    file.take(READ_CAP.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if bytes.len() as u64 > READ_CAP {
-        return Err(format!(
-            "{} is larger than {READ_CAP} bytes",
-            path.display()
-        ));
-    }
-    Ok(bytes)
-}
-
-/// `/`-separated paths of the files under `root/rel`, without following links.
-fn collect(root: &Path, rel: &str, depth: usize, out: &mut Vec<String>) -> Result<(), String> {
-    if depth > MAX_DEPTH {
-        return Err(format!(
-            "{} nests deeper than {MAX_DEPTH} folders",
-            root.join(rel).display()
-        ));
-    }
-    let dir = root.join(rel);
-    let entries = fs::read_dir(&dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
-        let kind = entry
-            .file_type()
-            .map_err(|e| format!("cannot read {}: {e}", entry.path().display()))?;
-        let child = format!("{rel}/{}", entry.file_name().to_string_lossy());
-        if kind.is_dir() {
-            collect(root, &child, depth.saturating_add(1), out)?;
-        } else if kind.is_file() {
-            if out.len() >= MAX_FILES {
-                return Err(format!(
-                    "{} holds more than {MAX_FILES} files",
-                    root.join(".paseo").display()
-                ));
-            }
-            out.push(child);
-        } else {
-            return Err(format!(
-                "{} is a symbolic link or special file; palisade does not follow links inside .paseo",
-                root.join(&child).display()
-            ));
-        }
-    }
-    Ok(())
 }

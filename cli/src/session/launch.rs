@@ -546,7 +546,7 @@ fn step_grant(
             "--context `{context}` is not slack, discord, github or manual"
         ));
     }
-    let config = crate::policy_cmd::load_config(workflow)?;
+    let config = crate::bundle::load_config(workflow)?;
     let t = find_trigger(&config, trigger).map_err(|e| e.to_string())?;
     let s = t
         .steps
