@@ -91,9 +91,10 @@ fn probe_dir() -> PathBuf {
 fn sandbox(profile: &str, root: &Root) -> Sandbox {
     let mut sb = Sandbox::new(Profile::by_name(profile).unwrap());
     sb.writable(root.path()).cwd(root.path());
-    if profile == "strict" {
-        sb.read_only(probe_dir());
-    }
+    // The probe binary must be visible in every profile: `strict` starts
+    // from an empty root, and `governed` hides a build tree that lives under
+    // the private /tmp or a masked home (as a CI clone may).
+    sb.read_only(probe_dir());
     sb
 }
 
