@@ -142,12 +142,13 @@ fn without(profile: &str, root: &Root, layer: Layer) -> Sandbox {
 }
 
 fn host_scratch() -> tempfile::TempDir {
-    // A host directory visible read-only in the governed view (not under
-    // /tmp, which is private) and absent from the strict view.
-    let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    // A host directory visible read-only in the governed view and absent
+    // from the strict view: directly under `/`, never under /tmp (private)
+    // or a masked tree, wherever the build tree happens to live. The suite
+    // runs as root, and the directory is removed when the test ends.
     let d = tempfile::Builder::new()
-        .prefix("host-")
-        .tempdir_in(base)
+        .prefix(".palisade-escape-host-")
+        .tempdir_in("/")
         .unwrap();
     std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     d
@@ -1036,7 +1037,9 @@ fn g18_resources() {
     p.rlimits.address_space = Some(1 << 30);
     p.tmp_size = 8 << 20;
     let mut sb = Sandbox::new(p);
-    sb.writable(root.path()).cwd(root.path());
+    sb.writable(root.path())
+        .cwd(root.path())
+        .read_only(probe_dir());
     let forks: u32 = inside(&sb, &["fork-many", "64"])
         .trim_start_matches("ok ")
         .parse()
