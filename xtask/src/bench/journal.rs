@@ -249,8 +249,27 @@ pub(crate) fn push_figures(res: &mut SuiteResult, figs: &[Figure]) {
             row.summary.runs =
                 usize::try_from(spreads.iter().map(|s| s.2).sum::<u64>()).unwrap_or(0);
         }
+        readable_time(&mut row);
         res.rows.push(row);
     }
+}
+
+/// Shows nanosecond figures in ms or µs when they are that large.
+fn readable_time(row: &mut Row) {
+    if row.unit != "ns" {
+        return;
+    }
+    let (unit, div) = if row.summary.median >= 1e6 {
+        ("ms", 1e6)
+    } else if row.summary.median >= 1e3 {
+        ("µs", 1e3)
+    } else {
+        return;
+    };
+    row.unit = unit.to_owned();
+    row.summary.min /= div;
+    row.summary.median /= div;
+    row.summary.max /= div;
 }
 
 /// Puts a journal figure next to its reference by its name:
@@ -387,6 +406,9 @@ mod tests {
             ],
         );
         assert_eq!(res.rows.len(), 2);
+        let mut ns = Row::new("c", "palisade v", "ns", Better::Lower, &[2.5e7]).unwrap();
+        readable_time(&mut ns);
+        assert_eq!((ns.unit.as_str(), ns.summary.median), ("ms", 25.0));
         assert!(res.rows[0].palisade && !res.rows[1].palisade);
         assert_eq!(
             res.rows[0].summary.median, 20.0,

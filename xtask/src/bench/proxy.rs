@@ -7,7 +7,7 @@
 //! killed when the suite ends (no system service is touched).
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -81,13 +81,13 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SuiteResult, String> {
     let sizes = Sizes::new(ctx);
     let want_fds = u64::try_from(sizes.idle_tunnels * 4 + 512).unwrap_or(u64::MAX);
     sys::raise_nofile(want_fds)?;
-    let origin = Origin::start()?;
+    let (host, origin_ip) = origin_host();
+    let origin = Origin::start(origin_ip)?;
     let dir = ctx.tmp.join("proxy");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     // squid drops to its own user when started as root and must write here.
     set_mode(&dir, 0o777)?;
 
-    let host = origin_host();
     let connect_to = format!("{host}:{}", origin.addr.port());
     let mut targets = vec![Target {
         name: "direct".to_owned(),
@@ -138,7 +138,7 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SuiteResult, String> {
     }
     goals(&mut res, sizes);
     res.notes.push(format!(
-        "Origin: a thread-per-connection TCP server in the harness on 127.0.0.1, reached by the proxies as `{host}` (resolved by each proxy). Bulk: {} MiB downloaded through one tunnel per run, {} runs. \
+        "Origin: a thread-per-connection TCP server in the harness on {origin_ip}, reached by the proxies as `{host}` (resolved by each proxy). Bulk: {} MiB downloaded through one tunnel per run, {} runs. \
          Latency: connect to the proxy, CONNECT, 200, one echoed byte, close; {} rounds × {} connections = {} per target. \
          Idle: {} tunnels held open at once (each proven live by an echo), {} runs; memory per tunnel is the proxy's VmRSS with all tunnels open minus its VmRSS before its first idle run, divided by the tunnel count. \
          Load generator, origin and proxy share the same {} cores.",
@@ -157,12 +157,14 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SuiteResult, String> {
     Ok(res)
 }
 
-/// The name the proxies are asked to CONNECT to: host policies allow names,
-/// not addresses, so a name that resolves only to 127.0.0.1 (where the
-/// origin listens) is used when there is one: `PALISADE_BENCH_ORIGIN_HOST`,
-/// else this machine's host name, else `localhost`; failing all, the
-/// address itself. Every proxy gets the same name, so each pays one lookup.
-fn origin_host() -> String {
+/// The name the proxies are asked to CONNECT to, and the loopback address
+/// it resolves to (where the origin then listens). Host policies allow
+/// names, not addresses, and refuse `localhost`, so the first of
+/// `PALISADE_BENCH_ORIGIN_HOST` and this machine's host name that resolves
+/// to exactly one IPv4 loopback address is used (Debian maps the host name
+/// to 127.0.1.1); failing both, `localhost`, then the bare address. Every
+/// proxy gets the same name, so each pays one lookup per connection.
+fn origin_host() -> (String, Ipv4Addr) {
     let mut candidates = Vec::new();
     if let Ok(h) = std::env::var("PALISADE_BENCH_ORIGIN_HOST") {
         candidates.push(h);
@@ -173,19 +175,23 @@ fn origin_host() -> String {
     candidates.push("localhost".to_owned());
     candidates
         .into_iter()
-        .find(|h| resolves_to_loopback_only(h))
-        .unwrap_or_else(|| "127.0.0.1".to_owned())
+        .find_map(|h| loopback_of(&h).map(|ip| (h, ip)))
+        .unwrap_or_else(|| ("127.0.0.1".to_owned(), Ipv4Addr::LOCALHOST))
 }
 
-fn resolves_to_loopback_only(host: &str) -> bool {
+/// The single IPv4 loopback address `host` resolves to, if that is all it
+/// resolves to.
+fn loopback_of(host: &str) -> Option<Ipv4Addr> {
     use std::net::ToSocketAddrs;
-    let want = std::net::IpAddr::from([127, 0, 0, 1]);
-    match (host, 0).to_socket_addrs() {
-        Ok(addrs) => {
-            let v: Vec<SocketAddr> = addrs.collect();
-            !v.is_empty() && v.iter().all(|a| a.ip() == want)
-        }
-        Err(_) => false,
+    if host.is_empty() {
+        return None;
+    }
+    let addrs: Vec<SocketAddr> = (host, 0).to_socket_addrs().ok()?.collect();
+    let mut ips = addrs.iter().map(SocketAddr::ip);
+    let first = ips.next()?;
+    match first {
+        std::net::IpAddr::V4(v4) if v4.is_loopback() && ips.all(|ip| ip == first) => Some(v4),
+        _ => None,
     }
 }
 
@@ -730,8 +736,8 @@ struct Origin {
 }
 
 impl Origin {
-    fn start() -> Result<Self, String> {
-        let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("origin bind: {e}"))?;
+    fn start(ip: Ipv4Addr) -> Result<Self, String> {
+        let listener = TcpListener::bind((ip, 0)).map_err(|e| format!("origin bind {ip}: {e}"))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
@@ -816,7 +822,7 @@ mod tests {
 
     #[test]
     fn origin_echoes_and_streams() {
-        let origin = Origin::start().unwrap();
+        let origin = Origin::start(Ipv4Addr::LOCALHOST).unwrap();
         let t = direct();
         assert!(echo_once(&t, origin.addr).unwrap() > 0.0);
         let mut buf = vec![0u8; CHUNK];
@@ -837,6 +843,16 @@ mod tests {
             c.write_all(head).unwrap();
         });
         (addr, h)
+    }
+
+    #[test]
+    fn the_origin_name_resolves_to_one_loopback_address() {
+        let (host, ip) = origin_host();
+        assert!(ip.is_loopback(), "{host} → {ip}");
+        assert_eq!(loopback_of("127.0.0.1"), Some(Ipv4Addr::LOCALHOST));
+        assert_eq!(loopback_of(""), None);
+        // Positive and negative: a non-loopback literal is not a candidate.
+        assert_eq!(loopback_of("192.0.2.1"), None);
     }
 
     #[test]
