@@ -12,6 +12,7 @@ mod approve;
 mod bundle;
 mod check;
 mod ctl;
+mod custom_profile;
 mod decide;
 mod explain;
 mod host_policy_file;

@@ -16,9 +16,11 @@ pub(crate) const EXIT_SETUP: u8 = 125;
 /// Arguments of `palisade run`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// Sandbox profile: strict, governed or maintenance.
-    #[arg(long, default_value = "governed")]
-    profile: String,
+    /// Sandbox profile: strict, governed, maintenance, or with `--policy` a
+    /// custom `[profiles.<name>]` of the policy. Default: the policy's
+    /// `worker.profile`, else governed.
+    #[arg(long)]
+    profile: Option<String>,
     /// Working directory of the command, bound writable. Default: the
     /// current directory under governed and maintenance, the scratch HOME
     /// (`/tmp/home`) under strict.
@@ -101,12 +103,31 @@ fn setup_failure(msg: impl std::fmt::Display) -> Result<ExitCode, String> {
 
 /// Runs `palisade run`.
 pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
-    let Some(profile) = Profile::by_name(&args.profile) else {
-        return setup_failure(format!(
-            "unknown profile `{}` (expected one of {})",
-            args.profile,
-            Profile::BUILT_IN.join(", ")
-        ));
+    let profile = match &args.governed.policy {
+        Some(path) => {
+            let policy = match crate::host_policy_file::load_policy(path) {
+                Ok(l) => l.policy,
+                Err(e) => return setup_failure(e),
+            };
+            let name = args
+                .profile
+                .clone()
+                .unwrap_or_else(|| policy.worker.profile_name().to_owned());
+            match crate::custom_profile::resolve(&policy, &name) {
+                Ok(p) => p,
+                Err(e) => return setup_failure(e),
+            }
+        }
+        None => {
+            let name = args.profile.as_deref().unwrap_or("governed");
+            let Some(p) = Profile::by_name(name) else {
+                return setup_failure(format!(
+                    "unknown profile `{name}` (expected one of {}; custom profiles need --policy)",
+                    Profile::BUILT_IN.join(", ")
+                ));
+            };
+            p
+        }
     };
     let host_view = profile.root == palisade_isolate::RootView::HostReadOnly;
     let mut sb = Sandbox::new(profile);

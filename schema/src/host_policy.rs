@@ -44,13 +44,82 @@ pub struct HostPolicy {
     pub taint: Taint,
     /// `[[routing]]`: which providers may receive which paths.
     pub routing: Vec<RoutingRule>,
+    /// `[profiles.<name>]`: custom sandbox profiles, each a built-in base
+    /// plus refinements that can only tighten it.
+    pub profiles: BTreeMap<String, CustomProfile>,
 }
+
+/// `[profiles.<name>]`: a custom sandbox profile. It starts from a built-in
+/// `base` and may only add to it: more read-only binds, more masks, more
+/// writable roots, lower limits, no network where the base has the proxy.
+/// Nothing here can turn off a layer (namespaces, Landlock, seccomp,
+/// capabilities) or remove a built-in mask; keys that would are refused
+/// with `weakens_base`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CustomProfile {
+    /// The built-in profile it refines.
+    pub base: Profile,
+    /// Extra absolute paths bound read-only.
+    pub read_only: Vec<String>,
+    /// Extra absolute paths hidden behind an empty read-only mask.
+    pub masks: Vec<String>,
+    /// Extra absolute paths bound writable.
+    pub writable: Vec<String>,
+    /// `network = "none"`: no bridge at all, even where the base has the
+    /// proxy. `None`: the base's network.
+    pub network: Option<ProfileNetwork>,
+    /// Resource limits; each may only lower the base's.
+    pub limits: ProfileLimits,
+}
+
+/// `network` of a custom profile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ProfileNetwork {
+    /// Loopback only, no bridge.
+    None,
+    /// Loopback plus the proxy and relay bridges (not allowed on `strict`).
+    Proxy,
+}
+
+/// `[profiles.<name>.limits]`: resource limits (soft = hard).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProfileLimits {
+    /// `RLIMIT_AS` in bytes.
+    pub address_space: Option<u64>,
+    /// `RLIMIT_NPROC`.
+    pub processes: Option<u64>,
+    /// `RLIMIT_FSIZE` in bytes.
+    pub file_size: Option<u64>,
+    /// `RLIMIT_NOFILE`.
+    pub open_files: Option<u64>,
+    /// `RLIMIT_CPU` in seconds.
+    pub cpu: Option<u64>,
+}
+
+/// Keys that would weaken a base profile; refused with `weakens_base`.
+const WEAKENING_KEYS: &[&str] = &[
+    "landlock",
+    "seccomp",
+    "namespaces",
+    "capabilities",
+    "no_new_privs",
+    "unmask",
+    "root",
+    "socket_policy",
+    "allowed_sockets",
+    "dangerously_disable",
+    "env_allow",
+];
 
 /// `[worker]`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Worker {
-    /// The sandbox profile.
+    /// The base of the sandbox profile: the built-in one named, or the
+    /// `base` of the custom one named (see [`Worker::custom_profile`]).
     pub profile: Profile,
+    /// The custom profile (`[profiles.<name>]`) `profile` names, if any.
+    pub custom_profile: Option<String>,
     /// Working directory inside the sandbox; relative paths in the policy are
     /// taken relative to it.
     pub cwd: Option<String>,
@@ -79,7 +148,26 @@ pub enum Profile {
     Maintenance,
 }
 
+impl Worker {
+    /// The name of the worker's profile: the custom one, else the built-in.
+    pub fn profile_name(&self) -> &str {
+        self.custom_profile
+            .as_deref()
+            .unwrap_or_else(|| self.profile.as_str())
+    }
+}
+
 impl Profile {
+    /// The built-in profile named `name`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "governed" => Some(Self::Governed),
+            "strict" => Some(Self::Strict),
+            "maintenance" => Some(Self::Maintenance),
+            _ => None,
+        }
+    }
+
     /// The name used in the policy file.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -478,10 +566,18 @@ pub fn parse_strict(
 }
 
 fn read_policy(cx: &mut Cx<'_>, root: &Table<'_, '_>) -> HostPolicy {
-    root.deny_unknown(cx, &["worker", "egress", "outward", "taint", "routing"]);
+    root.deny_unknown(
+        cx,
+        &[
+            "worker", "egress", "outward", "taint", "routing", "profiles",
+        ],
+    );
     let mut policy = HostPolicy::default();
+    if let Some(t) = root.table(cx, "profiles") {
+        policy.profiles = read_profiles(cx, &t);
+    }
     if let Some(t) = root.table(cx, "worker") {
-        policy.worker = read_worker(cx, &t);
+        policy.worker = read_worker(cx, &t, &policy.profiles);
     }
     if let Some(t) = root.table(cx, "egress") {
         policy.egress = read_egress(cx, &t);
@@ -536,7 +632,133 @@ fn read_policy(cx: &mut Cx<'_>, root: &Table<'_, '_>) -> HostPolicy {
     policy
 }
 
-fn read_worker(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Worker {
+fn read_profiles(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> BTreeMap<String, CustomProfile> {
+    let mut out = BTreeMap::new();
+    for key in t.table.keys() {
+        let name: &str = key.get_ref();
+        let Some(p) = t.table(cx, name) else {
+            continue;
+        };
+        if Profile::from_name(name).is_some() {
+            cx.error(
+                "invalid_value",
+                &key.span(),
+                &t.path.key(name),
+                format!("`{name}` is a built-in profile and cannot be redefined"),
+            )
+            .help("give the custom profile another name and set `base`");
+            continue;
+        }
+        if !is_name(name) {
+            cx.error(
+                "invalid_value",
+                &key.span(),
+                &t.path.key(name),
+                format!("`{name}` is not a profile name (letters, digits, `-`, `_`, `.`)"),
+            );
+            continue;
+        }
+        if let Some(c) = read_custom_profile(cx, &p) {
+            out.insert(name.to_owned(), c);
+        }
+    }
+    out
+}
+
+fn read_custom_profile(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Option<CustomProfile> {
+    const KNOWN: &[&str] = &[
+        "base",
+        "read_only",
+        "masks",
+        "writable",
+        "network",
+        "limits",
+    ];
+    for key in t.table.keys() {
+        let name: &str = key.get_ref();
+        if WEAKENING_KEYS.contains(&name) {
+            cx.error(
+                "weakens_base",
+                &key.span(),
+                &t.path.key(name),
+                format!("a custom profile cannot set `{name}`: it may only add to its base"),
+            )
+            .help("layers, built-in masks and the environment allowlist come from the base profile; run `palisade run --dangerously-disable` for an explicit, recorded downgrade");
+        }
+    }
+    t.deny_unknown_but(cx, KNOWN, WEAKENING_KEYS);
+    let base = match required_str(cx, t, "base") {
+        Some((b, span)) => match Profile::from_name(&b) {
+            Some(p) => Some(p),
+            None => {
+                cx.error(
+                    "invalid_value",
+                    &span,
+                    &t.path.key("base"),
+                    format!("unknown base profile `{b}`"),
+                )
+                .help("expected one of: governed, strict, maintenance");
+                None
+            }
+        },
+        None => None,
+    };
+    let mut c = CustomProfile {
+        base: base.unwrap_or_default(),
+        read_only: abs_paths(cx, t, "read_only"),
+        masks: abs_paths(cx, t, "masks"),
+        writable: abs_paths(cx, t, "writable"),
+        ..CustomProfile::default()
+    };
+    if let Some((n, span)) = t.str(cx, "network") {
+        match n.as_str() {
+            "none" => c.network = Some(ProfileNetwork::None),
+            "proxy" if c.base == Profile::Strict => {
+                cx.error(
+                    "weakens_base",
+                    &span,
+                    &t.path.key("network"),
+                    "`network = \"proxy\"` would weaken the `strict` base, which has no network",
+                )
+                .help("base the profile on `governed` to reach the proxy");
+            }
+            "proxy" => c.network = Some(ProfileNetwork::Proxy),
+            other => {
+                cx.error(
+                    "invalid_value",
+                    &span,
+                    &t.path.key("network"),
+                    format!("unknown network `{other}`"),
+                )
+                .help("expected one of: none, proxy");
+            }
+        }
+    }
+    if let Some(l) = t.table(cx, "limits") {
+        l.deny_unknown(
+            cx,
+            &[
+                "address_space",
+                "processes",
+                "file_size",
+                "open_files",
+                "cpu",
+            ],
+        );
+        c.limits.address_space = size(cx, &l, "address_space");
+        c.limits.processes = l.uint(cx, "processes");
+        c.limits.file_size = size(cx, &l, "file_size");
+        c.limits.open_files = l.uint(cx, "open_files");
+        c.limits.cpu = duration(cx, &l, "cpu");
+    }
+    base.map(|_| c)
+}
+
+fn read_worker(
+    cx: &mut Cx<'_>,
+    t: &Table<'_, '_>,
+    profiles: &BTreeMap<String, CustomProfile>,
+) -> Worker {
     t.deny_unknown(
         cx,
         &[
@@ -551,19 +773,21 @@ fn read_worker(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Worker {
     );
     let mut w = Worker::default();
     if let Some((p, span)) = t.str(cx, "profile") {
-        match p.as_str() {
-            "governed" => w.profile = Profile::Governed,
-            "strict" => w.profile = Profile::Strict,
-            "maintenance" => w.profile = Profile::Maintenance,
-            other => {
-                cx.error(
-                    "invalid_value",
-                    &span,
-                    &t.path.key("profile"),
-                    format!("unknown profile `{other}`"),
-                )
-                .help("expected one of: governed, strict, maintenance");
-            }
+        if let Some(b) = Profile::from_name(&p) {
+            w.profile = b;
+        } else if let Some(c) = profiles.get(&p) {
+            w.profile = c.base;
+            w.custom_profile = Some(p);
+        } else {
+            let mut names: Vec<&str> = vec!["governed", "strict", "maintenance"];
+            names.extend(profiles.keys().map(String::as_str));
+            cx.error(
+                "invalid_value",
+                &span,
+                &t.path.key("profile"),
+                format!("unknown profile `{p}`"),
+            )
+            .help(format!("expected one of: {}", names.join(", ")));
         }
     }
     if let Some((cwd, span)) = t.str(cx, "cwd")

@@ -342,12 +342,12 @@ pub(crate) fn run(
             return setup_failure(format!("policy `{file}` is invalid"));
         }
     };
-    if policy.worker.profile.as_str() != sb.profile().name {
+    if policy.worker.profile_name() != sb.profile().name {
         return setup_failure(format!(
             "the policy asks for the `{}` profile but the sandbox uses `{}`: pass --profile {}",
-            policy.worker.profile.as_str(),
+            policy.worker.profile_name(),
             sb.profile().name,
-            policy.worker.profile.as_str()
+            policy.worker.profile_name()
         ));
     }
     let policy_digest = format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())));

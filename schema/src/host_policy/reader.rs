@@ -74,9 +74,15 @@ pub(crate) struct Table<'t, 'i> {
 impl<'t, 'i> Table<'t, 'i> {
     /// Reports keys outside `known`.
     pub(crate) fn deny_unknown(&self, cx: &mut Cx<'_>, known: &[&str]) {
+        self.deny_unknown_but(cx, known, &[]);
+    }
+
+    /// Reports keys outside `known`, leaving those in `reported` (already
+    /// refused by the caller with a more precise diagnostic).
+    pub(crate) fn deny_unknown_but(&self, cx: &mut Cx<'_>, known: &[&str], reported: &[&str]) {
         for key in self.table.keys() {
             let name: &str = key.get_ref();
-            if !known.contains(&name) {
+            if !known.contains(&name) && !reported.contains(&name) {
                 let help = match nearest(name, known) {
                     Some(k) => format!("did you mean `{k}`? expected one of: {}", known.join(", ")),
                     None => format!("expected one of: {}", known.join(", ")),

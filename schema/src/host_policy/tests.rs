@@ -308,3 +308,99 @@ fn writable_worker_without_steering_paths_is_flagged() {
         vec![]
     );
 }
+
+const CUSTOM: &str = r#"[profiles.ci]
+base = "governed"
+read_only = ["/opt/toolchain"]
+masks = ["/etc/ssh"]
+writable = ["/tmp/ci-cache"]
+network = "none"
+limits = { address_space = "2GiB", processes = 256, cpu = "10m" }
+
+[worker]
+profile = "ci"
+"#;
+
+#[test]
+fn custom_profile_parses_and_is_named_by_worker() {
+    let (policy, d) = parse(CUSTOM, "palisade.toml");
+    assert!(d.iter().all(|d| !d.is_error()), "{d:?}");
+    let p = policy.unwrap();
+    assert_eq!(p.worker.profile_name(), "ci");
+    assert_eq!(p.worker.profile, Profile::Governed);
+    let c = &p.profiles["ci"];
+    assert_eq!(c.base, Profile::Governed);
+    assert_eq!(c.read_only, vec!["/opt/toolchain".to_owned()]);
+    assert_eq!(c.masks, vec!["/etc/ssh".to_owned()]);
+    assert_eq!(c.writable, vec!["/tmp/ci-cache".to_owned()]);
+    assert_eq!(c.network, Some(ProfileNetwork::None));
+    assert_eq!(c.limits.address_space, Some(2 << 30));
+    assert_eq!(c.limits.processes, Some(256));
+    assert_eq!(c.limits.cpu, Some(600));
+}
+
+#[test]
+fn custom_profile_unknown_key_has_position() {
+    let text = CUSTOM.replace("network = \"none\"", "netwrok = \"none\"");
+    assert_eq!(
+        codes(&text),
+        vec![("unknown_key", ".profiles.ci.netwrok".to_owned(), 6, 1)]
+    );
+}
+
+#[test]
+fn custom_profile_unknown_base_is_an_error() {
+    let text = CUSTOM.replace("base = \"governed\"", "base = \"lenient\"");
+    let c = codes(&text);
+    assert!(
+        c.contains(&("invalid_value", ".profiles.ci.base".to_owned(), 2, 8)),
+        "{c:?}"
+    );
+    // The worker then names a profile that failed to parse: also an error.
+    assert!(c.iter().any(|(_, p, _, _)| p == ".worker.profile"), "{c:?}");
+}
+
+#[test]
+fn custom_profile_cannot_weaken_its_base() {
+    // Positive control: the same profile without the weakening line is clean.
+    assert!(codes(CUSTOM).is_empty());
+    for (line, path) in [
+        ("landlock = false", ".profiles.ci.landlock"),
+        ("seccomp = false", ".profiles.ci.seccomp"),
+        ("unmask = [\"/home\"]", ".profiles.ci.unmask"),
+        ("namespaces = []", ".profiles.ci.namespaces"),
+    ] {
+        let text = CUSTOM.replace("network = \"none\"", line);
+        let c = codes(&text);
+        assert_eq!(c, vec![("weakens_base", path.to_owned(), 6, 1)], "{line}");
+    }
+    let text = CUSTOM
+        .replace("base = \"governed\"", "base = \"strict\"")
+        .replace("network = \"none\"", "network = \"proxy\"");
+    assert_eq!(
+        codes(&text),
+        vec![("weakens_base", ".profiles.ci.network".to_owned(), 6, 11)]
+    );
+    // `proxy` on a governed base keeps what the base has: allowed.
+    let text = CUSTOM.replace("network = \"none\"", "network = \"proxy\"");
+    assert!(codes(&text).is_empty());
+}
+
+#[test]
+fn unknown_worker_profile_names_the_defined_ones() {
+    let text = CUSTOM.replace("profile = \"ci\"", "profile = \"cj\"");
+    let d = errors(&text);
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].path.to_string(), ".worker.profile");
+    let help = d[0].help.clone().unwrap();
+    assert!(help.contains("governed, strict, maintenance, ci"), "{help}");
+}
+
+#[test]
+fn built_in_profiles_cannot_be_redefined() {
+    let text = "[profiles.strict]\nbase = \"governed\"\n";
+    assert_eq!(
+        codes(text),
+        vec![("invalid_value", ".profiles.strict".to_owned(), 1, 11)]
+    );
+}
