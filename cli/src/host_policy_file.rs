@@ -12,6 +12,8 @@ use palisade_taint::{Record, Rules, Session, parse_marks};
 pub(crate) struct Loaded {
     pub(crate) policy: HostPolicy,
     pub(crate) path: PathBuf,
+    /// The exact text the policy was parsed from (its digest is recorded).
+    pub(crate) text: String,
 }
 
 /// Reads and parses the policy; any error is printed and returned as `Err`.
@@ -22,6 +24,7 @@ pub(crate) fn load_policy(path: &Path) -> Result<Loaded, String> {
         Ok((policy, _warnings)) => Ok(Loaded {
             policy,
             path: path.to_owned(),
+            text,
         }),
         Err(diags) => {
             eprint!("{}", render(&diags, &text));

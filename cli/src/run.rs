@@ -103,17 +103,23 @@ fn setup_failure(msg: impl std::fmt::Display) -> Result<ExitCode, String> {
 
 /// Runs `palisade run`.
 pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
-    let profile = match &args.governed.policy {
-        Some(path) => {
-            let policy = match crate::host_policy_file::load_policy(path) {
-                Ok(l) => l.policy,
-                Err(e) => return setup_failure(e),
-            };
+    // The policy is read and parsed once: the profile is resolved from it
+    // and the governed session runs (and records the digest of) the same text.
+    let loaded = match &args.governed.policy {
+        Some(path) => match crate::host_policy_file::load_policy(path) {
+            Ok(l) => Some(l),
+            Err(e) => return setup_failure(e),
+        },
+        None => None,
+    };
+    let profile = match &loaded {
+        Some(loaded) => {
+            let policy = &loaded.policy;
             let name = args
                 .profile
                 .clone()
                 .unwrap_or_else(|| policy.worker.profile_name().to_owned());
-            match crate::custom_profile::resolve(&policy, &name) {
+            match crate::custom_profile::resolve(policy, &name) {
                 Ok(p) => p,
                 Err(e) => return setup_failure(e),
             }
@@ -180,8 +186,14 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         }
         eprintln!("palisade: warning: running without `{name}` (dangerously disabled)");
     }
-    if args.governed.policy.is_some() {
-        return crate::session::launch::run(sb, args.governed, args.command, args.launch_report);
+    if let Some(loaded) = loaded {
+        return crate::session::launch::run(
+            sb,
+            loaded,
+            args.governed,
+            args.command,
+            args.launch_report,
+        );
     }
     // Termination signals are forwarded to the worker (through the
     // supervisor and init) instead of killing palisade; the worker's exit

@@ -320,28 +320,19 @@ struct Services {
 /// configured from its flags; the policy adds the rest.
 pub(crate) fn run(
     mut sb: Sandbox,
+    loaded: crate::host_policy_file::Loaded,
     args: GovernedArgs,
     command: Vec<OsString>,
     launch_report: Option<PathBuf>,
 ) -> Result<ExitCode, String> {
-    let Some(policy_path) = args.policy.clone() else {
-        return setup_failure("a governed session needs --policy");
-    };
     let (Some(journal_path), Some(key_path)) = (args.journal.clone(), args.key.clone()) else {
         return setup_failure("a governed session needs --journal FILE and --key KEY");
     };
-    let text = std::fs::read_to_string(&policy_path)
-        .map_err(|e| format!("policy `{}`: {e}", policy_path.display()))?;
-    let file = policy_path.display().to_string();
-    let policy = match palisade_schema::host_policy::parse_strict(&text, &file) {
-        Ok((p, _)) => p,
-        Err(diags) => {
-            for d in diags {
-                eprintln!("{d}");
-            }
-            return setup_failure(format!("policy `{file}` is invalid"));
-        }
-    };
+    let crate::host_policy_file::Loaded {
+        policy,
+        path: policy_path,
+        text,
+    } = loaded;
     if policy.worker.profile_name() != sb.profile().name {
         return setup_failure(format!(
             "the policy asks for the `{}` profile but the sandbox uses `{}`: pass --profile {}",
