@@ -73,6 +73,13 @@ fn pty_ioctl(request: u64) -> String {
 }
 
 /// Run one attempt named by `args[0]`.
+/// The number the next descriptor this (single-threaded) probe opens gets.
+fn lowest_free_fd() -> std::io::Result<i64> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open("/dev/null")?;
+    Ok(i64::from(f.as_raw_fd()))
+}
+
 pub fn run(args: &[String]) -> String {
     let a = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
     match a(0) {
@@ -290,22 +297,26 @@ pub fn run(args: &[String]) -> String {
             }
             Err(e) => io::<()>(Err(e)),
         },
-        "fds" => match std::fs::read_dir("/proc/self/fd") {
-            Ok(rd) => {
-                let mut fds: Vec<i64> = rd
-                    .flatten()
-                    .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
-                    .collect();
-                fds.sort_unstable();
-                // The read_dir descriptor itself is the highest one.
-                fds.pop();
-                format!(
-                    "ok {}",
-                    fds.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
-                )
+        "fds" => {
+            match lowest_free_fd().and_then(|own| Ok((own, std::fs::read_dir("/proc/self/fd")?))) {
+                Ok((own, rd)) => {
+                    // The listing's own descriptor takes the lowest free number,
+                    // which is not the highest one when an inherited set has a
+                    // hole: drop exactly that number, nothing else.
+                    let mut fds: Vec<i64> = rd
+                        .flatten()
+                        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+                        .filter(|&fd| fd != own)
+                        .collect();
+                    fds.sort_unstable();
+                    format!(
+                        "ok {}",
+                        fds.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+                    )
+                }
+                Err(e) => io::<()>(Err(e)),
             }
-            Err(e) => io::<()>(Err(e)),
-        },
+        }
         "env" => {
             let mut vars: Vec<String> = std::env::vars_os()
                 .map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy()))

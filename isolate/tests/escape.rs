@@ -543,22 +543,24 @@ fn g08_descriptors() {
         return;
     }
     let root = Root::new();
-    // A descriptor leaked on purpose (no CLOEXEC) by the launcher.
-    let leak = std::fs::File::open("/").unwrap();
-    use std::os::fd::AsRawFd;
-    nix::fcntl::fcntl(
-        &leak,
-        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
-    )
-    .unwrap();
+    // A descriptor leaked on purpose by the launcher: F_DUPFD leaves
+    // close-on-exec clear, and the high number makes it the highest one a
+    // child inherits, so the probe's listing must drop its own descriptor
+    // (the lowest free number), not merely the highest.
+    let opened = std::fs::File::open("/").unwrap();
+    let leak = nix::fcntl::fcntl(&opened, nix::fcntl::FcntlArg::F_DUPFD(1000)).unwrap();
     for profile in ["strict", "governed"] {
         let sb = sandbox(profile, &root);
         assert_eq!(inside(&sb, &["fds"]), "ok 0,1,2", "{profile}");
     }
     let out = outside(&["fds"]);
+    nix::unistd::close(leak).unwrap();
+    let leak = leak.to_string();
     assert!(
-        out.contains(&leak.as_raw_fd().to_string()),
-        "control sees the leaked fd: {out}"
+        out.trim_start_matches("ok ")
+            .split(',')
+            .any(|fd| fd == leak),
+        "control sees the leaked fd {leak}: {out}"
     );
 }
 
