@@ -370,11 +370,11 @@ fn hub_file(
         return false;
     };
     for (k, v) in entries {
-        let p = Path::root().key(k.text.clone());
-        match k.text.as_str() {
+        let p = Path::root().key(k.text.to_string());
+        match k.text.as_ref() {
             "name" => {
                 match &v.value {
-                    Y::String(s) if crate::hub::is_slug(s) => config.name = Some(s.clone()),
+                    Y::String(s) if crate::hub::is_slug(s) => config.name = Some(s.to_string()),
                     _ => w.error("invalid_value", "name must be a project slug (^[a-z0-9]+(?:-[a-z0-9]+)*$)", &Lp::Base(&p), v),
                 }
             }
@@ -382,7 +382,7 @@ fn hub_file(
                 Y::Map(envs) if !envs.is_empty() => {
                     let mut list = Vec::new();
                     for (ek, ev) in envs {
-                        let ep = p.key(ek.text.clone());
+                        let ep = p.key(ek.text.to_string());
                         if let Some(e) = w.environment(ev, &Lp::Base(&ep), Some(&ek.text)) {
                             list.push((e, ep));
                         }

@@ -120,17 +120,17 @@ impl Walker<'_> {
     /// `allowed`, with hints for removed fields. Returns the entries.
     fn object<'n>(
         &mut self,
-        node: &'n Node,
+        node: &'n Node<'n>,
         path: &Lp<'_>,
         allowed: &[&str],
         removed: &dyn Fn(&str) -> Option<(&'static str, String)>,
-    ) -> Option<&'n [(Key, Node)]> {
+    ) -> Option<&'n [(Key<'n>, Node<'n>)]> {
         let Y::Map(entries) = &node.value else {
             self.type_error("object", path, node);
             return None;
         };
         for (k, _) in entries {
-            if allowed.contains(&k.text.as_str()) {
+            if allowed.contains(&k.text.as_ref()) {
                 continue;
             }
             if let Some((code, message)) = removed(&k.text) {
@@ -147,7 +147,12 @@ impl Walker<'_> {
         Some(entries)
     }
 
-    fn required<'n>(&mut self, obj: &'n Node, key: &str, path: &Lp<'_>) -> Option<&'n Node> {
+    fn required<'n>(
+        &mut self,
+        obj: &'n Node<'n>,
+        key: &str,
+        path: &Lp<'_>,
+    ) -> Option<&'n Node<'n>> {
         let found = obj.get(key);
         if found.is_none() {
             self.error(
@@ -171,7 +176,7 @@ impl Walker<'_> {
                 );
                 None
             }
-            Y::String(s) => Some(s.clone()),
+            Y::String(s) => Some(s.to_string()),
             _ => {
                 self.type_error("string", path, node);
                 None
@@ -181,7 +186,7 @@ impl Walker<'_> {
 
     fn any_string(&mut self, node: &Node, path: &Lp<'_>) -> Option<String> {
         match &node.value {
-            Y::String(s) => Some(s.clone()),
+            Y::String(s) => Some(s.to_string()),
             _ => {
                 self.type_error("string", path, node);
                 None
@@ -251,7 +256,7 @@ impl Walker<'_> {
         max_text: &str,
     ) -> Option<Duration> {
         let text = match &node.value {
-            Y::String(s) => s.clone(),
+            Y::String(s) => s.to_string(),
             Y::Number(n) => n.to_string(),
             _ => {
                 self.type_error("string", path, node);
@@ -759,7 +764,7 @@ impl Walker<'_> {
                     for (k, v) in entries {
                         match &v.value {
                             Y::String(_) | Y::Number(_) | Y::Bool(_) => {
-                                out.push((k.text.clone(), v.to_json()))
+                                out.push((k.text.to_string(), v.to_json()))
                             }
                             _ => self.type_error("string, number or boolean", &p.key(&k.text), v),
                         }
@@ -878,7 +883,7 @@ impl Walker<'_> {
                 }
             };
             out.push(InputDecl {
-                name: k.text.clone(),
+                name: k.text.to_string(),
                 kind,
                 required,
                 default,
@@ -907,7 +912,7 @@ impl Walker<'_> {
                 continue;
             }
             if let Some(t) = self.template(v, &p) {
-                out.push((k.text.clone(), t));
+                out.push((k.text.to_string(), t));
             }
         }
         (!self.errors_since(before)).then_some(out)
@@ -1005,7 +1010,7 @@ impl Walker<'_> {
                 Y::String(s) if s.contains("${{") => {
                     self.parse_template(s, &p, n).map(AgentRef::Expression)
                 }
-                Y::String(s) if !s.is_empty() => Some(AgentRef::Named(s.clone())),
+                Y::String(s) if !s.is_empty() => Some(AgentRef::Named(s.to_string())),
                 Y::Map(_) => self.agent(n, &p).map(AgentRef::Inline),
                 _ => {
                     self.type_error("string or object", &p, n);
@@ -1041,7 +1046,7 @@ impl Walker<'_> {
                         let mut out = Vec::new();
                         for (k, v) in entries {
                             if let Some(t) = self.template(v, &p.key(&k.text)) {
-                                out.push((k.text.clone(), t));
+                                out.push((k.text.to_string(), t));
                             }
                         }
                         Some(out)
@@ -1279,7 +1284,7 @@ impl Walker<'_> {
                         continue;
                     }
                 };
-                out.push((k.text.clone(), level));
+                out.push((k.text.to_string(), level));
             }
             Some(out)
         });
@@ -1323,7 +1328,7 @@ impl Walker<'_> {
             }
             if let Some(a) = self.agent(v, &p) {
                 out.push(NamedAgent {
-                    name: k.text.clone(),
+                    name: k.text.to_string(),
                     agent: a,
                 });
             }

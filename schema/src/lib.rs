@@ -106,7 +106,7 @@ fn single_file(
     let mut trigger_paths = Vec::new();
     for (k, v) in entries {
         let p = root_path.key(k.text.clone());
-        match k.text.as_str() {
+        match k.text.as_ref() {
             "environments" => match &v.value {
                 Y::Seq(items) => {
                     for (i, item) in items.iter().enumerate() {
@@ -249,7 +249,7 @@ pub fn parse_fragment(file: &str, text: &str) -> Vec<Diagnostic> {
     let mut whole = false;
     for (k, v) in entries {
         let p = Path::root().key(k.text.clone());
-        match k.text.as_str() {
+        match k.text.as_ref() {
             "agent" => match &v.value {
                 Y::String(_) => {}
                 _ => {

@@ -305,7 +305,7 @@ fn check_at(shape: &Shape, node: &Node, path: &Lp<'_>, out: &mut Vec<Issue>) {
             _ => type_issue(out, "array", path, node),
         },
         Shape::Enum(values) => match &node.value {
-            Y::String(s) if values.contains(&s.as_str()) => {}
+            Y::String(s) if values.contains(&s.as_ref()) => {}
             _ => issue(
                 out,
                 "invalid_value",

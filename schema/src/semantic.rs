@@ -17,7 +17,7 @@ use crate::yaml::Node;
 #[derive(Debug)]
 pub(crate) struct TriggerSite<'a> {
     pub(crate) file: &'a str,
-    pub(crate) root: &'a Node,
+    pub(crate) root: &'a Node<'a>,
     pub(crate) base: Path,
 }
 
@@ -25,7 +25,7 @@ pub(crate) struct TriggerSite<'a> {
 #[derive(Debug)]
 pub(crate) struct ResourceSite<'a> {
     pub(crate) file: &'a str,
-    pub(crate) root: &'a Node,
+    pub(crate) root: &'a Node<'a>,
     /// Path of an environment by index in `config.environments`.
     pub(crate) env_paths: Vec<Path>,
 }

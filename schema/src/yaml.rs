@@ -37,25 +37,25 @@ pub struct Pos {
 
 /// A YAML node with its position.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Node {
+pub struct Node<'a> {
     /// Where the node starts.
     pub pos: Pos,
     /// The node's value.
-    pub value: Value,
+    pub value: Value<'a>,
 }
 
 /// A mapping key with its position.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Key {
+pub struct Key<'a> {
     /// Where the key starts.
     pub pos: Pos,
-    /// The key's text.
-    pub text: String,
+    /// The key's text, borrowed from the source where YAML allows.
+    pub text: Cow<'a, str>,
 }
 
 /// The value of a YAML node after YAML 1.2 core-schema resolution.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Value {
+pub enum Value<'a> {
     /// `null`, `~` or an empty value.
     Null,
     /// `true` or `false`.
@@ -63,14 +63,14 @@ pub enum Value {
     /// An integer or a float.
     Number(serde_json::Number),
     /// A string (quoted, or a plain scalar that is not a null, bool or number).
-    String(String),
+    String(Cow<'a, str>),
     /// A sequence.
-    Seq(Vec<Node>),
+    Seq(Vec<Node<'a>>),
     /// A mapping, in authored order; keys are unique.
-    Map(Vec<(Key, Node)>),
+    Map(Vec<(Key<'a>, Node<'a>)>),
 }
 
-impl Value {
+impl Value<'_> {
     /// The JSON-schema-like name of this value's type, for messages.
     pub fn type_name(&self) -> &'static str {
         match self {
@@ -84,28 +84,28 @@ impl Value {
     }
 }
 
-impl Node {
+impl<'a> Node<'a> {
     /// Converts the node to a JSON value (positions are dropped).
     pub fn to_json(&self) -> serde_json::Value {
         match &self.value {
             Value::Null => serde_json::Value::Null,
             Value::Bool(b) => serde_json::Value::Bool(*b),
             Value::Number(n) => serde_json::Value::Number(n.clone()),
-            Value::String(s) => serde_json::Value::String(s.clone()),
+            Value::String(s) => serde_json::Value::String(s.to_string()),
             Value::Seq(items) => {
                 serde_json::Value::Array(items.iter().map(Node::to_json).collect())
             }
             Value::Map(entries) => serde_json::Value::Object(
                 entries
                     .iter()
-                    .map(|(k, v)| (k.text.clone(), v.to_json()))
+                    .map(|(k, v)| (k.text.to_string(), v.to_json()))
                     .collect(),
             ),
         }
     }
 
     /// The value of `key` if this node is a mapping that has it.
-    pub fn get(&self, key: &str) -> Option<&Node> {
+    pub fn get(&self, key: &str) -> Option<&Node<'a>> {
         match &self.value {
             Value::Map(entries) => entries.iter().find(|(k, _)| k.text == key).map(|(_, v)| v),
             _ => None,
@@ -113,7 +113,7 @@ impl Node {
     }
 
     /// The key node of `key` if this node is a mapping that has it.
-    pub fn get_key(&self, key: &str) -> Option<&Key> {
+    pub fn get_key(&self, key: &str) -> Option<&Key<'a>> {
         match &self.value {
             Value::Map(entries) => entries.iter().find(|(k, _)| k.text == key).map(|(k, _)| k),
             _ => None,
@@ -121,7 +121,7 @@ impl Node {
     }
 
     /// The node at `path` below this node, if any.
-    pub fn at_path(&self, path: &Path) -> Option<&Node> {
+    pub fn at_path(&self, path: &Path) -> Option<&Node<'a>> {
         let mut node = self;
         for seg in &path.0 {
             node = match (seg, &node.value) {
@@ -174,7 +174,7 @@ impl Node {
 ///
 /// Returns `None` plus at least one error diagnostic when the text is not a
 /// single well-formed YAML document within palisade's limits.
-pub fn parse(file: &str, text: &str) -> (Option<Node>, Vec<Diagnostic>) {
+pub fn parse<'a>(file: &str, text: &'a str) -> (Option<Node<'a>>, Vec<Diagnostic>) {
     let mut diags = Vec::new();
     if text.len() > MAX_FILE_BYTES {
         diags.push(
@@ -270,22 +270,22 @@ fn scan_error(e: &ScanError) -> BuildError {
 }
 
 /// A collection being built.
-enum Frame {
+enum Frame<'a> {
     Seq {
         pos: Pos,
         anchor: usize,
-        items: Vec<Node>,
+        items: Vec<Node<'a>>,
     },
     Map {
         pos: Pos,
         anchor: usize,
-        entries: Vec<(Key, Node)>,
-        pending: Option<Key>,
-        seen: Option<HashSet<String>>,
+        entries: Vec<(Key<'a>, Node<'a>)>,
+        pending: Option<Key<'a>>,
+        seen: Option<HashSet<Cow<'a, str>>>,
     },
 }
 
-fn count_nodes(n: &Node) -> usize {
+fn count_nodes(n: &Node<'_>) -> usize {
     let mut total = 0;
     let mut stack = vec![n];
     while let Some(n) = stack.pop() {
@@ -299,14 +299,14 @@ fn count_nodes(n: &Node) -> usize {
     total
 }
 
-fn build(text: &str) -> Result<Node, BuildError> {
+fn build(text: &str) -> Result<Node<'_>, BuildError> {
     let mut options = granit_parser::Options::default();
     options.flow_nesting_limit = MAX_DEPTH;
     options.block_nesting_limit = MAX_DEPTH;
     let parser = Parser::new_from_str_with_options(text, options);
-    let mut stack: Vec<Frame> = Vec::new();
-    let mut anchors: HashMap<usize, Node> = HashMap::new();
-    let mut root: Option<Node> = None;
+    let mut stack: Vec<Frame<'_>> = Vec::new();
+    let mut anchors: HashMap<usize, Node<'_>> = HashMap::new();
+    let mut root: Option<Node<'_>> = None;
     let mut documents = 0usize;
     let mut nodes = 0usize;
     let mut aliases = 0usize;
@@ -452,8 +452,8 @@ fn build(text: &str) -> Result<Node, BuildError> {
                 None => {
                     let text = match node.value {
                         Value::String(s) => s,
-                        Value::Bool(b) => b.to_string(),
-                        Value::Number(n) => n.to_string(),
+                        Value::Bool(b) => Cow::Owned(b.to_string()),
+                        Value::Number(n) => Cow::Owned(n.to_string()),
                         Value::Null => {
                             return fail("yaml_syntax", "a mapping key must not be null", node.pos);
                         }
@@ -507,12 +507,12 @@ fn check_collection_tag(tag: Option<&Tag>, expected: &str, pos: Pos) -> Result<(
     }
 }
 
-fn resolve_scalar(
-    value: Cow<'_, str>,
+fn resolve_scalar<'a>(
+    value: Cow<'a, str>,
     style: ScalarStyle,
     tag: Option<&Tag>,
     pos: Pos,
-) -> Result<Value, BuildError> {
+) -> Result<Value<'a>, BuildError> {
     let core = match tag {
         None => None,
         Some(t) => match t.core_suffix() {
@@ -527,7 +527,7 @@ fn resolve_scalar(
         },
     };
     if core == Some("str") || (core.is_none() && style != ScalarStyle::Plain) {
-        return Ok(Value::String(value.into_owned()));
+        return Ok(Value::String(value));
     }
     let v: &str = &value;
     let resolved = match v {
@@ -543,7 +543,7 @@ fn resolve_scalar(
                     pos,
                 );
             }
-            None => Value::String(v.to_owned()),
+            None => Value::String(value.clone()),
         },
     };
     // An explicit core tag must agree with the resolved type.
@@ -631,7 +631,7 @@ fn tab_in_indentation(text: &str) -> Option<usize> {
 mod tests {
     use super::*;
 
-    fn ok(text: &str) -> Node {
+    fn ok(text: &str) -> Node<'_> {
         let (node, diags) = parse("t.yml", text);
         assert!(diags.is_empty(), "{diags:?}");
         node.unwrap()
