@@ -68,14 +68,7 @@ fn measure(name: &str, ops: u32, mut f: impl FnMut(u32)) {
 fn grant_every_step() {
     const WORKFLOWS: usize = 100;
     const STEPS: usize = 10;
-    let files = palisade_schema::__bench::bundle(WORKFLOWS, STEPS);
-    let refs: Vec<(&str, &[u8])> = files
-        .iter()
-        .map(|(p, t)| (p.as_str(), t.as_bytes()))
-        .collect();
-    let (config, diags) = palisade_schema::parse_bundle(&refs);
-    assert!(diags.is_empty(), "{diags:#?}");
-    let config = config.unwrap();
+    let config = palisade_schema::__bench::parsed_bundle(WORKFLOWS, STEPS);
     let registry = CapabilityRegistry::default();
     let grant_config = GrantConfig::default();
     let ctx = OutputContext::new("slack");

@@ -316,6 +316,25 @@ pub mod __bench {
         }
         files
     }
+
+    /// [`bundle`] parsed.
+    ///
+    /// # Panics
+    ///
+    /// If the generated bundle has a diagnostic: a bench must not time a
+    /// refusal.
+    #[expect(clippy::panic, reason = "bench input that must be valid")]
+    pub fn parsed_bundle(workflows: usize, steps: usize) -> crate::HubConfig {
+        let files = bundle(workflows, steps);
+        let refs: Vec<(&str, &[u8])> = files
+            .iter()
+            .map(|(p, t)| (p.as_str(), t.as_bytes()))
+            .collect();
+        match crate::parse_bundle(&refs) {
+            (Some(config), diags) if diags.is_empty() => config,
+            (_, diags) => panic!("the bench bundle is refused: {diags:#?}"),
+        }
+    }
 }
 
 /// Entry points for the fuzz targets under `fuzz/`; not a stable API.
