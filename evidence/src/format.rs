@@ -14,9 +14,7 @@
 
 use std::fmt;
 
-use hmac::Mac;
-
-use crate::key::{HmacSha256, KEY_LEN};
+use crate::key::{KEY_LEN, MacState};
 use crate::record::{Flags, push_json_string};
 
 /// The bytes between the canonical record and the hex MAC.
@@ -98,7 +96,7 @@ pub(crate) fn encode_line(
     out: &mut Vec<u8>,
     fields: &Fields<'_>,
     prev_mac: &MacBytes,
-    mac_key: &HmacSha256,
+    mac_key: &MacState,
 ) -> MacBytes {
     let start = out.len();
     out.extend_from_slice(LINE_START);
@@ -138,11 +136,8 @@ pub(crate) fn encode_line(
 }
 
 /// `HMAC(key, prev_mac ‖ canonical)`.
-pub(crate) fn compute_mac(key: &HmacSha256, prev_mac: &MacBytes, canonical: &[u8]) -> MacBytes {
-    let mut mac = key.clone();
-    mac.update(prev_mac);
-    mac.update(canonical);
-    mac.finalize().into_bytes().into()
+pub(crate) fn compute_mac(key: &MacState, prev_mac: &MacBytes, canonical: &[u8]) -> MacBytes {
+    key.mac(prev_mac, canonical)
 }
 
 /// A line sliced into the parts the verifier needs. Nothing here is

@@ -131,8 +131,8 @@ impl JournalKey {
     }
 
     /// A keyed MAC state for this key, to be cloned per record.
-    pub(crate) fn mac_state(&self) -> HmacSha256 {
-        keyed(&self.bytes)
+    pub(crate) fn mac_state(&self) -> MacState {
+        MacState(keyed(&self.bytes))
     }
 }
 
@@ -208,6 +208,48 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// A keyed HMAC-SHA256 state: the inner and outer pads derived from a
+/// journal key, which is all an attacker needs to forge records of that
+/// epoch.
+///
+/// `hmac` offers no zeroization, so this wrapper overwrites the state with
+/// that of the all-zero key when it is dropped (which includes being replaced
+/// at an epoch change). What it cannot reach: the short-lived copy made per
+/// record inside [`MacState::mac`] and whatever the compiler spills to the
+/// stack while hashing.
+#[derive(Clone)]
+pub(crate) struct MacState(HmacSha256);
+
+impl MacState {
+    /// `HMAC(key, a ‖ b)`.
+    pub(crate) fn mac(&self, a: &[u8], b: &[u8]) -> [u8; KEY_LEN] {
+        let mut mac = self.0.clone();
+        mac.update(a);
+        mac.update(b);
+        mac.finalize().into_bytes().into()
+    }
+
+    /// Replaces the key-derived state with that of the all-zero key.
+    fn wipe(&mut self) {
+        self.0 = keyed(&[0u8; KEY_LEN]);
+        // Keep the overwrite: the state is not read again before it is freed,
+        // and an optimiser may drop a store nobody reads.
+        std::hint::black_box(&mut self.0);
+    }
+}
+
+impl Drop for MacState {
+    fn drop(&mut self) {
+        self.wipe();
+    }
+}
+
+impl fmt::Debug for MacState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("MacState(<redacted>)")
+    }
+}
+
 /// `HMAC-SHA256(key, EVOLVE_LABEL)`.
 fn derive_next(key: &[u8; KEY_LEN]) -> Zeroizing<[u8; KEY_LEN]> {
     let mut mac = keyed(key);
@@ -228,6 +270,18 @@ fn keyed(key: &[u8; KEY_LEN]) -> HmacSha256 {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_wiped_mac_state_no_longer_holds_the_key() {
+        let key = JournalKey::from_bytes([7u8; KEY_LEN], 0);
+        let zero = MacState(keyed(&[0u8; KEY_LEN]));
+        let mut state = key.mac_state();
+        // Control: before the wipe, the state MACs with the journal key.
+        assert_ne!(state.mac(b"a", b"b"), zero.mac(b"a", b"b"));
+        assert_eq!(state.mac(b"a", b"b"), key.mac_state().mac(b"a", b"b"));
+        state.wipe();
+        assert_eq!(state.mac(b"a", b"b"), zero.mac(b"a", b"b"));
+    }
     use super::*;
 
     #[test]

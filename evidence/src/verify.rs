@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
 use crate::format::{self, JournalId, MacBytes, Parsed};
-use crate::key::{HmacSha256, JournalKey};
+use crate::key::{JournalKey, MacState};
 
 /// How far past its own epoch a failing record's MAC is tried, to tell a
 /// record sealed with a later epoch's key (`epoch_key_mismatch`) from plain
@@ -303,7 +303,7 @@ pub(crate) struct ChainState {
     pub(crate) next_seq: u64,
     pub(crate) epoch: u64,
     pub(crate) key: JournalKey,
-    pub(crate) mac_key: HmacSha256,
+    pub(crate) mac_key: MacState,
     pub(crate) prev_mac: MacBytes,
     pub(crate) last_time: u64,
     pub(crate) epoch_start: u64,

@@ -19,7 +19,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use crate::format::{self, Fields, JournalId, MacBytes};
-use crate::key::{HmacSha256, JournalKey, KeyError};
+use crate::key::{JournalKey, KeyError, MacState};
 use crate::record::{Body, Entry, Flags, Kind, MAX_SESSION_LEN, RecordError, Timestamp};
 use crate::verify::{Anchor, Failure, OpenedBody, SealBody, Verifier};
 
@@ -257,7 +257,7 @@ struct Chain {
     next_seq: u64,
     epoch: u64,
     key: JournalKey,
-    mac_key: HmacSha256,
+    mac_key: MacState,
     prev_mac: MacBytes,
     last_time: u64,
     epoch_start: u64,
