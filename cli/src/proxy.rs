@@ -14,7 +14,7 @@ use palisade_egress::journal::{JournalRecorder, JournalThread};
 use palisade_egress::policy::PolicyDecider;
 use palisade_egress::proxy::{Limits, Listener, Proxy, ProxyConfig, ProxyToken, shutdown_channel};
 use palisade_egress::record::{Event, Recorder};
-use palisade_egress::resolve::SystemResolver;
+use palisade_egress::resolve::HostsFirstResolver;
 use palisade_evidence::{JournalKey, JournalWriter, Timestamp, WriterOptions};
 use palisade_schema::host_policy::HostPolicy;
 use palisade_taint::{Rules, Session};
@@ -140,6 +140,19 @@ pub(crate) async fn signalled() {
     }
 }
 
+/// The proxy's runtime: one thread. A connection's steps (accept, head,
+/// decision, hosts-file lookup, dial, pump) then never hop between
+/// threads, and a bulk tunnel splices in the kernel, so a second worker
+/// would mostly add cross-thread wake-ups on a small machine where the
+/// worker and the proxy share the cores. Lookups that need `getaddrinfo`
+/// still run on the blocking pool.
+fn proxy_runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))
+}
+
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -195,10 +208,15 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         Some((r, _)) => r.clone(),
         None => Arc::new(StdoutRecorder::default()),
     };
-    let rt = runtime()?;
+    let rt = proxy_runtime()?;
     let served: Result<(), String> = rt.block_on(async {
         let (listener, shown) = bind(&args.listen).await?;
-        let proxy = Proxy::new(config, decider, Arc::new(SystemResolver), recorder);
+        let proxy = Proxy::new(
+            config,
+            decider,
+            Arc::new(HostsFirstResolver::system()),
+            recorder,
+        );
         let (shutdown, signal) = shutdown_channel();
         eprintln!("palisade proxy: listening on {shown}");
         println!(
