@@ -36,7 +36,7 @@ use crate::sni::{ClientHello, MAX_PEEK, parse_client_hello};
 
 mod tunnel;
 
-use tunnel::{Conn, Opaque, pump};
+use tunnel::{Conn, Opaque, Upstream, pump};
 
 /// Limits enforced by the proxy. `None` means unlimited.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -557,7 +557,7 @@ impl Proxy {
     async fn run_tunnel<S: Conn>(
         &self,
         client: &mut S,
-        up: &mut TcpStream,
+        up: &mut Upstream,
         mut first_up: Vec<u8>,
         host: &Host,
         port: u16,
@@ -754,7 +754,7 @@ impl Proxy {
         port: u16,
         declared_body: Option<u64>,
         rec: &mut ConnectionRecord,
-    ) -> Result<TcpStream, Refusal> {
+    ) -> Result<Upstream, Refusal> {
         let cfg = &self.inner.config;
         let limits = &cfg.limits;
         // 3. name decision, before any lookup
@@ -820,11 +820,15 @@ impl Proxy {
         let mut last_err = "connect_failed";
         for ip in &addrs {
             let sa = SocketAddr::new(*ip, port);
+            let dialled = Instant::now();
             match tokio::time::timeout(limits.connect_timeout, TcpStream::connect(sa)).await {
                 Ok(Ok(s)) => {
+                    // The handshake took one round trip (plus scheduling,
+                    // which only makes the estimate err towards "far").
+                    let near = dialled.elapsed() < tunnel::NEAR_RTT;
                     let _ = s.set_nodelay(true);
                     rec.resolved = Some(sa);
-                    return Ok(s);
+                    return Ok(Upstream { stream: s, near });
                 }
                 Ok(Err(_)) => last_err = "connect_failed",
                 Err(_) => last_err = "connect_timeout",

@@ -13,7 +13,7 @@
 use std::io;
 use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -146,9 +146,52 @@ impl Sock<'_> {
         Ok(())
     }
 
+    fn loopback_peer(&self) -> bool {
+        match self {
+            Self::Tcp(s) => s.peer_addr().is_ok_and(|a| match a.ip() {
+                std::net::IpAddr::V4(v4) => v4.is_loopback(),
+                std::net::IpAddr::V6(v6) => {
+                    v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+                }
+            }),
+            Self::Unix(_) => false,
+        }
+    }
+
     fn shutdown_write(&self) {
         let _ =
             nix::sys::socket::shutdown(self.fd().as_raw_fd(), nix::sys::socket::Shutdown::Write);
+    }
+}
+
+/// A dialled upstream connection.
+pub(super) struct Upstream {
+    pub(super) stream: TcpStream,
+    /// The connect handshake took less than [`NEAR_RTT`].
+    pub(super) near: bool,
+}
+
+/// Round trips below this count as a near path (loopback, the same host,
+/// a LAN segment).
+pub(super) const NEAR_RTT: Duration = Duration::from_micros(200);
+
+/// `SO_RCVBUF` / `SO_SNDBUF` for a near socket once a direction turns bulk
+/// (the kernel doubles it): at a 200 µs round trip this still allows
+/// about 10 Gbit/s. Left to itself, the kernel's autotuning grows the
+/// buffers of a fast local path to many MiB; in a relay that only queues
+/// bytes inside the host, and relayed bytes fall out of the CPU cache
+/// before they are forwarded. Far paths keep autotuning (their
+/// bandwidth-delay product needs it).
+const NEAR_BUF: usize = 256 * 1024;
+
+/// Fix the buffers a bulk direction uses on near sockets.
+fn pin_buffers(src: Sock<'_>, src_near: bool, dst: Sock<'_>, dst_near: bool) {
+    use nix::sys::socket::{setsockopt, sockopt};
+    if src_near && let Sock::Tcp(s) = src {
+        let _ = setsockopt(s, sockopt::RcvBuf, &NEAR_BUF);
+    }
+    if dst_near && let Sock::Tcp(s) = dst {
+        let _ = setsockopt(s, sockopt::SndBuf, &NEAR_BUF);
     }
 }
 
@@ -158,9 +201,20 @@ pub(super) struct Meter<'a> {
     conn: AtomicU64,
     last: AtomicU64,
     t0: Instant,
+    /// A limit was crossed: directions stop before their next read.
+    stopping: AtomicBool,
 }
 
 impl Meter<'_> {
+    /// `Err(Limit)` once the other direction crossed a limit.
+    fn check(&self) -> Result<(), DirEnd> {
+        if self.stopping.load(Ordering::Relaxed) {
+            Err(DirEnd::Limit)
+        } else {
+            Ok(())
+        }
+    }
+
     /// Reserve up to `n` bytes; returns how many may pass.
     fn take(&self, n: u64) -> u64 {
         let l = &self.inner.config.limits;
@@ -211,6 +265,27 @@ impl Meter<'_> {
     }
 }
 
+/// What one direction has moved, and whether it holds metered bytes it
+/// has not finished writing.
+#[derive(Default)]
+struct Flow {
+    moved: AtomicU64,
+    busy: AtomicBool,
+}
+
+impl Flow {
+    /// Bytes were metered and are about to be written.
+    fn start(&self) {
+        self.busy.store(true, Ordering::Relaxed);
+    }
+
+    /// `n` metered bytes were written.
+    fn done(&self, n: u64) {
+        self.moved.fetch_add(n, Ordering::Relaxed);
+        self.busy.store(false, Ordering::Relaxed);
+    }
+}
+
 /// How one direction ended early.
 pub(super) enum DirEnd {
     Limit,
@@ -225,12 +300,7 @@ const BIG_BUF: usize = 256 * 1024;
 const PIPE_SIZE: usize = 1024 * 1024;
 
 /// A copy loop for streams that are not sockets.
-async fn copy_dir<R, W>(
-    r: &mut R,
-    w: &mut W,
-    meter: &Meter<'_>,
-    moved: &AtomicU64,
-) -> Result<(), DirEnd>
+async fn copy_dir<R, W>(r: &mut R, w: &mut W, meter: &Meter<'_>, flow: &Flow) -> Result<(), DirEnd>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -238,19 +308,19 @@ where
     // Start small so idle tunnels stay cheap; grow once a read fills the buffer.
     let mut buf = vec![0u8; SMALL_BUF];
     loop {
+        meter.check()?;
         let n = r.read(&mut buf).await.map_err(|_| DirEnd::ReadErr)?;
         if n == 0 {
             let _ = w.shutdown().await;
             return Ok(());
         }
+        flow.start();
         let allowed = meter.take(n as u64);
         let pass = usize::try_from(allowed).unwrap_or(n).min(n);
-        if pass > 0 {
-            w.write_all(buf.get(..pass).unwrap_or_default())
-                .await
-                .map_err(|_| DirEnd::WriteErr)?;
-            moved.fetch_add(pass as u64, Ordering::Relaxed);
-        }
+        w.write_all(buf.get(..pass).unwrap_or_default())
+            .await
+            .map_err(|_| DirEnd::WriteErr)?;
+        flow.done(pass as u64);
         if pass < n {
             return Err(DirEnd::Limit);
         }
@@ -275,17 +345,17 @@ pub(super) enum Mode {
 
 /// One direction between two sockets.
 async fn sock_dir(
-    src: Sock<'_>,
-    dst: Sock<'_>,
+    (src, src_near): (Sock<'_>, bool),
+    (dst, dst_near): (Sock<'_>, bool),
     meter: &Meter<'_>,
-    moved: &AtomicU64,
+    flow: &Flow,
     mode: Mode,
 ) -> Result<(), DirEnd> {
     let mut buf = Vec::new();
     if mode == Mode::Adaptive {
         buf.resize(SMALL_BUF, 0);
         loop {
-            match copy_once(src, dst, &mut buf, meter, moved).await? {
+            match copy_once(src, dst, &mut buf, meter, flow).await? {
                 Step::Eof => return Ok(()),
                 Step::Full => break,
                 Step::Partial => {}
@@ -296,13 +366,14 @@ async fn sock_dir(
     let want_pipe = mode != Mode::CopyOnly;
     #[cfg(not(test))]
     let want_pipe = true;
+    pin_buffers(src, src_near, dst, dst_near);
     if want_pipe && let Ok(pipe) = Pipe::new() {
         drop(buf);
-        return splice_dir(src, dst, &pipe, meter, moved).await;
+        return splice_dir(src, dst, &pipe, meter, flow).await;
     }
     buf.resize(BIG_BUF, 0);
     loop {
-        if copy_once(src, dst, &mut buf, meter, moved).await? == Step::Eof {
+        if copy_once(src, dst, &mut buf, meter, flow).await? == Step::Eof {
             return Ok(());
         }
     }
@@ -322,21 +393,21 @@ async fn copy_once(
     dst: Sock<'_>,
     buf: &mut [u8],
     meter: &Meter<'_>,
-    moved: &AtomicU64,
+    flow: &Flow,
 ) -> Result<Step, DirEnd> {
+    meter.check()?;
     let n = src.read(buf).await.map_err(|_| DirEnd::ReadErr)?;
     if n == 0 {
         dst.shutdown_write();
         return Ok(Step::Eof);
     }
+    flow.start();
     let allowed = meter.take(n as u64);
     let pass = usize::try_from(allowed).unwrap_or(n).min(n);
-    if pass > 0 {
-        dst.write_all(buf.get(..pass).unwrap_or_default())
-            .await
-            .map_err(|_| DirEnd::WriteErr)?;
-        moved.fetch_add(pass as u64, Ordering::Relaxed);
-    }
+    dst.write_all(buf.get(..pass).unwrap_or_default())
+        .await
+        .map_err(|_| DirEnd::WriteErr)?;
+    flow.done(pass as u64);
     if pass < n {
         return Err(DirEnd::Limit);
     }
@@ -370,12 +441,13 @@ async fn splice_dir(
     dst: Sock<'_>,
     pipe: &Pipe,
     meter: &Meter<'_>,
-    moved: &AtomicU64,
+    flow: &Flow,
 ) -> Result<(), DirEnd> {
     let flags = SpliceFFlags::SPLICE_F_NONBLOCK | SpliceFFlags::SPLICE_F_MOVE;
     let src_fd = src.fd();
     let dst_fd = dst.fd();
     loop {
+        meter.check()?;
         let want = match meter.remaining() {
             None => PIPE_SIZE,
             Some(r) => usize::try_from(r).unwrap_or(PIPE_SIZE).min(PIPE_SIZE),
@@ -384,7 +456,7 @@ async fn splice_dir(
             // The budget is spent: end of stream completes the direction,
             // one more byte crosses the limit (as in the copy loop).
             let mut one = [0u8; 1];
-            return match copy_once(src, dst, &mut one, meter, moved).await? {
+            return match copy_once(src, dst, &mut one, meter, flow).await? {
                 Step::Eof => Ok(()),
                 Step::Full | Step::Partial => Err(DirEnd::Limit),
             };
@@ -399,6 +471,7 @@ async fn splice_dir(
             dst.shutdown_write();
             return Ok(());
         }
+        flow.start();
         let allowed = meter.take(n as u64);
         let pass = usize::try_from(allowed).unwrap_or(n).min(n);
         let mut left = pass;
@@ -413,8 +486,9 @@ async fn splice_dir(
                 return Err(DirEnd::WriteErr);
             }
             left = left.saturating_sub(m);
-            moved.fetch_add(m as u64, Ordering::Relaxed);
+            flow.moved.fetch_add(m as u64, Ordering::Relaxed);
         }
+        flow.done(0);
         if pass < n {
             // What did not pass stays in the pipe and is dropped with it.
             return Err(DirEnd::Limit);
@@ -427,17 +501,26 @@ async fn splice_dir(
 /// ClientHello, a rewritten request head) is sent upstream first.
 pub(super) async fn pump<S: Conn>(
     client: &mut S,
-    upstream: &mut TcpStream,
+    upstream: &mut Upstream,
     first_up: &[u8],
     inner: &Inner,
     signal: ShutdownSignal,
 ) -> (u64, u64, CloseReason) {
-    pump_with(client, upstream, first_up, inner, signal, Mode::Adaptive).await
+    let near = upstream.near;
+    pump_with(
+        client,
+        (&mut upstream.stream, near),
+        first_up,
+        inner,
+        signal,
+        Mode::Adaptive,
+    )
+    .await
 }
 
 pub(super) async fn pump_with<S: Conn>(
     client: &mut S,
-    upstream: &mut TcpStream,
+    (upstream, upstream_near): (&mut TcpStream, bool),
     first_up: &[u8],
     inner: &Inner,
     signal: ShutdownSignal,
@@ -448,9 +531,10 @@ pub(super) async fn pump_with<S: Conn>(
         conn: AtomicU64::new(0),
         last: AtomicU64::new(0),
         t0: Instant::now(),
+        stopping: AtomicBool::new(false),
     };
-    let up_moved = AtomicU64::new(0);
-    let down_moved = AtomicU64::new(0);
+    let up_flow = Flow::default();
+    let down_flow = Flow::default();
     if !first_up.is_empty() {
         let n = first_up.len() as u64;
         let allowed = meter.take(n);
@@ -462,35 +546,47 @@ pub(super) async fn pump_with<S: Conn>(
         {
             return (0, 0, CloseReason::UpstreamError);
         }
-        up_moved.fetch_add(pass as u64, Ordering::Relaxed);
+        up_flow.done(pass as u64);
         if allowed < n {
             return (pass as u64, 0, CloseReason::LimitExceeded);
         }
     }
     let idle = inner.config.limits.idle_timeout;
     let close = if let Some(c) = client.sock() {
-        let u = Sock::Tcp(upstream);
-        let up = sock_dir(c, u, &meter, &up_moved, mode);
-        let down = sock_dir(u, c, &meter, &down_moved, mode);
-        drive(up, down, &meter, idle, signal).await
+        let u = (Sock::Tcp(upstream), upstream_near);
+        // A TCP client on loopback is as near as it gets.
+        let c = (c, c.loopback_peer());
+        let up = sock_dir(c, u, &meter, &up_flow, mode);
+        let down = sock_dir(u, c, &meter, &down_flow, mode);
+        drive((up, &up_flow), (down, &down_flow), &meter, idle, signal).await
     } else {
         let (mut cr, mut cw) = tokio::io::split(client);
         let (mut ur, mut uw) = upstream.split();
-        let up = copy_dir(&mut cr, &mut uw, &meter, &up_moved);
-        let down = copy_dir(&mut ur, &mut cw, &meter, &down_moved);
-        drive(up, down, &meter, idle, signal).await
+        let up = copy_dir(&mut cr, &mut uw, &meter, &up_flow);
+        let down = copy_dir(&mut ur, &mut cw, &meter, &down_flow);
+        drive((up, &up_flow), (down, &down_flow), &meter, idle, signal).await
     };
     (
-        up_moved.load(Ordering::Relaxed),
-        down_moved.load(Ordering::Relaxed),
+        up_flow.moved.load(Ordering::Relaxed),
+        down_flow.moved.load(Ordering::Relaxed),
         close,
     )
 }
 
+/// How long a direction may take to finish writing bytes it metered
+/// before the other direction crossed a limit.
+const LIMIT_GRACE: Duration = Duration::from_secs(1);
+
 /// Runs both directions to their end, with the idle timeout and shutdown.
+///
+/// When one direction crosses a byte limit, the other may be halfway
+/// through writing bytes it already metered: it finishes that write (so
+/// the bytes counted are the bytes moved; at most [`LIMIT_GRACE`]) and
+/// then stops before its next read; a direction waiting to read stops at
+/// once.
 async fn drive<U, D>(
-    up: U,
-    down: D,
+    (up, up_flow): (U, &Flow),
+    (down, down_flow): (D, &Flow),
     meter: &Meter<'_>,
     idle: Duration,
     mut signal: ShutdownSignal,
@@ -501,32 +597,72 @@ where
 {
     tokio::pin!(up, down);
     let (mut up_done, mut down_done) = (false, false);
+    let mut limit = false;
+    let mut limit_at: Option<tokio::time::Instant> = None;
     loop {
         if up_done && down_done {
-            break CloseReason::Completed;
+            break if limit {
+                CloseReason::LimitExceeded
+            } else {
+                CloseReason::Completed
+            };
+        }
+        if limit
+            && (up_done || !up_flow.busy.load(Ordering::Relaxed))
+            && (down_done || !down_flow.busy.load(Ordering::Relaxed))
+        {
+            break CloseReason::LimitExceeded;
         }
         let wait = idle
             .saturating_sub(meter.idle_for())
             .max(Duration::from_millis(10));
-        tokio::select! {
-            r = &mut up, if !up_done => match r {
-                Ok(()) => up_done = true,
-                Err(DirEnd::Limit) => break CloseReason::LimitExceeded,
-                Err(DirEnd::ReadErr) => break CloseReason::ClientError,
-                Err(DirEnd::WriteErr) => break CloseReason::UpstreamError,
+        let wait = match limit_at {
+            Some(at) => {
+                wait.min((at + LIMIT_GRACE).saturating_duration_since(tokio::time::Instant::now()))
+            }
+            None => wait,
+        };
+        let ended = tokio::select! {
+            r = &mut up, if !up_done => {
+                up_done = true;
+                match r {
+                    Ok(()) => None,
+                    Err(DirEnd::Limit) => {
+                        limit = true;
+                        None
+                    }
+                    Err(DirEnd::ReadErr) => Some(CloseReason::ClientError),
+                    Err(DirEnd::WriteErr) => Some(CloseReason::UpstreamError),
+                }
             },
-            r = &mut down, if !down_done => match r {
-                Ok(()) => down_done = true,
-                Err(DirEnd::Limit) => break CloseReason::LimitExceeded,
-                Err(DirEnd::ReadErr) => break CloseReason::UpstreamError,
-                Err(DirEnd::WriteErr) => break CloseReason::ClientError,
+            r = &mut down, if !down_done => {
+                down_done = true;
+                match r {
+                    Ok(()) => None,
+                    Err(DirEnd::Limit) => {
+                        limit = true;
+                        None
+                    }
+                    Err(DirEnd::ReadErr) => Some(CloseReason::UpstreamError),
+                    Err(DirEnd::WriteErr) => Some(CloseReason::ClientError),
+                }
             },
             () = tokio::time::sleep(wait) => {
-                if meter.idle_for() >= idle {
-                    break CloseReason::IdleTimeout;
-                }
+                let graced = limit_at.is_some_and(|at| at.elapsed() >= LIMIT_GRACE);
+                (graced || meter.idle_for() >= idle).then_some(CloseReason::IdleTimeout)
             }
-            () = signal.wait() => break CloseReason::Shutdown,
+            () = signal.wait() => Some(CloseReason::Shutdown),
+        };
+        if limit && limit_at.is_none() {
+            meter.stopping.store(true, Ordering::Relaxed);
+            limit_at = Some(tokio::time::Instant::now());
+        }
+        if let Some(reason) = ended {
+            break if limit {
+                CloseReason::LimitExceeded
+            } else {
+                reason
+            };
         }
     }
 }
@@ -610,14 +746,30 @@ mod tests {
         let (at_client, (up_n, down_n, close)) = if client_unix {
             let (a, mut b) = UnixStream::pair().unwrap();
             let client = tokio::spawn(client_side(Box::new(a), up));
-            let r = pump_with(&mut b, &mut proxy_up, first_up, &p.inner, signal, mode).await;
+            let r = pump_with(
+                &mut b,
+                (&mut proxy_up, true),
+                first_up,
+                &p.inner,
+                signal,
+                mode,
+            )
+            .await;
             drop(b);
             drop(proxy_up);
             (client.await.unwrap(), r)
         } else {
             let (a, mut b) = tcp_pair().await;
             let client = tokio::spawn(client_side(Box::new(a), up));
-            let r = pump_with(&mut b, &mut proxy_up, first_up, &p.inner, signal, mode).await;
+            let r = pump_with(
+                &mut b,
+                (&mut proxy_up, true),
+                first_up,
+                &p.inner,
+                signal,
+                mode,
+            )
+            .await;
             drop(b);
             drop(proxy_up);
             (client.await.unwrap(), r)
@@ -736,6 +888,51 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_limit_cuts_within_the_grace_when_the_other_side_never_reads() {
+        for mode in MODES {
+            let p = proxy(Limits {
+                bytes_per_connection: Some(3 << 20),
+                ..Limits::default()
+            });
+            let (mut origin, mut proxy_up) = tcp_pair().await;
+            let (mut client, mut proxy_client) = tcp_pair().await;
+            let (_s, signal) = shutdown_channel();
+            // The origin floods the client, which never reads; the client
+            // uploads past the limit.
+            let o = tokio::spawn(async move {
+                let (mut r, mut w) = origin.split();
+                let flood = async {
+                    let chunk = pattern(64 << 10, 3);
+                    while w.write_all(&chunk).await.is_ok() {}
+                };
+                let mut sink = Vec::new();
+                let drain = r.read_to_end(&mut sink);
+                let ((), _) = tokio::join!(flood, drain);
+            });
+            let c = tokio::spawn(async move {
+                let chunk = pattern(64 << 10, 4);
+                while client.write_all(&chunk).await.is_ok() {}
+            });
+            let t0 = Instant::now();
+            let (up, down, close) = pump_with(
+                &mut proxy_client,
+                (&mut proxy_up, true),
+                b"",
+                &p.inner,
+                signal,
+                mode,
+            )
+            .await;
+            assert_eq!(close, CloseReason::LimitExceeded, "{mode:?}");
+            assert!(t0.elapsed() < Duration::from_secs(10), "{mode:?}");
+            assert!(up + down <= 3 << 20, "{mode:?}");
+            drop((proxy_client, proxy_up));
+            o.await.unwrap();
+            c.await.unwrap();
+        }
+    }
+
+    #[tokio::test]
     async fn peeked_bytes_are_forwarded_first_and_exactly() {
         for mode in MODES {
             let first = b"\x16\x03\x01\x00\x05hello".to_vec();
@@ -807,7 +1004,7 @@ mod tests {
             });
             let (_, down, close) = pump_with(
                 &mut proxy_client,
-                &mut proxy_up,
+                (&mut proxy_up, true),
                 b"",
                 &p.inner,
                 signal,
@@ -857,7 +1054,7 @@ mod tests {
             });
             let (up, down, close) = pump_with(
                 &mut proxy_client,
-                &mut proxy_up,
+                (&mut proxy_up, true),
                 b"",
                 &p.inner,
                 signal,
@@ -891,7 +1088,7 @@ mod tests {
             });
             let (up, down, close) = pump_with(
                 &mut proxy_client,
-                &mut proxy_up,
+                (&mut proxy_up, true),
                 b"",
                 &p.inner,
                 signal,
@@ -931,7 +1128,7 @@ mod tests {
             let t0 = Instant::now();
             let (_, down, close) = pump_with(
                 &mut proxy_client,
-                &mut proxy_up,
+                (&mut proxy_up, true),
                 b"",
                 &p.inner,
                 signal,
@@ -966,7 +1163,7 @@ mod tests {
             });
             let (_, down, close) = pump_with(
                 &mut proxy_client,
-                &mut proxy_up,
+                (&mut proxy_up, true),
                 b"",
                 &p.inner,
                 signal,
@@ -979,6 +1176,51 @@ mod tests {
             assert_eq!(close, CloseReason::Completed, "{mode:?}");
             assert_eq!(down, 120_000);
             assert_eq!(c.await.unwrap(), 120_000);
+            o.await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn near_sockets_get_small_fixed_buffers_once_bulk_far_ones_keep_autotuning() {
+        use nix::sys::socket::{getsockopt, sockopt};
+        for near in [true, false] {
+            let p = proxy(Limits::default());
+            let (mut origin, mut proxy_up) = tcp_pair().await;
+            let (mut client, mut proxy_client) = tcp_pair().await;
+            let (_s, signal) = shutdown_channel();
+            let o = tokio::spawn(async move {
+                origin.write_all(&pattern(4 << 20, 1)).await.unwrap();
+                origin.shutdown().await.unwrap();
+                let mut sink = Vec::new();
+                let _ = origin.read_to_end(&mut sink).await;
+            });
+            let c = tokio::spawn(async move {
+                let mut got = Vec::new();
+                client.read_to_end(&mut got).await.unwrap();
+                got
+            });
+            let (_, down, close) = pump_with(
+                &mut proxy_client,
+                (&mut proxy_up, near),
+                b"",
+                &p.inner,
+                signal,
+                Mode::Adaptive,
+            )
+            .await;
+            assert_eq!((down, close), (4 << 20, CloseReason::Completed));
+            let rcv = getsockopt(&proxy_up, sockopt::RcvBuf).unwrap();
+            // The kernel doubles what was asked for.
+            assert_eq!(
+                rcv == 2 * NEAR_BUF,
+                near,
+                "upstream near={near}: SO_RCVBUF {rcv}"
+            );
+            // The client is on loopback: near either way.
+            let snd = getsockopt(&proxy_client, sockopt::SndBuf).unwrap();
+            assert_eq!(snd, 2 * NEAR_BUF);
+            drop((proxy_client, proxy_up));
+            assert!(c.await.unwrap() == pattern(4 << 20, 1));
             o.await.unwrap();
         }
     }
@@ -1003,7 +1245,7 @@ mod tests {
         });
         let (_, down, close) = pump_with(
             &mut proxy_client,
-            &mut proxy_up,
+            (&mut proxy_up, true),
             b"",
             &p.inner,
             signal,
