@@ -18,6 +18,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl, splice};
+use nix::sys::socket::MsgFlags;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, Interest, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
@@ -135,7 +136,9 @@ impl Sock<'_> {
         while !buf.is_empty() {
             let n = self
                 .io(Interest::WRITABLE, || {
-                    nix::unistd::write(fd, buf).map_err(io::Error::from)
+                    // As tokio does: a closed peer is an error, not SIGPIPE.
+                    nix::sys::socket::send(fd.as_raw_fd(), buf, MsgFlags::MSG_NOSIGNAL)
+                        .map_err(io::Error::from)
                 })
                 .await?;
             if n == 0 {
@@ -436,6 +439,11 @@ impl Pipe {
 
 /// Splice `src` → pipe → `dst`. The pipe is empty whenever this reads, so
 /// a splice into it never waits on the pipe, only on `src`.
+///
+/// `splice(2)` into a socket whose peer is gone raises `SIGPIPE` (it has
+/// no `MSG_NOSIGNAL`); Rust programs ignore `SIGPIPE` from start-up, so it
+/// surfaces as `EPIPE` here. A host program that restores the default
+/// action must not run the proxy in its process.
 async fn splice_dir(
     src: Sock<'_>,
     dst: Sock<'_>,
