@@ -6,15 +6,15 @@ use std::net::SocketAddr;
 use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use palisade_egress::addr::{AddressPolicy, Cidr};
 use palisade_egress::journal::{JournalRecorder, JournalThread};
 use palisade_egress::policy::PolicyDecider;
 use palisade_egress::proxy::{Limits, Listener, Proxy, ProxyConfig, ProxyToken, shutdown_channel};
 use palisade_egress::record::{Event, Recorder};
-use palisade_egress::resolve::SystemResolver;
+use palisade_egress::resolve::HostsFirstResolver;
 use palisade_evidence::{JournalKey, JournalWriter, Timestamp, WriterOptions};
 use palisade_schema::host_policy::HostPolicy;
 use palisade_taint::{Rules, Session};
@@ -63,6 +63,135 @@ impl Recorder for StdoutRecorder {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{line}");
         let _ = out.flush();
+    }
+}
+
+/// Records printed as JSON lines on stdout by `palisade proxy` without a
+/// journal. A connection only queues its record (no serialisation, no
+/// system call on the connection path); a writer thread formats the queue
+/// and writes it in one call at most [`STDOUT_BATCH`] after the first
+/// queued record. [`BatchedStdoutRecorder::finish`] writes everything left
+/// (clean shutdown); a crash can lose the records of that last window.
+pub(crate) struct BatchedStdoutRecorder {
+    shared: Arc<(Mutex<StdoutQueue>, Condvar)>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    out: Sink,
+}
+
+type Sink = Arc<Mutex<Box<dyn std::io::Write + Send>>>;
+
+impl std::fmt::Debug for BatchedStdoutRecorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchedStdoutRecorder")
+            .finish_non_exhaustive()
+    }
+}
+
+/// How long the writer collects records before writing them.
+pub(crate) const STDOUT_BATCH: Duration = Duration::from_millis(5);
+
+#[derive(Debug, Default)]
+struct StdoutQueue {
+    events: Vec<Event>,
+    closed: bool,
+}
+
+fn write_lines(out: &Sink, events: &[Event]) {
+    if events.is_empty() {
+        return;
+    }
+    let mut text = String::new();
+    for event in events {
+        let line = serde_json::json!({"kind": event.kind(), "body": event.to_json()});
+        text.push_str(&line.to_string());
+        text.push('\n');
+    }
+    if let Ok(mut out) = out.lock() {
+        let _ = out.write_all(text.as_bytes());
+        let _ = out.flush();
+    }
+}
+
+impl BatchedStdoutRecorder {
+    /// Starts the writer thread, writing to stdout.
+    pub(crate) fn start() -> Arc<Self> {
+        Self::start_with(Box::new(std::io::stdout()))
+    }
+
+    fn start_with(out: Box<dyn std::io::Write + Send>) -> Arc<Self> {
+        let out: Sink = Arc::new(Mutex::new(out));
+        let shared = Arc::new((Mutex::new(StdoutQueue::default()), Condvar::new()));
+        let for_thread = Arc::clone(&shared);
+        let thread_out = Arc::clone(&out);
+        let thread = std::thread::spawn(move || {
+            let (queue, wake) = &*for_thread;
+            loop {
+                let Ok(mut q) = queue.lock() else { return };
+                while q.events.is_empty() && !q.closed {
+                    let Ok(next) = wake.wait(q) else { return };
+                    q = next;
+                }
+                if !q.closed {
+                    drop(q);
+                    std::thread::sleep(STDOUT_BATCH);
+                    let Ok(again) = queue.lock() else { return };
+                    q = again;
+                }
+                let batch = std::mem::take(&mut q.events);
+                let closed = q.closed;
+                drop(q);
+                write_lines(&thread_out, &batch);
+                if closed {
+                    return;
+                }
+            }
+        });
+        Arc::new(Self {
+            shared,
+            thread: Mutex::new(Some(thread)),
+            out,
+        })
+    }
+
+    /// Writes every queued record and stops the writer; later records are
+    /// written directly.
+    pub(crate) fn finish(&self) {
+        let (queue, wake) = &*self.shared;
+        if let Ok(mut q) = queue.lock() {
+            q.closed = true;
+        }
+        wake.notify_all();
+        let handle = self.thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
+        // Anything queued after the thread took its last batch.
+        let rest = queue
+            .lock()
+            .map(|mut q| std::mem::take(&mut q.events))
+            .unwrap_or_default();
+        write_lines(&self.out, &rest);
+    }
+}
+
+impl Recorder for BatchedStdoutRecorder {
+    fn record(&self, event: &Event) {
+        let (queue, wake) = &*self.shared;
+        let Ok(mut q) = queue.lock() else {
+            write_lines(&self.out, std::slice::from_ref(event));
+            return;
+        };
+        if q.closed {
+            drop(q);
+            write_lines(&self.out, std::slice::from_ref(event));
+            return;
+        }
+        q.events.push(event.clone());
+        let first = q.events.len() == 1;
+        drop(q);
+        if first {
+            wake.notify_one();
+        }
     }
 }
 
@@ -140,6 +269,19 @@ pub(crate) async fn signalled() {
     }
 }
 
+/// The proxy's runtime: one thread. A connection's steps (accept, head,
+/// decision, hosts-file lookup, dial, pump) then never hop between
+/// threads, and a bulk tunnel splices in the kernel, so a second worker
+/// would mostly add cross-thread wake-ups on a small machine where the
+/// worker and the proxy share the cores. Lookups that need `getaddrinfo`
+/// still run on the blocking pool.
+fn proxy_runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))
+}
+
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -191,14 +333,21 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         (Some(j), Some(k)) => Some(open_journal(j, k, &args.session)?),
         _ => None,
     };
-    let recorder: Arc<dyn Recorder> = match &journal {
-        Some((r, _)) => r.clone(),
-        None => Arc::new(StdoutRecorder::default()),
+    let stdout_records = journal.is_none().then(BatchedStdoutRecorder::start);
+    let recorder: Arc<dyn Recorder> = match (&journal, &stdout_records) {
+        (Some((r, _)), _) => r.clone(),
+        (None, Some(r)) => r.clone(),
+        (None, None) => Arc::new(StdoutRecorder::default()),
     };
-    let rt = runtime()?;
+    let rt = proxy_runtime()?;
     let served: Result<(), String> = rt.block_on(async {
         let (listener, shown) = bind(&args.listen).await?;
-        let proxy = Proxy::new(config, decider, Arc::new(SystemResolver), recorder);
+        let proxy = Proxy::new(
+            config,
+            decider,
+            Arc::new(HostsFirstResolver::system()),
+            recorder,
+        );
         let (shutdown, signal) = shutdown_channel();
         eprintln!("palisade proxy: listening on {shown}");
         println!(
@@ -214,6 +363,9 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     });
     if let Some(path) = args.listen.strip_prefix("unix:") {
         let _ = std::fs::remove_file(path);
+    }
+    if let Some(r) = &stdout_records {
+        r.finish();
     }
     let closed = match journal {
         Some((rec, thread)) => thread
@@ -246,4 +398,84 @@ async fn bind(listen: &str) -> Result<(Listener, String), String> {
         .local_addr()
         .map_or_else(|_| listen.to_owned(), |a| a.to_string());
     Ok((Listener::Tcp(l), shown))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use palisade_egress::record::ConnectionRecord;
+
+    use super::*;
+
+    /// A `Write` into a shared buffer.
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn event(thread: u64, n: u64) -> Event {
+        let peer: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        Event::Connection(ConnectionRecord::new(
+            thread * 1_000_000 + n,
+            peer.to_string(),
+            SystemTime::now(),
+        ))
+    }
+
+    fn ids(buf: &Shared) -> Vec<u64> {
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        text.lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                assert_eq!(v["kind"], "egress_connection");
+                v["body"]["id"].as_u64().unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn batched_stdout_records_every_event_in_order_and_nothing_is_lost_at_finish() {
+        let buf = Shared::default();
+        let rec = BatchedStdoutRecorder::start_with(Box::new(buf.clone()));
+        // Written by the thread without finish, within its window.
+        rec.record(&event(9, 1));
+        let t0 = std::time::Instant::now();
+        while ids(&buf).is_empty() && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(ids(&buf), [9_000_001]);
+        // Many producers; then finish right away.
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let rec = &rec;
+                s.spawn(move || {
+                    for n in 0..500 {
+                        rec.record(&event(t, n));
+                    }
+                });
+            }
+        });
+        rec.finish();
+        let got = ids(&buf);
+        assert_eq!(got.len(), 1 + 4 * 500);
+        for t in 0..4 {
+            let mine: Vec<u64> = got.iter().copied().filter(|i| i / 1_000_000 == t).collect();
+            assert_eq!(
+                mine,
+                (0..500).map(|n| t * 1_000_000 + n).collect::<Vec<_>>()
+            );
+        }
+        // After finish, records are written directly.
+        rec.record(&event(8, 7));
+        assert_eq!(ids(&buf).last(), Some(&8_000_007));
+    }
 }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 use base64::Engine as _;
 use subtle::ConstantTimeEq as _;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
-use tokio::net::{TcpListener, TcpStream, UnixListener};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use zeroize::Zeroizing;
@@ -33,6 +33,10 @@ use crate::head::{Host, RequestHead, Target, parse_head};
 use crate::record::{CloseReason, ConnectionRecord, Event, Outcome, ProxyKind, Recorder};
 use crate::resolve::Resolver;
 use crate::sni::{ClientHello, MAX_PEEK, parse_client_hello};
+
+mod tunnel;
+
+use tunnel::{Conn, Opaque, Upstream, pump};
 
 /// Limits enforced by the proxy. `None` means unlimited.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -279,16 +283,21 @@ impl Proxy {
         }
         let mut tasks = JoinSet::new();
         loop {
-            let accepted: io::Result<(Box<dyn Stream>, String)> = tokio::select! {
+            let accepted = tokio::select! {
                 () = signal.wait() => break,
                 r = accept(&listener) => r,
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
             };
+            let this = self.clone();
+            let sig = signal.clone();
             match accepted {
-                Ok((stream, peer)) => {
-                    let this = self.clone();
-                    let sig = signal.clone();
-                    tasks.spawn(async move { this.handle(stream, peer, sig).await });
+                Ok(Accepted::Tcp(stream, peer)) => {
+                    tasks.spawn(async move { this.handle_conn(stream, peer, sig).await });
+                }
+                Ok(Accepted::Unix(stream)) => {
+                    tasks.spawn(
+                        async move { this.handle_conn(stream, "unix".to_owned(), sig).await },
+                    );
                 }
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
@@ -301,11 +310,17 @@ impl Proxy {
         Ok(())
     }
 
-    /// Handle one client connection to completion and record it.
-    pub async fn handle<S>(&self, mut client: S, peer: String, signal: ShutdownSignal)
+    /// Handle one client connection to completion and record it. The
+    /// tunnel copies through user space; connections accepted by
+    /// [`Proxy::serve`] splice instead where they can.
+    pub async fn handle<S>(&self, client: S, peer: String, signal: ShutdownSignal)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send,
     {
+        self.handle_conn(Opaque(client), peer, signal).await;
+    }
+
+    async fn handle_conn<S: Conn>(&self, mut client: S, peer: String, signal: ShutdownSignal) {
         let inner = &self.inner;
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let t0 = Instant::now();
@@ -374,10 +389,12 @@ impl Proxy {
         false
     }
 
-    async fn serve_one<S>(&self, client: &mut S, rec: &mut ConnectionRecord, signal: ShutdownSignal)
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send,
-    {
+    async fn serve_one<S: Conn>(
+        &self,
+        client: &mut S,
+        rec: &mut ConnectionRecord,
+        signal: ShutdownSignal,
+    ) {
         let cfg = &self.inner.config;
         let limits = &cfg.limits;
         // 1. request head
@@ -537,18 +554,16 @@ impl Proxy {
     /// After the client was told the tunnel is open: the SNI check (on SNI
     /// ports), then the metered pump.
     #[allow(clippy::too_many_arguments, reason = "one call per protocol")]
-    async fn run_tunnel<S>(
+    async fn run_tunnel<S: Conn>(
         &self,
         client: &mut S,
-        up: &mut TcpStream,
+        up: &mut Upstream,
         mut first_up: Vec<u8>,
         host: &Host,
         port: u16,
         rec: &mut ConnectionRecord,
         signal: ShutdownSignal,
-    ) where
-        S: AsyncRead + AsyncWrite + Unpin + Send,
-    {
+    ) {
         let cfg = &self.inner.config;
         // 5. SNI check
         if cfg.require_sni_match && cfg.sni_ports.contains(&port) {
@@ -587,16 +602,14 @@ impl Proxy {
 
     /// SOCKS5 (RFC 1928) with CONNECT only; username/password (RFC 1929)
     /// carries the session token as the password when one is configured.
-    async fn serve_socks<S>(
+    async fn serve_socks<S: Conn>(
         &self,
         client: &mut S,
         rec: &mut ConnectionRecord,
         mut buf: Vec<u8>,
         deadline: tokio::time::Instant,
         signal: ShutdownSignal,
-    ) where
-        S: AsyncRead + AsyncWrite + Unpin + Send,
-    {
+    ) {
         rec.kind = ProxyKind::Socks5;
         let cfg = &self.inner.config;
         let handshake = tokio::time::timeout_at(deadline, async {
@@ -741,7 +754,7 @@ impl Proxy {
         port: u16,
         declared_body: Option<u64>,
         rec: &mut ConnectionRecord,
-    ) -> Result<TcpStream, Refusal> {
+    ) -> Result<Upstream, Refusal> {
         let cfg = &self.inner.config;
         let limits = &cfg.limits;
         // 3. name decision, before any lookup
@@ -807,11 +820,15 @@ impl Proxy {
         let mut last_err = "connect_failed";
         for ip in &addrs {
             let sa = SocketAddr::new(*ip, port);
+            let dialled = Instant::now();
             match tokio::time::timeout(limits.connect_timeout, TcpStream::connect(sa)).await {
                 Ok(Ok(s)) => {
+                    // The handshake took one round trip (plus scheduling,
+                    // which only makes the estimate err towards "far").
+                    let near = dialled.elapsed() < tunnel::NEAR_RTT;
                     let _ = s.set_nodelay(true);
                     rec.resolved = Some(sa);
-                    return Ok(s);
+                    return Ok(Upstream { stream: s, near });
                 }
                 Ok(Err(_)) => last_err = "connect_failed",
                 Err(_) => last_err = "connect_timeout",
@@ -1047,183 +1064,26 @@ where
     .await;
 }
 
-/// Shared counters of one tunnel.
-struct Meter<'a> {
-    inner: &'a Inner,
-    conn: AtomicU64,
-    last: AtomicU64,
-    t0: Instant,
-}
-
-impl Meter<'_> {
-    /// Reserve up to `n` bytes; returns how many may pass.
-    fn take(&self, n: u64) -> u64 {
-        let l = &self.inner.config.limits;
-        let mut allowed = n;
-        let before = self.conn.fetch_add(n, Ordering::Relaxed);
-        if let Some(c) = l.bytes_per_connection {
-            allowed = allowed.min(c.saturating_sub(before));
-        }
-        let sbefore = self.inner.session_bytes.fetch_add(n, Ordering::Relaxed);
-        if let Some(s) = l.bytes_per_session {
-            allowed = allowed.min(s.saturating_sub(sbefore));
-        }
-        if allowed < n {
-            // give back what did not pass so counters match what moved
-            self.conn.fetch_sub(n - allowed, Ordering::Relaxed);
-            self.inner
-                .session_bytes
-                .fetch_sub(n - allowed, Ordering::Relaxed);
-        }
-        self.touch();
-        allowed
-    }
-
-    fn touch(&self) {
-        let ms = u64::try_from(self.t0.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last.store(ms, Ordering::Relaxed);
-    }
-
-    fn idle_for(&self) -> Duration {
-        let now = u64::try_from(self.t0.elapsed().as_millis()).unwrap_or(u64::MAX);
-        Duration::from_millis(now.saturating_sub(self.last.load(Ordering::Relaxed)))
-    }
-}
-
-enum DirEnd {
-    Limit,
-    ReadErr,
-    WriteErr,
-}
-
-const SMALL_BUF: usize = 8 * 1024;
-const BIG_BUF: usize = 256 * 1024;
-
-async fn copy_dir<R, W>(
-    r: &mut R,
-    w: &mut W,
-    meter: &Meter<'_>,
-    moved: &AtomicU64,
-) -> Result<(), DirEnd>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    // Start small so idle tunnels stay cheap; grow once a read fills the buffer.
-    let mut buf = vec![0u8; SMALL_BUF];
-    loop {
-        let n = r.read(&mut buf).await.map_err(|_| DirEnd::ReadErr)?;
-        if n == 0 {
-            let _ = w.shutdown().await;
-            return Ok(());
-        }
-        let allowed = meter.take(n as u64);
-        let pass = usize::try_from(allowed).unwrap_or(n).min(n);
-        if pass > 0 {
-            w.write_all(buf.get(..pass).unwrap_or_default())
-                .await
-                .map_err(|_| DirEnd::WriteErr)?;
-            moved.fetch_add(pass as u64, Ordering::Relaxed);
-        }
-        if pass < n {
-            return Err(DirEnd::Limit);
-        }
-        if n == buf.len() && buf.len() < BIG_BUF {
-            buf.resize(BIG_BUF, 0);
-        }
-    }
-}
-
-async fn pump<S>(
-    client: &mut S,
-    upstream: &mut TcpStream,
-    first_up: &[u8],
-    inner: &Inner,
-    mut signal: ShutdownSignal,
-) -> (u64, u64, CloseReason)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send,
-{
-    let meter = Meter {
-        inner,
-        conn: AtomicU64::new(0),
-        last: AtomicU64::new(0),
-        t0: Instant::now(),
-    };
-    let up_moved = AtomicU64::new(0);
-    let down_moved = AtomicU64::new(0);
-    if !first_up.is_empty() {
-        let n = first_up.len() as u64;
-        let allowed = meter.take(n);
-        let pass = usize::try_from(allowed).unwrap_or(0).min(first_up.len());
-        if upstream
-            .write_all(first_up.get(..pass).unwrap_or_default())
-            .await
-            .is_err()
-        {
-            return (0, 0, CloseReason::UpstreamError);
-        }
-        up_moved.fetch_add(pass as u64, Ordering::Relaxed);
-        if allowed < n {
-            return (pass as u64, 0, CloseReason::LimitExceeded);
-        }
-    }
-    let (mut cr, mut cw) = tokio::io::split(client);
-    let (mut ur, mut uw) = upstream.split();
-    let up = copy_dir(&mut cr, &mut uw, &meter, &up_moved);
-    let down = copy_dir(&mut ur, &mut cw, &meter, &down_moved);
-    tokio::pin!(up, down);
-    let idle = inner.config.limits.idle_timeout;
-    let (mut up_done, mut down_done) = (false, false);
-    let close = loop {
-        if up_done && down_done {
-            break CloseReason::Completed;
-        }
-        let wait = idle
-            .saturating_sub(meter.idle_for())
-            .max(Duration::from_millis(10));
-        tokio::select! {
-            r = &mut up, if !up_done => match r {
-                Ok(()) => up_done = true,
-                Err(DirEnd::Limit) => break CloseReason::LimitExceeded,
-                Err(DirEnd::ReadErr) => break CloseReason::ClientError,
-                Err(DirEnd::WriteErr) => break CloseReason::UpstreamError,
-            },
-            r = &mut down, if !down_done => match r {
-                Ok(()) => down_done = true,
-                Err(DirEnd::Limit) => break CloseReason::LimitExceeded,
-                Err(DirEnd::ReadErr) => break CloseReason::UpstreamError,
-                Err(DirEnd::WriteErr) => break CloseReason::ClientError,
-            },
-            () = tokio::time::sleep(wait) => {
-                if meter.idle_for() >= idle {
-                    break CloseReason::IdleTimeout;
-                }
-            }
-            () = signal.wait() => break CloseReason::Shutdown,
-        }
-    };
-    (
-        up_moved.load(Ordering::Relaxed),
-        down_moved.load(Ordering::Relaxed),
-        close,
-    )
-}
-
 /// A client stream of either listener kind.
 pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
-async fn accept(listener: &Listener) -> io::Result<(Box<dyn Stream>, String)> {
+/// A freshly accepted client.
+enum Accepted {
+    Tcp(TcpStream, String),
+    Unix(UnixStream),
+}
+
+async fn accept(listener: &Listener) -> io::Result<Accepted> {
     match listener {
         Listener::Tcp(l) => {
             let (s, peer) = l.accept().await?;
             let _ = s.set_nodelay(true);
-            Ok((Box::new(s), peer.to_string()))
+            Ok(Accepted::Tcp(s, peer.to_string()))
         }
         Listener::Unix(l) => {
             let (s, _) = l.accept().await?;
-            Ok((Box::new(s), "unix".to_owned()))
+            Ok(Accepted::Unix(s))
         }
     }
 }
