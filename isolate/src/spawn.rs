@@ -459,7 +459,7 @@ impl Sandbox {
         let input = PlanInput {
             allowed_sockets: self.bridges.iter().map(|b| b.target.clone()).collect(),
         };
-        let plan = plan::build(&self.profile, &input)?;
+        let (plan, deferred) = plan::build(&self.profile, &input)?;
         let cwd = match &self.cwd {
             Some(c) => plan::canonical(c)?,
             None => plan
@@ -509,14 +509,7 @@ impl Sandbox {
             landlock: landlock.as_ref(),
             stdio: [&command.stdin, &command.stdout, &command.stderr],
         };
-        let pid = match launch(&setup) {
-            Ok(pid) => pid,
-            Err(e) => {
-                plan::remove_placeholders(&plan.created);
-                return Err(e);
-            }
-        };
-        let placeholders = plan.created.clone();
+        let (pid, placeholders) = launch(&setup, &deferred)?;
         let mut downgraded: Vec<Layer> = self.disabled.iter().copied().collect();
         downgraded.sort();
         let report = LaunchReport {
@@ -641,10 +634,19 @@ pub(crate) fn forwarded_mask() -> SigSet {
     set
 }
 
-fn launch(setup: &ChildSetup<'_>) -> Result<nix::unistd::Pid, SandboxError> {
+/// Fork the supervisor, write its id maps, then run the deferred host-side
+/// work (placeholders, socket walk) while the sandbox builds its namespaces
+/// and root; the sandbox's init waits on the gate pipe for its verdict
+/// before it binds the protected paths. Returns the supervisor's pid and
+/// the placeholders created, once the command has been executed.
+fn launch(
+    setup: &ChildSetup<'_>,
+    deferred: &plan::Deferred,
+) -> Result<(nix::unistd::Pid, Vec<plan::Placeholder>), SandboxError> {
     let (err_r, err_w) = pipe()?;
     let (ready_r, ready_w) = pipe()?;
     let (go_r, go_w) = pipe()?;
+    let (gate_r, gate_w) = pipe()?;
     let launcher = nix::unistd::getpid();
     let child = match sys::fork() {
         Err(errno) => {
@@ -658,8 +660,9 @@ fn launch(setup: &ChildSetup<'_>) -> Result<nix::unistd::Pid, SandboxError> {
             drop(err_r);
             drop(ready_r);
             drop(go_w);
+            drop(gate_w);
             let fd = err_w.as_raw_fd();
-            match supervisor(setup, launcher, ready_w, go_r, &err_w) {
+            match supervisor(setup, launcher, ready_w, go_r, gate_r, &err_w) {
                 Ok(never) => match never {},
                 Err(fail) => report_and_exit(fd, &fail),
             }
@@ -669,25 +672,40 @@ fn launch(setup: &ChildSetup<'_>) -> Result<nix::unistd::Pid, SandboxError> {
     drop(err_w);
     drop(ready_w);
     drop(go_r);
+    drop(gate_r);
+    let abort = |e: SandboxError| {
+        let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+        let _ = wait_code(child);
+        Err(e)
+    };
     let mut ready = [0u8; 1];
     let got = nix::unistd::read(&ready_r, &mut ready).unwrap_or(0);
+    let mut created = Vec::new();
     if got == 1 {
         if let Err(e) = write_id_maps(child, setup) {
-            let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
-            let _ = wait_code(child);
-            return Err(e);
+            return abort(e);
         }
         let _ = nix::unistd::write(&go_w, b"g");
+        // The sandbox now builds its namespaces and root; meanwhile, the
+        // host-side work. Init binds no protected path, and nothing runs
+        // inside, before the gate opens.
+        match deferred.run() {
+            Ok(c) => created = c,
+            Err(e) => return abort(e),
+        }
+        let _ = nix::unistd::write(&gate_w, b"p");
     }
     drop(go_w);
+    drop(gate_w);
     let mut buf = Vec::new();
     let mut file = std::fs::File::from(err_r);
     let _ = file.read_to_end(&mut buf);
     if buf.is_empty() && got == 1 {
-        return Ok(child);
+        return Ok((child, created));
     }
     let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
     let _ = wait_code(child);
+    plan::remove_placeholders(&created);
     Err(decode_failure(&buf, setup))
 }
 
@@ -813,6 +831,7 @@ fn supervisor(
     launcher: nix::unistd::Pid,
     ready_w: OwnedFd,
     go_r: OwnedFd,
+    gate_r: OwnedFd,
     err_w: &OwnedFd,
 ) -> Result<std::convert::Infallible, Fail> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
@@ -884,7 +903,7 @@ fn supervisor(
         Err(errno) => return Err(Fail::new(Step::Fork, errno, "init")),
         Ok(sys::Forked::Child) => {
             let fd = err_w.as_raw_fd();
-            match init_stage(setup, fd) {
+            match init_stage(setup, fd, gate_r) {
                 Ok(never) => match never {},
                 Err(fail) => report_and_exit(fd, &fail),
             }
@@ -900,7 +919,11 @@ fn supervisor(
 
 /// Init: PID 1 of the new PID namespace. Builds the root, the network,
 /// forks the worker, then reaps, forwards signals and runs the bridges.
-fn init_stage(setup: &ChildSetup<'_>, err_fd: RawFd) -> Result<std::convert::Infallible, Fail> {
+fn init_stage(
+    setup: &ChildSetup<'_>,
+    err_fd: RawFd,
+    gate_r: OwnedFd,
+) -> Result<std::convert::Infallible, Fail> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(nx(Step::DieWithParent, "PR_SET_PDEATHSIG"))?;
     // Bridge targets must be reachable after pivot_root: keep a path
@@ -923,7 +946,20 @@ fn init_stage(setup: &ChildSetup<'_>, err_fd: RawFd) -> Result<std::convert::Inf
         .map_err(nx(Step::Network, "open bridge target directory"))?;
         targets.push((b.port, fd, name));
     }
-    crate::mounts::apply(setup.plan, setup.uid, setup.gid)
+    // The launcher's verdict on the deferred host-side work: one byte once
+    // the placeholders exist and the socket walk passed; end-of-file means
+    // the launch was withdrawn.
+    let gate = move || -> crate::mounts::MountResult {
+        let mut b = [0u8; 1];
+        match nix::unistd::read(&gate_r, &mut b) {
+            Ok(1) => Ok(()),
+            _ => Err((
+                libc::ECANCELED,
+                String::from("the launcher withdrew the launch"),
+            )),
+        }
+    };
+    crate::mounts::apply(setup.plan, setup.uid, setup.gid, gate)
         .map_err(|(errno, detail)| Fail::new(Step::MountPlan, errno, detail))?;
     let mut listeners = Vec::new();
     if setup.net {

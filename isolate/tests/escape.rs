@@ -749,15 +749,24 @@ fn g12_socket_walk() {
     let root = Root::new();
     let sock = root.path().join("agent.sock");
     let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let marker = root.path().join("ran.txt");
+    let marker_s = marker.display().to_string();
     for profile in ["strict", "governed"] {
         let sb = sandbox(profile, &root);
-        match sb.spawn(Command::new(["/bin/true"])) {
+        // The walk runs while the sandbox builds its namespaces; the command
+        // must not have run when the refusal comes back.
+        match sb.spawn(Command::new([PROBE, "write", &marker_s])) {
             Err(SandboxError::SocketVisible { path, how }) => {
                 assert_eq!(path, sock);
                 assert_eq!(how, "directory walk");
             }
             other => panic!("{profile}: expected a refusal, got {other:?}"),
         }
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            !marker.exists(),
+            "{profile}: the command ran before the socket walk refused the launch"
+        );
         // Positive control: with the mask policy the launch proceeds and the
         // socket is hidden.
         let mut p = Profile::by_name(profile).unwrap();
@@ -770,6 +779,10 @@ fn g12_socket_walk() {
             inside(&sb, &["connect-unix", &sock.display().to_string()]),
             EPERM
         );
+        // Positive control for the marker: the same command, launched, runs.
+        assert_eq!(inside(&sb, &["write", &marker_s]), "ok");
+        assert!(marker.exists(), "{profile}: marker control");
+        std::fs::remove_file(&marker).unwrap();
     }
     std::fs::remove_file(&sock).unwrap();
 
