@@ -61,6 +61,23 @@ pub(crate) struct Args {
     command: Vec<OsString>,
 }
 
+/// `palisade run …` parsed on its own, without building the other
+/// subcommands: `None` when the first argument is not `run` or when the
+/// lean parse fails (help, version, errors), so the full parser handles it.
+pub(crate) fn parse_lean() -> Option<Args> {
+    use clap::{Args as _, FromArgMatches as _};
+    let mut argv = std::env::args_os();
+    let _program = argv.next();
+    if argv.next().as_deref() != Some(std::ffi::OsStr::new("run")) {
+        return None;
+    }
+    let cmd = Args::augment_args(clap::Command::new("run").bin_name("palisade run"));
+    let matches = cmd
+        .try_get_matches_from(std::iter::once(OsString::from("run")).chain(argv))
+        .ok()?;
+    Args::from_arg_matches(&matches).ok()
+}
+
 /// The launch report as JSON.
 pub(crate) fn report_json(r: &palisade_isolate::LaunchReport) -> serde_json::Value {
     serde_json::json!({
