@@ -97,17 +97,19 @@ pub(crate) fn layer_json(l: Layer, s: &LayerStatus) -> serde_json::Value {
     serde_json::json!({"layer": l.name(), "status": s.word(), "detail": s.detail()})
 }
 
+/// The signals `palisade run` forwards to the worker.
+const FORWARDED: [nix::sys::signal::Signal; 6] = [
+    nix::sys::signal::Signal::SIGINT,
+    nix::sys::signal::Signal::SIGTERM,
+    nix::sys::signal::Signal::SIGHUP,
+    nix::sys::signal::Signal::SIGQUIT,
+    nix::sys::signal::Signal::SIGUSR1,
+    nix::sys::signal::Signal::SIGUSR2,
+];
+
 fn forwarded_signals() -> nix::sys::signal::SigSet {
-    use nix::sys::signal::{SigSet, Signal};
-    let mut set = SigSet::empty();
-    for s in [
-        Signal::SIGINT,
-        Signal::SIGTERM,
-        Signal::SIGHUP,
-        Signal::SIGQUIT,
-        Signal::SIGUSR1,
-        Signal::SIGUSR2,
-    ] {
+    let mut set = nix::sys::signal::SigSet::empty();
+    for s in FORWARDED {
         set.add(s);
     }
     set
@@ -216,9 +218,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     // supervisor and init) instead of killing palisade; the worker's exit
     // status then becomes ours. Blocked before the fork, so none is lost.
     let forwarded = forwarded_signals();
-    let mut blocked = forwarded;
-    blocked.add(nix::sys::signal::Signal::SIGCHLD);
-    if let Err(e) = blocked.thread_block() {
+    if let Err(e) = forwarded.thread_block() {
         return setup_failure(format!("cannot block signals: {e}"));
     }
     let child = match sb.spawn(Command::new(args.command)) {
@@ -234,41 +234,9 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
             );
         }
     }
-    match wait_forwarding(child, &forwarded) {
+    let signals: Vec<i32> = FORWARDED.iter().map(|s| *s as i32).collect();
+    match child.wait_forwarding(&signals) {
         Ok(code) => Ok(ExitCode::from(u8::try_from(code).unwrap_or(EXIT_SETUP))),
         Err(e) => setup_failure(format!("waiting for the sandbox: {e}")),
-    }
-}
-
-/// Wait for the sandbox in this thread, forwarding the blocked signals of
-/// `forwarded` to it as they arrive (no extra thread: `SIGCHLD`, blocked
-/// before the launch, wakes the wait when the sandbox ends).
-fn wait_forwarding(
-    mut child: palisade_isolate::SandboxChild,
-    forwarded: &nix::sys::signal::SigSet,
-) -> std::io::Result<i32> {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    use nix::sys::signalfd::{SfdFlags, SignalFd};
-    let mut set = *forwarded;
-    set.add(nix::sys::signal::Signal::SIGCHLD);
-    let sfd = SignalFd::with_flags(&set, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
-        .map_err(std::io::Error::from)?;
-    loop {
-        if let Some(code) = child.try_wait()? {
-            return Ok(code);
-        }
-        // The timeout only matters if SIGCHLD never comes (ignored by
-        // whoever started us, so the kernel reaps the sandbox itself).
-        let mut fds = [PollFd::new(
-            std::os::fd::AsFd::as_fd(&sfd),
-            PollFlags::POLLIN,
-        )];
-        let _ = poll(&mut fds, PollTimeout::from(200u16));
-        while let Ok(Some(info)) = sfd.read_signal() {
-            let sig = i32::try_from(info.ssi_signo).unwrap_or(0);
-            if sig != nix::sys::signal::Signal::SIGCHLD as i32 {
-                let _ = child.signal(sig);
-            }
-        }
     }
 }

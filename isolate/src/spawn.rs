@@ -158,6 +158,10 @@ pub struct SandboxChild {
     report: LaunchReport,
     placeholders: Vec<plan::Placeholder>,
     reaped: bool,
+    /// Read end of the supervisor's status pipe: the worker's status once
+    /// init has ended (so every process of the sandbox is gone), before the
+    /// supervisor tears the namespaces down; end-of-file if it died first.
+    ended: Option<OwnedFd>,
 }
 
 impl SandboxChild {
@@ -205,11 +209,77 @@ impl SandboxChild {
         if self.reaped {
             return Err(std::io::Error::other("sandbox already reaped"));
         }
+        // Once init has ended, no process of the sandbox is left: the
+        // placeholders go while the supervisor tears the namespaces down.
+        if let Some(fd) = self.ended.take()
+            && read_status(&fd).is_some()
+        {
+            plan::remove_placeholders(&self.placeholders);
+            self.placeholders.clear();
+        }
         let code = wait_code(self.pid)?;
         self.reaped = true;
         plan::remove_placeholders(&self.placeholders);
         Ok(code)
     }
+
+    /// [`SandboxChild::wait`], forwarding `signals` to the worker as they
+    /// arrive. The calling thread must have blocked them (before the launch,
+    /// so none is lost); they are read through a `signalfd`.
+    pub fn wait_forwarding(self, signals: &[i32]) -> std::io::Result<i32> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use nix::sys::signalfd::{SfdFlags, SignalFd};
+        use std::os::fd::AsFd;
+        let mut set = SigSet::empty();
+        for s in signals {
+            set.add(Signal::try_from(*s).map_err(std::io::Error::from)?);
+        }
+        let sfd = SignalFd::with_flags(&set, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+            .map_err(std::io::Error::from)?;
+        if let Some(ended) = &self.ended {
+            loop {
+                let mut fds = [
+                    PollFd::new(sfd.as_fd(), PollFlags::POLLIN),
+                    PollFd::new(ended.as_fd(), PollFlags::POLLIN),
+                ];
+                match poll(&mut fds, PollTimeout::NONE) {
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                let [sig_fd, end_fd] = fds;
+                let done = end_fd.revents().is_some_and(|r| !r.is_empty());
+                if sig_fd.revents().is_some_and(|r| !r.is_empty()) {
+                    while let Ok(Some(info)) = sfd.read_signal() {
+                        if let Ok(sig) =
+                            Signal::try_from(i32::try_from(info.ssi_signo).unwrap_or(0))
+                        {
+                            let _ = nix::sys::signal::kill(self.pid, sig);
+                        }
+                    }
+                }
+                if done {
+                    break;
+                }
+            }
+        }
+        self.wait()
+    }
+}
+
+/// Read the supervisor's 4-byte status record (blocking); `None` on
+/// end-of-file (the supervisor died before writing it).
+fn read_status(fd: &OwnedFd) -> Option<i32> {
+    let mut buf = [0u8; 4];
+    let mut got = 0;
+    while got < buf.len() {
+        match nix::unistd::read(fd, buf.get_mut(got..).unwrap_or(&mut [])) {
+            Ok(0) => return None,
+            Ok(n) => got += n,
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return None,
+        }
+    }
+    Some(i32::from_le_bytes(buf))
 }
 
 impl Drop for SandboxChild {
@@ -509,7 +579,7 @@ impl Sandbox {
             landlock: landlock.as_ref(),
             stdio: [&command.stdin, &command.stdout, &command.stderr],
         };
-        let (pid, placeholders) = launch(&setup, &deferred)?;
+        let (pid, placeholders, ended) = launch(&setup, &deferred)?;
         let mut downgraded: Vec<Layer> = self.disabled.iter().copied().collect();
         downgraded.sort();
         let report = LaunchReport {
@@ -527,6 +597,7 @@ impl Sandbox {
             report,
             placeholders,
             reaped: false,
+            ended: Some(ended),
         })
     }
 
@@ -637,16 +708,18 @@ pub(crate) fn forwarded_mask() -> SigSet {
 /// Fork the supervisor, write its id maps, then run the deferred host-side
 /// work (placeholders, socket walk) while the sandbox builds its namespaces
 /// and root; the sandbox's init waits on the gate pipe for its verdict
-/// before it binds the protected paths. Returns the supervisor's pid and
-/// the placeholders created, once the command has been executed.
+/// before it binds the protected paths. Returns the supervisor's pid, the
+/// placeholders created and the read end of the supervisor's status pipe,
+/// once the command has been executed.
 fn launch(
     setup: &ChildSetup<'_>,
     deferred: &plan::Deferred,
-) -> Result<(nix::unistd::Pid, Vec<plan::Placeholder>), SandboxError> {
+) -> Result<(nix::unistd::Pid, Vec<plan::Placeholder>, OwnedFd), SandboxError> {
     let (err_r, err_w) = pipe()?;
     let (ready_r, ready_w) = pipe()?;
     let (go_r, go_w) = pipe()?;
     let (gate_r, gate_w) = pipe()?;
+    let (end_r, end_w) = pipe()?;
     let launcher = nix::unistd::getpid();
     let child = match sys::fork() {
         Err(errno) => {
@@ -661,8 +734,9 @@ fn launch(
             drop(ready_r);
             drop(go_w);
             drop(gate_w);
+            drop(end_r);
             let fd = err_w.as_raw_fd();
-            match supervisor(setup, launcher, ready_w, go_r, gate_r, &err_w) {
+            match supervisor(setup, launcher, ready_w, go_r, gate_r, end_w, &err_w) {
                 Ok(never) => match never {},
                 Err(fail) => report_and_exit(fd, &fail),
             }
@@ -673,6 +747,7 @@ fn launch(
     drop(ready_w);
     drop(go_r);
     drop(gate_r);
+    drop(end_w);
     let abort = |e: SandboxError| {
         let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
         let _ = wait_code(child);
@@ -701,7 +776,7 @@ fn launch(
     let mut file = std::fs::File::from(err_r);
     let _ = file.read_to_end(&mut buf);
     if buf.is_empty() && got == 1 {
-        return Ok((child, created));
+        return Ok((child, created, end_r));
     }
     let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
     let _ = wait_code(child);
@@ -832,6 +907,7 @@ fn supervisor(
     ready_w: OwnedFd,
     go_r: OwnedFd,
     gate_r: OwnedFd,
+    end_w: OwnedFd,
     err_w: &OwnedFd,
 ) -> Result<std::convert::Infallible, Fail> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
@@ -910,10 +986,14 @@ fn supervisor(
         }
         Ok(sys::Forked::Parent(pid)) => nix::unistd::Pid::from_raw(pid),
     };
-    // Nothing of the launcher's is needed any more (pipes, stdio).
-    let _ = sys::close_all_except(&[]);
-    // Forward signals to init and leave with its status.
+    // Nothing of the launcher's is needed any more (pipes, stdio) but the
+    // status pipe.
+    let _ = sys::close_all_except(&[end_w.as_raw_fd()]);
+    // Forward signals to init; once it has ended (and with it every process
+    // of its PID namespace), tell the launcher before the namespaces are torn
+    // down on our exit, then leave with its status.
     let code = init::supervise(init_pid, &mask);
+    sys::write_all(end_w.as_raw_fd(), &code.to_le_bytes());
     sys::exit_now(code)
 }
 

@@ -292,6 +292,41 @@ fn g02_protected_paths() {
     }
 }
 
+// 2b. An absent protected name stays uncreatable for the whole run: the
+// placeholder goes only once every process of the sandbox has ended (it is
+// removed while the namespaces are torn down, not before).
+#[test]
+fn g02_placeholder_holds_until_the_sandbox_has_ended() {
+    if skip_unless_root() {
+        return;
+    }
+    for profile in ["strict", "governed"] {
+        let root = Root::new();
+        let rc = root.join(".bashrc");
+        let sb = sandbox(profile, &root);
+        // The worker writes late, then lingers a little.
+        let script = "sleep 0.3; echo x >> \"$1\"; sleep 0.1";
+        let child = sb
+            .spawn(Command::new(["/bin/sh", "-c", script, "sh", &rc]))
+            .unwrap();
+        child.wait().unwrap();
+        assert!(
+            !root.path().join(".bashrc").exists(),
+            "{profile}: the worker created an absent protected name during the run"
+        );
+        // Positive control: the same late write to an ordinary name lands.
+        let plain = root.join("plain/late.txt");
+        let child = sb
+            .spawn(Command::new(["/bin/sh", "-c", script, "sh", &plain]))
+            .unwrap();
+        child.wait().unwrap();
+        assert!(
+            root.path().join("plain/late.txt").exists(),
+            "{profile}: control"
+        );
+    }
+}
+
 // 3. Renaming or removing an ancestor of a protected path.
 #[test]
 fn g03_ancestor_rename_and_rmdir() {
