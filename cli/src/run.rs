@@ -221,7 +221,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     if let Err(e) = forwarded.thread_block() {
         return setup_failure(format!("cannot block signals: {e}"));
     }
-    let child = match sb.spawn(Command::new(args.command)) {
+    let mut child = match sb.spawn(Command::new(args.command)) {
         Ok(c) => c,
         Err(e) => return setup_failure(e),
     };
@@ -235,7 +235,13 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         }
     }
     let signals: Vec<i32> = FORWARDED.iter().map(|s| *s as i32).collect();
-    match child.wait_forwarding(&signals) {
+    let waited = child.wait_forwarding(&signals);
+    // The command's status is known and every process of the sandbox is
+    // gone: exit now, as bwrap does, rather than wait for the kernel to tear
+    // the namespaces down (the orphaned supervisor is reaped by our parent's
+    // init).
+    child.detach();
+    match waited {
         Ok(code) => Ok(ExitCode::from(u8::try_from(code).unwrap_or(EXIT_SETUP))),
         Err(e) => setup_failure(format!("waiting for the sandbox: {e}")),
     }

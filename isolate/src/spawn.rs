@@ -162,6 +162,8 @@ pub struct SandboxChild {
     /// init has ended (so every process of the sandbox is gone), before the
     /// supervisor tears the namespaces down; end-of-file if it died first.
     ended: Option<OwnedFd>,
+    /// The worker's status, once read from `ended` (placeholders removed).
+    status: Option<i32>,
 }
 
 impl SandboxChild {
@@ -204,32 +206,53 @@ impl SandboxChild {
         }
     }
 
-    /// Wait for the worker: its exit code, or `128 + signal`.
+    /// Wait for the worker: its exit code, or `128 + signal`. Returns once
+    /// the supervisor has been reaped (the namespaces are torn down).
     pub fn wait(mut self) -> std::io::Result<i32> {
         if self.reaped {
             return Err(std::io::Error::other("sandbox already reaped"));
         }
         // Once init has ended, no process of the sandbox is left: the
         // placeholders go while the supervisor tears the namespaces down.
-        if let Some(fd) = self.ended.take()
-            && read_status(&fd).is_some()
-        {
-            plan::remove_placeholders(&self.placeholders);
-            self.placeholders.clear();
-        }
+        self.read_ended();
         let code = wait_code(self.pid)?;
         self.reaped = true;
         plan::remove_placeholders(&self.placeholders);
         Ok(code)
     }
 
-    /// [`SandboxChild::wait`], forwarding `signals` to the worker as they
-    /// arrive. The calling thread must have blocked them (before the launch,
-    /// so none is lost); they are read through a `signalfd`.
-    pub fn wait_forwarding(self, signals: &[i32]) -> std::io::Result<i32> {
+    /// Read init's status from the supervisor's pipe (blocking) and, when
+    /// it came, remove the placeholders: every process of the sandbox has
+    /// ended. End-of-file (the supervisor died first) leaves both to the
+    /// reaping.
+    fn read_ended(&mut self) -> Option<i32> {
+        if self.status.is_none()
+            && let Some(fd) = self.ended.take()
+            && let Some(code) = read_status(&fd)
+        {
+            plan::remove_placeholders(&self.placeholders);
+            self.placeholders.clear();
+            self.status = Some(code);
+        }
+        self.status
+    }
+
+    /// Wait for the worker's status, forwarding `signals` to it as they
+    /// arrive (the calling thread must have blocked them before the launch,
+    /// so none is lost; they are read through a `signalfd`).
+    ///
+    /// Returns as soon as the status is known: init has ended, and with it
+    /// every process of the sandbox, and the placeholders are removed. The
+    /// supervisor may still be tearing the namespaces down: dropping the
+    /// child waits for that, [`SandboxChild::detach`] does not (for a
+    /// launcher that exits right away, as `palisade run` does).
+    pub fn wait_forwarding(&mut self, signals: &[i32]) -> std::io::Result<i32> {
         use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
         use nix::sys::signalfd::{SfdFlags, SignalFd};
         use std::os::fd::AsFd;
+        if self.reaped {
+            return Err(std::io::Error::other("sandbox already reaped"));
+        }
         let mut set = SigSet::empty();
         for s in signals {
             set.add(Signal::try_from(*s).map_err(std::io::Error::from)?);
@@ -262,7 +285,25 @@ impl SandboxChild {
                 }
             }
         }
-        self.wait()
+        if let Some(code) = self.read_ended() {
+            return Ok(code);
+        }
+        // The supervisor ended without a status (killed): its own.
+        let code = wait_code(self.pid)?;
+        self.reaped = true;
+        plan::remove_placeholders(&self.placeholders);
+        Ok(code)
+    }
+
+    /// Let go of a sandbox whose status [`SandboxChild::wait_forwarding`]
+    /// has returned without waiting for the supervisor's teardown of the
+    /// namespaces (no process of the sandbox is left; whoever inherits the
+    /// supervisor reaps it). Before the status is known this is a drop: the
+    /// sandbox is killed and reaped.
+    pub fn detach(mut self) {
+        if self.status.is_some() {
+            self.reaped = true;
+        }
     }
 }
 
@@ -598,6 +639,7 @@ impl Sandbox {
             placeholders,
             reaped: false,
             ended: Some(ended),
+            status: None,
         })
     }
 
