@@ -3,10 +3,10 @@
 //!
 //! Process tree: the launcher forks a *supervisor* that creates the user
 //! namespace (the launcher writes its uid/gid maps), then the mount, PID,
-//! network, IPC and UTS namespaces, and forks the sandbox's *init* (PID 1 of
-//! the new PID namespace). Init builds the root, brings up loopback and the
-//! bridges, and forks the *worker*, which hardens itself and execs the
-//! command. Every setup failure travels to the launcher through a
+//! network, IPC and UTS namespaces, forks the sandbox's *init* (PID 1 of
+//! the new PID namespace) and brings up loopback while init builds the
+//! root. Init then waits for loopback, binds the bridges, and forks the
+//! *worker*, which hardens itself and execs the command. Every setup failure travels to the launcher through a
 //! close-on-exec pipe as `(step, errno, detail)`; end-of-file on that pipe
 //! means the command was executed.
 
@@ -1017,17 +1017,39 @@ fn supervisor(
     let mask = forwarded_mask();
     mask.thread_block()
         .map_err(nx(Step::Fork, "block signals"))?;
+    // Loopback is brought up here, while init builds the root; init waits
+    // for it on this pipe before it binds the bridges and starts the worker.
+    let lo = if setup.net {
+        Some(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(nx(Step::Network, "pipe"))?)
+    } else {
+        None
+    };
     let init_pid = match sys::fork() {
         Err(errno) => return Err(Fail::new(Step::Fork, errno, "init")),
         Ok(sys::Forked::Child) => {
+            let lo_r = lo.map(|(r, w)| {
+                drop(w);
+                r
+            });
             let fd = err_w.as_raw_fd();
-            match init_stage(setup, fd, gate_r) {
+            match init_stage(setup, fd, gate_r, lo_r) {
                 Ok(never) => match never {},
                 Err(fail) => report_and_exit(fd, &fail),
             }
         }
         Ok(sys::Forked::Parent(pid)) => nix::unistd::Pid::from_raw(pid),
     };
+    if let Some((lo_r, lo_w)) = lo {
+        drop(lo_r);
+        if let Err(e) = sys::loopback_up() {
+            // Init, waiting on the pipe, dies with us (PR_SET_PDEATHSIG).
+            report_and_exit(
+                err_w.as_raw_fd(),
+                &Fail::new(Step::Network, e, "bring up lo"),
+            );
+        }
+        let _ = nix::unistd::write(&lo_w, b"l");
+    }
     // Nothing of the launcher's is needed any more (pipes, stdio) but the
     // status pipe.
     let _ = sys::close_all_except(&[end_w.as_raw_fd()]);
@@ -1045,6 +1067,7 @@ fn init_stage(
     setup: &ChildSetup<'_>,
     err_fd: RawFd,
     gate_r: OwnedFd,
+    lo_r: Option<OwnedFd>,
 ) -> Result<std::convert::Infallible, Fail> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(nx(Step::DieWithParent, "PR_SET_PDEATHSIG"))?;
@@ -1085,7 +1108,13 @@ fn init_stage(
         .map_err(|(errno, detail)| Fail::new(Step::MountPlan, errno, detail))?;
     let mut listeners = Vec::new();
     if setup.net {
-        sys::loopback_up().map_err(|e| Fail::new(Step::Network, e, "bring up lo"))?;
+        // The supervisor brings loopback up meanwhile; one byte when done,
+        // end-of-file if it failed (its error is on the error pipe).
+        let mut b = [0u8; 1];
+        let up = lo_r.map(|r| nix::unistd::read(&r, &mut b));
+        if !matches!(up, Some(Ok(1))) {
+            return Err(Fail::new(Step::Network, libc::ECANCELED, "loopback not up"));
+        }
         for (port, dirfd, name) in targets {
             let l = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port)).map_err(
                 |e| {
