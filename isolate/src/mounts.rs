@@ -48,24 +48,45 @@ fn cstr(p: &Path) -> Result<CString, (i32, String)> {
         .map_err(|_| (libc::EINVAL, format!("NUL in `{}`", p.display())))
 }
 
-/// Create a mount point for `target` matching the kind of `source`.
+/// Create a mount point for `target` matching the kind of `source`, unless
+/// something is there already. One syscall in the common case (the parent
+/// exists): the parents are only created when that fails with `ENOENT`.
 fn ensure_mountpoint(target: &Path, dir: bool) -> MountResult {
-    if std::fs::symlink_metadata(target).is_ok() {
-        return Ok(());
-    }
-    if let Some(parent) = target.parent() {
-        std::fs::create_dir_all(parent).map_err(io(format!("mkdir {}", parent.display())))?;
-    }
-    if dir {
-        std::fs::create_dir(target).map_err(io(format!("mkdir {}", target.display())))
-    } else {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(target)
-            .map(|_| ())
-            .map_err(io(format!("create mount point {}", target.display())))
+    let make = || -> std::io::Result<()> {
+        if dir {
+            std::fs::create_dir(target)
+        } else {
+            // O_CREAT|O_EXCL: any existing entry (file, directory, symlink,
+            // not followed) is an EEXIST, as `symlink_metadata` succeeding
+            // was before.
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(target)
+                .map(|_| ())
+        }
+    };
+    let what = || {
+        if dir {
+            format!("mkdir {}", target.display())
+        } else {
+            format!("create mount point {}", target.display())
+        }
+    };
+    match make() {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(io(format!("mkdir {}", parent.display())))?;
+            }
+            match make() {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(io(what())(e)),
+                _ => Ok(()),
+            }
+        }
+        Err(e) => Err(io(what())(e)),
     }
 }
 
