@@ -334,6 +334,53 @@ fn g02_placeholder_holds_until_the_sandbox_has_ended() {
     }
 }
 
+// 2c. What the worker leaves running dies with it: an orphan cannot write
+// after the worker's status is out (when the placeholders go).
+#[test]
+fn g02_orphans_die_with_the_worker() {
+    if skip_unless_root() {
+        return;
+    }
+    for profile in ["strict", "governed"] {
+        let root = Root::new();
+        let sb = sandbox(profile, &root);
+        let late = root.join("plain/orphan.txt");
+        let mut child = sb
+            .spawn(Command::new([
+                "/bin/sh",
+                "-c",
+                "(sleep 1; echo x > \"$1\") & exit 0",
+                "sh",
+                &late,
+            ]))
+            .unwrap();
+        assert_eq!(child.wait_forwarding(&[]).unwrap(), 0);
+        child.detach();
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(
+            !root.path().join("plain/orphan.txt").exists(),
+            "{profile}: an orphan of the worker wrote after the worker's status"
+        );
+        // Positive control: the same background write lands when the worker
+        // waits for it.
+        let mut child = sb
+            .spawn(Command::new([
+                "/bin/sh",
+                "-c",
+                "(sleep 1; echo x > \"$1\") & wait",
+                "sh",
+                &late,
+            ]))
+            .unwrap();
+        assert_eq!(child.wait_forwarding(&[]).unwrap(), 0);
+        child.detach();
+        assert!(
+            root.path().join("plain/orphan.txt").exists(),
+            "{profile}: control"
+        );
+    }
+}
+
 // 3. Renaming or removing an ancestor of a protected path.
 #[test]
 fn g03_ancestor_rename_and_rmdir() {
