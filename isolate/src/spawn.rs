@@ -1,14 +1,15 @@
 //! The [`Sandbox`] builder and the launch: fork, namespaces, mount plan,
 //! init, worker hardening, exec.
 //!
-//! Process tree: the launcher forks a *supervisor* that creates the user
-//! namespace (the launcher writes its uid/gid maps), then the mount, PID,
-//! network, IPC and UTS namespaces, forks the sandbox's *init* (PID 1 of
-//! the new PID namespace) and brings up loopback while init builds the
+//! Process tree: the launcher forks a *supervisor* that creates the user,
+//! mount, PID, network, IPC and UTS namespaces in one `unshare` (the
+//! launcher then writes the uid/gid maps), forks the sandbox's *init* (PID 1
+//! of the new PID namespace) and brings up loopback while init builds the
 //! root. Init then waits for loopback, binds the bridges, and forks the
-//! *worker*, which hardens itself and execs the command. Every setup failure travels to the launcher through a
-//! close-on-exec pipe as `(step, errno, detail)`; end-of-file on that pipe
-//! means the command was executed.
+//! *worker*, which hardens itself and execs the command. Every setup
+//! failure travels to the launcher through a close-on-exec pipe as
+//! `(step, errno, detail)`; end-of-file on that pipe means the command was
+//! executed.
 
 use std::collections::BTreeSet;
 use std::ffi::{CString, OsStr, OsString};
@@ -960,18 +961,18 @@ fn supervisor(
     // Own process group: a terminal's Ctrl-C reaches the launcher only,
     // which forwards it once (the worker is in its own session anyway).
     let _ = nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0));
-    nix::sched::unshare(CloneFlags::CLONE_NEWUSER)
-        .map_err(nx(Step::UnshareUser, "unshare(CLONE_NEWUSER)"))?;
-    let _ = nix::unistd::write(&ready_w, b"r");
-    drop(ready_w);
-    let mut go = [0u8; 1];
-    if nix::unistd::read(&go_r, &mut go).unwrap_or(0) != 1 {
-        sys::exit_now(125);
-    }
-    drop(go_r);
-    // One unshare for the rest; if the kernel refuses, retry one namespace
-    // at a time so the error names the layer that is missing.
+    // Every namespace in one unshare, the user namespace first (the kernel
+    // creates it first and makes it the owner of the others), before the
+    // id-map handshake: the costly part (the network namespace) runs while
+    // the launcher only waits. If the kernel refuses, retry one namespace at
+    // a time so the error names the layer that is missing.
     let steps = [
+        (
+            true,
+            CloneFlags::CLONE_NEWUSER,
+            Step::UnshareUser,
+            "unshare(CLONE_NEWUSER)",
+        ),
         (
             true,
             CloneFlags::CLONE_NEWNS,
@@ -1014,6 +1015,14 @@ fn supervisor(
             }
         }
     }
+    // The launcher writes the id maps; nothing below creates a file before.
+    let _ = nix::unistd::write(&ready_w, b"r");
+    drop(ready_w);
+    let mut go = [0u8; 1];
+    if nix::unistd::read(&go_r, &mut go).unwrap_or(0) != 1 {
+        sys::exit_now(125);
+    }
+    drop(go_r);
     let mask = forwarded_mask();
     mask.thread_block()
         .map_err(nx(Step::Fork, "block signals"))?;
