@@ -141,13 +141,15 @@ impl MountPlan {
 }
 
 /// A placeholder this launch created: removed afterwards only if it is
-/// still the same empty inode under the same real parent, so a concurrent
-/// worker that swaps a parent for a symlink cannot make the launcher delete
-/// something else.
+/// still the same empty inode in the same parent directory (identified by
+/// device and inode, and reached without following a symlink in its last
+/// component), so a concurrent process that swaps a parent for a symlink or
+/// another directory cannot make the launcher delete something else.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Placeholder {
     path: PathBuf,
-    parent: PathBuf,
+    parent_dev: u64,
+    parent_ino: u64,
     dev: u64,
     ino: u64,
 }
@@ -717,7 +719,8 @@ fn create_placeholder(path: &Path, dir: bool) -> Result<Option<Placeholder>, San
     let meta = std::fs::symlink_metadata(path).map_err(fail)?;
     let ph = Placeholder {
         path: path.to_owned(),
-        parent: real_parent.clone(),
+        parent_dev: pmeta.dev(),
+        parent_ino: pmeta.ino(),
         dev: meta.dev(),
         ino: meta.ino(),
     };
@@ -734,26 +737,50 @@ fn create_placeholder(path: &Path, dir: bool) -> Result<Option<Placeholder>, San
 }
 
 /// Remove placeholders that are still empty and still the inode this
-/// launch created under the same real parent.
+/// launch created, in the same parent directory. Each parent is opened once
+/// (`O_PATH|O_NOFOLLOW`) and checked by device and inode; the placeholder
+/// is then checked and removed relative to that descriptor, so no path is
+/// resolved again between the check and the removal.
 pub(crate) fn remove_placeholders(created: &[Placeholder]) {
-    use std::os::unix::fs::MetadataExt;
+    use nix::fcntl::{AtFlags, OFlag};
+    use nix::sys::stat::{SFlag, fstat, fstatat};
+    use nix::unistd::{UnlinkatFlags, unlinkat};
+    use std::os::fd::OwnedFd;
+    let mut parents: Vec<(PathBuf, Option<OwnedFd>)> = Vec::new();
     for p in created.iter().rev() {
-        let Some(parent) = p.path.parent() else {
+        let (Some(parent), Some(name)) = (p.path.parent(), p.path.file_name()) else {
             continue;
         };
-        if std::fs::canonicalize(parent).ok().as_deref() != Some(p.parent.as_path()) {
-            continue;
+        if !parents.iter().any(|(d, _)| d == parent) {
+            let fd = nix::fcntl::open(
+                parent,
+                OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )
+            .ok()
+            .filter(|fd| {
+                fstat(fd).is_ok_and(|st| st.st_dev == p.parent_dev && st.st_ino == p.parent_ino)
+            });
+            parents.push((parent.to_owned(), fd));
         }
-        let Ok(m) = std::fs::symlink_metadata(&p.path) else {
+        let Some(dir) = parents
+            .iter()
+            .find(|(d, _)| d == parent)
+            .and_then(|(_, fd)| fd.as_ref())
+        else {
             continue;
         };
-        if m.dev() != p.dev || m.ino() != p.ino {
+        let Ok(st) = fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+            continue;
+        };
+        if st.st_dev != p.dev || st.st_ino != p.ino {
             continue;
         }
-        if m.is_dir() {
-            let _ = std::fs::remove_dir(&p.path);
-        } else if m.is_file() && m.len() == 0 {
-            let _ = std::fs::remove_file(&p.path);
+        let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
+        if kind == SFlag::S_IFDIR {
+            let _ = unlinkat(dir, name, UnlinkatFlags::RemoveDir);
+        } else if kind == SFlag::S_IFREG && st.st_size == 0 {
+            let _ = unlinkat(dir, name, UnlinkatFlags::NoRemoveDir);
         }
     }
 }
@@ -769,6 +796,61 @@ mod tests {
             vec![PathBuf::from("/mnt/with space")]
         );
         assert_eq!(unescape_mountinfo("a\\0"), "a\\0");
+    }
+
+    #[test]
+    fn placeholders_are_removed_only_where_they_were_made() {
+        let base = std::env::temp_dir().join(format!("palisade-ph-{}", std::process::id()));
+        let w = base.join("w");
+        std::fs::create_dir_all(&w).unwrap();
+        // Positive control: untouched placeholders (a file and a directory)
+        // are removed.
+        let a = create_placeholder(&w.join(".bashrc"), false)
+            .unwrap()
+            .unwrap();
+        let b = create_placeholder(&w.join(".palisade"), true)
+            .unwrap()
+            .unwrap();
+        remove_placeholders(&[a, b]);
+        assert!(!w.join(".bashrc").exists() && !w.join(".palisade").exists());
+        // The parent swapped for another directory holding the same name,
+        // even a link to the very placeholder inode: it stays.
+        let c = create_placeholder(&w.join(".bashrc"), false)
+            .unwrap()
+            .unwrap();
+        std::fs::rename(&w, base.join("moved")).unwrap();
+        std::fs::create_dir(&w).unwrap();
+        std::fs::hard_link(base.join("moved/.bashrc"), w.join(".bashrc")).unwrap();
+        remove_placeholders(std::slice::from_ref(&c));
+        assert!(
+            w.join(".bashrc").exists(),
+            "removed a link through a swapped parent"
+        );
+        std::fs::remove_file(w.join(".bashrc")).unwrap();
+        std::fs::write(w.join(".bashrc"), "").unwrap();
+        remove_placeholders(std::slice::from_ref(&c));
+        assert!(
+            w.join(".bashrc").exists(),
+            "removed through a swapped parent"
+        );
+        // The parent swapped for a symlink to the original: not followed.
+        std::fs::remove_dir_all(&w).unwrap();
+        std::os::unix::fs::symlink(base.join("moved"), &w).unwrap();
+        remove_placeholders(std::slice::from_ref(&c));
+        assert!(
+            base.join("moved/.bashrc").exists(),
+            "removed through a symlink"
+        );
+        // A placeholder written to is kept.
+        std::fs::remove_file(&w).unwrap();
+        std::fs::rename(base.join("moved"), &w).unwrap();
+        std::fs::write(w.join(".bashrc"), "x").unwrap();
+        remove_placeholders(std::slice::from_ref(&c));
+        assert!(
+            w.join(".bashrc").exists(),
+            "removed a placeholder that was written to"
+        );
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]
