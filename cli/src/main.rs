@@ -77,6 +77,19 @@ enum Command {
 const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
+    // `palisade run` is the hot path (a sandbox per command): parse only its
+    // arguments instead of building the whole command tree. Anything the
+    // lean parse does not accept (help, errors) goes through the full
+    // parser, so messages stay the same.
+    if let Some(args) = run::parse_lean() {
+        return match run::run(args) {
+            Ok(code) => code,
+            Err(err) => {
+                eprintln!("palisade: {err}");
+                ExitCode::from(EXIT_USAGE)
+            }
+        };
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {

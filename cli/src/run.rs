@@ -61,6 +61,23 @@ pub(crate) struct Args {
     command: Vec<OsString>,
 }
 
+/// `palisade run …` parsed on its own, without building the other
+/// subcommands: `None` when the first argument is not `run` or when the
+/// lean parse fails (help, version, errors), so the full parser handles it.
+pub(crate) fn parse_lean() -> Option<Args> {
+    use clap::{Args as _, FromArgMatches as _};
+    let mut argv = std::env::args_os();
+    let _program = argv.next();
+    if argv.next().as_deref() != Some(std::ffi::OsStr::new("run")) {
+        return None;
+    }
+    let cmd = Args::augment_args(clap::Command::new("run").bin_name("palisade run"));
+    let matches = cmd
+        .try_get_matches_from(std::iter::once(OsString::from("run")).chain(argv))
+        .ok()?;
+    Args::from_arg_matches(&matches).ok()
+}
+
 /// The launch report as JSON.
 pub(crate) fn report_json(r: &palisade_isolate::LaunchReport) -> serde_json::Value {
     serde_json::json!({
@@ -80,17 +97,19 @@ pub(crate) fn layer_json(l: Layer, s: &LayerStatus) -> serde_json::Value {
     serde_json::json!({"layer": l.name(), "status": s.word(), "detail": s.detail()})
 }
 
+/// The signals `palisade run` forwards to the worker.
+const FORWARDED: [nix::sys::signal::Signal; 6] = [
+    nix::sys::signal::Signal::SIGINT,
+    nix::sys::signal::Signal::SIGTERM,
+    nix::sys::signal::Signal::SIGHUP,
+    nix::sys::signal::Signal::SIGQUIT,
+    nix::sys::signal::Signal::SIGUSR1,
+    nix::sys::signal::Signal::SIGUSR2,
+];
+
 fn forwarded_signals() -> nix::sys::signal::SigSet {
-    use nix::sys::signal::{SigSet, Signal};
-    let mut set = SigSet::empty();
-    for s in [
-        Signal::SIGINT,
-        Signal::SIGTERM,
-        Signal::SIGHUP,
-        Signal::SIGQUIT,
-        Signal::SIGUSR1,
-        Signal::SIGUSR2,
-    ] {
+    let mut set = nix::sys::signal::SigSet::empty();
+    for s in FORWARDED {
         set.add(s);
     }
     set
@@ -202,7 +221,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     if let Err(e) = forwarded.thread_block() {
         return setup_failure(format!("cannot block signals: {e}"));
     }
-    let child = match sb.spawn(Command::new(args.command)) {
+    let mut child = match sb.spawn(Command::new(args.command)) {
         Ok(c) => c,
         Err(e) => return setup_failure(e),
     };
@@ -215,13 +234,14 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
             );
         }
     }
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.pid()).unwrap_or(0));
-    std::thread::spawn(move || {
-        while let Ok(sig) = forwarded.wait() {
-            let _ = nix::sys::signal::kill(pid, sig);
-        }
-    });
-    match child.wait() {
+    let signals: Vec<i32> = FORWARDED.iter().map(|s| *s as i32).collect();
+    let waited = child.wait_forwarding(&signals);
+    // The command's status is known and every process of the sandbox is
+    // gone: exit now, as bwrap does, rather than wait for the kernel to tear
+    // the namespaces down (the orphaned supervisor is reaped by our parent's
+    // init).
+    child.detach();
+    match waited {
         Ok(code) => Ok(ExitCode::from(u8::try_from(code).unwrap_or(EXIT_SETUP))),
         Err(e) => setup_failure(format!("waiting for the sandbox: {e}")),
     }

@@ -259,3 +259,37 @@ fn worker_uid_is_selectable_as_root() {
     );
     assert!(cwd.path().join("written").exists());
 }
+
+#[test]
+fn run_help_and_usage_errors_are_the_full_parsers() {
+    // `palisade run` is parsed by a lean parser of its own; whatever it does
+    // not accept goes to the full parser, so help and usage errors do not
+    // change.
+    let help = Command::new(BIN).args(["run", "--help"]).output().unwrap();
+    assert_eq!(help.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        text.contains("Usage: palisade run [OPTIONS] -- <COMMAND>..."),
+        "{text}"
+    );
+    let via_help = Command::new(BIN).args(["help", "run"]).output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&via_help.stdout),
+        text,
+        "`palisade help run` and `palisade run --help` differ"
+    );
+    let bad = Command::new(BIN)
+        .args(["run", "--bogus", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("unexpected argument '--bogus'"), "{err}");
+    // Positive control: the same command line without the bad flag parses
+    // (a setup failure for an unknown profile, not a usage error).
+    let ok = Command::new(BIN)
+        .args(["run", "--profile", "nope", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_eq!(ok.status.code(), Some(125));
+}

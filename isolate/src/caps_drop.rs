@@ -1,8 +1,6 @@
 //! Dropping every capability set, locking securebits and switching to the
 //! worker's uid/gid.
 
-use caps::CapSet;
-
 use crate::error::Step;
 use crate::spawn::Fail;
 use crate::sys;
@@ -11,16 +9,33 @@ use crate::sys;
 /// SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE | _LOCKED`.
 pub(crate) const SECUREBITS_LOCKED: libc::c_ulong = 0xEF;
 
-fn caps_err(what: &'static str) -> impl FnOnce(caps::errors::CapsError) -> Fail {
-    move |e| Fail::new(Step::Capabilities, libc::EPERM, format!("{what}: {e}"))
+/// Capabilities are numbered below 64 (two 32-bit words in `capget`).
+const CAP_WORD_BITS: u32 = 64;
+
+fn cap_err(what: &'static str) -> impl FnOnce(i32) -> Fail {
+    move |e| Fail::new(Step::Capabilities, e, what)
 }
 
 /// Drop the bounding and ambient sets, lock securebits, become the worker
 /// uid/gid, then clear the inheritable, permitted and effective sets and
 /// check that all five are empty.
+///
+/// Direct calls, one per capability only where the kernel has no bulk
+/// form: `PR_CAP_AMBIENT_CLEAR_ALL`, one `PR_CAPBSET_DROP` per capability
+/// up to the kernel's last (the first `EINVAL` ends the loop), one `capset`
+/// for the other three sets; then one `capget` and one read per capability
+/// of the bounding and ambient sets.
 pub(crate) fn drop_all(uid: u32, gid: u32, may_setgroups: bool) -> Result<(), Fail> {
-    caps::clear(None, CapSet::Ambient).map_err(caps_err("clear ambient"))?;
-    caps::clear(None, CapSet::Bounding).map_err(caps_err("clear bounding"))?;
+    sys::clear_ambient().map_err(cap_err("clear ambient"))?;
+    let mut last = None;
+    for cap in 0..CAP_WORD_BITS {
+        match sys::bounding_drop(cap) {
+            Ok(()) => last = Some(cap),
+            Err(libc::EINVAL) if last.is_some() => break,
+            Err(e) => return Err(Fail::new(Step::Capabilities, e, "drop bounding")),
+        }
+    }
+    let last = last.ok_or_else(|| Fail::new(Step::Capabilities, libc::EINVAL, "drop bounding"))?;
     sys::set_securebits(SECUREBITS_LOCKED)
         .map_err(|e| Fail::new(Step::Capabilities, e, "lock securebits"))?;
     let g = nix::unistd::Gid::from_raw(gid);
@@ -33,22 +48,31 @@ pub(crate) fn drop_all(uid: u32, gid: u32, may_setgroups: bool) -> Result<(), Fa
         .map_err(|e| Fail::new(Step::Identity, e as i32, format!("setresgid {gid}")))?;
     nix::unistd::setresuid(u, u, u)
         .map_err(|e| Fail::new(Step::Identity, e as i32, format!("setresuid {uid}")))?;
-    caps::clear(None, CapSet::Inheritable).map_err(caps_err("clear inheritable"))?;
-    caps::clear(None, CapSet::Effective).map_err(caps_err("clear effective"))?;
-    caps::clear(None, CapSet::Permitted).map_err(caps_err("clear permitted"))?;
-    for set in [
-        CapSet::Ambient,
-        CapSet::Bounding,
-        CapSet::Inheritable,
-        CapSet::Effective,
-        CapSet::Permitted,
-    ] {
-        let left = caps::read(None, set).map_err(caps_err("read back"))?;
-        if !left.is_empty() {
+    sys::capset_empty().map_err(cap_err("clear effective, permitted, inheritable"))?;
+    // Read everything back.
+    let [eff, prm, inh] = sys::capget().map_err(cap_err("read back"))?;
+    for (name, set) in [("Effective", eff), ("Permitted", prm), ("Inheritable", inh)] {
+        if set != 0 {
             return Err(Fail::new(
                 Step::Capabilities,
                 libc::EPERM,
-                format!("{set:?} set not empty after drop"),
+                format!("{name} set not empty after drop"),
+            ));
+        }
+    }
+    for cap in 0..=last {
+        if sys::bounding_has(cap).map_err(cap_err("read back bounding"))? {
+            return Err(Fail::new(
+                Step::Capabilities,
+                libc::EPERM,
+                "Bounding set not empty after drop",
+            ));
+        }
+        if sys::ambient_is_set(cap).map_err(cap_err("read back ambient"))? {
+            return Err(Fail::new(
+                Step::Capabilities,
+                libc::EPERM,
+                "Ambient set not empty after drop",
             ));
         }
     }

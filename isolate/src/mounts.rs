@@ -48,24 +48,45 @@ fn cstr(p: &Path) -> Result<CString, (i32, String)> {
         .map_err(|_| (libc::EINVAL, format!("NUL in `{}`", p.display())))
 }
 
-/// Create a mount point for `target` matching the kind of `source`.
+/// Create a mount point for `target` matching the kind of `source`, unless
+/// something is there already. One syscall in the common case (the parent
+/// exists): the parents are only created when that fails with `ENOENT`.
 fn ensure_mountpoint(target: &Path, dir: bool) -> MountResult {
-    if std::fs::symlink_metadata(target).is_ok() {
-        return Ok(());
-    }
-    if let Some(parent) = target.parent() {
-        std::fs::create_dir_all(parent).map_err(io(format!("mkdir {}", parent.display())))?;
-    }
-    if dir {
-        std::fs::create_dir(target).map_err(io(format!("mkdir {}", target.display())))
-    } else {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(target)
-            .map(|_| ())
-            .map_err(io(format!("create mount point {}", target.display())))
+    let make = || -> std::io::Result<()> {
+        if dir {
+            std::fs::create_dir(target)
+        } else {
+            // O_CREAT|O_EXCL: any existing entry (file, directory, symlink,
+            // not followed) is an EEXIST, as `symlink_metadata` succeeding
+            // was before.
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(target)
+                .map(|_| ())
+        }
+    };
+    let what = || {
+        if dir {
+            format!("mkdir {}", target.display())
+        } else {
+            format!("create mount point {}", target.display())
+        }
+    };
+    match make() {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(io(format!("mkdir {}", parent.display())))?;
+            }
+            match make() {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(io(what())(e)),
+                _ => Ok(()),
+            }
+        }
+        Err(e) => Err(io(what())(e)),
     }
 }
 
@@ -233,7 +254,16 @@ fn mount_tmp(size: u64, uid: u32, gid: u32) -> MountResult {
 
 /// Build the new root and switch to it. Runs in the sandbox's init, inside
 /// the new user, mount and PID namespaces, before anything else is shared.
-pub(crate) fn apply(plan: &MountPlan, uid: u32, gid: u32) -> MountResult {
+/// `gate` is called once, before the first pinned or protected path is
+/// bound (or at the end when there is none): it waits for the launcher's
+/// deferred host-side work (placeholders, socket walk).
+pub(crate) fn apply(
+    plan: &MountPlan,
+    uid: u32,
+    gid: u32,
+    gate: impl FnOnce() -> MountResult,
+) -> MountResult {
+    let mut gate = Some(gate);
     mount(
         None::<&str>,
         "/",
@@ -258,6 +288,11 @@ pub(crate) fn apply(plan: &MountPlan, uid: u32, gid: u32) -> MountResult {
     let mut masks: Vec<PathBuf> = Vec::new();
     let mut root_tmpfs = false;
     for op in &plan.ops {
+        if matches!(op, MountOp::Pin { .. } | MountOp::Protect { .. })
+            && let Some(g) = gate.take()
+        {
+            g()?;
+        }
         match op {
             MountOp::RootTmpfs => {
                 tmpfs(new, "mode=0755,size=1m", MsFlags::empty())?;
@@ -331,6 +366,9 @@ pub(crate) fn apply(plan: &MountPlan, uid: u32, gid: u32) -> MountResult {
                     .map_err(|err| (err, format!("read-only {}", path.display())))?;
             }
         }
+    }
+    if let Some(g) = gate.take() {
+        g()?;
     }
     for m in &masks {
         remount_ro(m, MsFlags::MS_NOEXEC)?;

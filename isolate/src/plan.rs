@@ -2,8 +2,14 @@
 //! computed in the launcher before any fork, and its digest.
 //!
 //! Computing the plan also discovers the protected paths inside the
-//! writable roots (nested repositories included), creates the read-only
-//! placeholders for absent ones, and runs the socket walk.
+//! writable roots (nested repositories included) and the absent ones that
+//! need a read-only placeholder. The host-side work that does not change
+//! the plan (creating those placeholders and, under
+//! [`SocketPolicy::Refuse`], the socket walk of the read-only paths, the
+//! kernel's socket table and the mount table) is returned as a [`Deferred`]
+//! step: the launcher runs it while the sandbox builds its namespaces, and
+//! the sandbox's init waits for its verdict before it binds the protected
+//! paths, so nothing runs in the sandbox before it has passed.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -107,8 +113,6 @@ pub struct MountPlan {
     /// Placeholders created on the host for absent protected paths (removed
     /// again when the sandbox ends, if still empty and still the same inode).
     pub placeholders: Vec<PathBuf>,
-    /// Identity of each placeholder, checked before removal.
-    pub(crate) created: Vec<Placeholder>,
     /// Sockets hidden by [`SocketPolicy::Mask`].
     pub masked_sockets: Vec<PathBuf>,
     /// Writable roots.
@@ -137,13 +141,15 @@ impl MountPlan {
 }
 
 /// A placeholder this launch created: removed afterwards only if it is
-/// still the same empty inode under the same real parent, so a concurrent
-/// worker that swaps a parent for a symlink cannot make the launcher delete
-/// something else.
+/// still the same empty inode in the same parent directory (identified by
+/// device and inode, and reached without following a symlink in its last
+/// component), so a concurrent process that swaps a parent for a symlink or
+/// another directory cannot make the launcher delete something else.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Placeholder {
     path: PathBuf,
-    parent: PathBuf,
+    parent_dev: u64,
+    parent_ino: u64,
     dev: u64,
     ino: u64,
 }
@@ -299,8 +305,136 @@ pub(crate) struct PlanInput {
     pub(crate) allowed_sockets: Vec<PathBuf>,
 }
 
-/// Build the mount plan for a profile.
-pub(crate) fn build(profile: &Profile, input: &PlanInput) -> Result<MountPlan, SandboxError> {
+/// Host-side work of a launch that does not change the mount plan: run by
+/// the launcher ([`Deferred::run`]) while the sandbox builds its namespaces,
+/// and awaited by the sandbox's init before it binds the protected paths.
+#[derive(Debug, Default)]
+pub(crate) struct Deferred {
+    /// Absent protected paths to create as placeholders: (path, directory).
+    placeholders: Vec<(PathBuf, bool)>,
+    /// The socket check, when it was not already done while planning
+    /// (it is under [`SocketPolicy::Mask`], whose masks are mount ops).
+    sockets: Option<SocketScan>,
+}
+
+/// The inputs of the socket check.
+#[derive(Debug)]
+struct SocketScan {
+    /// Sockets already found by the walk of the writable roots.
+    found: Vec<PathBuf>,
+    /// Further trees to walk (explicit read paths, `strict`'s `/etc` entries).
+    walk: Vec<PathBuf>,
+    writable: Vec<PathBuf>,
+    user_reads: Vec<PathBuf>,
+    masks: Vec<PathBuf>,
+    read_paths: Vec<PathBuf>,
+    root: RootView,
+    allowed: Vec<PathBuf>,
+    policy: SocketPolicy,
+}
+
+impl SocketScan {
+    /// Whether a host path is visible inside the sandbox.
+    fn visible(&self, p: &Path) -> bool {
+        let in_user_bind =
+            under(p, &self.writable) || self.user_reads.iter().any(|r| p.starts_with(r));
+        if in_user_bind {
+            return true;
+        }
+        if p.starts_with("/tmp") || p.starts_with("/proc") || p.starts_with("/dev") {
+            return false;
+        }
+        match self.root {
+            RootView::HostReadOnly => !under(p, &self.masks),
+            RootView::Empty => self.read_paths.iter().any(|r| p.starts_with(r)),
+        }
+    }
+
+    /// The walked trees, the kernel's table of bound pathname sockets (for
+    /// the large system trees), and every mount point itself (a socket
+    /// bind-mounted onto a file path). Returns the sockets to mask, or the
+    /// refusal.
+    fn run(&self) -> Result<Vec<PathBuf>, SandboxError> {
+        let mut walked = Walk {
+            repos: Vec::new(),
+            symlinked_git: Vec::new(),
+            sockets: self.found.clone(),
+            entries: 0,
+        };
+        for w in &self.walk {
+            walk(w, false, &mut walked)?;
+        }
+        let mut found: Vec<(PathBuf, &'static str)> = walked
+            .sockets
+            .into_iter()
+            .map(|p| (p, "directory walk"))
+            .collect();
+        for p in kernel_socket_paths() {
+            if self.visible(&p) {
+                found.push((p, "bound socket in /proc/net/unix"));
+            }
+        }
+        for m in mount_points() {
+            if self.visible(&m)
+                && std::fs::symlink_metadata(&m).is_ok_and(|md| md.file_type().is_socket())
+            {
+                found.push((m, "mount point"));
+            }
+        }
+        let mut masked = Vec::new();
+        let mut seen = BTreeSet::new();
+        for (p, how) in found {
+            if !seen.insert(p.clone()) || self.allowed.contains(&p) {
+                continue;
+            }
+            if !std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_socket()) {
+                continue;
+            }
+            match self.policy {
+                SocketPolicy::Refuse => return Err(SandboxError::SocketVisible { path: p, how }),
+                SocketPolicy::Mask => masked.push(p),
+            }
+        }
+        Ok(masked)
+    }
+}
+
+impl Deferred {
+    /// Run the socket check (when deferred), then create the placeholders.
+    /// On error nothing this step created is left behind.
+    pub(crate) fn run(&self) -> Result<Vec<Placeholder>, SandboxError> {
+        if let Some(scan) = &self.sockets {
+            scan.run()?;
+        }
+        let mut created: Vec<Placeholder> = Vec::new();
+        for (p, dir) in &self.placeholders {
+            match create_placeholder(p, *dir) {
+                Ok(Some(ph)) => created.push(ph),
+                Ok(None) => {}
+                Err(e) => {
+                    remove_placeholders(&created);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(created)
+    }
+}
+
+/// Whether `create_placeholder` would create `path`: its parent is a real
+/// directory (not a symlink).
+fn placeholder_parent_ok(path: &Path) -> bool {
+    path.parent()
+        .and_then(|d| std::fs::symlink_metadata(d).ok())
+        .is_some_and(|m| m.is_dir())
+}
+
+/// Build the mount plan for a profile, and the host-side work to run
+/// before the sandbox binds its protected paths.
+pub(crate) fn build(
+    profile: &Profile,
+    input: &PlanInput,
+) -> Result<(MountPlan, Deferred), SandboxError> {
     let mut ops = Vec::new();
     let mut read_paths = Vec::new();
     let mut writable = Vec::new();
@@ -406,20 +540,20 @@ pub(crate) fn build(profile: &Profile, input: &PlanInput) -> Result<MountPlan, S
     for w in &writable {
         walk(w, true, &mut scan)?;
     }
+    let mut walk_later = Vec::new();
     for r in &profile.read_paths {
-        let c = canonical(r)?;
-        walk(&c, false, &mut scan)?;
+        walk_later.push(canonical(r)?);
     }
     if profile.root == RootView::Empty {
         for e in &profile.etc_entries {
             let p = Path::new("/etc").join(e);
             if p.exists() {
-                walk(&p, false, &mut scan)?;
+                walk_later.push(p);
             }
         }
     }
     let mut placeholders = Vec::new();
-    let mut created: Vec<Placeholder> = Vec::new();
+    let mut to_create: Vec<(PathBuf, bool)> = Vec::new();
     let mut protect: BTreeSet<PathBuf> = BTreeSet::new();
     for w in &writable {
         for name in &profile.protected_names {
@@ -427,18 +561,9 @@ pub(crate) fn build(profile: &Profile, input: &PlanInput) -> Result<MountPlan, S
                 continue;
             }
             let p = w.join(name);
-            if std::fs::symlink_metadata(&p).is_err() {
-                match create_placeholder(&p, name == ".palisade") {
-                    Ok(Some(ph)) => {
-                        placeholders.push(p.clone());
-                        created.push(ph);
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        remove_placeholders(&created);
-                        return Err(e);
-                    }
-                }
+            if std::fs::symlink_metadata(&p).is_err() && placeholder_parent_ok(&p) {
+                placeholders.push(p.clone());
+                to_create.push((p.clone(), name == ".palisade"));
             }
             protect.insert(p);
         }
@@ -468,18 +593,9 @@ pub(crate) fn build(profile: &Profile, input: &PlanInput) -> Result<MountPlan, S
             .filter(|n| n.starts_with(".git/"))
         {
             let p = repo.join(name);
-            if std::fs::symlink_metadata(&p).is_err() {
-                match create_placeholder(&p, name.ends_with("hooks")) {
-                    Ok(Some(ph)) => {
-                        placeholders.push(p.clone());
-                        created.push(ph);
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        remove_placeholders(&created);
-                        return Err(e);
-                    }
-                }
+            if std::fs::symlink_metadata(&p).is_err() && placeholder_parent_ok(&p) {
+                placeholders.push(p.clone());
+                to_create.push((p.clone(), name.ends_with("hooks")));
             }
             protect.insert(p);
         }
@@ -492,7 +608,6 @@ pub(crate) fn build(profile: &Profile, input: &PlanInput) -> Result<MountPlan, S
     // A symlink cannot be bound over (the mount would follow it), and a
     // worker could re-point it: refuse rather than leave it writable.
     if let Some(link) = scan.symlinked_git.first() {
-        remove_placeholders(&created);
         return Err(SandboxError::InvalidPath {
             path: link.clone(),
             reason: String::from(
@@ -502,7 +617,6 @@ pub(crate) fn build(profile: &Profile, input: &PlanInput) -> Result<MountPlan, S
     }
     for p in &protect {
         if std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()) {
-            remove_placeholders(&created);
             return Err(SandboxError::InvalidPath {
                 path: p.clone(),
                 reason: String::from(
@@ -531,68 +645,47 @@ pub(crate) fn build(profile: &Profile, input: &PlanInput) -> Result<MountPlan, S
         ops.push(MountOp::Protect { path: p.clone() });
     }
 
-    // Socket walk: the walked binds, the kernel's table of bound pathname
-    // sockets (for the large system trees), and every mount point itself
-    // (a socket bind-mounted onto a file path).
-    let visible = |p: &Path| -> bool {
-        let in_user_bind =
-            under(p, &writable) || profile.read_paths.iter().any(|r| p.starts_with(r));
-        if in_user_bind {
-            return true;
-        }
-        if p.starts_with("/tmp") || p.starts_with("/proc") || p.starts_with("/dev") {
-            return false;
-        }
-        match profile.root {
-            RootView::HostReadOnly => !under(p, &masks),
-            RootView::Empty => read_paths.iter().any(|r| p.starts_with(r)),
-        }
-    };
-    let mut found: Vec<(PathBuf, &'static str)> = scan
-        .sockets
-        .into_iter()
-        .map(|p| (p, "directory walk"))
-        .collect();
-    for p in kernel_socket_paths() {
-        if visible(&p) {
-            found.push((p, "bound socket in /proc/net/unix"));
-        }
-    }
-    for m in mount_points() {
-        if visible(&m) && std::fs::symlink_metadata(&m).is_ok_and(|md| md.file_type().is_socket()) {
-            found.push((m, "mount point"));
-        }
-    }
+    // Socket walk. Under the refuse policy its only outcome is a refusal,
+    // so it is deferred (the launcher runs it while the sandbox builds its
+    // namespaces, and nothing runs inside before it has passed); under the
+    // mask policy its findings are mount ops, so it runs now.
     let mut allowed: Vec<PathBuf> = profile.allowed_sockets.clone();
     allowed.extend(input.allowed_sockets.iter().cloned());
+    let socket_scan = SocketScan {
+        found: scan.sockets,
+        walk: walk_later,
+        writable: writable.clone(),
+        user_reads: profile.read_paths.clone(),
+        masks,
+        read_paths: read_paths.clone(),
+        root: profile.root,
+        allowed,
+        policy: profile.socket_policy,
+    };
     let mut masked_sockets = Vec::new();
-    let mut seen = BTreeSet::new();
-    for (p, how) in found {
-        if !seen.insert(p.clone()) || allowed.contains(&p) {
-            continue;
-        }
-        if !std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_socket()) {
-            continue;
-        }
-        match profile.socket_policy {
-            SocketPolicy::Refuse => {
-                remove_placeholders(&created);
-                return Err(SandboxError::SocketVisible { path: p, how });
-            }
-            SocketPolicy::Mask => {
+    let deferred_scan = match profile.socket_policy {
+        SocketPolicy::Refuse => Some(socket_scan),
+        SocketPolicy::Mask => {
+            for p in socket_scan.run()? {
                 ops.push(MountOp::MaskFile { path: p.clone() });
                 masked_sockets.push(p);
             }
+            None
         }
-    }
-    Ok(MountPlan {
-        ops,
-        placeholders,
-        created,
-        masked_sockets,
-        writable,
-        read_paths,
-    })
+    };
+    Ok((
+        MountPlan {
+            ops,
+            placeholders,
+            masked_sockets,
+            writable,
+            read_paths,
+        },
+        Deferred {
+            placeholders: to_create,
+            sockets: deferred_scan,
+        },
+    ))
 }
 
 fn create_placeholder(path: &Path, dir: bool) -> Result<Option<Placeholder>, SandboxError> {
@@ -626,7 +719,8 @@ fn create_placeholder(path: &Path, dir: bool) -> Result<Option<Placeholder>, San
     let meta = std::fs::symlink_metadata(path).map_err(fail)?;
     let ph = Placeholder {
         path: path.to_owned(),
-        parent: real_parent.clone(),
+        parent_dev: pmeta.dev(),
+        parent_ino: pmeta.ino(),
         dev: meta.dev(),
         ino: meta.ino(),
     };
@@ -643,26 +737,50 @@ fn create_placeholder(path: &Path, dir: bool) -> Result<Option<Placeholder>, San
 }
 
 /// Remove placeholders that are still empty and still the inode this
-/// launch created under the same real parent.
+/// launch created, in the same parent directory. Each parent is opened once
+/// (`O_PATH|O_NOFOLLOW`) and checked by device and inode; the placeholder
+/// is then checked and removed relative to that descriptor, so no path is
+/// resolved again between the check and the removal.
 pub(crate) fn remove_placeholders(created: &[Placeholder]) {
-    use std::os::unix::fs::MetadataExt;
+    use nix::fcntl::{AtFlags, OFlag};
+    use nix::sys::stat::{SFlag, fstat, fstatat};
+    use nix::unistd::{UnlinkatFlags, unlinkat};
+    use std::os::fd::OwnedFd;
+    let mut parents: Vec<(PathBuf, Option<OwnedFd>)> = Vec::new();
     for p in created.iter().rev() {
-        let Some(parent) = p.path.parent() else {
+        let (Some(parent), Some(name)) = (p.path.parent(), p.path.file_name()) else {
             continue;
         };
-        if std::fs::canonicalize(parent).ok().as_deref() != Some(p.parent.as_path()) {
-            continue;
+        if !parents.iter().any(|(d, _)| d == parent) {
+            let fd = nix::fcntl::open(
+                parent,
+                OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )
+            .ok()
+            .filter(|fd| {
+                fstat(fd).is_ok_and(|st| st.st_dev == p.parent_dev && st.st_ino == p.parent_ino)
+            });
+            parents.push((parent.to_owned(), fd));
         }
-        let Ok(m) = std::fs::symlink_metadata(&p.path) else {
+        let Some(dir) = parents
+            .iter()
+            .find(|(d, _)| d == parent)
+            .and_then(|(_, fd)| fd.as_ref())
+        else {
             continue;
         };
-        if m.dev() != p.dev || m.ino() != p.ino {
+        let Ok(st) = fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+            continue;
+        };
+        if st.st_dev != p.dev || st.st_ino != p.ino {
             continue;
         }
-        if m.is_dir() {
-            let _ = std::fs::remove_dir(&p.path);
-        } else if m.is_file() && m.len() == 0 {
-            let _ = std::fs::remove_file(&p.path);
+        let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
+        if kind == SFlag::S_IFDIR {
+            let _ = unlinkat(dir, name, UnlinkatFlags::RemoveDir);
+        } else if kind == SFlag::S_IFREG && st.st_size == 0 {
+            let _ = unlinkat(dir, name, UnlinkatFlags::NoRemoveDir);
         }
     }
 }
@@ -678,6 +796,61 @@ mod tests {
             vec![PathBuf::from("/mnt/with space")]
         );
         assert_eq!(unescape_mountinfo("a\\0"), "a\\0");
+    }
+
+    #[test]
+    fn placeholders_are_removed_only_where_they_were_made() {
+        let base = std::env::temp_dir().join(format!("palisade-ph-{}", std::process::id()));
+        let w = base.join("w");
+        std::fs::create_dir_all(&w).unwrap();
+        // Positive control: untouched placeholders (a file and a directory)
+        // are removed.
+        let a = create_placeholder(&w.join(".bashrc"), false)
+            .unwrap()
+            .unwrap();
+        let b = create_placeholder(&w.join(".palisade"), true)
+            .unwrap()
+            .unwrap();
+        remove_placeholders(&[a, b]);
+        assert!(!w.join(".bashrc").exists() && !w.join(".palisade").exists());
+        // The parent swapped for another directory holding the same name,
+        // even a link to the very placeholder inode: it stays.
+        let c = create_placeholder(&w.join(".bashrc"), false)
+            .unwrap()
+            .unwrap();
+        std::fs::rename(&w, base.join("moved")).unwrap();
+        std::fs::create_dir(&w).unwrap();
+        std::fs::hard_link(base.join("moved/.bashrc"), w.join(".bashrc")).unwrap();
+        remove_placeholders(std::slice::from_ref(&c));
+        assert!(
+            w.join(".bashrc").exists(),
+            "removed a link through a swapped parent"
+        );
+        std::fs::remove_file(w.join(".bashrc")).unwrap();
+        std::fs::write(w.join(".bashrc"), "").unwrap();
+        remove_placeholders(std::slice::from_ref(&c));
+        assert!(
+            w.join(".bashrc").exists(),
+            "removed through a swapped parent"
+        );
+        // The parent swapped for a symlink to the original: not followed.
+        std::fs::remove_dir_all(&w).unwrap();
+        std::os::unix::fs::symlink(base.join("moved"), &w).unwrap();
+        remove_placeholders(std::slice::from_ref(&c));
+        assert!(
+            base.join("moved/.bashrc").exists(),
+            "removed through a symlink"
+        );
+        // A placeholder written to is kept.
+        std::fs::remove_file(&w).unwrap();
+        std::fs::rename(base.join("moved"), &w).unwrap();
+        std::fs::write(w.join(".bashrc"), "x").unwrap();
+        remove_placeholders(std::slice::from_ref(&c));
+        assert!(
+            w.join(".bashrc").exists(),
+            "removed a placeholder that was written to"
+        );
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]

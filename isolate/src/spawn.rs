@@ -1,14 +1,15 @@
 //! The [`Sandbox`] builder and the launch: fork, namespaces, mount plan,
 //! init, worker hardening, exec.
 //!
-//! Process tree: the launcher forks a *supervisor* that creates the user
-//! namespace (the launcher writes its uid/gid maps), then the mount, PID,
-//! network, IPC and UTS namespaces, and forks the sandbox's *init* (PID 1 of
-//! the new PID namespace). Init builds the root, brings up loopback and the
-//! bridges, and forks the *worker*, which hardens itself and execs the
-//! command. Every setup failure travels to the launcher through a
-//! close-on-exec pipe as `(step, errno, detail)`; end-of-file on that pipe
-//! means the command was executed.
+//! Process tree: the launcher forks a *supervisor* that creates the user,
+//! mount, PID, network, IPC and UTS namespaces in one `unshare` (the
+//! launcher then writes the uid/gid maps), forks the sandbox's *init* (PID 1
+//! of the new PID namespace) and brings up loopback while init builds the
+//! root. Init then waits for loopback, binds the bridges, and forks the
+//! *worker*, which hardens itself and execs the command. Every setup
+//! failure travels to the launcher through a close-on-exec pipe as
+//! `(step, errno, detail)`; end-of-file on that pipe means the command was
+//! executed.
 
 use std::collections::BTreeSet;
 use std::ffi::{CString, OsStr, OsString};
@@ -158,6 +159,12 @@ pub struct SandboxChild {
     report: LaunchReport,
     placeholders: Vec<plan::Placeholder>,
     reaped: bool,
+    /// Read end of the supervisor's status pipe: the worker's status once
+    /// init has ended (so every process of the sandbox is gone), before the
+    /// supervisor tears the namespaces down; end-of-file if it died first.
+    ended: Option<OwnedFd>,
+    /// The worker's status, once read from `ended` (placeholders removed).
+    status: Option<i32>,
 }
 
 impl SandboxChild {
@@ -200,16 +207,121 @@ impl SandboxChild {
         }
     }
 
-    /// Wait for the worker: its exit code, or `128 + signal`.
+    /// Wait for the worker: its exit code, or `128 + signal`. Returns once
+    /// the supervisor has been reaped (the namespaces are torn down).
     pub fn wait(mut self) -> std::io::Result<i32> {
         if self.reaped {
             return Err(std::io::Error::other("sandbox already reaped"));
         }
+        // Once init has ended, no process of the sandbox is left: the
+        // placeholders go while the supervisor tears the namespaces down.
+        self.read_ended();
         let code = wait_code(self.pid)?;
         self.reaped = true;
         plan::remove_placeholders(&self.placeholders);
         Ok(code)
     }
+
+    /// Read init's status from the supervisor's pipe (blocking) and, when
+    /// it came, remove the placeholders: every process of the sandbox has
+    /// ended. End-of-file (the supervisor died first) leaves both to the
+    /// reaping.
+    fn read_ended(&mut self) -> Option<i32> {
+        if self.status.is_none()
+            && let Some(fd) = self.ended.take()
+            && let Some(code) = read_status(&fd)
+        {
+            plan::remove_placeholders(&self.placeholders);
+            self.placeholders.clear();
+            self.status = Some(code);
+        }
+        self.status
+    }
+
+    /// Wait for the worker's status, forwarding `signals` to it as they
+    /// arrive (the calling thread must have blocked them before the launch,
+    /// so none is lost; they are read through a `signalfd`).
+    ///
+    /// Returns as soon as the status is known: init has ended, and with it
+    /// every process of the sandbox, and the placeholders are removed. The
+    /// supervisor may still be tearing the namespaces down: dropping the
+    /// child waits for that, [`SandboxChild::detach`] does not (for a
+    /// launcher that exits right away, as `palisade run` does).
+    pub fn wait_forwarding(&mut self, signals: &[i32]) -> std::io::Result<i32> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use nix::sys::signalfd::{SfdFlags, SignalFd};
+        use std::os::fd::AsFd;
+        if self.reaped {
+            return Err(std::io::Error::other("sandbox already reaped"));
+        }
+        let mut set = SigSet::empty();
+        for s in signals {
+            set.add(Signal::try_from(*s).map_err(std::io::Error::from)?);
+        }
+        let sfd = SignalFd::with_flags(&set, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+            .map_err(std::io::Error::from)?;
+        if let Some(ended) = &self.ended {
+            loop {
+                let mut fds = [
+                    PollFd::new(sfd.as_fd(), PollFlags::POLLIN),
+                    PollFd::new(ended.as_fd(), PollFlags::POLLIN),
+                ];
+                match poll(&mut fds, PollTimeout::NONE) {
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                let [sig_fd, end_fd] = fds;
+                let done = end_fd.revents().is_some_and(|r| !r.is_empty());
+                if sig_fd.revents().is_some_and(|r| !r.is_empty()) {
+                    while let Ok(Some(info)) = sfd.read_signal() {
+                        if let Ok(sig) =
+                            Signal::try_from(i32::try_from(info.ssi_signo).unwrap_or(0))
+                        {
+                            let _ = nix::sys::signal::kill(self.pid, sig);
+                        }
+                    }
+                }
+                if done {
+                    break;
+                }
+            }
+        }
+        if let Some(code) = self.read_ended() {
+            return Ok(code);
+        }
+        // The supervisor ended without a status (killed): its own.
+        let code = wait_code(self.pid)?;
+        self.reaped = true;
+        plan::remove_placeholders(&self.placeholders);
+        Ok(code)
+    }
+
+    /// Let go of a sandbox whose status [`SandboxChild::wait_forwarding`]
+    /// has returned without waiting for the supervisor's teardown of the
+    /// namespaces (no process of the sandbox is left; whoever inherits the
+    /// supervisor reaps it). Before the status is known this is a drop: the
+    /// sandbox is killed and reaped.
+    pub fn detach(mut self) {
+        if self.status.is_some() {
+            self.reaped = true;
+        }
+    }
+}
+
+/// Read the supervisor's 4-byte status record (blocking); `None` on
+/// end-of-file (the supervisor died before writing it).
+fn read_status(fd: &OwnedFd) -> Option<i32> {
+    let mut buf = [0u8; 4];
+    let mut got = 0;
+    while got < buf.len() {
+        match nix::unistd::read(fd, buf.get_mut(got..).unwrap_or(&mut [])) {
+            Ok(0) => return None,
+            Ok(n) => got += n,
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return None,
+        }
+    }
+    Some(i32::from_le_bytes(buf))
 }
 
 impl Drop for SandboxChild {
@@ -459,7 +571,7 @@ impl Sandbox {
         let input = PlanInput {
             allowed_sockets: self.bridges.iter().map(|b| b.target.clone()).collect(),
         };
-        let plan = plan::build(&self.profile, &input)?;
+        let (plan, deferred) = plan::build(&self.profile, &input)?;
         let cwd = match &self.cwd {
             Some(c) => plan::canonical(c)?,
             None => plan
@@ -509,14 +621,7 @@ impl Sandbox {
             landlock: landlock.as_ref(),
             stdio: [&command.stdin, &command.stdout, &command.stderr],
         };
-        let pid = match launch(&setup) {
-            Ok(pid) => pid,
-            Err(e) => {
-                plan::remove_placeholders(&plan.created);
-                return Err(e);
-            }
-        };
-        let placeholders = plan.created.clone();
+        let (pid, placeholders, ended) = launch(&setup, &deferred)?;
         let mut downgraded: Vec<Layer> = self.disabled.iter().copied().collect();
         downgraded.sort();
         let report = LaunchReport {
@@ -534,6 +639,8 @@ impl Sandbox {
             report,
             placeholders,
             reaped: false,
+            ended: Some(ended),
+            status: None,
         })
     }
 
@@ -641,10 +748,21 @@ pub(crate) fn forwarded_mask() -> SigSet {
     set
 }
 
-fn launch(setup: &ChildSetup<'_>) -> Result<nix::unistd::Pid, SandboxError> {
+/// Fork the supervisor, write its id maps, then run the deferred host-side
+/// work (placeholders, socket walk) while the sandbox builds its namespaces
+/// and root; the sandbox's init waits on the gate pipe for its verdict
+/// before it binds the protected paths. Returns the supervisor's pid, the
+/// placeholders created and the read end of the supervisor's status pipe,
+/// once the command has been executed.
+fn launch(
+    setup: &ChildSetup<'_>,
+    deferred: &plan::Deferred,
+) -> Result<(nix::unistd::Pid, Vec<plan::Placeholder>, OwnedFd), SandboxError> {
     let (err_r, err_w) = pipe()?;
     let (ready_r, ready_w) = pipe()?;
     let (go_r, go_w) = pipe()?;
+    let (gate_r, gate_w) = pipe()?;
+    let (end_r, end_w) = pipe()?;
     let launcher = nix::unistd::getpid();
     let child = match sys::fork() {
         Err(errno) => {
@@ -658,8 +776,10 @@ fn launch(setup: &ChildSetup<'_>) -> Result<nix::unistd::Pid, SandboxError> {
             drop(err_r);
             drop(ready_r);
             drop(go_w);
+            drop(gate_w);
+            drop(end_r);
             let fd = err_w.as_raw_fd();
-            match supervisor(setup, launcher, ready_w, go_r, &err_w) {
+            match supervisor(setup, launcher, ready_w, go_r, gate_r, end_w, &err_w) {
                 Ok(never) => match never {},
                 Err(fail) => report_and_exit(fd, &fail),
             }
@@ -669,25 +789,41 @@ fn launch(setup: &ChildSetup<'_>) -> Result<nix::unistd::Pid, SandboxError> {
     drop(err_w);
     drop(ready_w);
     drop(go_r);
+    drop(gate_r);
+    drop(end_w);
+    let abort = |e: SandboxError| {
+        let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+        let _ = wait_code(child);
+        Err(e)
+    };
     let mut ready = [0u8; 1];
     let got = nix::unistd::read(&ready_r, &mut ready).unwrap_or(0);
+    let mut created = Vec::new();
     if got == 1 {
         if let Err(e) = write_id_maps(child, setup) {
-            let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
-            let _ = wait_code(child);
-            return Err(e);
+            return abort(e);
         }
         let _ = nix::unistd::write(&go_w, b"g");
+        // The sandbox now builds its namespaces and root; meanwhile, the
+        // host-side work. Init binds no protected path, and nothing runs
+        // inside, before the gate opens.
+        match deferred.run() {
+            Ok(c) => created = c,
+            Err(e) => return abort(e),
+        }
+        let _ = nix::unistd::write(&gate_w, b"p");
     }
     drop(go_w);
+    drop(gate_w);
     let mut buf = Vec::new();
     let mut file = std::fs::File::from(err_r);
     let _ = file.read_to_end(&mut buf);
     if buf.is_empty() && got == 1 {
-        return Ok(child);
+        return Ok((child, created, end_r));
     }
     let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
     let _ = wait_code(child);
+    plan::remove_placeholders(&created);
     Err(decode_failure(&buf, setup))
 }
 
@@ -813,6 +949,8 @@ fn supervisor(
     launcher: nix::unistd::Pid,
     ready_w: OwnedFd,
     go_r: OwnedFd,
+    gate_r: OwnedFd,
+    end_w: OwnedFd,
     err_w: &OwnedFd,
 ) -> Result<std::convert::Infallible, Fail> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
@@ -823,18 +961,18 @@ fn supervisor(
     // Own process group: a terminal's Ctrl-C reaches the launcher only,
     // which forwards it once (the worker is in its own session anyway).
     let _ = nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0));
-    nix::sched::unshare(CloneFlags::CLONE_NEWUSER)
-        .map_err(nx(Step::UnshareUser, "unshare(CLONE_NEWUSER)"))?;
-    let _ = nix::unistd::write(&ready_w, b"r");
-    drop(ready_w);
-    let mut go = [0u8; 1];
-    if nix::unistd::read(&go_r, &mut go).unwrap_or(0) != 1 {
-        sys::exit_now(125);
-    }
-    drop(go_r);
-    // One unshare for the rest; if the kernel refuses, retry one namespace
-    // at a time so the error names the layer that is missing.
+    // Every namespace in one unshare, the user namespace first (the kernel
+    // creates it first and makes it the owner of the others), before the
+    // id-map handshake: the costly part (the network namespace) runs while
+    // the launcher only waits. If the kernel refuses, retry one namespace at
+    // a time so the error names the layer that is missing.
     let steps = [
+        (
+            true,
+            CloneFlags::CLONE_NEWUSER,
+            Step::UnshareUser,
+            "unshare(CLONE_NEWUSER)",
+        ),
         (
             true,
             CloneFlags::CLONE_NEWNS,
@@ -877,30 +1015,69 @@ fn supervisor(
             }
         }
     }
+    // The launcher writes the id maps; nothing below creates a file before.
+    let _ = nix::unistd::write(&ready_w, b"r");
+    drop(ready_w);
+    let mut go = [0u8; 1];
+    if nix::unistd::read(&go_r, &mut go).unwrap_or(0) != 1 {
+        sys::exit_now(125);
+    }
+    drop(go_r);
     let mask = forwarded_mask();
     mask.thread_block()
         .map_err(nx(Step::Fork, "block signals"))?;
+    // Loopback is brought up here, while init builds the root; init waits
+    // for it on this pipe before it binds the bridges and starts the worker.
+    let lo = if setup.net {
+        Some(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(nx(Step::Network, "pipe"))?)
+    } else {
+        None
+    };
     let init_pid = match sys::fork() {
         Err(errno) => return Err(Fail::new(Step::Fork, errno, "init")),
         Ok(sys::Forked::Child) => {
+            let lo_r = lo.map(|(r, w)| {
+                drop(w);
+                r
+            });
             let fd = err_w.as_raw_fd();
-            match init_stage(setup, fd) {
+            match init_stage(setup, fd, gate_r, lo_r) {
                 Ok(never) => match never {},
                 Err(fail) => report_and_exit(fd, &fail),
             }
         }
         Ok(sys::Forked::Parent(pid)) => nix::unistd::Pid::from_raw(pid),
     };
-    // Nothing of the launcher's is needed any more (pipes, stdio).
-    let _ = sys::close_all_except(&[]);
-    // Forward signals to init and leave with its status.
+    if let Some((lo_r, lo_w)) = lo {
+        drop(lo_r);
+        if let Err(e) = sys::loopback_up() {
+            // Init, waiting on the pipe, dies with us (PR_SET_PDEATHSIG).
+            report_and_exit(
+                err_w.as_raw_fd(),
+                &Fail::new(Step::Network, e, "bring up lo"),
+            );
+        }
+        let _ = nix::unistd::write(&lo_w, b"l");
+    }
+    // Nothing of the launcher's is needed any more (pipes, stdio) but the
+    // status pipe.
+    let _ = sys::close_all_except(&[end_w.as_raw_fd()]);
+    // Forward signals to init; once it has ended (and with it every process
+    // of its PID namespace), tell the launcher before the namespaces are torn
+    // down on our exit, then leave with its status.
     let code = init::supervise(init_pid, &mask);
+    sys::write_all(end_w.as_raw_fd(), &code.to_le_bytes());
     sys::exit_now(code)
 }
 
 /// Init: PID 1 of the new PID namespace. Builds the root, the network,
 /// forks the worker, then reaps, forwards signals and runs the bridges.
-fn init_stage(setup: &ChildSetup<'_>, err_fd: RawFd) -> Result<std::convert::Infallible, Fail> {
+fn init_stage(
+    setup: &ChildSetup<'_>,
+    err_fd: RawFd,
+    gate_r: OwnedFd,
+    lo_r: Option<OwnedFd>,
+) -> Result<std::convert::Infallible, Fail> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(nx(Step::DieWithParent, "PR_SET_PDEATHSIG"))?;
     // Bridge targets must be reachable after pivot_root: keep a path
@@ -923,11 +1100,30 @@ fn init_stage(setup: &ChildSetup<'_>, err_fd: RawFd) -> Result<std::convert::Inf
         .map_err(nx(Step::Network, "open bridge target directory"))?;
         targets.push((b.port, fd, name));
     }
-    crate::mounts::apply(setup.plan, setup.uid, setup.gid)
+    // The launcher's verdict on the deferred host-side work: one byte once
+    // the placeholders exist and the socket walk passed; end-of-file means
+    // the launch was withdrawn.
+    let gate = move || -> crate::mounts::MountResult {
+        let mut b = [0u8; 1];
+        match nix::unistd::read(&gate_r, &mut b) {
+            Ok(1) => Ok(()),
+            _ => Err((
+                libc::ECANCELED,
+                String::from("the launcher withdrew the launch"),
+            )),
+        }
+    };
+    crate::mounts::apply(setup.plan, setup.uid, setup.gid, gate)
         .map_err(|(errno, detail)| Fail::new(Step::MountPlan, errno, detail))?;
     let mut listeners = Vec::new();
     if setup.net {
-        sys::loopback_up().map_err(|e| Fail::new(Step::Network, e, "bring up lo"))?;
+        // The supervisor brings loopback up meanwhile; one byte when done,
+        // end-of-file if it failed (its error is on the error pipe).
+        let mut b = [0u8; 1];
+        let up = lo_r.map(|r| nix::unistd::read(&r, &mut b));
+        if !matches!(up, Some(Ok(1))) {
+            return Err(Fail::new(Step::Network, libc::ECANCELED, "loopback not up"));
+        }
         for (port, dirfd, name) in targets {
             let l = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port)).map_err(
                 |e| {

@@ -26,6 +26,10 @@ fn check_int(ret: libc::c_int) -> SysResult<libc::c_int> {
     if ret < 0 { Err(errno()) } else { Ok(ret) }
 }
 
+fn check_long(ret: libc::c_long) -> SysResult<libc::c_long> {
+    if ret < 0 { Err(errno()) } else { Ok(ret) }
+}
+
 /// Which side of a `fork` we are on.
 #[derive(Debug)]
 pub(crate) enum Forked {
@@ -167,6 +171,118 @@ pub(crate) fn mount_setattr_recursive(path: &CStr, set: u64, clear: u64) -> SysR
 pub(crate) fn set_securebits(bits: libc::c_ulong) -> SysResult<()> {
     // SAFETY: prctl with integer arguments only.
     check_int(unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits, 0, 0, 0) }).map(|_| ())
+}
+
+/// `_LINUX_CAPABILITY_VERSION_3`.
+const CAP_VERSION_3: u32 = 0x2008_0522;
+
+/// `struct __user_cap_header_struct`.
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+/// `struct __user_cap_data_struct` (version 3 takes two of them).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// `PR_CAP_AMBIENT_CLEAR_ALL`.
+pub(crate) fn clear_ambient() -> SysResult<()> {
+    // SAFETY: prctl with integer arguments only.
+    check_int(unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    })
+    .map(|_| ())
+}
+
+/// `PR_CAP_AMBIENT_IS_SET` for one capability.
+pub(crate) fn ambient_is_set(cap: u32) -> SysResult<bool> {
+    // SAFETY: prctl with integer arguments only.
+    check_int(unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_IS_SET as libc::c_ulong,
+            libc::c_ulong::from(cap),
+            0,
+            0,
+        )
+    })
+    .map(|r| r != 0)
+}
+
+/// `PR_CAPBSET_DROP` for one capability (`EINVAL` past the last one).
+pub(crate) fn bounding_drop(cap: u32) -> SysResult<()> {
+    // SAFETY: prctl with integer arguments only.
+    check_int(unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) })
+        .map(|_| ())
+}
+
+/// `PR_CAPBSET_READ` for one capability.
+pub(crate) fn bounding_has(cap: u32) -> SysResult<bool> {
+    // SAFETY: prctl with integer arguments only.
+    check_int(unsafe { libc::prctl(libc::PR_CAPBSET_READ, libc::c_ulong::from(cap), 0, 0, 0) })
+        .map(|r| r != 0)
+}
+
+/// The effective, permitted and inheritable sets of the calling thread,
+/// each as 64 bits (`capget`, version 3).
+pub(crate) fn capget() -> SysResult<[u64; 3]> {
+    let mut hdr = CapHeader {
+        version: CAP_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: `hdr` and the two-element `data` array are valid for the
+    // version-3 layout the kernel writes.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_capget,
+            std::ptr::addr_of_mut!(hdr),
+            data.as_mut_ptr(),
+        )
+    })?;
+    let [lo, hi] = data;
+    let join = |l: u32, h: u32| u64::from(l) | (u64::from(h) << 32);
+    Ok([
+        join(lo.effective, hi.effective),
+        join(lo.permitted, hi.permitted),
+        join(lo.inheritable, hi.inheritable),
+    ])
+}
+
+/// Empty the effective, permitted and inheritable sets in one `capset`.
+pub(crate) fn capset_empty() -> SysResult<()> {
+    let mut hdr = CapHeader {
+        version: CAP_VERSION_3,
+        pid: 0,
+    };
+    let data = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: `hdr` and the two-element `data` array are valid for the
+    // version-3 layout the kernel reads.
+    check_long(unsafe {
+        libc::syscall(libc::SYS_capset, std::ptr::addr_of_mut!(hdr), data.as_ptr())
+    })
+    .map(|_| ())
 }
 
 /// Read the securebits of the calling thread.

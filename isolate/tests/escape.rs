@@ -292,6 +292,95 @@ fn g02_protected_paths() {
     }
 }
 
+// 2b. An absent protected name stays uncreatable for the whole run: the
+// placeholder goes only once every process of the sandbox has ended (it is
+// removed while the namespaces are torn down, not before).
+#[test]
+fn g02_placeholder_holds_until_the_sandbox_has_ended() {
+    if skip_unless_root() {
+        return;
+    }
+    for profile in ["strict", "governed"] {
+        let root = Root::new();
+        let rc = root.join(".bashrc");
+        let sb = sandbox(profile, &root);
+        // The worker writes late, then lingers a little.
+        let script = "sleep 0.3; echo x >> \"$1\"; sleep 0.1";
+        let mut child = sb
+            .spawn(Command::new(["/bin/sh", "-c", script, "sh", &rc]))
+            .unwrap();
+        // Both ways of waiting: reaping the supervisor, and returning on the
+        // worker's status without waiting for the namespaces' teardown.
+        if profile == "strict" {
+            child.wait().unwrap();
+        } else {
+            assert_eq!(child.wait_forwarding(&[]).unwrap(), 0);
+            child.detach();
+        }
+        assert!(
+            !root.path().join(".bashrc").exists(),
+            "{profile}: .bashrc exists after the run (the worker created an absent protected name, or its placeholder was left behind)"
+        );
+        // Positive control: the same late write to an ordinary name lands.
+        let plain = root.join("plain/late.txt");
+        let child = sb
+            .spawn(Command::new(["/bin/sh", "-c", script, "sh", &plain]))
+            .unwrap();
+        child.wait().unwrap();
+        assert!(
+            root.path().join("plain/late.txt").exists(),
+            "{profile}: control"
+        );
+    }
+}
+
+// 2c. What the worker leaves running dies with it: an orphan cannot write
+// after the worker's status is out (when the placeholders go).
+#[test]
+fn g02_orphans_die_with_the_worker() {
+    if skip_unless_root() {
+        return;
+    }
+    for profile in ["strict", "governed"] {
+        let root = Root::new();
+        let sb = sandbox(profile, &root);
+        let late = root.join("plain/orphan.txt");
+        let mut child = sb
+            .spawn(Command::new([
+                "/bin/sh",
+                "-c",
+                "(sleep 1; echo x > \"$1\") & exit 0",
+                "sh",
+                &late,
+            ]))
+            .unwrap();
+        assert_eq!(child.wait_forwarding(&[]).unwrap(), 0);
+        child.detach();
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(
+            !root.path().join("plain/orphan.txt").exists(),
+            "{profile}: an orphan of the worker wrote after the worker's status"
+        );
+        // Positive control: the same background write lands when the worker
+        // waits for it.
+        let mut child = sb
+            .spawn(Command::new([
+                "/bin/sh",
+                "-c",
+                "(sleep 1; echo x > \"$1\") & wait",
+                "sh",
+                &late,
+            ]))
+            .unwrap();
+        assert_eq!(child.wait_forwarding(&[]).unwrap(), 0);
+        child.detach();
+        assert!(
+            root.path().join("plain/orphan.txt").exists(),
+            "{profile}: control"
+        );
+    }
+}
+
 // 3. Renaming or removing an ancestor of a protected path.
 #[test]
 fn g03_ancestor_rename_and_rmdir() {
@@ -749,15 +838,24 @@ fn g12_socket_walk() {
     let root = Root::new();
     let sock = root.path().join("agent.sock");
     let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let marker = root.path().join("ran.txt");
+    let marker_s = marker.display().to_string();
     for profile in ["strict", "governed"] {
         let sb = sandbox(profile, &root);
-        match sb.spawn(Command::new(["/bin/true"])) {
+        // The walk runs while the sandbox builds its namespaces; the command
+        // must not have run when the refusal comes back.
+        match sb.spawn(Command::new([PROBE, "write", &marker_s])) {
             Err(SandboxError::SocketVisible { path, how }) => {
                 assert_eq!(path, sock);
                 assert_eq!(how, "directory walk");
             }
             other => panic!("{profile}: expected a refusal, got {other:?}"),
         }
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            !marker.exists(),
+            "{profile}: the command ran before the socket walk refused the launch"
+        );
         // Positive control: with the mask policy the launch proceeds and the
         // socket is hidden.
         let mut p = Profile::by_name(profile).unwrap();
@@ -770,6 +868,10 @@ fn g12_socket_walk() {
             inside(&sb, &["connect-unix", &sock.display().to_string()]),
             EPERM
         );
+        // Positive control for the marker: the same command, launched, runs.
+        assert_eq!(inside(&sb, &["write", &marker_s]), "ok");
+        assert!(marker.exists(), "{profile}: marker control");
+        std::fs::remove_file(&marker).unwrap();
     }
     std::fs::remove_file(&sock).unwrap();
 
