@@ -745,6 +745,13 @@ async fn supervise(
         Flags::NONE,
     );
 
+    // Watch the stop signals before the worker exists: a SIGTERM that
+    // arrives once it runs must be forwarded and recorded, not kill palisade
+    // with the default action. (Registering starts no thread.)
+    let mut term = signal_stream(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = signal_stream(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut hup = signal_stream(tokio::signal::unix::SignalKind::hangup())?;
+
     // Fork while this runtime is still single-threaded: nothing has been polled yet.
     let child = match sb.spawn(Command::new(command.to_vec())) {
         Ok(c) => c,
@@ -807,9 +814,6 @@ async fn supervise(
 
     let pid = child.pid();
     let mut waiter = tokio::task::spawn_blocking(move || child.wait());
-    let mut term = signal_stream(tokio::signal::unix::SignalKind::terminate())?;
-    let mut int = signal_stream(tokio::signal::unix::SignalKind::interrupt())?;
-    let mut hup = signal_stream(tokio::signal::unix::SignalKind::hangup())?;
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let mut killed_by: Option<&'static str> = None;
     let mut forwarded = false;
