@@ -493,7 +493,7 @@ async fn slowloris_head_times_out() {
     let origin = echo_origin().await;
     let config = ProxyConfig {
         limits: Limits {
-            header_timeout: Duration::from_millis(300),
+            header_timeout: Duration::from_secs(1),
             ..Limits::default()
         },
         ..cfg()
@@ -531,7 +531,7 @@ async fn idle_tunnels_are_closed() {
     let origin = echo_origin().await;
     let config = ProxyConfig {
         limits: Limits {
-            idle_timeout: Duration::from_millis(300),
+            idle_timeout: Duration::from_secs(1),
             ..Limits::default()
         },
         ..cfg()
