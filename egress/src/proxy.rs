@@ -183,6 +183,22 @@ struct Inner {
     own_listen: Mutex<Vec<SocketAddr>>,
 }
 
+impl Inner {
+    /// Bytes still allowed for a connection that has used `used`, under the
+    /// per-connection and per-session limits.
+    fn remaining_budget(&self, used: u64) -> Option<u64> {
+        let l = &self.config.limits;
+        let conn = l.bytes_per_connection.map(|c| c.saturating_sub(used));
+        let sess = l
+            .bytes_per_session
+            .map(|s| s.saturating_sub(self.session_bytes.load(Ordering::Relaxed)));
+        match (conn, sess) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
 /// A running proxy's shared state. Cheap to clone.
 #[derive(Clone)]
 pub struct Proxy {
@@ -769,7 +785,7 @@ impl Proxy {
         }
         // Plain HTTP: refuse a declared body larger than the budget up front.
         if let Some(cl) = declared_body
-            && self.remaining_budget(0).is_some_and(|rem| cl > rem)
+            && self.inner.remaining_budget(0).is_some_and(|rem| cl > rem)
         {
             let mut r = Refusal::deny(
                 413,
@@ -852,19 +868,6 @@ impl Proxy {
                     .iter()
                     .any(|ip| l.ip().is_unspecified() || canonical(*ip) == canonical(l.ip()))
         })
-    }
-
-    /// Bytes still allowed for a connection that has used `used`.
-    fn remaining_budget(&self, used: u64) -> Option<u64> {
-        let l = &self.inner.config.limits;
-        let conn = l.bytes_per_connection.map(|c| c.saturating_sub(used));
-        let sess = l
-            .bytes_per_session
-            .map(|s| s.saturating_sub(self.inner.session_bytes.load(Ordering::Relaxed)));
-        match (conn, sess) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
     }
 }
 

@@ -244,17 +244,8 @@ impl Meter<'_> {
     /// Bytes that may still pass now (`None`: unlimited). Another direction
     /// or connection may use some before this one [`Self::take`]s them.
     fn remaining(&self) -> Option<u64> {
-        let l = &self.inner.config.limits;
-        let conn = l
-            .bytes_per_connection
-            .map(|c| c.saturating_sub(self.conn.load(Ordering::Relaxed)));
-        let sess = l
-            .bytes_per_session
-            .map(|s| s.saturating_sub(self.inner.session_bytes.load(Ordering::Relaxed)));
-        match (conn, sess) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.inner
+            .remaining_budget(self.conn.load(Ordering::Relaxed))
     }
 
     fn touch(&self) {
