@@ -17,7 +17,7 @@ use palisade_egress::relay::{
     Credential, Origin, Placeholder, PlaceholderFormat, PrivateSocket, Relay, RelayConfig, Route,
     Secret,
 };
-use palisade_egress::resolve::{BoxFuture, Resolver, SystemResolver};
+use palisade_egress::resolve::{BoxFuture, HostsFirstResolver, Resolver};
 use palisade_evidence::{Flags, JournalWriter, Kind, Timestamp, WriterOptions};
 use palisade_isolate::{Bridge, Command, Sandbox};
 use palisade_schema::host_policy::HostPolicy;
@@ -96,10 +96,13 @@ pub(crate) struct GovernedArgs {
     pub(crate) context: String,
 }
 
-/// Resolves pinned names from a table and everything else on the host.
+/// Resolves pinned names from a table and everything else on the host
+/// (`/etc/hosts` in process when nsswitch consults it first, as
+/// `palisade proxy` does; `getaddrinfo` otherwise).
 #[derive(Debug)]
 struct PinnedResolver {
     pins: HashMap<String, Vec<IpAddr>>,
+    host: HostsFirstResolver,
 }
 
 impl Resolver for PinnedResolver {
@@ -109,7 +112,7 @@ impl Resolver for PinnedResolver {
                 let a = a.clone();
                 Box::pin(async move { Ok(a) })
             }
-            None => SystemResolver.resolve(name),
+            None => self.host.resolve(name),
         }
     }
 }
@@ -625,7 +628,10 @@ async fn bind_services(
     let token = ProxyToken::generate().map_err(|e| format!("cannot make the proxy token: {e}"))?;
     config.token = Some(token.clone());
     let addresses = config.addresses.clone();
-    let resolver = Arc::new(PinnedResolver { pins });
+    let resolver = Arc::new(PinnedResolver {
+        pins,
+        host: HostsFirstResolver::system(),
+    });
     let proxy = Proxy::new(config, core.clone(), resolver.clone(), core.clone());
     let proxy_path = dir.join("proxy.sock");
     let proxy_listener = tokio::net::UnixListener::bind(&proxy_path)
