@@ -28,32 +28,9 @@
 use serde_json::Value;
 use unicode_normalization::UnicodeNormalization as _;
 
-/// A trigger's filters (spec §1.5); every condition must pass.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Filters {
-    /// Prefix marker (GitHub: `startsWith`).
-    pub pattern: Option<String>,
-    /// Slack/Discord: prefix marker; GitHub: substring.
-    pub contains: Option<String>,
-    /// GitHub: the label that was added.
-    pub label: Option<String>,
-    /// GitHub: labels that must all be present.
-    pub labels: Option<Vec<String>>,
-    /// GitHub: `owner/name`.
-    pub repo: Option<String>,
-    /// Discord guild id.
-    pub guild: Option<String>,
-    /// Slack workspace (team) id.
-    pub workspace: Option<String>,
-    /// Slack/Discord channel ids.
-    pub channels: Option<Vec<String>>,
-    /// Allowed actors.
-    pub from_users: Option<Vec<String>>,
-    /// Invocation inputs that must have these values.
-    pub inputs: Option<Vec<(String, Value)>>,
-    /// The connection (slug) the event must arrive on.
-    pub connection: Option<String>,
-}
+/// A trigger's filters (spec §1.5); every condition must pass. The parsed
+/// model's type, so a trigger's filters are admitted as authored.
+pub use palisade_schema::model::Filters;
 
 /// An incoming event, as the caller parsed it from a verified webhook or a manual run.
 #[derive(Clone, Debug, Default, PartialEq)]

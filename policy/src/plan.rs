@@ -130,23 +130,6 @@ pub fn find_trigger<'a>(config: &'a HubConfig, name: &str) -> Result<&'a Trigger
         })
 }
 
-/// The filters of a trigger in admission form.
-pub fn filters_of(trigger: &Trigger) -> Option<admission::Filters> {
-    trigger.filters.as_ref().map(|f| admission::Filters {
-        pattern: f.pattern.clone(),
-        contains: f.contains.clone(),
-        label: f.label.clone(),
-        labels: f.labels.clone(),
-        repo: f.repo.clone(),
-        guild: f.guild.clone(),
-        workspace: f.workspace.clone(),
-        channels: f.channels.clone(),
-        from_users: f.from_users.clone(),
-        inputs: f.inputs.clone(),
-        connection: f.connection.clone(),
-    })
-}
-
 /// A step's `allow_outputs` as declarations.
 pub fn decls_of(step: &Step) -> Vec<OutputDecl> {
     step.allow_outputs
@@ -215,9 +198,9 @@ pub fn plan(
         .context
         .cloned()
         .unwrap_or_else(|| context_for(input.event));
-    let filters = filters_of(trigger);
+    let filters = trigger.filters.as_ref();
     let mut event = input.event.clone();
-    let invocation = match invocation_for(trigger, filters.as_ref(), &event) {
+    let invocation = match invocation_for(trigger, filters, &event) {
         Ok(inv) => inv,
         Err(e) => {
             let admission = Decision::Rejected(admission::Rejection {
@@ -230,7 +213,7 @@ pub fn plan(
     if let Some(inv) = &invocation {
         event.inputs.clone_from(&inv.inputs);
     }
-    let mut admission = admission::admit(&trigger.on, filters.as_ref(), &event);
+    let mut admission = admission::admit(&trigger.on, filters, &event);
     if let (Decision::Admitted { prompt }, Some(inv)) = (&mut admission, &invocation) {
         prompt.clone_from(&inv.prompt);
     }
