@@ -172,8 +172,9 @@ fn keygen(out: &Path) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn read_key(path: &Path) -> Result<JournalKey, String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+/// Loads a journal key file, refusing one other users can read.
+pub(crate) fn read_key(path: &Path) -> Result<JournalKey, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("key `{}`: {e}", path.display()))?;
     let mode = meta.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
         return Err(format!(
@@ -182,9 +183,9 @@ fn read_key(path: &Path) -> Result<JournalKey, String> {
         ));
     }
     let text = zeroize::Zeroizing::new(
-        std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?,
+        std::fs::read_to_string(path).map_err(|e| format!("key `{}`: {e}", path.display()))?,
     );
-    JournalKey::from_text(&text).map_err(|e| format!("{}: {e}", path.display()))
+    JournalKey::from_text(&text).map_err(|e| format!("key `{}`: {e}", path.display()))
 }
 
 fn verify_cmd(

@@ -341,24 +341,6 @@ pub(crate) fn render(status: &str, s: &Summary) -> String {
     o
 }
 
-/// Loads a journal key file, refusing one other users can read (as `palisade journal` does).
-pub(crate) fn load_key(path: &std::path::Path) -> Result<palisade_evidence::JournalKey, String> {
-    use std::os::unix::fs::PermissionsExt;
-    let meta = std::fs::metadata(path).map_err(|e| format!("key `{}`: {e}", path.display()))?;
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(format!(
-            "key file {} is accessible by other users (mode {mode:o}); run chmod 600",
-            path.display()
-        ));
-    }
-    let text = zeroize::Zeroizing::new(
-        std::fs::read_to_string(path).map_err(|e| format!("key `{}`: {e}", path.display()))?,
-    );
-    palisade_evidence::JournalKey::from_text(&text)
-        .map_err(|e| format!("key `{}`: {e}", path.display()))
-}
-
 /// Verification status in words, and whether it is valid (closed or open).
 fn status_words(r: &palisade_evidence::Report) -> String {
     use palisade_evidence::Verdict;
@@ -387,7 +369,7 @@ fn status_words(r: &palisade_evidence::Report) -> String {
 
 pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     use palisade_evidence::Verdict;
-    let key = load_key(&args.key)?;
+    let key = crate::journal::read_key(&args.key)?;
     let bytes =
         std::fs::read(&args.file).map_err(|e| format!("journal `{}`: {e}", args.file.display()))?;
     let anchor = match &args.anchor {

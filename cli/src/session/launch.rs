@@ -350,7 +350,7 @@ pub(crate) fn run(
         Some(p) => Some(load_roots(p)?),
         None => None,
     };
-    let key = crate::report::load_key(&key_path)?;
+    let key = crate::journal::read_key(&key_path)?;
     let id = random_id()?;
     // The step's exact grant, computed before anything starts: a step that
     // cannot be dispatched refuses the run.
