@@ -223,6 +223,19 @@ pub(crate) fn open_journal(
     Ok(JournalRecorder::start(writer, session.to_owned()))
 }
 
+/// Drains and closes a journal opened by [`open_journal`], if any.
+pub(crate) fn close_journal(
+    journal: Option<(Arc<JournalRecorder>, JournalThread)>,
+) -> Result<(), String> {
+    match journal {
+        Some((rec, thread)) => thread
+            .finish(&rec)
+            .map(|_| ())
+            .map_err(|e| format!("journal not closed cleanly: {e}")),
+        None => Ok(()),
+    }
+}
+
 /// The address deny set of the policy plus this host's interface addresses.
 pub(crate) fn address_policy(policy: &HostPolicy) -> Result<AddressPolicy, String> {
     let allow = policy
@@ -367,13 +380,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     if let Some(r) = &stdout_records {
         r.finish();
     }
-    let closed = match journal {
-        Some((rec, thread)) => thread
-            .finish(&rec)
-            .map(|_| ())
-            .map_err(|e| format!("journal not closed cleanly: {e}")),
-        None => Ok(()),
-    };
+    let closed = close_journal(journal);
     served?;
     closed?;
     eprintln!("palisade proxy: stopped");

@@ -15,7 +15,8 @@ use palisade_egress::resolve::SystemResolver;
 
 use crate::host_policy_file::load_policy;
 use crate::proxy::{
-    StdoutRecorder, address_policy, open_journal, runtime, signalled, write_secret_file,
+    StdoutRecorder, address_policy, close_journal, open_journal, runtime, signalled,
+    write_secret_file,
 };
 
 /// Arguments of `palisade relay`.
@@ -163,13 +164,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         drop(socket);
         res.map_err(|e| format!("relay failed: {e}"))
     });
-    let closed = match journal {
-        Some((rec, thread)) => thread
-            .finish(&rec)
-            .map(|_| ())
-            .map_err(|e| format!("journal not closed cleanly: {e}")),
-        None => Ok(()),
-    };
+    let closed = close_journal(journal);
     served?;
     closed?;
     eprintln!("palisade relay `{}`: stopped", args.name);
