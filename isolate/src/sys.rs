@@ -123,6 +123,39 @@ pub(crate) fn write_all(fd: RawFd, mut buf: &[u8]) {
     }
 }
 
+/// The CPU the calling thread runs on.
+pub(crate) fn current_cpu() -> Option<usize> {
+    // SAFETY: sched_getcpu has no preconditions; -1 is an error.
+    usize::try_from(unsafe { libc::sched_getcpu() }).ok()
+}
+
+/// Install a seccomp filter on the calling thread
+/// (`SECCOMP_SET_MODE_FILTER`; `no_new_privs` must already be set).
+pub(crate) fn seccomp_install(program: &[libc::sock_filter]) -> SysResult<()> {
+    let len = u16::try_from(program.len()).map_err(|_| libc::EINVAL)?;
+    if len == 0 {
+        return Err(libc::EINVAL);
+    }
+    let prog = libc::sock_fprog {
+        len,
+        filter: program.as_ptr().cast_mut(),
+    };
+    // SAFETY: `prog` points at `len` valid instructions for the duration of
+    // the call; the kernel copies them.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0,
+            &raw const prog,
+        )
+    };
+    if rc != 0 {
+        return Err(errno());
+    }
+    Ok(())
+}
+
 /// Reset every catchable signal to its default disposition (the launcher
 /// may ignore SIGPIPE, and ignored signals survive `execve`).
 pub(crate) fn reset_signals() {
