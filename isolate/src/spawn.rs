@@ -796,21 +796,28 @@ fn launch(
         let _ = wait_code(child);
         Err(e)
     };
+    // Let the supervisor run first if it was queued on this CPU, so that it
+    // can step aside to another one (see `step_aside`).
+    let _ = nix::sched::sched_yield();
+    // The host-side work runs while the supervisor creates the namespaces
+    // (the network namespace alone takes about half a millisecond), so the
+    // two proceed at once on two CPUs. Waiting for `ready` first serialised
+    // them: the launcher's wake-up preempted the supervisor on its CPU, and
+    // the supervisor resumed only when the host-side work was done. Init
+    // binds no protected path, and nothing runs inside, before the gate
+    // opens.
+    let created = match deferred.run() {
+        Ok(c) => c,
+        Err(e) => return abort(e),
+    };
     let mut ready = [0u8; 1];
     let got = nix::unistd::read(&ready_r, &mut ready).unwrap_or(0);
-    let mut created = Vec::new();
     if got == 1 {
         if let Err(e) = write_id_maps(child, setup) {
+            plan::remove_placeholders(&created);
             return abort(e);
         }
         let _ = nix::unistd::write(&go_w, b"g");
-        // The sandbox now builds its namespaces and root; meanwhile, the
-        // host-side work. Init binds no protected path, and nothing runs
-        // inside, before the gate opens.
-        match deferred.run() {
-            Ok(c) => created = c,
-            Err(e) => return abort(e),
-        }
         let _ = nix::unistd::write(&gate_w, b"p");
     }
     drop(go_w);
@@ -1008,12 +1015,16 @@ fn supervisor(
         .iter()
         .filter(|(on, ..)| *on)
         .fold(CloneFlags::empty(), |acc, (_, f, ..)| acc | *f);
+    let home = step_aside();
     if nix::sched::unshare(all).is_err() {
         for (on, flag, step, what) in steps {
             if on {
                 nix::sched::unshare(flag).map_err(nx(step, what))?;
             }
         }
+    }
+    if let Some(cpus) = home {
+        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &cpus);
     }
     // The launcher writes the id maps; nothing below creates a file before.
     let _ = nix::unistd::write(&ready_w, b"r");
@@ -1068,6 +1079,33 @@ fn supervisor(
     let code = init::supervise(init_pid, &mask);
     sys::write_all(end_w.as_raw_fd(), &code.to_le_bytes());
     sys::exit_now(code)
+}
+
+/// Move the calling process off the CPU it shares with the launcher, when
+/// another CPU is allowed; returns the affinity to restore afterwards.
+///
+/// A forked child starts on its parent's CPU, and with a 250 Hz tick the
+/// idle CPU may not pull it over before the launch is over: the
+/// supervisor's namespace creation and the launcher's host-side work would
+/// then take turns on one CPU while another idles.
+fn step_aside() -> Option<nix::sched::CpuSet> {
+    use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
+    let me = nix::unistd::Pid::from_raw(0);
+    let allowed = sched_getaffinity(me).ok()?;
+    let here = sys::current_cpu()?;
+    let mut other = CpuSet::new();
+    let mut any = false;
+    for cpu in 0..CpuSet::count() {
+        if cpu != here && allowed.is_set(cpu).unwrap_or(false) {
+            other.set(cpu).ok()?;
+            any = true;
+        }
+    }
+    if !any {
+        return None;
+    }
+    sched_setaffinity(me, &other).ok()?;
+    Some(allowed)
 }
 
 /// Init: PID 1 of the new PID namespace. Builds the root, the network,
