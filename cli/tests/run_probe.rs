@@ -293,3 +293,46 @@ fn run_help_and_usage_errors_are_the_full_parsers() {
         .unwrap();
     assert_eq!(ok.status.code(), Some(125));
 }
+
+/// The `Cpus_allowed_list` line of a `/proc/<pid>/status` text.
+fn cpus_allowed(status: &str) -> String {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|v| v.trim().to_owned())
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_worker_keeps_the_launchers_cpu_affinity() {
+    // The supervisor moves itself to another CPU while it creates the
+    // namespaces; init and the worker must not inherit that.
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs as root)");
+        return;
+    }
+    let ours = cpus_allowed(&std::fs::read_to_string("/proc/self/status").unwrap());
+    assert!(!ours.is_empty());
+    let cwd = tempfile::tempdir().unwrap();
+    for profile in ["strict", "governed"] {
+        for _ in 0..5 {
+            let out = Command::new(BIN)
+                .args(["run", "--profile", profile, "--"])
+                .args(["/bin/cat", "/proc/self/status"])
+                .current_dir(cwd.path())
+                .output()
+                .unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(
+                cpus_allowed(&String::from_utf8_lossy(&out.stdout)),
+                ours,
+                "{profile}"
+            );
+        }
+    }
+}

@@ -1023,6 +1023,10 @@ fn supervisor(
             }
         }
     }
+    // Back to the launcher's affinity before anything is forked from here
+    // (a test checks that the worker has it). Should the CPU set have
+    // shrunk meanwhile and the restore be refused, the sandbox keeps the
+    // narrower set: a matter of speed, not of containment.
     if let Some(cpus) = home {
         let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &cpus);
     }
