@@ -406,18 +406,7 @@ impl Deferred {
         if let Some(scan) = &self.sockets {
             scan.run()?;
         }
-        let mut created: Vec<Placeholder> = Vec::new();
-        for (p, dir) in &self.placeholders {
-            match create_placeholder(p, *dir) {
-                Ok(Some(ph)) => created.push(ph),
-                Ok(None) => {}
-                Err(e) => {
-                    remove_placeholders(&created);
-                    return Err(e);
-                }
-            }
-        }
-        Ok(created)
+        create_placeholders(&self.placeholders)
     }
 }
 
@@ -688,52 +677,106 @@ pub(crate) fn build(
     ))
 }
 
-fn create_placeholder(path: &Path, dir: bool) -> Result<Option<Placeholder>, SandboxError> {
-    use std::os::unix::fs::MetadataExt;
-    let Some(parent) = path.parent() else {
-        return Ok(None);
-    };
-    // The parent must be a real directory (not a symlink), and stay the
-    // same directory while the placeholder is made.
-    let Ok(pmeta) = std::fs::symlink_metadata(parent) else {
-        return Ok(None);
-    };
-    if !pmeta.is_dir() {
-        return Ok(None);
+/// Create the absent protected paths as empty placeholders: `(path,
+/// directory)`. On error nothing this call created is left behind.
+///
+/// Each parent directory is opened once (`O_PATH|O_NOFOLLOW`) and every
+/// placeholder in it is made relative to that descriptor, with
+/// `O_CREAT|O_EXCL` (which does not follow a symlink) or `mkdirat`; the
+/// parent path must still lead to the same directory afterwards, or the
+/// launch is refused. A parent that is not a real directory gets no
+/// placeholder (init's protect bind then fails and the launch with it).
+fn create_placeholders(wanted: &[(PathBuf, bool)]) -> Result<Vec<Placeholder>, SandboxError> {
+    let mut created = Vec::new();
+    let mut parents: Vec<&Path> = Vec::new();
+    for (p, _) in wanted {
+        if let Some(parent) = p.parent()
+            && !parents.contains(&parent)
+        {
+            parents.push(parent);
+        }
     }
-    let real_parent = std::fs::canonicalize(parent)?;
-    let fail = |e: std::io::Error| SandboxError::InvalidPath {
-        path: path.to_owned(),
-        reason: format!("cannot create read-only placeholder: {e}"),
+    for parent in parents {
+        let names = wanted
+            .iter()
+            .filter(|(p, _)| p.parent() == Some(parent))
+            .filter_map(|(p, dir)| p.file_name().map(|n| (p, n, *dir)));
+        if let Err(e) = placeholders_in(parent, names, &mut created) {
+            remove_placeholders(&created);
+            return Err(e);
+        }
+    }
+    Ok(created)
+}
+
+fn placeholders_in<'a>(
+    parent: &Path,
+    names: impl Iterator<Item = (&'a PathBuf, &'a std::ffi::OsStr, bool)>,
+    created: &mut Vec<Placeholder>,
+) -> Result<(), SandboxError> {
+    use nix::fcntl::{AtFlags, OFlag, openat};
+    use nix::sys::stat::{Mode, fstat, fstatat, mkdirat};
+    let Ok(dirfd) = nix::fcntl::open(
+        parent,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return Ok(());
     };
-    if dir {
-        std::fs::create_dir(path).map_err(fail)?;
-    } else {
-        // O_CREAT|O_EXCL does not follow a symlink in the last component.
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(path)
+    let dir = fstat(&dirfd).map_err(|e| SandboxError::InvalidPath {
+        path: parent.to_owned(),
+        reason: format!("cannot read the directory of a placeholder: {e}"),
+    })?;
+    for (path, name, is_dir) in names {
+        let fail = |e: nix::errno::Errno| SandboxError::InvalidPath {
+            path: path.clone(),
+            reason: format!(
+                "cannot create read-only placeholder: {}",
+                std::io::Error::from(e)
+            ),
+        };
+        let st = if is_dir {
+            mkdirat(&dirfd, name, Mode::from_bits_truncate(0o777)).map_err(fail)?;
+            fstatat(&dirfd, name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(fail)?
+        } else {
+            let fd = openat(
+                &dirfd,
+                name,
+                OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_CLOEXEC,
+                Mode::from_bits_truncate(0o666),
+            )
             .map_err(fail)?;
+            fstat(&fd).map_err(fail)?
+        };
+        created.push(Placeholder {
+            path: path.clone(),
+            parent_dev: dir.st_dev,
+            parent_ino: dir.st_ino,
+            dev: st.st_dev,
+            ino: st.st_ino,
+        });
+        // Owned like its directory, so the only refusal inside is the
+        // read-only mount (EROFS), as for an existing protected file.
+        if (st.st_uid, st.st_gid) != (dir.st_uid, dir.st_gid) {
+            let _ = nix::unistd::fchownat(
+                &dirfd,
+                name,
+                Some(nix::unistd::Uid::from_raw(dir.st_uid)),
+                Some(nix::unistd::Gid::from_raw(dir.st_gid)),
+                AtFlags::AT_SYMLINK_NOFOLLOW,
+            );
+        }
     }
-    let meta = std::fs::symlink_metadata(path).map_err(fail)?;
-    let ph = Placeholder {
-        path: path.to_owned(),
-        parent_dev: pmeta.dev(),
-        parent_ino: pmeta.ino(),
-        dev: meta.dev(),
-        ino: meta.ino(),
-    };
-    if std::fs::canonicalize(parent).ok().as_deref() != Some(real_parent.as_path()) {
+    // The mounts resolve the parent by path: it must still be this directory.
+    let same = nix::sys::stat::stat(parent)
+        .is_ok_and(|now| (now.st_dev, now.st_ino) == (dir.st_dev, dir.st_ino));
+    if !same {
         return Err(SandboxError::InvalidPath {
-            path: path.to_owned(),
+            path: parent.to_owned(),
             reason: String::from("its directory changed while the placeholder was made"),
         });
     }
-    // Owned like its directory, so the only refusal inside is the
-    // read-only mount (EROFS), as for an existing protected file.
-    let _ = std::os::unix::fs::lchown(path, Some(pmeta.uid()), Some(pmeta.gid()));
-    Ok(Some(ph))
+    Ok(())
 }
 
 /// Remove placeholders that are still empty and still the inode this
@@ -798,6 +841,12 @@ mod tests {
         assert_eq!(unescape_mountinfo("a\\0"), "a\\0");
     }
 
+    fn create_placeholder(path: &Path, dir: bool) -> Option<Placeholder> {
+        create_placeholders(&[(path.to_owned(), dir)])
+            .unwrap()
+            .pop()
+    }
+
     #[test]
     fn placeholders_are_removed_only_where_they_were_made() {
         let base = std::env::temp_dir().join(format!("palisade-ph-{}", std::process::id()));
@@ -805,19 +854,13 @@ mod tests {
         std::fs::create_dir_all(&w).unwrap();
         // Positive control: untouched placeholders (a file and a directory)
         // are removed.
-        let a = create_placeholder(&w.join(".bashrc"), false)
-            .unwrap()
-            .unwrap();
-        let b = create_placeholder(&w.join(".palisade"), true)
-            .unwrap()
-            .unwrap();
+        let a = create_placeholder(&w.join(".bashrc"), false).unwrap();
+        let b = create_placeholder(&w.join(".palisade"), true).unwrap();
         remove_placeholders(&[a, b]);
         assert!(!w.join(".bashrc").exists() && !w.join(".palisade").exists());
         // The parent swapped for another directory holding the same name,
         // even a link to the very placeholder inode: it stays.
-        let c = create_placeholder(&w.join(".bashrc"), false)
-            .unwrap()
-            .unwrap();
+        let c = create_placeholder(&w.join(".bashrc"), false).unwrap();
         std::fs::rename(&w, base.join("moved")).unwrap();
         std::fs::create_dir(&w).unwrap();
         std::fs::hard_link(base.join("moved/.bashrc"), w.join(".bashrc")).unwrap();
