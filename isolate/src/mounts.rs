@@ -254,16 +254,9 @@ fn mount_tmp(size: u64, uid: u32, gid: u32) -> MountResult {
 
 /// Build the new root and switch to it. Runs in the sandbox's init, inside
 /// the new user, mount and PID namespaces, before anything else is shared.
-/// `gate` is called once, before the first pinned or protected path is
-/// bound (or at the end when there is none): it waits for the launcher's
-/// deferred host-side work (placeholders, socket walk).
-pub(crate) fn apply(
-    plan: &MountPlan,
-    uid: u32,
-    gid: u32,
-    gate: impl FnOnce() -> MountResult,
-) -> MountResult {
-    let mut gate = Some(gate);
+/// The launcher's host-side work (placeholders, socket walk) has passed
+/// before init exists: the supervisor forks it only on the launcher's go.
+pub(crate) fn apply(plan: &MountPlan, uid: u32, gid: u32) -> MountResult {
     mount(
         None::<&str>,
         "/",
@@ -288,11 +281,6 @@ pub(crate) fn apply(
     let mut masks: Vec<PathBuf> = Vec::new();
     let mut root_tmpfs = false;
     for op in &plan.ops {
-        if matches!(op, MountOp::Pin { .. } | MountOp::Protect { .. })
-            && let Some(g) = gate.take()
-        {
-            g()?;
-        }
         match op {
             MountOp::RootTmpfs => {
                 tmpfs(new, "mode=0755,size=1m", MsFlags::empty())?;
@@ -366,9 +354,6 @@ pub(crate) fn apply(
                     .map_err(|err| (err, format!("read-only {}", path.display())))?;
             }
         }
-    }
-    if let Some(g) = gate.take() {
-        g()?;
     }
     for m in &masks {
         remount_ro(m, MsFlags::MS_NOEXEC)?;

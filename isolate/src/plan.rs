@@ -7,9 +7,9 @@
 //! the plan (creating those placeholders and, under
 //! [`SocketPolicy::Refuse`], the socket walk of the read-only paths, the
 //! kernel's socket table and the mount table) is returned as a [`Deferred`]
-//! step: the launcher runs it while the sandbox builds its namespaces, and
-//! the sandbox's init waits for its verdict before it binds the protected
-//! paths, so nothing runs in the sandbox before it has passed.
+//! step: the launcher runs it while the supervisor creates the namespaces,
+//! and lets the supervisor go on (build the root, start anything) only once
+//! it has passed.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -306,8 +306,8 @@ pub(crate) struct PlanInput {
 }
 
 /// Host-side work of a launch that does not change the mount plan: run by
-/// the launcher ([`Deferred::run`]) while the sandbox builds its namespaces,
-/// and awaited by the sandbox's init before it binds the protected paths.
+/// the launcher ([`Deferred::run`]) while the supervisor creates the
+/// namespaces, and passed before the supervisor may go on.
 #[derive(Debug, Default)]
 pub(crate) struct Deferred {
     /// Absent protected paths to create as placeholders: (path, directory).

@@ -748,10 +748,10 @@ pub(crate) fn forwarded_mask() -> SigSet {
     set
 }
 
-/// Fork the supervisor, write its id maps, then run the deferred host-side
-/// work (placeholders, socket walk) while the sandbox builds its namespaces
-/// and root; the sandbox's init waits on the gate pipe for its verdict
-/// before it binds the protected paths. Returns the supervisor's pid, the
+/// Fork the supervisor, run the deferred host-side work (placeholders,
+/// socket walk) while it creates the namespaces, then write its id maps and
+/// let it go on: nothing of the sandbox's root is built before the
+/// host-side work has passed. Returns the supervisor's pid, the
 /// placeholders created and the read end of the supervisor's status pipe,
 /// once the command has been executed.
 fn launch(
@@ -761,7 +761,6 @@ fn launch(
     let (err_r, err_w) = pipe()?;
     let (ready_r, ready_w) = pipe()?;
     let (go_r, go_w) = pipe()?;
-    let (gate_r, gate_w) = pipe()?;
     let (end_r, end_w) = pipe()?;
     let launcher = nix::unistd::getpid();
     let child = match sys::fork() {
@@ -776,10 +775,9 @@ fn launch(
             drop(err_r);
             drop(ready_r);
             drop(go_w);
-            drop(gate_w);
             drop(end_r);
             let fd = err_w.as_raw_fd();
-            match supervisor(setup, launcher, ready_w, go_r, gate_r, end_w, &err_w) {
+            match supervisor(setup, launcher, ready_w, go_r, end_w, &err_w) {
                 Ok(never) => match never {},
                 Err(fail) => report_and_exit(fd, &fail),
             }
@@ -789,7 +787,6 @@ fn launch(
     drop(err_w);
     drop(ready_w);
     drop(go_r);
-    drop(gate_r);
     drop(end_w);
     let abort = |e: SandboxError| {
         let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
@@ -803,9 +800,8 @@ fn launch(
     // (the network namespace alone takes about half a millisecond), so the
     // two proceed at once on two CPUs. Waiting for `ready` first serialised
     // them: the launcher's wake-up preempted the supervisor on its CPU, and
-    // the supervisor resumed only when the host-side work was done. Init
-    // binds no protected path, and nothing runs inside, before the gate
-    // opens.
+    // the supervisor resumed only when the host-side work was done. It
+    // forks init only on the go below, once this work has passed.
     let created = match deferred.run() {
         Ok(c) => c,
         Err(e) => return abort(e),
@@ -818,10 +814,8 @@ fn launch(
             return abort(e);
         }
         let _ = nix::unistd::write(&go_w, b"g");
-        let _ = nix::unistd::write(&gate_w, b"p");
     }
     drop(go_w);
-    drop(gate_w);
     let mut buf = Vec::new();
     let mut file = std::fs::File::from(err_r);
     let _ = file.read_to_end(&mut buf);
@@ -956,7 +950,6 @@ fn supervisor(
     launcher: nix::unistd::Pid,
     ready_w: OwnedFd,
     go_r: OwnedFd,
-    gate_r: OwnedFd,
     end_w: OwnedFd,
     err_w: &OwnedFd,
 ) -> Result<std::convert::Infallible, Fail> {
@@ -1056,7 +1049,7 @@ fn supervisor(
                 r
             });
             let fd = err_w.as_raw_fd();
-            match init_stage(setup, fd, gate_r, lo_r) {
+            match init_stage(setup, fd, lo_r) {
                 Ok(never) => match never {},
                 Err(fail) => report_and_exit(fd, &fail),
             }
@@ -1117,7 +1110,6 @@ fn step_aside() -> Option<nix::sched::CpuSet> {
 fn init_stage(
     setup: &ChildSetup<'_>,
     err_fd: RawFd,
-    gate_r: OwnedFd,
     lo_r: Option<OwnedFd>,
 ) -> Result<std::convert::Infallible, Fail> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
@@ -1142,20 +1134,7 @@ fn init_stage(
         .map_err(nx(Step::Network, "open bridge target directory"))?;
         targets.push((b.port, fd, name));
     }
-    // The launcher's verdict on the deferred host-side work: one byte once
-    // the placeholders exist and the socket walk passed; end-of-file means
-    // the launch was withdrawn.
-    let gate = move || -> crate::mounts::MountResult {
-        let mut b = [0u8; 1];
-        match nix::unistd::read(&gate_r, &mut b) {
-            Ok(1) => Ok(()),
-            _ => Err((
-                libc::ECANCELED,
-                String::from("the launcher withdrew the launch"),
-            )),
-        }
-    };
-    crate::mounts::apply(setup.plan, setup.uid, setup.gid, gate)
+    crate::mounts::apply(setup.plan, setup.uid, setup.gid)
         .map_err(|(errno, detail)| Fail::new(Step::MountPlan, errno, detail))?;
     let mut listeners = Vec::new();
     if setup.net {
