@@ -169,15 +169,6 @@ enum ArgRule {
     Personality,
 }
 
-const ARG_RULES: [ArgRule; 6] = [
-    ArgRule::Socket,
-    ArgRule::Socketpair,
-    ArgRule::Unshare,
-    ArgRule::Clone,
-    ArgRule::Ioctl,
-    ArgRule::Personality,
-];
-
 fn nr(n: libc::c_long) -> Result<u32, String> {
     u32::try_from(n).map_err(|_| format!("syscall number {n} out of range"))
 }
@@ -412,7 +403,15 @@ pub(crate) fn build() -> Result<Filters, String> {
     let keys = table()?;
     let mut asm = Asm::default();
     let (allow, eperm) = (asm.label(), asm.label());
-    let blocks: Vec<(ArgRule, usize)> = ARG_RULES.iter().map(|r| (*r, asm.label())).collect();
+    // One block per argument rule of the table, each behind its own label.
+    let blocks: Vec<(ArgRule, usize)> = keys
+        .iter()
+        .filter_map(|(_, v)| match v {
+            Verdict::Args(rule) => Some(*rule),
+            Verdict::Eperm | Verdict::Enosys => None,
+        })
+        .map(|rule| (rule, asm.label()))
+        .collect();
     // A = seccomp_data.arch; another ABI is killed.
     let native = asm.label();
     asm.push(Item::Ld(OFF_ARCH));
