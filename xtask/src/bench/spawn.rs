@@ -2,6 +2,7 @@
 //! bare and under each sandbox, for `/bin/true` and a small real command.
 
 use std::fs::File;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -39,6 +40,10 @@ const SRT_SETTINGS: &str = r#"{
   "network": { "allowedDomains": [], "deniedDomains": [] }
 }
 "#;
+
+/// How long the harness waits, after a run, for the processes a subject
+/// left in its process group before it kills them (see [`sys::drain_group`]).
+const DRAIN_LIMIT: Duration = Duration::from_secs(5);
 
 /// How a subject wraps a command.
 #[derive(Debug, Clone)]
@@ -106,7 +111,7 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SuiteResult, String> {
         hyperfine(ctx, &survivors, &cwd, &mut res);
     }
     res.notes.push(format!(
-        "Wall time from spawn to exit, {} runs per subject after {} warm-up runs, subjects alternated and the order rotated each round; run as uid {} in {}.",
+        "Wall time from spawn to exit, {} runs per subject after {} warm-up runs, subjects alternated and the order rotated each round; each run in its own process group, and the next run starts only once every process of that group has ended (processes a subject leaves behind are waited for up to 5 s, then killed; this wait is not timed); run as uid {} in {}.",
         ctx.opts.runs,
         ctx.opts.warmup.max(1),
         current_uid(),
@@ -254,7 +259,9 @@ fn once(s: &Subject, argv: &[&str], cwd: &Path, log: &Path, warmup: bool) -> Res
     let (program, rest) = full.split_first().ok_or("empty command")?;
     let err = File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
     let mut cmd = Command::new(program);
-    cmd.args(rest)
+    // Its own process group, drained below once the time is taken.
+    cmd.process_group(0)
+        .args(rest)
         .current_dir(cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -269,6 +276,7 @@ fn once(s: &Subject, argv: &[&str], cwd: &Path, log: &Path, warmup: bool) -> Res
         child.wait().map_err(|e| e.to_string())?
     };
     let elapsed = start.elapsed();
+    sys::drain_group(child.id(), DRAIN_LIMIT);
     if !status.success() {
         let text = std::fs::read(log).unwrap_or_default();
         return Err(format!("exited with {status}: {}", sys::first_line(&text)));

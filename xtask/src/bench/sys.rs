@@ -76,6 +76,63 @@ pub(crate) fn wait_within(child: &mut Child, limit: Duration) -> Option<std::pro
     }
 }
 
+/// The pids of the live (not zombie) processes in process group `pgid`
+/// (from `/proc`).
+pub(crate) fn group_members(pgid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            // Fields after the command name (which may contain spaces and
+            // parentheses): state, ppid, pgrp, ... A zombie (state `Z`)
+            // has ended; whether its reaper has reaped it yet does not matter.
+            let mut fields = stat
+                .rsplit_once(')')
+                .map(|(_, rest)| rest.split_whitespace())
+                .into_iter()
+                .flatten();
+            let state = fields.next();
+            let group = fields.nth(1).and_then(|g| g.parse::<u32>().ok());
+            state != Some("Z") && group == Some(pgid)
+        })
+        .collect()
+}
+
+/// Waits until no process of process group `pgid` is left, at most
+/// `limit`; then kills what is left (with `kill(1)`: no unsafe code in
+/// xtask) and waits once more as long. Returns how long it waited.
+///
+/// The spawn suite starts each subject in its own group and drains it
+/// before the next run: helpers a subject leaves behind after it exited
+/// (srt's `socat` and `bwrap` live on for about a second and a half) must
+/// not compete with the next subject for the CPUs.
+pub(crate) fn drain_group(pgid: u32, limit: Duration) -> Duration {
+    let start = Instant::now();
+    let mut killed = false;
+    loop {
+        let left = group_members(pgid);
+        if left.is_empty() {
+            return start.elapsed();
+        }
+        if !killed && start.elapsed() >= limit {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pgid}")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+            killed = true;
+        } else if killed && start.elapsed() >= limit * 2 {
+            return start.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// The program name of a command, for messages.
 pub(crate) fn program(cmd: &Command) -> String {
     cmd.get_program().to_string_lossy().into_owned()
@@ -294,6 +351,54 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_drained_group_has_outlived_its_leader_s_helpers() {
+        use std::os::unix::process::CommandExt;
+        // The leader exits at once and leaves a helper behind in its group.
+        let mut leader = Command::new("/bin/sh")
+            .args(["-c", "sleep 0.4 & exit 0"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = leader.id();
+        let status = leader.wait().unwrap();
+        assert!(status.success());
+        // Control: the helper is still there, so the drain has something to wait for.
+        assert!(!group_members(pgid).is_empty(), "the helper already ended");
+        let waited = drain_group(pgid, Duration::from_secs(5));
+        assert!(
+            group_members(pgid).is_empty(),
+            "the group still has members"
+        );
+        assert!(
+            waited >= Duration::from_millis(100),
+            "waited only {waited:?}"
+        );
+        assert!(
+            waited < Duration::from_secs(5),
+            "the helper was killed: {waited:?}"
+        );
+    }
+
+    #[test]
+    fn a_group_that_will_not_end_is_killed() {
+        use std::os::unix::process::CommandExt;
+        let mut leader = Command::new("/bin/sh")
+            .args(["-c", "sleep 30 & exit 0"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = leader.id();
+        let _ = leader.wait();
+        assert!(!group_members(pgid).is_empty(), "the helper already ended");
+        let waited = drain_group(pgid, Duration::from_millis(200));
+        assert!(
+            group_members(pgid).is_empty(),
+            "the helper survived the kill"
+        );
+        assert!(waited < Duration::from_secs(5), "waited {waited:?}");
+    }
 
     #[test]
     fn civil_dates() {
