@@ -43,6 +43,7 @@ mod spawn;
     reason = "raw system calls: fork, mount_setattr, close_range, prctl, ioctl"
 )]
 mod sys;
+mod walk_cache;
 
 pub use error::{SandboxError, Step};
 pub use layer::{Layer, LayerStatus, ProbeReport, probe, probe_thorough};
@@ -63,12 +64,20 @@ pub mod __escape;
 #[doc(hidden)]
 pub mod __fuzz {
     /// Parse arbitrary bytes as a `mountinfo` table, a `/proc/net/unix`
-    /// table and an error-pipe record: must never panic.
+    /// table, an error-pipe record and a socket-walk cache file: must never
+    /// panic.
     pub fn proc_tables(data: &[u8]) {
         let text = String::from_utf8_lossy(data);
         let _ = crate::plan::parse_mountinfo(&text);
         let _ = crate::plan::parse_net_unix(&text);
         let _ = crate::spawn::decode_record(data);
+        // A socket-walk cache file: what parses renders back to the same cache.
+        if let Some(cache) = crate::walk_cache::WalkCache::parse(data) {
+            assert_eq!(
+                crate::walk_cache::WalkCache::parse(&cache.render()).as_ref(),
+                Some(&cache)
+            );
+        }
     }
 
     #[cfg(test)]

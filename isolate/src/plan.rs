@@ -20,6 +20,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::SandboxError;
 use crate::profile::{Profile, RootView, SocketPolicy};
+use crate::walk_cache::{self, CacheUse};
 
 /// One mount operation. Paths are absolute paths *inside* the sandbox; a
 /// source is the same path on the host unless stated.
@@ -196,6 +197,22 @@ struct Walk {
 /// and (when `find_repos`) directories that contain `.git`, down to
 /// [`SCAN_MAX_DEPTH`] and outside [`SCAN_SKIP`] directories.
 fn walk(root: &Path, find_repos: bool, out: &mut Walk) -> Result<(), SandboxError> {
+    walk_with(root, find_repos, out, None)
+}
+
+/// [`walk`], taking unchanged directories from `cache` (for the read-only
+/// trees; see [`crate::walk_cache`]) and recording the ones it lists.
+fn walk_with(
+    root: &Path,
+    find_repos: bool,
+    out: &mut Walk,
+    mut cache: Option<&mut CacheUse>,
+) -> Result<(), SandboxError> {
+    use nix::dir::{Dir, Type};
+    use nix::fcntl::{AtFlags, OFlag};
+    use nix::sys::stat::{Mode, SFlag, fstatat};
+    use std::os::unix::ffi::OsStrExt;
+
     let meta = std::fs::symlink_metadata(root)?;
     if meta.file_type().is_socket() {
         out.sockets.push(root.to_owned());
@@ -204,12 +221,60 @@ fn walk(root: &Path, find_repos: bool, out: &mut Walk) -> Result<(), SandboxErro
     if !meta.is_dir() {
         return Ok(());
     }
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let mut stack = vec![(root.to_owned(), 0usize, find_repos)];
     while let Some((dir, depth, repo_ok)) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&dir) else {
+        if !repo_ok
+            && let Some(c) = cache.as_deref_mut()
+            && let Some(subdirs) = c.reuse(&dir)
+        {
+            stack.extend(subdirs.into_iter().map(|p| (p, depth + 1, false)));
+            continue;
+        }
+        let Ok(mut d) = Dir::open(&dir, flags, Mode::empty()) else {
             continue;
         };
-        for entry in rd.flatten() {
+        // Stamped before the listing: a change during it moves the ctime on.
+        let stamp = match cache {
+            Some(_) if !repo_ok => nix::sys::stat::fstat(&d).ok(),
+            _ => None,
+        };
+        let sockets_before = out.sockets.len();
+        // The names are borrowed from the directory's buffer: a path is
+        // built only for what is kept (sockets, directories to descend).
+        let mut subdirs = Vec::new();
+        let mut untyped = Vec::new();
+        let mut keep = |name: &[u8], ty: Type, out: &mut Walk| {
+            let is_git = name == b".git";
+            match ty {
+                Type::Socket => out
+                    .sockets
+                    .push(dir.join(std::ffi::OsStr::from_bytes(name))),
+                Type::Directory => {
+                    if repo_ok && is_git {
+                        out.repos.push(dir.clone());
+                    }
+                    let skip = SCAN_SKIP.iter().any(|s| name == s.as_bytes());
+                    let child_ok = repo_ok && !skip && depth < SCAN_MAX_DEPTH;
+                    subdirs.push((
+                        dir.join(std::ffi::OsStr::from_bytes(name)),
+                        depth + 1,
+                        child_ok,
+                    ));
+                }
+                Type::File if repo_ok && is_git => out.repos.push(dir.clone()),
+                Type::Symlink if repo_ok && is_git => {
+                    out.symlinked_git.push(dir.join(".git"));
+                }
+                _ => {}
+            }
+        };
+        for entry in d.iter() {
+            let Ok(entry) = entry else { break };
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
             out.entries += 1;
             if out.entries > SCAN_MAX_ENTRIES {
                 return Err(SandboxError::InvalidPath {
@@ -219,23 +284,40 @@ fn walk(root: &Path, find_repos: bool, out: &mut Walk) -> Result<(), SandboxErro
                     ),
                 });
             }
-            let Ok(ft) = entry.file_type() else { continue };
-            let name = entry.file_name();
-            if ft.is_socket() {
-                out.sockets.push(entry.path());
-            } else if ft.is_dir() {
-                if repo_ok && name == ".git" {
-                    out.repos.push(dir.clone());
-                }
-                let skip = SCAN_SKIP.iter().any(|s| name == *s);
-                let child_ok = repo_ok && !skip && depth < SCAN_MAX_DEPTH;
-                stack.push((entry.path(), depth + 1, child_ok));
-            } else if ft.is_file() && repo_ok && name == ".git" {
-                out.repos.push(dir.clone());
-            } else if ft.is_symlink() && repo_ok && name == ".git" {
-                out.symlinked_git.push(entry.path());
+            match entry.file_type() {
+                Some(ty) => keep(name, ty, out),
+                // The file system gave no type: asked for below.
+                None => untyped.push(entry.file_name().to_owned()),
             }
         }
+        for name in untyped {
+            let Ok(st) = fstatat(&d, name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW) else {
+                continue;
+            };
+            let ty = match SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) {
+                SFlag::S_IFSOCK => Type::Socket,
+                SFlag::S_IFDIR => Type::Directory,
+                SFlag::S_IFREG => Type::File,
+                SFlag::S_IFLNK => Type::Symlink,
+                _ => continue,
+            };
+            keep(name.as_bytes(), ty, out);
+        }
+        if let (Some(c), Some(st)) = (cache.as_deref_mut(), stamp) {
+            let ctime = walk_cache::ctime_of(&st);
+            let keep = out.sockets.len() == sockets_before
+                && walk_cache::settled(ctime, c.now, c.margin)
+                && walk_cache::local_fs(&d);
+            let entry = keep.then(|| walk_cache::Entry {
+                ctime,
+                subdirs: subdirs
+                    .iter()
+                    .filter_map(|(p, ..)| p.file_name().map(|n| n.to_os_string()))
+                    .collect(),
+            });
+            c.listed(walk_cache::key_of(&st), entry);
+        }
+        stack.extend(subdirs);
     }
     Ok(())
 }
@@ -303,6 +385,8 @@ pub(crate) struct PlanInput {
     /// Extra sockets allowed (bridge targets are outside the sandbox view
     /// anyway; relay and control sockets may be inside).
     pub(crate) allowed_sockets: Vec<PathBuf>,
+    /// The directory of the socket-walk cache ([`crate::walk_cache`]).
+    pub(crate) walk_cache: Option<PathBuf>,
 }
 
 /// Host-side work of a launch that does not change the mount plan: run by
@@ -331,6 +415,7 @@ struct SocketScan {
     root: RootView,
     allowed: Vec<PathBuf>,
     policy: SocketPolicy,
+    cache: Option<PathBuf>,
 }
 
 impl SocketScan {
@@ -361,8 +446,21 @@ impl SocketScan {
             sockets: self.found.clone(),
             entries: 0,
         };
+        let mut cache = self.cache.as_deref().and_then(|p| {
+            let dir = walk_cache::CacheDir::open(p).ok()?;
+            let old = dir.load();
+            Some((
+                dir,
+                CacheUse::new(old, std::time::SystemTime::now(), walk_cache::RACY_MARGIN),
+            ))
+        });
         for w in &self.walk {
-            walk(w, false, &mut walked)?;
+            walk_with(w, false, &mut walked, cache.as_mut().map(|(_, c)| c))?;
+        }
+        if let Some((dir, c)) = &cache
+            && c.changed()
+        {
+            dir.store(&c.merged());
         }
         let mut found: Vec<(PathBuf, &'static str)> = walked
             .sockets
@@ -650,6 +748,7 @@ pub(crate) fn build(
         root: profile.root,
         allowed,
         policy: profile.socket_policy,
+        cache: input.walk_cache.clone(),
     };
     let mut masked_sockets = Vec::new();
     let deferred_scan = match profile.socket_policy {
@@ -903,5 +1002,137 @@ mod tests {
                  0000: 00000002 00000000 00010000 0001 01 2 @abstract\n\
                  0000: 00000002 00000000 00010000 0001 01 3\n";
         assert_eq!(parse_net_unix(t), vec![PathBuf::from("/run/x.sock")]);
+    }
+
+    fn cached_walk(
+        root: &Path,
+        old: walk_cache::WalkCache,
+        margin: std::time::Duration,
+    ) -> (Vec<PathBuf>, CacheUse) {
+        let mut out = Walk {
+            repos: Vec::new(),
+            symlinked_git: Vec::new(),
+            sockets: Vec::new(),
+            entries: 0,
+        };
+        let mut c = CacheUse::new(old, std::time::SystemTime::now(), margin);
+        walk_with(root, false, &mut out, Some(&mut c)).unwrap();
+        (out.sockets, c)
+    }
+
+    #[test]
+    fn an_unchanged_tree_is_checked_from_the_cache_and_a_new_socket_is_still_found() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        for d in ["a/b", "a/c", "d"] {
+            std::fs::create_dir_all(r.join(d)).unwrap();
+        }
+        std::fs::write(r.join("a/file"), "x").unwrap();
+        let margin = std::time::Duration::from_millis(50);
+        std::thread::sleep(margin * 3);
+        // First walk: everything listed, four directories recorded.
+        let (found, c1) = cached_walk(r, walk_cache::WalkCache::default(), margin);
+        assert!(found.is_empty());
+        assert_eq!((c1.listed, c1.reused), (5, 0));
+        assert_eq!(c1.new.entries.len(), 5);
+        assert!(c1.changed());
+        // Second walk: nothing listed, and nothing to store.
+        let (found, c2) = cached_walk(r, c1.merged(), margin);
+        assert!(found.is_empty());
+        assert_eq!((c2.listed, c2.reused), (0, 5));
+        assert!(!c2.changed());
+        // A socket made in a cached directory changes its ctime: listed again, found.
+        let sock = r.join("a/b/agent.sock");
+        let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let (found, c3) = cached_walk(r, c2.merged(), margin);
+        assert_eq!(found, vec![sock.clone()]);
+        assert_eq!((c3.listed, c3.reused), (1, 4));
+        // Its directory is no longer recorded, so the next walk lists it again.
+        assert!(c3.changed());
+        let stored = c3.merged();
+        assert_eq!(stored.entries.len(), 4);
+        std::thread::sleep(margin * 3);
+        let (found, c4) = cached_walk(r, stored, margin);
+        assert_eq!(found, vec![sock]);
+        assert_eq!((c4.listed, c4.reused), (1, 4));
+    }
+
+    #[test]
+    fn a_directory_swapped_in_at_a_cached_path_is_listed() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        std::fs::create_dir_all(r.join("a/b")).unwrap();
+        let margin = std::time::Duration::from_millis(50);
+        std::thread::sleep(margin * 3);
+        let (_, c1) = cached_walk(r, walk_cache::WalkCache::default(), margin);
+        // Replace `a` by another directory holding a socket; walk it alone.
+        std::fs::rename(r.join("a"), r.join("old")).unwrap();
+        std::fs::create_dir(r.join("a")).unwrap();
+        let sock = r.join("a/x.sock");
+        let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let (found, c2) = cached_walk(&r.join("a"), c1.merged(), margin);
+        assert_eq!(found, vec![sock]);
+        assert_eq!((c2.listed, c2.reused), (1, 0));
+        // Control: the old `a` is listed again too (the rename moved its
+        // ctime on), but its unchanged subdirectory comes from the cache.
+        let (found, c3) = cached_walk(&r.join("old"), c1.merged(), margin);
+        assert!(found.is_empty());
+        assert_eq!((c3.listed, c3.reused), (1, 1));
+    }
+
+    #[test]
+    fn recent_directories_are_not_recorded() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("a")).unwrap();
+        let (_, c) = cached_walk(
+            t.path(),
+            walk_cache::WalkCache::default(),
+            std::time::Duration::from_secs(3600),
+        );
+        assert_eq!(c.listed, 2);
+        assert!(c.new.entries.is_empty());
+        // Control: with no margin the same tree is recorded.
+        let (_, c) = cached_walk(
+            t.path(),
+            walk_cache::WalkCache::default(),
+            std::time::Duration::ZERO,
+        );
+        assert_eq!(c.new.entries.len(), 2);
+    }
+
+    #[test]
+    fn the_cache_directory_must_be_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("cache");
+        // Created with 0700 when absent, and usable.
+        let c = walk_cache::CacheDir::open(&dir).unwrap();
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let mut cache = walk_cache::WalkCache::default();
+        cache.entries.insert(
+            (1, 2),
+            walk_cache::Entry {
+                ctime: (3, 4),
+                subdirs: Vec::new(),
+            },
+        );
+        c.store(&cache);
+        assert_eq!(walk_cache::CacheDir::open(&dir).unwrap().load(), cache);
+        // Open to the group: not used.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o750)).unwrap();
+        let err = walk_cache::CacheDir::open(&dir).unwrap_err();
+        assert!(err.contains("0700 required"), "{err}");
+        // A symlink to a private directory: not used.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        assert!(walk_cache::CacheDir::open(&link).is_err());
+        // A file that does not parse reads as empty.
+        std::fs::write(dir.join("socket-walk-cache"), "garbage").unwrap();
+        assert_eq!(
+            walk_cache::CacheDir::open(&dir).unwrap().load(),
+            walk_cache::WalkCache::default()
+        );
     }
 }

@@ -110,6 +110,7 @@ pub struct Sandbox {
     disabled: BTreeSet<Layer>,
     simulated: Vec<(Layer, String)>,
     simulated_abi: Option<u32>,
+    walk_cache: Option<PathBuf>,
 }
 
 /// The explicit, named downgrade door: see [`Sandbox::dangerous`].
@@ -375,6 +376,7 @@ impl Sandbox {
             disabled: BTreeSet::new(),
             simulated: Vec::new(),
             simulated_abi: None,
+            walk_cache: None,
         }
     }
 
@@ -424,6 +426,18 @@ impl Sandbox {
     /// Add a network bridge (requires a profile with [`NetworkMode::Proxy`]).
     pub fn bridge(&mut self, bridge: Bridge) -> &mut Self {
         self.bridges.push(bridge);
+        self
+    }
+
+    /// Keep the socket walk's findings for unchanged directories of the
+    /// read-only trees (explicit read paths, `strict`'s `/etc` entries) in
+    /// `dir`, so that later launches `stat` such a directory instead of
+    /// listing it again. `dir` is created with mode `0700` when absent; a
+    /// directory not owned by the effective uid, open to group or others,
+    /// or a symlink is not used (every launch then lists everything, as
+    /// without a cache). See `docs/sandbox.md` for what an entry proves.
+    pub fn walk_cache(&mut self, dir: impl Into<PathBuf>) -> &mut Self {
+        self.walk_cache = Some(dir.into());
         self
     }
 
@@ -570,6 +584,7 @@ impl Sandbox {
         let (uid, gid) = self.worker_ids();
         let input = PlanInput {
             allowed_sockets: self.bridges.iter().map(|b| b.target.clone()).collect(),
+            walk_cache: self.walk_cache.clone(),
         };
         let (plan, deferred) = plan::build(&self.profile, &input)?;
         let cwd = match &self.cwd {

@@ -930,6 +930,52 @@ fn g12_socket_walk() {
     );
 }
 
+/// The socket-walk cache: a read-only tree recorded by one launch is
+/// checked by `stat` on the next, and a socket made in one of its
+/// directories afterwards is still found.
+#[test]
+fn g12_socket_walk_cache() {
+    use std::os::unix::fs::MetadataExt;
+    if skip_unless_root() {
+        return;
+    }
+    let root = Root::new();
+    let ro = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(ro.path().join("a/b")).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let cache_dir = cache.path().join("walk");
+    let marker = root.path().join("ran.txt");
+    let marker_s = marker.display().to_string();
+    // Older than the racy margin, so that the listing is recorded.
+    std::thread::sleep(Duration::from_millis(1_100));
+    let mut sb = sandbox("strict", &root);
+    sb.read_only(ro.path()).walk_cache(&cache_dir);
+    // Positive control: the launch runs, and records the tree.
+    assert_eq!(inside(&sb, &["write", &marker_s]), "ok");
+    std::fs::remove_file(&marker).unwrap();
+    let text = std::fs::read_to_string(cache_dir.join("socket-walk-cache")).unwrap();
+    let b = std::fs::symlink_metadata(ro.path().join("a/b")).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(&format!("{} {} ", b.dev(), b.ino()))),
+        "a/b not recorded:\n{text}"
+    );
+    // A socket made in the recorded directory: refused, the command not run.
+    // The listener is closed at once, so the socket file is in no kernel
+    // table: only the walk can find it.
+    let sock = ro.path().join("a/b/agent.sock");
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    match sb.spawn(Command::new([PROBE, "write", &marker_s])) {
+        Err(SandboxError::SocketVisible { path, how }) => {
+            assert_eq!(path, sock);
+            assert_eq!(how, "directory walk");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!marker.exists(), "the command ran");
+}
+
 fn fork_and(f: impl FnOnce() -> i32) -> i32 {
     // Run `f` in a forked copy of this test process and exit with its
     // result without returning to the harness.
