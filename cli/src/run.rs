@@ -53,12 +53,28 @@ pub(crate) struct Args {
     /// root's file ownership (still without any capability).
     #[arg(long, value_name = "UID")]
     worker_uid: Option<u32>,
+    /// List every directory of the read-only trees on each launch, without
+    /// the socket-walk cache (kept in `$XDG_RUNTIME_DIR/palisade`, or
+    /// `/run/palisade` for root; see docs/sandbox.md).
+    #[arg(long)]
+    no_walk_cache: bool,
     /// The governed form: `--policy palisade.toml --journal FILE --key KEY`.
     #[command(flatten)]
     governed: crate::session::launch::GovernedArgs,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<OsString>,
+}
+
+/// Where `palisade run` keeps the socket-walk cache: the user's runtime
+/// directory (`$XDG_RUNTIME_DIR`, a private per-user tmpfs), or
+/// `/run/palisade` for root; none for a user without a runtime directory.
+fn walk_cache_dir() -> Option<PathBuf> {
+    match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+        Some(d) if d.is_absolute() => Some(d.join("palisade")),
+        _ if nix::unistd::geteuid().is_root() => Some(PathBuf::from("/run/palisade")),
+        _ => None,
+    }
 }
 
 /// `palisade run …` parsed on its own, without building the other
@@ -156,6 +172,11 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     };
     let host_view = profile.root == palisade_isolate::RootView::HostReadOnly;
     let mut sb = Sandbox::new(profile);
+    if !args.no_walk_cache
+        && let Some(dir) = walk_cache_dir()
+    {
+        sb.walk_cache(dir);
+    }
     // The working directory is a writable root. Under the host-view
     // profiles it defaults to the current directory; under strict only an
     // explicit --cwd is bound in, otherwise the command starts in the
