@@ -255,7 +255,7 @@ fn mount_tmp(size: u64, uid: u32, gid: u32) -> MountResult {
 /// Build the new root and switch to it. Runs in the sandbox's init, inside
 /// the new user, mount and PID namespaces, before anything else is shared.
 /// The launcher's host-side work (placeholders, socket walk) has passed
-/// before init exists: the supervisor forks it only on the launcher's go.
+/// before this runs: init calls it only on the launcher's go.
 pub(crate) fn apply(plan: &MountPlan, uid: u32, gid: u32) -> MountResult {
     mount(
         None::<&str>,

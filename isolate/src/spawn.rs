@@ -4,9 +4,10 @@
 //! Process tree: the launcher forks a *supervisor* that creates the user,
 //! mount, PID, network, IPC and UTS namespaces in one `unshare` (the
 //! launcher then writes the uid/gid maps), forks the sandbox's *init* (PID 1
-//! of the new PID namespace) and brings up loopback while init builds the
-//! root. Init then waits for loopback, binds the bridges, and forks the
-//! *worker*, which hardens itself and execs the command. Every setup
+//! of the new PID namespace) at once and brings up loopback while init
+//! waits for the launcher's go and builds the root. Init then waits for
+//! loopback, binds the bridges, and forks the *worker*, which hardens
+//! itself and execs the command. Every setup
 //! failure travels to the launcher through a close-on-exec pipe as
 //! `(step, errno, detail)`; end-of-file on that pipe means the command was
 //! executed.
@@ -815,8 +816,8 @@ fn launch(
     // (the network namespace alone takes about half a millisecond), so the
     // two proceed at once on two CPUs. Waiting for `ready` first serialised
     // them: the launcher's wake-up preempted the supervisor on its CPU, and
-    // the supervisor resumed only when the host-side work was done. It
-    // forks init only on the go below, once this work has passed.
+    // the supervisor resumed only when the host-side work was done. Init
+    // builds nothing before the go below, sent once this work has passed.
     let created = match deferred.run() {
         Ok(c) => c,
         Err(e) => return abort(e),
@@ -1038,14 +1039,11 @@ fn supervisor(
     if let Some(cpus) = home {
         let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &cpus);
     }
-    // The launcher writes the id maps; nothing below creates a file before.
+    // The launcher writes the id maps and finishes its host-side work
+    // meanwhile; init, forked right away, waits for its go before it
+    // builds anything.
     let _ = nix::unistd::write(&ready_w, b"r");
     drop(ready_w);
-    let mut go = [0u8; 1];
-    if nix::unistd::read(&go_r, &mut go).unwrap_or(0) != 1 {
-        sys::exit_now(125);
-    }
-    drop(go_r);
     let mask = forwarded_mask();
     mask.thread_block()
         .map_err(nx(Step::Fork, "block signals"))?;
@@ -1064,13 +1062,14 @@ fn supervisor(
                 r
             });
             let fd = err_w.as_raw_fd();
-            match init_stage(setup, fd, lo_r) {
+            match init_stage(setup, fd, go_r, lo_r) {
                 Ok(never) => match never {},
                 Err(fail) => report_and_exit(fd, &fail),
             }
         }
         Ok(sys::Forked::Parent(pid)) => nix::unistd::Pid::from_raw(pid),
     };
+    drop(go_r);
     if let Some((lo_r, lo_w)) = lo {
         drop(lo_r);
         if let Err(e) = sys::loopback_up() {
@@ -1125,10 +1124,20 @@ fn step_aside() -> Option<nix::sched::CpuSet> {
 fn init_stage(
     setup: &ChildSetup<'_>,
     err_fd: RawFd,
+    go_r: OwnedFd,
     lo_r: Option<OwnedFd>,
 ) -> Result<std::convert::Infallible, Fail> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(nx(Step::DieWithParent, "PR_SET_PDEATHSIG"))?;
+    // The launcher's go: its id maps are written and its host-side work
+    // (socket walk, placeholders) has passed. End-of-file is a refusal or
+    // a failure the launcher reports itself: leave without building
+    // anything.
+    let mut go = [0u8; 1];
+    if nix::unistd::read(&go_r, &mut go).unwrap_or(0) != 1 {
+        sys::exit_now(125);
+    }
+    drop(go_r);
     // Bridge targets must be reachable after pivot_root: keep a path
     // descriptor on each target's directory.
     let mut targets = Vec::new();
