@@ -202,22 +202,32 @@ pub(crate) fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// The journal key, read with the same checks as every other command that
+/// takes one (refused when others can read it; held in memory that is
+/// wiped), when a journal is asked for.
+pub(crate) fn journal_key(
+    journal: Option<&Path>,
+    key: Option<&Path>,
+) -> Result<Option<JournalKey>, String> {
+    match (journal, key) {
+        (Some(_), Some(k)) => crate::journal::read_key(k).map(Some),
+        _ => Ok(None),
+    }
+}
+
 /// Opens or creates the journal and starts its writer thread.
 pub(crate) fn open_journal(
     journal: &Path,
-    key: &Path,
+    key: &JournalKey,
     session: &str,
 ) -> Result<(Arc<JournalRecorder>, JournalThread), String> {
-    let text = std::fs::read_to_string(key)
-        .map_err(|e| format!("cannot read key {}: {e}", key.display()))?;
-    let key = JournalKey::from_text(&text).map_err(|e| format!("{}: {e}", key.display()))?;
     let opts = WriterOptions::default();
     let writer = if journal.exists() {
-        JournalWriter::open(journal, &key, &opts, Timestamp(now_ms()))
+        JournalWriter::open(journal, key, &opts, Timestamp(now_ms()))
             .map(|(w, _)| w)
             .map_err(|e| format!("cannot open journal {}: {e}", journal.display()))?
     } else {
-        JournalWriter::create(journal, &key, &opts, Timestamp(now_ms()))
+        JournalWriter::create(journal, key, &opts, Timestamp(now_ms()))
             .map_err(|e| format!("cannot create journal {}: {e}", journal.display()))?
     };
     Ok(JournalRecorder::start(writer, session.to_owned()))
@@ -310,6 +320,9 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     let marks = read_marks(&marks_path(&loaded, args.marks.as_deref()))?;
     let rules = Rules::new(&loaded.policy, &marks).map_err(|e| e.to_string())?;
     let addresses = address_policy(&loaded.policy)?;
+    // The key is checked (refused when others can read it) before anything
+    // is written, so a refused start leaves no token file behind.
+    let key = journal_key(args.journal.as_deref(), args.key.as_deref())?;
     let token = match &args.token_file {
         Some(path) => {
             let t = ProxyToken::generate().map_err(|e| format!("cannot generate a token: {e}"))?;
@@ -342,7 +355,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         Arc::new(rules),
         Arc::new(Mutex::new(Session::new())),
     ));
-    let journal = match (&args.journal, &args.key) {
+    let journal = match (&args.journal, &key) {
         (Some(j), Some(k)) => Some(open_journal(j, k, &args.session)?),
         _ => None,
     };

@@ -135,7 +135,8 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
             args.listen
         )
     })?;
-    let journal = match (&args.journal, &args.key) {
+    let key = crate::proxy::journal_key(args.journal.as_deref(), args.key.as_deref())?;
+    let journal = match (&args.journal, &key) {
         (Some(j), Some(k)) => Some(open_journal(j, k, &args.session)?),
         _ => None,
     };

@@ -86,6 +86,21 @@ fn connect(port: u16, authority: &str, extra: &str) -> (TcpStream, String) {
     (s, String::from_utf8_lossy(&head).into_owned())
 }
 
+/// The output of a command that must exit by itself (a refusal) within
+/// ten seconds; panics with `what` if it is still running then.
+fn refused_output(mut child: Child, what: &str) -> std::process::Output {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
 #[test]
 fn proxy_serves_from_the_policy_records_to_the_journal_and_stops_cleanly() {
     let origin = echo_origin();
@@ -101,6 +116,29 @@ fn proxy_serves_from_the_policy_records_to_the_journal_and_stops_cleanly() {
     std::fs::write(&key_path, key.expose_text().as_bytes()).unwrap();
     let journal = dir.path().join("egress.jsonl");
     let token_path = dir.path().join("token");
+    use std::os::unix::fs::PermissionsExt;
+    // A key other users can read is refused before anything listens.
+    std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = palisade()
+        .args(["proxy", "--policy"])
+        .arg(&policy)
+        .args(["--listen", "127.0.0.1:0", "--token-file"])
+        .arg(&token_path)
+        .arg("--journal")
+        .arg(&journal)
+        .arg("--key")
+        .arg(&key_path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = refused_output(out, "the proxy started with a key others can read");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("accessible by other users"), "{err}");
+    assert!(!journal.exists() && !token_path.exists(), "{err}");
+    // Positive control below: the same command with the key at 0600.
+    std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600)).unwrap();
     let mut child = palisade()
         .args(["proxy", "--policy"])
         .arg(&policy)
@@ -119,7 +157,6 @@ fn proxy_serves_from_the_policy_records_to_the_journal_and_stops_cleanly() {
     let listen: std::net::SocketAddr = v["listen"].as_str().unwrap().parse().unwrap();
     let token = std::fs::read_to_string(&token_path).unwrap();
     let token = token.trim();
-    use std::os::unix::fs::PermissionsExt;
     assert_eq!(
         std::fs::metadata(&token_path).unwrap().permissions().mode() & 0o777,
         0o600
@@ -177,6 +214,60 @@ fn proxy_refuses_to_start_without_an_auth_choice_or_with_a_bad_policy() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn relay_refuses_a_journal_key_others_can_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("palisade.toml");
+    std::fs::write(
+        &policy,
+        "[egress]\n[[egress.relay]]\nname = \"model\"\norigin = \"https://127.0.0.1:9\"\nroutes = [\"POST /v1/messages\"]\ncredential = { header = \"x-api-key\", from_env = \"PALISADE_TEST_KEY\" }\n",
+    )
+    .unwrap();
+    let key_path = dir.path().join("journal.key");
+    std::fs::write(
+        &key_path,
+        JournalKey::generate().unwrap().expose_text().as_bytes(),
+    )
+    .unwrap();
+    let journal = dir.path().join("relay.jsonl");
+    let sock = dir.path().join("run/relay.sock");
+    let ph_path = dir.path().join("placeholder");
+    let secret: String = "YEK-TSET-LAER".chars().rev().collect();
+    let start = |mode: u32| {
+        std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(mode)).unwrap();
+        palisade()
+            .args(["relay", "--policy"])
+            .arg(&policy)
+            .args(["--name", "model", "--listen"])
+            .arg(format!("unix:{}", sock.display()))
+            .arg("--placeholder-file")
+            .arg(&ph_path)
+            .arg("--journal")
+            .arg(&journal)
+            .arg("--key")
+            .arg(&key_path)
+            .env("PALISADE_TEST_KEY", &secret)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let out = refused_output(start(0o640), "the relay started with a key others can read");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("accessible by other users"), "{err}");
+    assert!(!sock.exists() && !ph_path.exists() && !journal.exists());
+    // Positive control: the same relay with the key at 0600 serves.
+    let mut child = start(0o600);
+    let line = first_line(&mut child);
+    assert!(line.contains("listening"), "{line}");
+    sigterm(&child);
+    let st = wait(&mut child);
+    assert!(st.success(), "{st:?}");
+    assert!(journal.exists());
 }
 
 #[test]
