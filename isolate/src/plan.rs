@@ -11,7 +11,7 @@
 //! and lets the supervisor go on (build the root, start anything) only once
 //! it has passed.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Component, Path, PathBuf};
@@ -508,6 +508,46 @@ impl Deferred {
     }
 }
 
+/// A writable root opened once (`O_PATH`, not following a symlink) for
+/// looking up the protected names inside it; by path when it cannot be
+/// opened.
+struct RootDir(Option<std::os::fd::OwnedFd>);
+
+impl RootDir {
+    fn open(root: &Path) -> RootDir {
+        use nix::fcntl::OFlag;
+        RootDir(
+            nix::fcntl::open(
+                root,
+                OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )
+            .ok(),
+        )
+    }
+
+    /// Whether the root is a real directory (it could be opened as one).
+    fn is_dir(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// `Some(is_symlink)` when `name` exists in the root (`path` is the
+    /// same entry by its full path, used when the root could not be opened).
+    fn lookup(&self, path: &Path, name: &str) -> Option<bool> {
+        use nix::sys::stat::SFlag;
+        match &self.0 {
+            Some(fd) => nix::sys::stat::fstatat(fd, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+                .ok()
+                .map(|st| {
+                    SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFLNK
+                }),
+            None => std::fs::symlink_metadata(path)
+                .ok()
+                .map(|m| m.file_type().is_symlink()),
+        }
+    }
+}
+
 /// Whether `create_placeholder` would create `path`: its parent is a real
 /// directory (not a symlink).
 fn placeholder_parent_ok(path: &Path) -> bool {
@@ -642,21 +682,34 @@ pub(crate) fn build(
     let mut placeholders = Vec::new();
     let mut to_create: Vec<(PathBuf, bool)> = Vec::new();
     let mut protect: BTreeSet<PathBuf> = BTreeSet::new();
+    // Whether each protected path looked up below is a symlink (absent
+    // ones are not listed), so the symlink check needs no second lookup.
+    let mut looked: HashMap<PathBuf, bool> = HashMap::new();
     for w in &writable {
+        // The names are looked up relative to the root (one component
+        // each); its parent checks are then the root's own, a directory.
+        let root = RootDir::open(w);
         for name in &profile.protected_names {
             if name.starts_with(".git/") {
                 continue;
             }
             let p = w.join(name);
-            if std::fs::symlink_metadata(&p).is_err() && placeholder_parent_ok(&p) {
-                placeholders.push(p.clone());
-                to_create.push((p.clone(), name == ".palisade"));
+            match root.lookup(&p, name) {
+                Some(is_link) => {
+                    looked.insert(p.clone(), is_link);
+                }
+                None if (root.is_dir() && !name.contains('/')) || placeholder_parent_ok(&p) => {
+                    placeholders.push(p.clone());
+                    to_create.push((p.clone(), name == ".palisade"));
+                }
+                None => {}
             }
             protect.insert(p);
         }
         for name in &profile.protected_if_present {
             let p = w.join(name);
-            if std::fs::symlink_metadata(&p).is_ok() {
+            if let Some(is_link) = root.lookup(&p, name) {
+                looked.insert(p.clone(), is_link);
                 protect.insert(p);
             }
         }
@@ -703,7 +756,11 @@ pub(crate) fn build(
         });
     }
     for p in &protect {
-        if std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()) {
+        let is_link = match looked.get(p) {
+            Some(l) => *l,
+            None => std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()),
+        };
+        if is_link {
             return Err(SandboxError::InvalidPath {
                 path: p.clone(),
                 reason: String::from(
