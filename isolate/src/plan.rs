@@ -16,6 +16,7 @@ use std::fmt::Write as _;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Component, Path, PathBuf};
 
+use nix::errno::Errno;
 use sha2::{Digest, Sha256};
 
 use crate::error::SandboxError;
@@ -231,8 +232,22 @@ fn walk_with(
             stack.extend(subdirs.into_iter().map(|p| (p, depth + 1, false)));
             continue;
         }
-        let Ok(mut d) = Dir::open(&dir, flags, Mode::empty()) else {
-            continue;
+        let mut d = match Dir::open(&dir, flags, Mode::empty()) {
+            Ok(d) => d,
+            // Gone or replaced since it was found: nothing to list here
+            // (the mounts check what they bind themselves).
+            Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => continue,
+            // Not listable, and not enterable either: nothing inside can
+            // be reached by name, by this uid or the worker's.
+            Err(Errno::EACCES | Errno::EPERM)
+                if nix::unistd::access(&dir, nix::unistd::AccessFlags::X_OK).is_err() =>
+            {
+                continue;
+            }
+            // Enterable but not listable (`--x`), or any other failure: a
+            // socket inside could be reached by name, and the walk cannot
+            // see it. Fail closed.
+            Err(e) => return Err(unlistable(&dir, e)),
         };
         // Stamped before the listing: a change during it moves the ctime on.
         let stamp = match cache {
@@ -270,7 +285,7 @@ fn walk_with(
             }
         };
         for entry in d.iter() {
-            let Ok(entry) = entry else { break };
+            let entry = entry.map_err(|e| unlistable(&dir, e))?;
             let name = entry.file_name().to_bytes();
             if name == b"." || name == b".." {
                 continue;
@@ -320,6 +335,17 @@ fn walk_with(
         stack.extend(subdirs);
     }
     Ok(())
+}
+
+/// The refusal for a directory the socket walk cannot list.
+fn unlistable(dir: &Path, e: Errno) -> SandboxError {
+    SandboxError::InvalidPath {
+        path: dir.to_owned(),
+        reason: format!(
+            "cannot list this directory to check it for Unix sockets ({}); make it readable, mask it, or leave it out of the sandbox's binds",
+            e.desc()
+        ),
+    }
 }
 
 /// Pathname sockets bound in the launcher's network namespace
@@ -1191,5 +1217,62 @@ mod tests {
             walk_cache::CacheDir::open(&dir).unwrap().load(),
             walk_cache::WalkCache::default()
         );
+    }
+
+    #[test]
+    fn a_directory_that_can_be_entered_but_not_listed_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: needs root to switch to an unprivileged uid");
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let base = t.path();
+        let mode = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+        };
+        mode(base, 0o755);
+        for (d, m) in [("enter-only", 0o711), ("closed", 0o700), ("open", 0o755)] {
+            std::fs::create_dir(base.join(d)).unwrap();
+            mode(&base.join(d), m);
+        }
+        let walk_as_nobody = |root: PathBuf| {
+            crate::spawn::run_in_child(move || {
+                let nobody = nix::unistd::Uid::from_raw(65_534);
+                let nogroup = nix::unistd::Gid::from_raw(65_534);
+                if nix::unistd::setresgid(nogroup, nogroup, nogroup).is_err()
+                    || nix::unistd::setresuid(nobody, nobody, nobody).is_err()
+                {
+                    return 3;
+                }
+                let mut out = Walk {
+                    repos: Vec::new(),
+                    symlinked_git: Vec::new(),
+                    sockets: Vec::new(),
+                    entries: 0,
+                };
+                match walk(&root, false, &mut out) {
+                    Ok(()) => 0,
+                    Err(SandboxError::InvalidPath { reason, .. })
+                        if reason.contains("cannot list this directory") =>
+                    {
+                        1
+                    }
+                    Err(_) => 2,
+                }
+            })
+            .unwrap()
+        };
+        // `enter-only` (--x for others): a socket inside could be reached
+        // by name and cannot be seen. Refused.
+        assert_eq!(walk_as_nobody(base.to_owned()), 1);
+        // `closed` (no access for others) alone: nothing inside is
+        // reachable, so it is passed over.
+        mode(&base.join("enter-only"), 0o755);
+        assert_eq!(walk_as_nobody(base.to_owned()), 0);
+        // Control: the same tree, `enter-only` back to --x, refused again.
+        mode(&base.join("enter-only"), 0o711);
+        assert_eq!(walk_as_nobody(base.join("enter-only")), 1);
+        assert_eq!(walk_as_nobody(base.join("open")), 0);
     }
 }
