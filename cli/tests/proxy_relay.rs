@@ -117,41 +117,31 @@ fn proxy_serves_from_the_policy_records_to_the_journal_and_stops_cleanly() {
     let journal = dir.path().join("egress.jsonl");
     let token_path = dir.path().join("token");
     use std::os::unix::fs::PermissionsExt;
+    // The proxy with the key file at `mode`; stdout and stderr piped.
+    let start = |mode: u32| {
+        std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(mode)).unwrap();
+        palisade()
+            .args(["proxy", "--policy"])
+            .arg(&policy)
+            .args(["--listen", "127.0.0.1:0", "--token-file"])
+            .arg(&token_path)
+            .arg("--journal")
+            .arg(&journal)
+            .arg("--key")
+            .arg(&key_path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
     // A key other users can read is refused before anything listens.
-    std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let out = palisade()
-        .args(["proxy", "--policy"])
-        .arg(&policy)
-        .args(["--listen", "127.0.0.1:0", "--token-file"])
-        .arg(&token_path)
-        .arg("--journal")
-        .arg(&journal)
-        .arg("--key")
-        .arg(&key_path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = refused_output(out, "the proxy started with a key others can read");
+    let out = refused_output(start(0o644), "the proxy started with a key others can read");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("accessible by other users"), "{err}");
     assert!(!journal.exists() && !token_path.exists(), "{err}");
-    // Positive control below: the same command with the key at 0600.
-    std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let mut child = palisade()
-        .args(["proxy", "--policy"])
-        .arg(&policy)
-        .args(["--listen", "127.0.0.1:0", "--token-file"])
-        .arg(&token_path)
-        .arg("--journal")
-        .arg(&journal)
-        .arg("--key")
-        .arg(&key_path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    // Positive control: the same command with the key at 0600.
+    let mut child = start(0o600);
     let line = first_line(&mut child);
     let v: serde_json::Value = serde_json::from_str(&line).unwrap();
     let listen: std::net::SocketAddr = v["listen"].as_str().unwrap().parse().unwrap();

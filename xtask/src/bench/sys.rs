@@ -352,20 +352,25 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_drained_group_has_outlived_its_leader_s_helpers() {
+    /// Runs `sh -c script` as the leader of its own process group, waits
+    /// for it, and returns the group id once a helper it left is seen.
+    fn group_with_helper(script: &str) -> u32 {
         use std::os::unix::process::CommandExt;
-        // The leader exits at once and leaves a helper behind in its group.
         let mut leader = Command::new("/bin/sh")
-            .args(["-c", "sleep 0.4 & exit 0"])
+            .args(["-c", script])
             .process_group(0)
             .spawn()
             .unwrap();
         let pgid = leader.id();
-        let status = leader.wait().unwrap();
-        assert!(status.success());
+        assert!(leader.wait().unwrap().success());
         // Control: the helper is still there, so the drain has something to wait for.
         assert!(!group_members(pgid).is_empty(), "the helper already ended");
+        pgid
+    }
+
+    #[test]
+    fn a_drained_group_has_outlived_its_leader_s_helpers() {
+        let pgid = group_with_helper("sleep 0.4 & exit 0");
         let waited = drain_group(pgid, Duration::from_secs(5));
         assert!(
             group_members(pgid).is_empty(),
@@ -383,15 +388,7 @@ mod tests {
 
     #[test]
     fn a_group_that_will_not_end_is_killed() {
-        use std::os::unix::process::CommandExt;
-        let mut leader = Command::new("/bin/sh")
-            .args(["-c", "sleep 30 & exit 0"])
-            .process_group(0)
-            .spawn()
-            .unwrap();
-        let pgid = leader.id();
-        let _ = leader.wait();
-        assert!(!group_members(pgid).is_empty(), "the helper already ended");
+        let pgid = group_with_helper("sleep 30 & exit 0");
         let waited = drain_group(pgid, Duration::from_millis(200));
         assert!(
             group_members(pgid).is_empty(),
