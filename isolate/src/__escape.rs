@@ -72,6 +72,76 @@ fn pty_ioctl(request: u64) -> String {
     out
 }
 
+/// A TCP Fast Open connect to `host:port` (`port` `self`: a listener this
+/// probe opens on 127.0.0.1): `sendto`, `sendmsg` or `sendmmsg` with
+/// `MSG_FASTOPEN`, or `connect-opt` (`TCP_FASTOPEN_CONNECT`, then `connect`
+/// and a write). `ok` once sent (and, to its own listener, accepted).
+fn fastopen(how: &str, host: &str, port: &str) -> String {
+    use std::os::fd::AsRawFd;
+    let own = if port == "self" {
+        match std::net::TcpListener::bind("127.0.0.1:0") {
+            Ok(l) => Some(l),
+            Err(e) => return io::<()>(Err(e)),
+        }
+    } else {
+        None
+    };
+    let port = match &own {
+        Some(l) => l.local_addr().map(|a| a.port()).unwrap_or(0),
+        None => port.parse().unwrap_or(0),
+    };
+    let Ok(ip) = host.parse::<std::net::Ipv4Addr>() else {
+        return String::from("err 22");
+    };
+    let addr = std::net::SocketAddrV4::new(ip, port);
+    let sock = match nix::sys::socket::socket(
+        nix::sys::socket::AddressFamily::Inet,
+        nix::sys::socket::SockType::Stream,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        None,
+    ) {
+        Ok(s) => s,
+        Err(e) => return format!("err {}", e as i32),
+    };
+    let fd = sock.as_raw_fd();
+    let sent = match how {
+        "sendto" => attempt::fastopen_send(fd, addr, attempt::Send::To),
+        "sendmsg" => attempt::fastopen_send(fd, addr, attempt::Send::Msg),
+        "sendmmsg" => attempt::fastopen_send(fd, addr, attempt::Send::Mmsg),
+        "connect-opt" => {
+            attempt::setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_FASTOPEN_CONNECT, 1)
+                .and_then(|()| attempt::connect_v4(fd, addr))
+                .and_then(|()| {
+                    nix::unistd::write(&sock, b"x")
+                        .map(|_| ())
+                        .map_err(|e| e as i32)
+                })
+        }
+        _ => Err(libc::EINVAL),
+    };
+    if let Err(e) = sent {
+        return format!("err {e}");
+    }
+    let Some(listener) = own else {
+        return String::from("ok");
+    };
+    // The connection is established once the send returns; accept it
+    // (bounded: a loaded machine may take its time).
+    if let Err(e) = listener.set_nonblocking(true) {
+        return io::<()>(Err(e));
+    }
+    for _ in 0..500 {
+        match listener.accept() {
+            Ok(_) => return String::from("ok"),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) => return io::<()>(Err(e)),
+        }
+    }
+    String::from("err 110")
+}
+
 /// Run one attempt named by `args[0]`.
 /// The number the next descriptor this (single-threaded) probe opens gets.
 fn lowest_free_fd() -> std::io::Result<i64> {
@@ -126,6 +196,8 @@ pub fn run(args: &[String]) -> String {
             let ty = match a(2) {
                 "dgram" => libc::SOCK_DGRAM,
                 "raw" => libc::SOCK_RAW,
+                // SOCK_PACKET, which libc does not name for glibc.
+                "packet" => 10,
                 _ => libc::SOCK_STREAM,
             };
             res(attempt::socket_raw(
@@ -456,6 +528,41 @@ pub fn run(args: &[String]) -> String {
                 Err(e) => io::<()>(Err(e)),
             }
         }
+        "mode" => {
+            // `mode KIND PATH OCTAL`: set or create a file mode with one
+            // syscall (see `attempt::set_mode`).
+            let mode = u32::from_str_radix(a(3), 8).unwrap_or(0);
+            res(attempt::set_mode(a(1), &c(a(2)), mode))
+        }
+        "fastopen" => fastopen(a(1), a(2), a(3)),
+        "mountopts" => match std::fs::read_to_string("/proc/self/mountinfo") {
+            // The per-mount options of the last mount at a path.
+            Ok(s) => s
+                .lines()
+                .rev()
+                .find(|l| l.split(' ').nth(4) == Some(a(1)))
+                .and_then(|l| l.split(' ').nth(5))
+                .map_or_else(|| String::from("err 2"), |o| format!("ok {o}")),
+            Err(e) => io::<()>(Err(e)),
+        },
+        "keyring" => match crate::sys::session_keyring_id() {
+            Ok(id) => format!("ok {id}"),
+            Err(e) => format!("err {e}"),
+        },
+        "keyring-new" => {
+            // Join a new session keyring holding a `user` key named by the
+            // argument; answers the keyring's serial. Run in the launcher.
+            match crate::sys::join_new_session_keyring()
+                .and_then(|_| attempt::add_session_key(&c(a(1)), b"palisade test key"))
+                .and_then(|_| crate::sys::session_keyring_id())
+            {
+                Ok(id) => format!("ok {id}"),
+                Err(e) => format!("err {e}"),
+            }
+        }
+        "key-find" => res(attempt::search_session_key(&c(a(1)))),
+        "key-own" => res(attempt::add_session_key(&c(a(1)), b"own")
+            .and_then(|_| attempt::search_session_key(&c(a(1))))),
         other => format!(
             "err unknown attempt `{}`",
             Path::new(other).as_os_str().as_bytes().escape_ascii()

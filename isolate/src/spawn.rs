@@ -1219,8 +1219,8 @@ fn init_stage(
     sys::exit_now(code)
 }
 
-/// The worker: session, descriptors, limits, identity, capabilities,
-/// no_new_privs, Landlock, seccomp, exec.
+/// The worker: session, descriptors, limits, identity, capabilities, a new
+/// session keyring, no_new_privs, Landlock, seccomp, exec.
 fn worker_stage(setup: &ChildSetup<'_>, err_fd: RawFd) -> Result<std::convert::Infallible, Fail> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
         .map_err(nx(Step::DieWithParent, "PR_SET_PDEATHSIG"))?;
@@ -1268,6 +1268,13 @@ fn worker_stage(setup: &ChildSetup<'_>, err_fd: RawFd) -> Result<std::convert::I
         .map_err(nx(Step::Session, "chdir to the working directory"))?;
     apply_rlimits(&setup.rlimits)?;
     crate::caps_drop::drop_all(setup.uid, setup.gid, setup.launcher_uid == 0)?;
+    // A session keyring of the worker's own: the launcher's, and the keys it
+    // holds, are not inherited (seccomp, which denies keyctl, may be off).
+    // A kernel without keyrings (ENOSYS) has nothing to inherit.
+    match sys::join_new_session_keyring() {
+        Ok(_) | Err(libc::ENOSYS) => {}
+        Err(e) => return Err(Fail::new(Step::Session, e, "join a new session keyring")),
+    }
     nix::sys::prctl::set_no_new_privs().map_err(nx(Step::NoNewPrivs, "PR_SET_NO_NEW_PRIVS"))?;
     if !nix::sys::prctl::get_no_new_privs().unwrap_or(false) {
         return Err(Fail::new(

@@ -377,6 +377,35 @@ pub(crate) fn loopback_up() -> SysResult<()> {
 /// returns the errno (or `Ok` with the raw return value). Arguments are
 /// chosen so that an *allowed* call fails harmlessly (bad descriptors,
 /// null pointers), as bubblewrap's `try-syscall.c` does.
+/// `keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL)`: a new anonymous session
+/// keyring for the calling process, replacing the one inherited from the
+/// launcher. The serial of the new keyring.
+pub(crate) fn join_new_session_keyring() -> SysResult<libc::c_long> {
+    // SAFETY: a NULL name asks for a new anonymous keyring; the kernel reads
+    // no memory.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_keyctl,
+            libc::KEYCTL_JOIN_SESSION_KEYRING,
+            std::ptr::null::<libc::c_char>(),
+        )
+    })
+}
+
+/// `keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0)`: the serial
+/// of the calling process's session keyring, without creating one.
+pub(crate) fn session_keyring_id() -> SysResult<libc::c_long> {
+    // SAFETY: integer arguments only.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_keyctl,
+            libc::KEYCTL_GET_KEYRING_ID,
+            libc::KEY_SPEC_SESSION_KEYRING,
+            0,
+        )
+    })
+}
+
 pub(crate) mod attempt {
     use super::{SysResult, check, check_int};
     use std::ffi::CStr;
@@ -551,6 +580,193 @@ pub(crate) mod attempt {
     pub(crate) fn personality(persona: libc::c_ulong) -> SysResult<libc::c_int> {
         // SAFETY: integer argument only.
         check_int(unsafe { libc::personality(persona) })
+    }
+
+    /// `add_key("user", desc, payload, KEY_SPEC_SESSION_KEYRING)`: the new
+    /// key's serial.
+    pub(crate) fn add_session_key(desc: &CStr, payload: &[u8]) -> SysResult<libc::c_long> {
+        // SAFETY: NUL-terminated type and description, and a payload pointer
+        // with its exact length.
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_add_key,
+                c"user".as_ptr(),
+                desc.as_ptr(),
+                payload.as_ptr(),
+                payload.len(),
+                libc::KEY_SPEC_SESSION_KEYRING,
+            )
+        })
+    }
+
+    /// `keyctl(KEYCTL_SEARCH, KEY_SPEC_SESSION_KEYRING, "user", desc, 0)`:
+    /// the serial of the key found through the session keyring.
+    pub(crate) fn search_session_key(desc: &CStr) -> SysResult<libc::c_long> {
+        // SAFETY: NUL-terminated type and description; no destination
+        // keyring.
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_keyctl,
+                libc::KEYCTL_SEARCH,
+                libc::KEY_SPEC_SESSION_KEYRING,
+                c"user".as_ptr(),
+                desc.as_ptr(),
+                0,
+            )
+        })
+    }
+
+    /// `setsockopt(fd, level, name, &value, sizeof(int))`.
+    pub(crate) fn setsockopt_int(
+        fd: libc::c_int,
+        level: libc::c_int,
+        name: libc::c_int,
+        value: libc::c_int,
+    ) -> SysResult<()> {
+        let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: the option value points at one valid int of `len` bytes.
+        check_int(unsafe { libc::setsockopt(fd, level, name, (&raw const value).cast(), len) })
+            .map(|_| ())
+    }
+
+    /// How [`fastopen_send`] sends with `MSG_FASTOPEN`.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) enum Send {
+        To,
+        Msg,
+        Mmsg,
+    }
+
+    fn sockaddr_v4(addr: std::net::SocketAddrV4) -> libc::sockaddr_in {
+        libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: addr.port().to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(*addr.ip()).to_be(),
+            },
+            sin_zero: [0; 8],
+        }
+    }
+
+    /// `connect(fd, addr)`.
+    pub(crate) fn connect_v4(fd: libc::c_int, addr: std::net::SocketAddrV4) -> SysResult<()> {
+        let sa = sockaddr_v4(addr);
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        // SAFETY: a valid sockaddr_in of `len` bytes.
+        check_int(unsafe { libc::connect(fd, (&raw const sa).cast(), len) }).map(|_| ())
+    }
+
+    /// One byte sent with `MSG_FASTOPEN` to `addr` on an unconnected TCP
+    /// socket: a TCP Fast Open connect.
+    pub(crate) fn fastopen_send(
+        fd: libc::c_int,
+        addr: std::net::SocketAddrV4,
+        how: Send,
+    ) -> SysResult<()> {
+        let sa = sockaddr_v4(addr);
+        let sa_len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let byte = [b'x'];
+        let mut iov = libc::iovec {
+            iov_base: byte.as_ptr() as *mut libc::c_void,
+            iov_len: 1,
+        };
+        // SAFETY: an all-zero msghdr is valid (no name, no iovec, no
+        // control data); the fields set below point at live locals.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = (&raw const sa).cast_mut().cast();
+        msg.msg_namelen = sa_len;
+        msg.msg_iov = &raw mut iov;
+        msg.msg_iovlen = 1;
+        let ret = match how {
+            // SAFETY: one valid byte and a sockaddr_in of `sa_len` bytes.
+            Send::To => unsafe {
+                libc::sendto(
+                    fd,
+                    byte.as_ptr().cast(),
+                    1,
+                    libc::MSG_FASTOPEN,
+                    (&raw const sa).cast(),
+                    sa_len,
+                )
+            },
+            // SAFETY: `msg` points at the live sockaddr and iovec above.
+            Send::Msg => unsafe { libc::sendmsg(fd, &raw const msg, libc::MSG_FASTOPEN) },
+            Send::Mmsg => {
+                let mut mm = libc::mmsghdr {
+                    msg_hdr: msg,
+                    msg_len: 0,
+                };
+                // SAFETY: one mmsghdr whose header points at the live
+                // sockaddr and iovec above; the kernel writes `msg_len`.
+                let n = unsafe { libc::sendmmsg(fd, &raw mut mm, 1, libc::MSG_FASTOPEN as _) };
+                libc::ssize_t::try_from(n).unwrap_or(-1)
+            }
+        };
+        if ret < 0 { Err(super::errno()) } else { Ok(()) }
+    }
+
+    /// A syscall that sets a file mode (`chmod`, `fchmod`, `fchmodat`,
+    /// `fchmodat2`) or creates a file with one (`open`, `openat`, `creat`,
+    /// `mknod`, `mknodat`, regular files only), by its name, on `path`.
+    /// A descriptor it opens is closed.
+    pub(crate) fn set_mode(kind: &str, path: &CStr, mode: u32) -> SysResult<()> {
+        let p = path.as_ptr();
+        let (m, cwd) = (libc::c_long::from(mode), libc::c_long::from(libc::AT_FDCWD));
+        let reg = libc::c_long::from(libc::S_IFREG | mode);
+        let create = libc::c_long::from(libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC);
+        let ret = match kind {
+            #[cfg(target_arch = "x86_64")]
+            "chmod" => {
+                // SAFETY: a valid NUL-terminated path and an integer mode.
+                unsafe { libc::syscall(libc::SYS_chmod, p, m) }
+            }
+            "fchmodat" => {
+                // SAFETY: a valid NUL-terminated path and integers.
+                unsafe { libc::syscall(libc::SYS_fchmodat, cwd, p, m) }
+            }
+            "fchmodat2" => {
+                // SAFETY: a valid NUL-terminated path and integers.
+                unsafe { libc::syscall(libc::SYS_fchmodat2, cwd, p, m, 0) }
+            }
+            #[cfg(target_arch = "x86_64")]
+            "open" => {
+                // SAFETY: a valid NUL-terminated path and integers.
+                unsafe { libc::syscall(libc::SYS_open, p, create, m) }
+            }
+            "openat" => {
+                // SAFETY: a valid NUL-terminated path and integers.
+                unsafe { libc::syscall(libc::SYS_openat, cwd, p, create, m) }
+            }
+            #[cfg(target_arch = "x86_64")]
+            "creat" => {
+                // SAFETY: a valid NUL-terminated path and an integer mode.
+                unsafe { libc::syscall(libc::SYS_creat, p, m) }
+            }
+            #[cfg(target_arch = "x86_64")]
+            "mknod" => {
+                // SAFETY: a valid NUL-terminated path and integers.
+                unsafe { libc::syscall(libc::SYS_mknod, p, reg, 0) }
+            }
+            "mknodat" => {
+                // SAFETY: a valid NUL-terminated path and integers.
+                unsafe { libc::syscall(libc::SYS_mknodat, cwd, p, reg, 0) }
+            }
+            "fchmod" => {
+                // SAFETY: a valid NUL-terminated path and integers.
+                let fd = check(unsafe { libc::syscall(libc::SYS_openat, cwd, p, 0, 0) })?;
+                // SAFETY: `fd` is the descriptor just opened.
+                let r = unsafe { libc::syscall(libc::SYS_fchmod, fd, m) };
+                let r = check(r);
+                super::close(fd as libc::c_int);
+                return r.map(|_| ());
+            }
+            _ => return Err(libc::EINVAL),
+        };
+        let ret = check(ret)?;
+        if matches!(kind, "open" | "openat" | "creat") {
+            super::close(ret as libc::c_int);
+        }
+        Ok(())
     }
 
     /// `kill(pid, sig)`.

@@ -33,6 +33,7 @@ const EXDEV: &str = "err 18";
 const EROFS: &str = "err 30";
 const ENOSYS: &str = "err 38";
 const ENETUNREACH: &str = "err 101";
+const ENOKEY: &str = "err 126";
 
 fn is_root() -> bool {
     nix::unistd::getuid().is_root()
@@ -1154,6 +1155,273 @@ fn g16_x32_and_kernel_surface() {
             "control {name}"
         );
     }
+}
+
+// 16c. Kernel surface that only missing capabilities held: packet sockets
+// by way of SOCK_PACKET, the newer mount readers and cloners, quotactl_fd,
+// modify_ldt, and line-discipline changes on a terminal. openat2, whose
+// mode the filter cannot read, answers ENOSYS so callers fall back.
+#[test]
+fn g16_surface_held_only_by_capabilities() {
+    if skip_unless_root() {
+        return;
+    }
+    let root = Root::new();
+    let calls: [(&str, i64); 5] = [
+        ("statmount", 457),
+        ("listmount", 458),
+        ("open_tree_attr", 467),
+        ("quotactl_fd", libc::SYS_quotactl_fd),
+        ("modify_ldt", libc::SYS_modify_ldt),
+    ];
+    let tiocsetd = format!("{}", libc::TIOCSETD);
+    let openat2 = libc::SYS_openat2.to_string();
+    for profile in ["strict", "governed"] {
+        let sb = sandbox(profile, &root);
+        assert_eq!(
+            inside(&sb, &["socket", "2", "packet"]),
+            EPERM,
+            "{profile}: SOCK_PACKET"
+        );
+        for (name, nr) in calls {
+            assert_eq!(
+                inside(&sb, &["syscall", &nr.to_string()]),
+                EPERM,
+                "{profile}: {name}"
+            );
+        }
+        assert_eq!(
+            inside(&sb, &["ioctl-pty", &tiocsetd]),
+            EPERM,
+            "{profile}: TIOCSETD"
+        );
+        assert_eq!(inside(&sb, &["syscall", &openat2]), ENOSYS, "{profile}");
+        // Twins: stream and datagram AF_INET sockets, reading the terminal
+        // settings and the window size, and (a choice, see docs/sandbox.md)
+        // changing the settings of a pty of the worker's own.
+        assert_eq!(inside(&sb, &["socket", "2"]), "ok", "{profile}");
+        assert_eq!(inside(&sb, &["socket", "2", "dgram"]), "ok", "{profile}");
+        for req in [libc::TCGETS, libc::TIOCGWINSZ, libc::TCSETS] {
+            assert_eq!(
+                inside(&sb, &["ioctl-pty", &req.to_string()]),
+                "ok",
+                "{profile}: ioctl {req:#x}"
+            );
+        }
+    }
+    // Controls outside: each call reaches the kernel and answers its own
+    // way, and a root process gets its packet socket.
+    assert_eq!(outside(&["socket", "2", "packet"]), "ok");
+    for (name, nr) in calls {
+        assert_ne!(
+            outside(&["syscall", &nr.to_string()]),
+            EPERM,
+            "control {name}"
+        );
+    }
+    assert_ne!(outside(&["syscall", &openat2]), ENOSYS);
+    // With only seccomp removed, the kernel reads the line discipline.
+    let weak = without("governed", &root, Layer::Seccomp);
+    assert_ne!(inside(&weak, &["ioctl-pty", &tiocsetd]), EPERM);
+}
+
+// 16d. TCP Fast Open connects without connect(), where Landlock checks the
+// port: every way to start one is refused, inside the network namespace
+// and on the host's loopback when that namespace is switched off.
+#[test]
+fn g16_tcp_fast_open() {
+    if skip_unless_root() {
+        return;
+    }
+    let root = Root::new();
+    let ways = ["sendto", "sendmsg", "sendmmsg", "connect-opt"];
+    for profile in ["strict", "governed"] {
+        let sb = sandbox(profile, &root);
+        // The probe listens on a loopback port of its own, which Landlock
+        // denies to connect().
+        for how in ways {
+            assert_eq!(
+                inside(&sb, &["fastopen", how, "127.0.0.1", "self"]),
+                EPERM,
+                "{profile}: {how}"
+            );
+        }
+        // Twin: a datagram sendto without the flag.
+        assert_eq!(
+            inside(&sb, &["udp-send", "127.0.0.1", "9"]),
+            "ok",
+            "{profile}"
+        );
+    }
+    // Control with only seccomp removed: Landlock refuses connect(), also
+    // after TCP_FASTOPEN_CONNECT, but a Fast Open send gets through.
+    let weak = without("governed", &root, Layer::Seccomp);
+    assert_eq!(
+        inside(&weak, &["fastopen", "connect-opt", "127.0.0.1", "self"]),
+        EACCES
+    );
+    for how in ["sendto", "sendmsg", "sendmmsg"] {
+        assert_eq!(
+            inside(&weak, &["fastopen", how, "127.0.0.1", "self"]),
+            "ok",
+            "control {how}"
+        );
+    }
+    assert_eq!(
+        outside(&["fastopen", "connect-opt", "127.0.0.1", "self"]),
+        "ok"
+    );
+
+    // Without the network namespace, the host's loopback listener.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let mut shared = sandbox("governed", &root);
+    shared.dangerous().disable(Layer::NetworkNamespace).unwrap();
+    assert_eq!(
+        inside(&shared, &["connect-tcp", "127.0.0.1", &port]),
+        EACCES
+    );
+    for how in ways {
+        assert_eq!(
+            inside(&shared, &["fastopen", how, "127.0.0.1", &port]),
+            EPERM,
+            "shared netns: {how}"
+        );
+    }
+    shared.dangerous().disable(Layer::Seccomp).unwrap();
+    assert_eq!(
+        inside(&shared, &["fastopen", "sendto", "127.0.0.1", &port]),
+        "ok",
+        "control: shared netns without seccomp"
+    );
+    drop(listener);
+
+    // Positive control: connect() to an allowed port (a bridge) and plain
+    // sends on the connected socket (std sends with MSG_NOSIGNAL).
+    let sockdir = tempfile::tempdir().unwrap();
+    let sock = sockdir.path().join("proxy.sock");
+    let server = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    std::thread::spawn(move || {
+        for conn in server.incoming().flatten() {
+            let mut conn = conn;
+            let mut buf = [0u8; 1024];
+            let _ = std::io::Read::read(&mut conn, &mut buf);
+            let _ = std::io::Write::write_all(&mut conn, b"HTTP/1.0 200 OK\r\n\r\nbridged");
+        }
+    });
+    let mut bridged = sandbox("governed", &root);
+    bridged.bridge(palisade_isolate::Bridge {
+        port: 3128,
+        target: sock,
+    });
+    assert_eq!(
+        inside(&bridged, &["http-get", "3128", "http://example.test/"]),
+        "ok HTTP/1.0 200 OK"
+    );
+}
+
+// 16e. Set-id artifacts: the worker cannot leave a setuid or setgid file in
+// a writable root for the host to run later, by changing a mode or by
+// creating a file with one; the writable roots are nosuid,nodev inside.
+#[test]
+fn g16_no_setid_artifacts() {
+    if skip_unless_root() {
+        return;
+    }
+    let root = Root::new();
+    let mode_on_host = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    for profile in ["strict", "governed"] {
+        let sb = sandbox(profile, &root);
+        for kind in ["chmod", "fchmod", "fchmodat", "fchmodat2"] {
+            let f = root.path().join(format!("{profile}-{kind}"));
+            std::fs::write(&f, "#!/bin/sh\n").unwrap();
+            chown_tree(&f);
+            let path = f.display().to_string();
+            for mode in ["4755", "2755", "6755"] {
+                assert_eq!(
+                    inside(&sb, &["mode", kind, &path, mode]),
+                    EPERM,
+                    "{profile}: {kind} {mode}"
+                );
+                assert_eq!(mode_on_host(&f) & 0o6000, 0, "{profile}: {kind} {mode}");
+            }
+            // Twin: an ordinary mode change works and shows on the host.
+            assert_eq!(
+                inside(&sb, &["mode", kind, &path, "0755"]),
+                "ok",
+                "{profile}: {kind}"
+            );
+            assert_eq!(mode_on_host(&f), 0o755, "{profile}: {kind}");
+        }
+        for kind in ["open", "openat", "creat", "mknod", "mknodat"] {
+            let f = root.path().join(format!("{profile}-new-{kind}"));
+            let path = f.display().to_string();
+            for mode in ["4755", "2755"] {
+                assert_eq!(
+                    inside(&sb, &["mode", kind, &path, mode]),
+                    EPERM,
+                    "{profile}: {kind} {mode}"
+                );
+                assert!(!f.exists(), "{profile}: {kind} {mode} created it");
+            }
+            assert_eq!(
+                inside(&sb, &["mode", kind, &path, "0755"]),
+                "ok",
+                "{profile}: {kind}"
+            );
+            assert_eq!(mode_on_host(&f) & 0o6000, 0, "{profile}: {kind}");
+        }
+        for m in [root.path().display().to_string(), String::from("/tmp")] {
+            let opts = inside(&sb, &["mountopts", &m]);
+            assert!(
+                opts.starts_with("ok ") && opts.contains("nosuid") && opts.contains("nodev"),
+                "{profile}: {m}: {opts}"
+            );
+        }
+    }
+    // Control with only seccomp removed: the kernel lets the owner set the
+    // bit, and the host sees it (the check above can fail).
+    let weak = without("governed", &root, Layer::Seccomp);
+    let f = root.path().join("control");
+    std::fs::write(&f, "#!/bin/sh\n").unwrap();
+    chown_tree(&f);
+    assert_eq!(
+        inside(&weak, &["mode", "chmod", &f.display().to_string(), "4755"]),
+        "ok"
+    );
+    assert_eq!(mode_on_host(&f), 0o4755);
+    let opts = outside(&["mountopts", "/"]);
+    assert!(
+        opts.starts_with("ok ") && !opts.contains("nosuid"),
+        "control: {opts}"
+    );
+}
+
+// 16f. The launcher's session keyring, and the keys in it, are not the
+// worker's: it runs with a new one (checked with seccomp off, which would
+// refuse keyctl anyway).
+#[test]
+fn g16_fresh_session_keyring() {
+    if skip_unless_root() {
+        return;
+    }
+    let root = Root::new();
+    let desc = format!("palisade-launcher-key-{}", std::process::id());
+    // This test's thread becomes a launcher with a key in its session
+    // keyring, which its children inherit.
+    let launcher = palisade_isolate::__escape::run(&[String::from("keyring-new"), desc.clone()]);
+    assert!(launcher.starts_with("ok "), "{launcher}");
+    assert!(outside(&["key-find", &desc]).starts_with("ok"), "control");
+    assert_eq!(outside(&["keyring"]), launcher, "control");
+    let weak = without("governed", &root, Layer::Seccomp);
+    assert_eq!(inside(&weak, &["key-find", &desc]), ENOKEY);
+    let worker = inside(&weak, &["keyring"]);
+    assert!(worker.starts_with("ok "), "{worker}");
+    assert_ne!(worker, launcher);
+    // Twin: keyctl works in there, on the worker's own keyring.
+    assert_eq!(inside(&weak, &["key-own", "palisade-worker-key"]), "ok");
+    // With seccomp, keyctl is refused outright.
+    assert_eq!(inside(&sandbox("governed", &root), &["keyring"]), EPERM);
 }
 
 // 17. UID separation.
