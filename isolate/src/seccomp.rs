@@ -89,12 +89,15 @@ const LEAF: usize = 4;
 /// `ENOSYS`.
 pub(crate) const LAST_NR: u32 = 469;
 /// Syscalls newer than the `libc` crate's constants, by number (the same in
-/// `syscall_64.tbl` and the generic table): `statmount` and `listmount`
+/// `syscall_64.tbl` and the generic table). `statmount` and `listmount`
 /// (Linux 6.8) read the mount tree of any mount namespace the caller can
 /// name, `open_tree_attr` (Linux 6.15) clones mounts like `open_tree`.
 const SYS_STATMOUNT: libc::c_long = 457;
 const SYS_LISTMOUNT: libc::c_long = 458;
 const SYS_OPEN_TREE_ATTR: libc::c_long = 467;
+/// `fchmodat2` (Linux 6.6), 452 in both tables: `libc` names it for x86-64
+/// only.
+pub(crate) const SYS_FCHMODAT2: libc::c_long = 452;
 /// `SOCK_PACKET` (`include/linux/net.h`): on `AF_INET` the kernel turns such
 /// a socket into a `PF_PACKET` one. Not exported by `libc` for glibc.
 const SOCK_PACKET: u32 = 10;
@@ -105,6 +108,10 @@ const SETID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
 
 /// Syscalls denied outright with `EPERM`.
 fn denied_outright() -> Vec<libc::c_long> {
+    #[cfg_attr(
+        not(target_arch = "x86_64"),
+        expect(unused_mut, reason = "the x86-64 legacy calls are added below")
+    )]
     let mut v = vec![
         libc::SYS_io_uring_setup,
         libc::SYS_io_uring_enter,
@@ -228,6 +235,10 @@ fn nr(n: libc::c_long) -> Result<u32, String> {
 
 /// The argument rules of the TCP Fast Open and set-id guards.
 fn ruled_by_args() -> Vec<(libc::c_long, ArgRule)> {
+    #[cfg_attr(
+        not(target_arch = "x86_64"),
+        expect(unused_mut, reason = "the x86-64 legacy calls are added below")
+    )]
     let mut v = vec![
         (libc::SYS_sendto, ArgRule::SendFlags(3)),
         (libc::SYS_sendmsg, ArgRule::SendFlags(2)),
@@ -235,7 +246,7 @@ fn ruled_by_args() -> Vec<(libc::c_long, ArgRule)> {
         (libc::SYS_setsockopt, ArgRule::Setsockopt),
         (libc::SYS_fchmod, ArgRule::SetidMode(1)),
         (libc::SYS_fchmodat, ArgRule::SetidMode(2)),
-        (libc::SYS_fchmodat2, ArgRule::SetidMode(2)),
+        (SYS_FCHMODAT2, ArgRule::SetidMode(2)),
         (libc::SYS_mknodat, ArgRule::SetidMode(2)),
         (libc::SYS_openat, ArgRule::CreateSetid { flags: 2, mode: 3 }),
     ];
@@ -713,10 +724,14 @@ mod tests {
                 .map(|bit| rule(vec![cond(arg, SeccompCmpOp::MaskedEq(bit), bit)?]))
                 .collect()
         };
+        #[cfg_attr(
+            not(target_arch = "x86_64"),
+            expect(unused_mut, reason = "the x86-64 legacy calls are added below")
+        )]
         let mut setid_calls = vec![
             (libc::SYS_fchmod, 1),
             (libc::SYS_fchmodat, 2),
-            (libc::SYS_fchmodat2, 2),
+            (SYS_FCHMODAT2, 2),
             (libc::SYS_mknodat, 2),
         ];
         #[cfg(target_arch = "x86_64")]
@@ -1065,6 +1080,7 @@ mod tests {
     }
 
     /// `(libc::SYS_x, "SYS_x")` pairs.
+    #[cfg(target_arch = "x86_64")]
     macro_rules! named {
         ($($n:ident),* $(,)?) => { [$((libc::$n, stringify!($n))),*] };
     }

@@ -726,7 +726,7 @@ pub(crate) mod attempt {
             }
             "fchmodat2" => {
                 // SAFETY: a valid NUL-terminated path and integers.
-                unsafe { libc::syscall(libc::SYS_fchmodat2, cwd, p, m, 0) }
+                unsafe { libc::syscall(crate::seccomp::SYS_FCHMODAT2, cwd, p, m, 0) }
             }
             #[cfg(target_arch = "x86_64")]
             "open" => {
