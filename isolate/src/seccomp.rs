@@ -90,8 +90,9 @@ const LEAF: usize = 4;
 pub(crate) const LAST_NR: u32 = 469;
 /// Syscalls newer than the `libc` crate's constants, by number (the same in
 /// `syscall_64.tbl` and the generic table). `statmount` and `listmount`
-/// (Linux 6.8) read the mount tree of any mount namespace the caller can
-/// name, `open_tree_attr` (Linux 6.15) clones mounts like `open_tree`.
+/// (Linux 6.8) read a mount namespace's tree by id (another namespace's
+/// with a capability over it), `open_tree_attr` (Linux 6.15) clones mounts
+/// like `open_tree`.
 const SYS_STATMOUNT: libc::c_long = 457;
 const SYS_LISTMOUNT: libc::c_long = 458;
 const SYS_OPEN_TREE_ATTR: libc::c_long = 467;
