@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use palisade_policy::egress::{RequestHost, decide_host};
 use palisade_policy::verdict::Decision;
 use palisade_schema::host_policy::HostPolicy;
-use palisade_taint::{Effects, Event as TaintEvent, Rules, Session};
+use palisade_taint::{Effects, Event as TaintEvent, Rules, Session, TaintState};
 
 use crate::decide::{Decider, Verdict};
 use crate::head::Host;
@@ -107,7 +107,7 @@ impl PolicyDecider {
                 raised: None,
             };
         }
-        let known = session.has_contacted(&target, port);
+        let known = source_count(&session);
         let effects = session.apply(
             &self.rules,
             at_ms,
@@ -117,11 +117,12 @@ impl PolicyDecider {
                 relay: false,
             },
         );
+        // Taint sources are a set: record only one the session did not
+        // hold yet (a `host:port` contacted before raised it then).
+        let new_source = source_count(&session) > known;
         drop(session);
-        // A contacted `host:port` is a taint source already known (its
-        // first contact raised it), so only a first contact is new.
         let raised = match effects.tainted_by {
-            Some(src) if !known => Some(TaintRecord {
+            Some(src) if new_source => Some(TaintRecord {
                 source: src.as_str().to_owned(),
                 class: src.as_str().to_owned(),
                 detail: format!("{target}:{port}"),
@@ -136,6 +137,13 @@ impl PolicyDecider {
             effects,
             raised,
         }
+    }
+}
+
+fn source_count(session: &Session) -> usize {
+    match session.taint() {
+        TaintState::Clean => 0,
+        TaintState::Tainted { sources, .. } => sources.len(),
     }
 }
 
@@ -203,6 +211,17 @@ mod tests {
             "[egress]\nallow = [\"*.example.com\"]\n[taint]\nsources = [\"proxy_non_relay\"]\negress_allow = [\"safe.example.com\"]\n",
         );
         let n = |s: &str| Host::Name(s.into());
+        // contacted through a relay first: known, but not yet a taint source
+        let _ = d.session().lock().unwrap().apply(
+            &d.rules,
+            1,
+            &TaintEvent::Connect {
+                host: "a.example.com".into(),
+                port: 443,
+                relay: true,
+            },
+        );
+        assert!(!d.session().lock().unwrap().is_tainted());
         let first = d.decide_at(&n("a.example.com"), 443, 31_586_000);
         assert!(first.verdict.allow);
         assert!(first.effects.newly_tainted, "the allow itself taints");
