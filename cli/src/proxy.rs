@@ -349,12 +349,6 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         sni_ports: vec![443],
         addresses,
     };
-    let policy = Arc::new(loaded.policy);
-    let decider = Arc::new(PolicyDecider::new(
-        policy,
-        Arc::new(rules),
-        Arc::new(Mutex::new(Session::new())),
-    ));
     let journal = match (&args.journal, &key) {
         (Some(j), Some(k)) => Some(open_journal(j, k, &args.session)?),
         _ => None,
@@ -365,6 +359,16 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         (None, Some(r)) => r.clone(),
         (None, None) => Arc::new(StdoutRecorder::default()),
     };
+    // The decider records the taint its decisions raise (`taint_raised`)
+    // into the same journal as the connections.
+    let decider = Arc::new(
+        PolicyDecider::new(
+            Arc::new(loaded.policy),
+            Arc::new(rules),
+            Arc::new(Mutex::new(Session::new())),
+        )
+        .with_recorder(recorder.clone()),
+    );
     let rt = proxy_runtime()?;
     let served: Result<(), String> = rt.block_on(async {
         let (listener, shown) = bind(&args.listen).await?;

@@ -6,17 +6,25 @@
 //! are passed in by the caller (see [`crate::net::interface_addresses`]).
 //!
 //! Rules, in order:
-//! 1. An address covered by an explicit allow range **of its own family**
-//!    (an IPv4 range for an IPv4 address, an IPv6 range for an IPv6 address)
-//!    is allowed. An IPv4 range never allows an IPv6 spelling of the same
-//!    address: embedded IPv4 only adds denials, never earns a carve-out.
-//! 2. Otherwise the address is classified; every class other than
+//! 0. An IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) is the IPv4 address it
+//!    carries (the kernel dials it as that address), and a range inside
+//!    `::ffff:0:0/96` is the IPv4 range it maps (`::ffff:127.0.0.0/104` is
+//!    `127.0.0.0/8`); `palisade-schema`'s `Cidr`, which decides IP literals
+//!    in `palisade-policy`, matches by the same rule.
+//! 1. An unspecified address (`0.0.0.0/8`, `::`, so also `::ffff:0.0.0.0`)
+//!    is always denied: Linux dials it as the local host, so no carve-out
+//!    lets it through.
+//! 2. An address covered by an explicit allow range **of its own family**
+//!    (after rule 0) is allowed. An IPv4 range never allows any other IPv6
+//!    spelling of the address (IPv4-compatible, NAT64, 6to4): embedded
+//!    IPv4 only adds denials, never earns a carve-out.
+//! 3. Otherwise the address is classified; every class other than
 //!    [`AddrClass::Public`] is denied, and so is any of the host's own
 //!    interface addresses.
-//! 3. IPv6 forms that embed an IPv4 address (IPv4-mapped `::ffff:0:0/96`,
-//!    IPv4-compatible `::/96`, NAT64 `64:ff9b::/96`, 6to4 `2002::/16`) are
-//!    classified by the embedded address when that is denied; NAT64, 6to4
-//!    and Teredo are denied as such even when the embedded address is public.
+//! 4. IPv6 forms that embed an IPv4 address (IPv4-compatible `::/96`,
+//!    NAT64 `64:ff9b::/96`, 6to4 `2002::/16`) are classified by the
+//!    embedded address when that is denied; NAT64, 6to4 and Teredo are
+//!    denied as such even when the embedded address is public.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -82,18 +90,33 @@ impl Cidr {
         }
     }
 
-    /// Whether `ip` lies in this range. Families never mix.
+    /// Whether `ip` lies in this range. An IPv4-mapped address is matched
+    /// as its IPv4 address and an IPv4-mapped range as its IPv4 range;
+    /// otherwise families never mix.
     pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.addr, ip) {
+        let (net, prefix) = self.matched_as();
+        match (net, canonical_ip(ip)) {
             (IpAddr::V4(net), IpAddr::V4(a)) => {
-                let m = mask32(self.prefix);
+                let m = mask32(prefix);
                 u32::from(a) & m == u32::from(net) & m
             }
             (IpAddr::V6(net), IpAddr::V6(a)) => {
-                let m = mask128(self.prefix);
+                let m = mask128(prefix);
                 u128::from(a) & m == u128::from(net) & m
             }
             _ => false,
+        }
+    }
+
+    /// The range as [`Cidr::contains`] matches it: a range inside
+    /// `::ffff:0:0/96` as the IPv4 range it maps, anything else unchanged.
+    pub fn matched_as(&self) -> (IpAddr, u8) {
+        match self.addr {
+            IpAddr::V6(v6) if self.prefix >= 96 => match v6.to_ipv4_mapped() {
+                Some(v4) => (IpAddr::V4(v4), self.prefix - 96),
+                None => (self.addr, self.prefix),
+            },
+            _ => (self.addr, self.prefix),
         }
     }
 
@@ -445,14 +468,19 @@ impl AddressPolicy {
 
     /// Allowed, or the class that denies it.
     pub fn check(&self, ip: IpAddr) -> Result<(), AddressDenied> {
-        if self.allow.iter().any(|c| c.contains(ip)) {
+        let canon = canonical_ip(ip);
+        if is_unspecified(canon) {
+            return Err(AddressDenied {
+                class: AddrClass::Unspecified,
+            });
+        }
+        if self.allow.iter().any(|c| c.contains(canon)) {
             return Ok(());
         }
-        let class = classify(ip);
+        let class = classify(canon);
         if class != AddrClass::Public {
             return Err(AddressDenied { class });
         }
-        let canon = canonical_ip(ip);
         if self.own.iter().any(|o| canonical_ip(*o) == canon) {
             return Err(AddressDenied {
                 class: AddrClass::OwnInterface,
@@ -462,8 +490,16 @@ impl AddressPolicy {
     }
 }
 
+/// `0.0.0.0/8` or `::` (after [`canonical_ip`]).
+fn is_unspecified(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => in4(a, [0, 0, 0, 0], 8),
+        IpAddr::V6(a) => a.is_unspecified(),
+    }
+}
+
 /// IPv4-mapped IPv6 addresses as IPv4, everything else unchanged.
-fn canonical_ip(ip: IpAddr) -> IpAddr {
+pub fn canonical_ip(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(a) => match a.to_ipv4_mapped() {
             Some(v4) => IpAddr::V4(v4),
@@ -575,13 +611,10 @@ mod tests {
         assert!(p.check(ip("126.255.255.255")).is_ok());
         assert!(p.check(ip("10.0.0.1")).is_err());
         assert!(p.check(ip("169.254.169.254")).is_err());
-        // an IPv4 carve-out never allows an IPv6 spelling of the same address
-        for v6 in [
-            "::ffff:127.0.0.1",
-            "::127.0.0.1",
-            "64:ff9b::7f00:1",
-            "2002:7f00:1::",
-        ] {
+        // an IPv4-mapped address is the IPv4 address ...
+        assert_eq!(p.check(ip("::ffff:127.0.0.1")), Ok(()));
+        // ... but an IPv4 carve-out never allows another IPv6 spelling
+        for v6 in ["::127.0.0.1", "64:ff9b::7f00:1", "2002:7f00:1::"] {
             assert_eq!(
                 p.check(ip(v6)),
                 Err(AddressDenied {
@@ -590,10 +623,51 @@ mod tests {
                 "{v6}"
             );
         }
-        // ... but an explicit IPv6 range does
+        // an IPv4-mapped range is the IPv4 range, for both spellings
         let p6 = AddressPolicy::new(vec!["::ffff:127.0.0.0/104".parse().unwrap()]);
         assert_eq!(p6.check(ip("::ffff:127.0.0.1")), Ok(()));
-        assert!(p6.check(ip("127.0.0.1")).is_err());
+        assert_eq!(p6.check(ip("127.0.0.1")), Ok(()));
+        assert!(p6.check(ip("::127.0.0.1")).is_err());
+        assert!(p6.check(ip("::ffff:10.0.0.1")).is_err());
+        // a wider IPv6 range does not reach into IPv4
+        let all6 = AddressPolicy::new(vec!["::/0".parse().unwrap()]);
+        assert_eq!(all6.check(ip("fd00::1")), Ok(()));
+        assert!(all6.check(ip("::ffff:127.0.0.1")).is_err());
+    }
+
+    #[test]
+    fn unspecified_addresses_are_denied_whatever_the_carve_outs() {
+        let wide = AddressPolicy::new(vec![
+            "0.0.0.0/0".parse().unwrap(),
+            "::/0".parse().unwrap(),
+            "::ffff:0.0.0.0/96".parse().unwrap(),
+        ]);
+        for a in [
+            "0.0.0.0",
+            "0.1.2.3",
+            "0.255.255.255",
+            "::",
+            "::ffff:0.0.0.0",
+            "::ffff:0.0.0.1",
+        ] {
+            assert_eq!(
+                wide.check(ip(a)),
+                Err(AddressDenied {
+                    class: AddrClass::Unspecified
+                }),
+                "{a}"
+            );
+        }
+        // positive control: the same carve-outs let loopback and the rest through
+        for a in [
+            "127.0.0.1",
+            "1.0.0.0",
+            "::1",
+            "::ffff:127.0.0.1",
+            "10.0.0.1",
+        ] {
+            assert_eq!(wide.check(ip(a)), Ok(()), "{a}");
+        }
     }
 
     #[test]

@@ -43,13 +43,18 @@ impl Verdict {
 }
 
 /// Decides on a destination by name, before resolution.
+///
+/// An allow verdict is also a **reservation**: a decider whose answers
+/// depend on what was contacted before (taint rules) must record the
+/// contact, and any taint it raises, in the same step and under the same
+/// lock as the decision. The proxy asks once per connection, before it
+/// resolves or dials, and never tells the decider afterwards, so that many
+/// requests sent at once cannot all be decided on the state before any of
+/// them was recorded; a connection that later fails (address check, dial,
+/// SNI) keeps its reservation and its taint.
 pub trait Decider: Send + Sync + fmt::Debug {
-    /// Decide on `host:port`.
+    /// Decide on `host:port` and, when allowed, reserve it.
     fn decide(&self, host: &Host, port: u16) -> Verdict;
-
-    /// Told after a connection to `host:port` was established (for
-    /// "already contacted" taint rules). The default does nothing.
-    fn contacted(&self, _host: &Host, _port: u16) {}
 }
 
 /// One host pattern: `example.com`, `*.example.com`, an IP literal, each

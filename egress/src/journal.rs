@@ -16,7 +16,7 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use palisade_evidence::{Anchor, Body, Entry, JournalError, JournalWriter, Kind, Timestamp};
+use palisade_evidence::{Anchor, Body, Entry, Flags, JournalError, JournalWriter, Kind, Timestamp};
 
 use crate::record::{Event, Recorder};
 
@@ -104,12 +104,13 @@ fn run(
         }
         let mut last = None;
         for (at, event) in group.drain(..) {
-            let kind = match &event {
-                Event::Connection(_) => Kind::EgressConnection,
-                Event::Relay(_) => Kind::RelayRequest,
+            let (kind, flags) = match &event {
+                Event::Connection(_) => (Kind::EgressConnection, Flags::NONE),
+                Event::Relay(_) => (Kind::RelayRequest, Flags::NONE),
+                Event::Taint(_) => (Kind::TaintRaised, Flags::TAINTED),
             };
             let entry = match Body::from_value(&event.to_json()) {
-                Ok(body) => Entry::new(Timestamp(at), session, kind, body),
+                Ok(body) => Entry::new(Timestamp(at), session, kind, body).with_flags(flags),
                 Err(e) => {
                     tracing::error!(target: "palisade_egress", error = %e, "record could not be encoded");
                     failed.store(true, Ordering::SeqCst);

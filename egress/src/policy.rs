@@ -7,30 +7,49 @@
 //! allows them only inside an explicit `egress.allow_addresses` range (for
 //! a clean session, or one that already contacted them); the address deny
 //! set then applies as for any target.
+//!
+//! A decision that allows also reserves: under one session lock the
+//! destination is decided, marked contacted and, when `proxy_non_relay` is
+//! a taint source, taints the session, before the proxy resolves or dials.
+//! A taint denial's reason says what tainted the session and when.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use palisade_policy::egress::{RequestHost, decide_host};
 use palisade_policy::verdict::Decision;
 use palisade_schema::host_policy::HostPolicy;
-use palisade_taint::{Event as TaintEvent, Rules, Session};
+use palisade_taint::{Effects, Event as TaintEvent, Rules, Session, TaintState};
 
 use crate::decide::{Decider, Verdict};
 use crate::head::Host;
+use crate::record::{Event, Recorder, TaintRecord};
 
 /// A decider over a host policy and a live taint session.
 pub struct PolicyDecider {
     policy: Arc<HostPolicy>,
     rules: Arc<Rules>,
     session: Arc<Mutex<Session>>,
+    recorder: Option<Arc<dyn Recorder>>,
 }
 
 impl fmt::Debug for PolicyDecider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PolicyDecider").finish_non_exhaustive()
     }
+}
+
+/// What one decision did: the verdict, the taint effects of the
+/// reservation, and the new taint source to record, if there is one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decided {
+    /// The answer for the connection.
+    pub verdict: Verdict,
+    /// What reserving the destination did to the session (default when denied).
+    pub effects: Effects,
+    /// A taint source the session did not know yet (record it as `taint_raised`).
+    pub raised: Option<TaintRecord>,
 }
 
 impl PolicyDecider {
@@ -40,12 +59,91 @@ impl PolicyDecider {
             policy,
             rules,
             session,
+            recorder: None,
         }
+    }
+
+    /// Record every new taint source the proxy's decisions raise as an
+    /// [`Event::Taint`] (the journal's `taint_raised`) into `recorder`.
+    #[must_use]
+    pub fn with_recorder(mut self, recorder: Arc<dyn Recorder>) -> Self {
+        self.recorder = Some(recorder);
+        self
     }
 
     /// The shared session.
     pub fn session(&self) -> &Arc<Mutex<Session>> {
         &self.session
+    }
+
+    /// Decides on `host:port` at `at_ms` (Unix milliseconds) and, when
+    /// allowed, reserves it in the same step under the session lock: the
+    /// session marks it contacted and takes in the taint a non-relay
+    /// connection raises. Nothing is recorded; the caller records
+    /// [`Decided::raised`].
+    pub fn decide_at(&self, host: &Host, port: u16, at_ms: u64) -> Decided {
+        let Ok(mut session) = self.session.lock() else {
+            return Decided {
+                verdict: Verdict::deny(None, "session_unavailable"),
+                effects: Effects::default(),
+                raised: None,
+            };
+        };
+        let target = request_host(host);
+        let v = decide_host(&self.policy, &session, &target, port);
+        if v.decision != Decision::Allow {
+            let code = match v.rule.as_deref() {
+                Some(r) if r.starts_with("egress.deny") => "host_denied".to_owned(),
+                Some(r) if r.starts_with("taint") => format!(
+                    "tainted_session: {}",
+                    palisade_policy::egress::taint_explanation(&session)
+                ),
+                _ if matches!(host, Host::Ip(_)) => "ip_literal_not_allowed".to_owned(),
+                _ => "host_not_allowed".to_owned(),
+            };
+            return Decided {
+                verdict: Verdict::deny(v.rule, code),
+                effects: Effects::default(),
+                raised: None,
+            };
+        }
+        let known = source_count(&session);
+        let effects = session.apply(
+            &self.rules,
+            at_ms,
+            &TaintEvent::Connect {
+                host: target.to_string(),
+                port,
+                relay: false,
+            },
+        );
+        // Taint sources are a set: record only one the session did not
+        // hold yet (a `host:port` contacted before raised it then).
+        let new_source = source_count(&session) > known;
+        drop(session);
+        let raised = match effects.tainted_by {
+            Some(src) if new_source => Some(TaintRecord {
+                source: src.as_str().to_owned(),
+                class: src.as_str().to_owned(),
+                detail: format!("{target}:{port}"),
+                first: effects.newly_tainted,
+                reported_by: "proxy".to_owned(),
+                at: UNIX_EPOCH + Duration::from_millis(at_ms),
+            }),
+            _ => None,
+        };
+        Decided {
+            verdict: Verdict::allow(v.rule.unwrap_or_default()),
+            effects,
+            raised,
+        }
+    }
+}
+
+fn source_count(session: &Session) -> usize {
+    match session.taint() {
+        TaintState::Clean => 0,
+        TaintState::Tainted { sources, .. } => sources.len(),
     }
 }
 
@@ -58,40 +156,15 @@ fn request_host(host: &Host) -> RequestHost {
 
 impl Decider for PolicyDecider {
     fn decide(&self, host: &Host, port: u16) -> Verdict {
-        let Ok(session) = self.session.lock() else {
-            return Verdict::deny(None, "session_unavailable");
-        };
-        let v = decide_host(&self.policy, &session, &request_host(host), port);
-        match v.decision {
-            Decision::Allow => Verdict::allow(v.rule.unwrap_or_default()),
-            _ => {
-                let code = match v.rule.as_deref() {
-                    Some(r) if r.starts_with("egress.deny") => "host_denied",
-                    Some(r) if r.starts_with("taint") => "tainted_session",
-                    _ if matches!(host, Host::Ip(_)) => "ip_literal_not_allowed",
-                    _ => "host_not_allowed",
-                };
-                Verdict::deny(v.rule, code)
-            }
-        }
-    }
-
-    fn contacted(&self, host: &Host, port: u16) {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
             .unwrap_or(0);
-        if let Ok(mut s) = self.session.lock() {
-            let _ = s.apply(
-                &self.rules,
-                now,
-                &TaintEvent::Connect {
-                    host: request_host(host).to_string(),
-                    port,
-                    relay: false,
-                },
-            );
+        let d = self.decide_at(host, port, now);
+        if let (Some(raised), Some(rec)) = (d.raised, &self.recorder) {
+            rec.record(&Event::Taint(raised));
         }
+        d.verdict
     }
 }
 
@@ -112,7 +185,7 @@ mod tests {
     #[test]
     fn names_follow_the_policy_and_ip_literals_need_a_carve_out() {
         let d = decider(
-            "[egress]\nallow = [\"*.example.com:443\"]\ndeny = [\"bad.example.com\"]\nallow_addresses = [\"127.0.0.0/8\"]\n",
+            "[egress]\nallow = [\"*.example.com:443\"]\ndeny = [\"bad.example.com\"]\nallow_addresses = [\"127.0.0.0/8\"]\n[taint]\nsources = [\"web\"]\n",
         );
         let n = |s: &str| Host::Name(s.into());
         assert!(d.decide(&n("api.example.com"), 443).allow);
@@ -138,13 +211,42 @@ mod tests {
             "[egress]\nallow = [\"*.example.com\"]\n[taint]\nsources = [\"proxy_non_relay\"]\negress_allow = [\"safe.example.com\"]\n",
         );
         let n = |s: &str| Host::Name(s.into());
-        assert!(d.decide(&n("a.example.com"), 443).allow);
-        d.contacted(&n("a.example.com"), 443);
+        // contacted through a relay first: known, but not yet a taint source
+        let _ = d.session().lock().unwrap().apply(
+            &d.rules,
+            1,
+            &TaintEvent::Connect {
+                host: "a.example.com".into(),
+                port: 443,
+                relay: true,
+            },
+        );
+        assert!(!d.session().lock().unwrap().is_tainted());
+        let first = d.decide_at(&n("a.example.com"), 443, 31_586_000);
+        assert!(first.verdict.allow);
+        assert!(first.effects.newly_tainted, "the allow itself taints");
+        let raised = first.raised.unwrap();
+        assert_eq!(
+            (raised.class.as_str(), raised.detail.as_str(), raised.first),
+            ("proxy_non_relay", "a.example.com:443", true)
+        );
         assert!(d.session().lock().unwrap().is_tainted());
-        // tainted: only taint.egress_allow or already contacted
-        assert!(d.decide(&n("a.example.com"), 443).allow);
-        assert!(d.decide(&n("safe.example.com"), 443).allow);
+        // tainted: only taint.egress_allow or already contacted; a known
+        // source is not raised again, a new one is (but not as the first)
+        let again = d.decide_at(&n("a.example.com"), 443, 31_587_000);
+        assert!(again.verdict.allow && again.raised.is_none());
+        let safe = d.decide_at(&n("safe.example.com"), 443, 31_588_000);
+        assert!(safe.verdict.allow);
+        assert!(
+            safe.raised
+                .is_some_and(|r| !r.first && r.detail == "safe.example.com:443")
+        );
         let v = d.decide(&n("b.example.com"), 443);
-        assert_eq!((v.allow, v.reason.as_str()), (false, "tainted_session"));
+        assert!(!v.allow);
+        assert_eq!(
+            v.reason,
+            "tainted_session: tainted by proxy_non_relay (a.example.com:443) at 08:46:26 UTC; \
+             only taint.egress_allow and contacted hosts are open"
+        );
     }
 }

@@ -3,7 +3,9 @@
 //!
 //! 1. read the request head (size cap, header timeout), parse strictly;
 //! 2. check `Proxy-Authorization` against the session token (constant time);
-//! 3. ask the [`Decider`] about the **name**, before any DNS lookup;
+//! 3. ask the [`Decider`] about the **name**, before any DNS lookup (an
+//!    allow is also the decider's reservation: taint and "already
+//!    contacted" are recorded in that same step, never after the dial);
 //! 4. resolve on the host, check **every** address against the
 //!    [`AddressPolicy`]; dial the checked address (no second lookup);
 //! 5. for CONNECT to an SNI port, read the ClientHello and require SNI ==
@@ -558,7 +560,6 @@ impl Proxy {
             first_up.extend_from_slice(&leftover);
             rec.outcome = Outcome::Allowed;
             rec.reason = "allowed".into();
-            self.inner.decider.contacted(&host, port);
             let (up_bytes, down_bytes, close) =
                 pump(client, &mut up, &first_up, &self.inner, signal).await;
             rec.bytes_up = up_bytes;
@@ -608,7 +609,6 @@ impl Proxy {
         }
         rec.outcome = Outcome::Allowed;
         rec.reason = "allowed".into();
-        self.inner.decider.contacted(host, port);
         // 6. pump with limits
         let (up_bytes, down_bytes, close) = pump(client, up, &first_up, &self.inner, signal).await;
         rec.bytes_up = up_bytes;

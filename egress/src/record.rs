@@ -1,5 +1,6 @@
-//! Records of proxy connections and relay requests, and the [`Recorder`]
-//! seam through which they reach the evidence journal.
+//! Records of proxy connections, relay requests and the taint sources a
+//! decider's session takes in, and the [`Recorder`] seam through which they
+//! reach the evidence journal.
 //!
 //! Records carry hosts, ports, addresses, decisions, byte counts and
 //! durations; never payload bytes, header values or credentials.
@@ -207,6 +208,25 @@ pub struct RelayRecord {
     pub duration: Duration,
 }
 
+/// A new taint source of the session behind the proxy's decider (the
+/// journal's `taint_raised`, with the same body the governed session
+/// writes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaintRecord {
+    /// The source as reported (for the proxy, the class).
+    pub source: String,
+    /// The source class the taint rules assigned (`proxy_non_relay`, ...).
+    pub class: String,
+    /// What exactly tainted the session (`host:port` for a connection).
+    pub detail: String,
+    /// Whether this source turned a clean session tainted.
+    pub first: bool,
+    /// Who reported it (`proxy`).
+    pub reported_by: String,
+    /// When the session took the source in.
+    pub at: SystemTime,
+}
+
 /// A record emitted by the proxy or a relay.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -215,6 +235,8 @@ pub enum Event {
     Connection(ConnectionRecord),
     /// A relay request.
     Relay(RelayRecord),
+    /// The decider's session took in a new taint source.
+    Taint(TaintRecord),
 }
 
 fn millis(t: SystemTime) -> u64 {
@@ -224,11 +246,13 @@ fn millis(t: SystemTime) -> u64 {
 }
 
 impl Event {
-    /// The evidence record kind: `egress_connection` or `relay_request`.
+    /// The evidence record kind: `egress_connection`, `relay_request` or
+    /// `taint_raised`.
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Connection(_) => "egress_connection",
             Self::Relay(_) => "relay_request",
+            Self::Taint(_) => "taint_raised",
         }
     }
 
@@ -266,6 +290,14 @@ impl Event {
                 "started_ms": millis(r.started_at),
                 "duration_ms": u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
             }),
+            Self::Taint(t) => json!({
+                "source": t.source,
+                "class": t.class,
+                "detail": t.detail,
+                "first": t.first,
+                "reported_by": t.reported_by,
+                "at_ms": millis(t.at),
+            }),
         }
     }
 
@@ -299,6 +331,13 @@ impl Event {
                 reason = %r.reason,
                 bytes_up = r.bytes_up,
                 bytes_down = r.bytes_down,
+            ),
+            Self::Taint(t) => tracing::info!(
+                target: "palisade_egress",
+                kind = "taint_raised",
+                class = %t.class,
+                detail = %t.detail,
+                first = t.first,
             ),
         }
     }
@@ -341,7 +380,7 @@ impl MemoryRecorder {
             .into_iter()
             .filter_map(|e| match e {
                 Event::Connection(c) => Some(c),
-                Event::Relay(_) => None,
+                _ => None,
             })
             .collect()
     }
@@ -352,7 +391,18 @@ impl MemoryRecorder {
             .into_iter()
             .filter_map(|e| match e {
                 Event::Relay(r) => Some(r),
-                Event::Connection(_) => None,
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Only the taint records.
+    pub fn taints(&self) -> Vec<TaintRecord> {
+        self.events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Taint(t) => Some(t),
+                _ => None,
             })
             .collect()
     }

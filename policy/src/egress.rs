@@ -2,7 +2,9 @@
 //!
 //! Order of evaluation, first hit wins:
 //!
-//! 1. a host that does not normalise is denied; an IP literal is allowed only
+//! 1. a host that does not normalise is denied; an unspecified address
+//!    (`0.0.0.0/8`, `::`, `::ffff:0.0.0.0`) is denied whatever the ranges
+//!    say; an IP literal is allowed only
 //!    inside an `egress.allow_addresses` range (and, in a tainted session,
 //!    only if already contacted): name rules never match addresses, and the
 //!    proxy's address checks still come after this decision;
@@ -11,7 +13,8 @@
 //! 4. a clean session is allowed;
 //! 5. a tainted session is allowed only when the host also matches
 //!    `taint.egress_allow` or the session already contacted this `host:port`;
-//!    otherwise it is denied.
+//!    otherwise it is denied, and the reason says what tainted the session
+//!    and when ([`taint_explanation`]).
 //!
 //! Taint therefore only narrows: a tainted session allows a subset of what a
 //! clean one allows for the same policy and history. The decision is on the
@@ -36,6 +39,8 @@
 //! assert_eq!(v.rule.as_deref(), Some("egress.deny[0]"));
 //! # Ok::<(), String>(())
 //! ```
+
+use std::net::IpAddr;
 
 use palisade_schema::host_policy::HostPolicy;
 use palisade_taint::Session;
@@ -76,6 +81,15 @@ pub fn decide_host(
         return Verdict::new(Decision::Deny, None, "port 0 is not a destination");
     }
     let egress = &policy.egress;
+    if let RequestHost::Ip(ip) = host
+        && is_unspecified(*ip)
+    {
+        return Verdict::new(
+            Decision::Deny,
+            None,
+            format!("`{target}` is an unspecified address (0.0.0.0/8, `::`), never a destination"),
+        );
+    }
     if let RequestHost::Ip(ip) = host {
         let Some((i, range)) = egress
             .allow_addresses
@@ -99,7 +113,10 @@ pub fn decide_host(
         return Verdict::new(
             Decision::Deny,
             Some("taint.egress_allow".to_owned()),
-            format!("the session is tainted and the address `{target}` was not contacted before"),
+            format!(
+                "the address `{target}` was not contacted before: {}",
+                taint_explanation(session)
+            ),
         );
     }
     if let Some((i, p)) = first_match(&egress.deny, host, port) {
@@ -141,7 +158,53 @@ pub fn decide_host(
         Decision::Deny,
         Some("taint.egress_allow".to_owned()),
         format!(
-            "the session is tainted and `{target}` is neither in taint.egress_allow nor already contacted"
+            "`{target}` is neither in taint.egress_allow nor already contacted: {}",
+            taint_explanation(session)
         ),
     )
+}
+
+/// `0.0.0.0/8` ("this network", which Linux dials as the local host), `::`,
+/// and their IPv4-mapped forms: never a destination, whatever
+/// `egress.allow_addresses` says.
+pub fn is_unspecified(ip: IpAddr) -> bool {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        IpAddr::V4(_) => ip,
+    };
+    match ip {
+        IpAddr::V4(v4) => u32::from(v4) >> 24 == 0,
+        IpAddr::V6(v6) => v6.is_unspecified(),
+    }
+}
+
+/// Why and since when a session is tainted, for the reason of a taint
+/// denial: `tainted by proxy_non_relay (crates.io:443) at 08:46:26 UTC;
+/// only taint.egress_allow and contacted hosts are open`. The detail is
+/// escaped to printable ASCII (it may come from a worker's report and the
+/// reason travels in a response header).
+pub fn taint_explanation(session: &Session) -> String {
+    let what = session.first_source().map_or_else(
+        || "tainted".to_owned(),
+        |s| {
+            format!(
+                "tainted by {} ({})",
+                s.source.as_str(),
+                s.detail.escape_default()
+            )
+        },
+    );
+    let when = session
+        .first_tainted_at_ms()
+        .map(|ms| {
+            let secs = ms / 1000;
+            format!(
+                " at {:02}:{:02}:{:02} UTC",
+                (secs / 3600) % 24,
+                (secs / 60) % 60,
+                secs % 60
+            )
+        })
+        .unwrap_or_default();
+    format!("{what}{when}; only taint.egress_allow and contacted hosts are open")
 }

@@ -46,6 +46,20 @@ impl TaintSource {
             Self::Input => None,
         }
     }
+
+    /// The stable name of the source class, as journal records spell it
+    /// (`proxy_non_relay`, `marked_file`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Web => "web",
+            Self::ExternalMcp => "external_mcp",
+            Self::Shell => "shell",
+            Self::ProxyNonRelay => "proxy_non_relay",
+            Self::UntrustedPath => "untrusted_path",
+            Self::MarkedFile => "marked_file",
+            Self::Input => "input",
+        }
+    }
 }
 
 /// One recorded reason for taint: the source class and what exactly
@@ -116,7 +130,10 @@ pub enum Event {
         /// The path as the worker named it.
         path: String,
     },
-    /// A proxy connection was opened (record only connections that opened).
+    /// A proxy connection was allowed. The proxy applies it in the same step
+    /// as the decision, before it dials, so that concurrent requests cannot
+    /// all be decided on the clean state; a dial that fails later does not
+    /// undo it.
     Connect {
         /// The host as requested.
         host: String,
@@ -264,6 +281,9 @@ fn any_match(set: &GlobSet, forms: &[String]) -> bool {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Session {
     taint: TaintState,
+    /// The source that turned the session tainted (the one at `first_at_ms`).
+    #[serde(default)]
+    first_source: Option<Source>,
     contacted: BTreeSet<String>,
     restricted_reads: BTreeSet<String>,
     steering_writes: u64,
@@ -358,6 +378,12 @@ impl Session {
         }
     }
 
+    /// The source that first tainted the session, with [`Session::first_tainted_at_ms`]
+    /// the answer to "tainted by what, since when".
+    pub fn first_source(&self) -> Option<&Source> {
+        self.first_source.as_ref()
+    }
+
     /// Whether the session opened a connection to `host:port` before.
     pub fn has_contacted(&self, host: &RequestHost, port: u16) -> bool {
         self.contacted.contains(&format!("{host}:{port}"))
@@ -401,6 +427,7 @@ impl Session {
         match &mut self.taint {
             TaintState::Clean => {
                 fx.newly_tainted = true;
+                self.first_source = Some(source.clone());
                 self.taint = TaintState::Tainted {
                     sources: BTreeSet::from([source]),
                     more_sources: 0,

@@ -188,43 +188,85 @@ impl SessionCore {
     /// `claimed` is the source kind the worker reported, when it reported one;
     /// the record keeps both it and the class the taint rules assigned.
     fn apply_taint(&self, event: &TaintEvent, reported_by: &str, claimed: Option<&str>) -> bool {
-        let at = now_ms();
-        let (fx, before) = {
+        let (tainted, raised) = {
             let mut st = lock(&self.state);
-            let before = sources_of(st.session.taint());
-            let fx = st.session.apply(&self.rules, at, event);
-            (fx, before)
+            self.apply_locked(&mut st, now_ms(), event, reported_by, claimed)
         };
-        let Some(src) = fx.tainted_by else {
-            return false;
-        };
-        let after = sources_of(lock(&self.state).session.taint());
-        // Record only a source that was not known yet (taint is a set).
-        if after.len() > before.len() {
-            let detail = after
-                .iter()
-                .find(|s| !before.contains(*s))
-                .map(|s| s.1.clone())
-                .unwrap_or_default();
-            let shown = claimed.unwrap_or(source_name(src));
-            lock(&self.state).sources.push(TaintEntry {
-                source: shown.to_owned(),
-                detail: detail.clone(),
-                at: rfc3339(at),
-            });
-            self.journal.record(
-                Kind::TaintRaised,
-                &json!({
-                    "source": shown,
-                    "class": source_name(src),
-                    "detail": detail,
-                    "first": fx.newly_tainted,
-                    "reported_by": reported_by,
-                }),
-                Flags::TAINTED,
-            );
+        if let Some(body) = raised {
+            self.journal
+                .record(Kind::TaintRaised, &body, Flags::TAINTED);
         }
-        true
+        tainted
+    }
+
+    /// Applies a taint event to the locked state; returns whether it tainted
+    /// and, for a source not known yet (taint is a set), the `taint_raised`
+    /// body the caller records once the lock is released.
+    fn apply_locked(
+        &self,
+        st: &mut State,
+        at: u64,
+        event: &TaintEvent,
+        reported_by: &str,
+        claimed: Option<&str>,
+    ) -> (bool, Option<Value>) {
+        let before = sources_of(st.session.taint());
+        let fx = st.session.apply(&self.rules, at, event);
+        let Some(src) = fx.tainted_by else {
+            return (false, None);
+        };
+        let after = sources_of(st.session.taint());
+        if after.len() <= before.len() {
+            return (true, None);
+        }
+        let detail = after
+            .iter()
+            .find(|s| !before.contains(*s))
+            .map(|s| s.1.clone())
+            .unwrap_or_default();
+        let shown = claimed.unwrap_or(src.as_str());
+        st.sources.push(TaintEntry {
+            source: shown.to_owned(),
+            detail: detail.clone(),
+            at: rfc3339(at),
+        });
+        let body = json!({
+            "source": shown,
+            "class": src.as_str(),
+            "detail": detail,
+            "first": fx.newly_tainted,
+            "reported_by": reported_by,
+        });
+        (true, Some(body))
+    }
+
+    /// The egress decision on the current state, reserving nothing.
+    fn egress_verdict(
+        &self,
+        session: &Session,
+        host: &Host,
+        port: u16,
+    ) -> palisade_policy::verdict::Verdict {
+        let host_text = match host {
+            Host::Name(n) => n.clone(),
+            Host::Ip(ip) => ip.to_string(),
+        };
+        decide_egress(
+            &self.policy,
+            session,
+            &ConnectRequest {
+                host: &host_text,
+                port,
+            },
+        )
+    }
+
+    /// Whether the proxy would allow `host:port` now, without reserving it
+    /// (tests probe with this; [`Decider::decide`] reserves).
+    #[cfg(test)]
+    pub(crate) fn would_allow(&self, host: &Host, port: u16) -> bool {
+        let st = lock(&self.state);
+        self.egress_verdict(&st.session, host, port).decision == Decision::Allow
     }
 
     /// Hashes the steering paths again and records each change; changes made
@@ -283,35 +325,32 @@ fn sources_of(t: &TaintState) -> Vec<(TaintSource, String)> {
     }
 }
 
-fn source_name(s: TaintSource) -> &'static str {
-    match s {
-        TaintSource::Web => "web",
-        TaintSource::ExternalMcp => "external_mcp",
-        TaintSource::Shell => "shell",
-        TaintSource::ProxyNonRelay => "proxy_non_relay",
-        TaintSource::UntrustedPath => "untrusted_path",
-        TaintSource::MarkedFile => "marked_file",
-        TaintSource::Input => "input",
-    }
-}
-
 impl Decider for SessionCore {
+    /// Decides and, when allowed, reserves in one step under the state
+    /// lock: the host is marked contacted (and taints the session when the
+    /// policy lists `proxy_non_relay`) before the proxy dials, so requests
+    /// sent together are each decided on the state the earlier ones left.
     fn decide(&self, host: &Host, port: u16) -> ProxyVerdict {
-        let host_text = match host {
-            Host::Name(n) => n.clone(),
-            Host::Ip(ip) => ip.to_string(),
-        };
-        let v = {
-            let st = lock(&self.state);
-            decide_egress(
-                &self.policy,
-                &st.session,
-                &ConnectRequest {
-                    host: &host_text,
+        let (v, raised) = {
+            let mut st = lock(&self.state);
+            let v = self.egress_verdict(&st.session, host, port);
+            let raised = if v.decision == Decision::Allow {
+                let event = TaintEvent::Connect {
+                    host: host.to_string(),
                     port,
-                },
-            )
+                    relay: false,
+                };
+                self.apply_locked(&mut st, now_ms(), &event, "proxy", None)
+                    .1
+            } else {
+                None
+            };
+            (v, raised)
         };
+        if let Some(body) = raised {
+            self.journal
+                .record(Kind::TaintRaised, &body, Flags::TAINTED);
+        }
         match v.decision {
             Decision::Allow => ProxyVerdict {
                 allow: true,
@@ -321,23 +360,13 @@ impl Decider for SessionCore {
             Decision::Ask | Decision::Deny => ProxyVerdict::deny(v.rule, v.reason),
         }
     }
-
-    fn contacted(&self, host: &Host, port: u16) {
-        let event = TaintEvent::Connect {
-            host: host.to_string(),
-            port,
-            relay: false,
-        };
-        // Marks the host as already contacted, and taints when the policy
-        // lists `proxy_non_relay` as a source.
-        let _ = self.apply_taint(&event, "proxy", None);
-    }
 }
 
 impl Recorder for SessionCore {
     fn record(&self, event: &ProxyEvent) {
         let kind = match event {
             ProxyEvent::Relay(_) => Kind::RelayRequest,
+            ProxyEvent::Taint(_) => Kind::TaintRaised,
             _ => Kind::EgressConnection,
         };
         let flags = if self.is_tainted() {

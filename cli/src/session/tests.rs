@@ -10,10 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use palisade_egress::control::{
-    ControlAddr, ControlClient, ControlConfig, ControlListener, ControlServer, Endpoint, TaintKind,
-    Verdict,
+    ControlAddr, ControlBackend, ControlClient, ControlConfig, ControlListener, ControlServer,
+    Endpoint, TaintKind, Verdict,
 };
-use palisade_egress::decide::Decider;
 use palisade_egress::head::Host;
 use palisade_egress::proxy::{Listener, Proxy, shutdown_channel};
 use palisade_egress::resolve::StaticResolver;
@@ -98,8 +97,14 @@ struct Rig {
 }
 
 async fn rig() -> Rig {
+    rig_with(POLICY).await
+}
+
+/// The rig over another policy; `t0.wild.test` .. `t19.wild.test` resolve to loopback too.
+async fn rig_with(policy_text: &str) -> Rig {
     let dir = tempfile::tempdir().unwrap();
-    let (policy, _) = palisade_schema::host_policy::parse_strict(POLICY, "palisade.toml").unwrap();
+    let (policy, _) =
+        palisade_schema::host_policy::parse_strict(policy_text, "palisade.toml").unwrap();
     let key = JournalKey::generate().unwrap();
     let journal = dir.path().join("run.journal");
     let writer = JournalWriter::create(
@@ -125,9 +130,15 @@ async fn rig() -> Rig {
         )
         .unwrap(),
     );
-    let resolver = StaticResolver::new()
+    let mut resolver = StaticResolver::new()
         .with("alpha.test", &[IpAddr::V4(Ipv4Addr::LOCALHOST)])
         .with("beta.test", &[IpAddr::V4(Ipv4Addr::LOCALHOST)]);
+    for i in 0..BURST {
+        resolver = resolver.with(
+            &format!("t{i}.wild.test"),
+            &[IpAddr::V4(Ipv4Addr::LOCALHOST)],
+        );
+    }
     let proxy = Proxy::new(
         super::proxy_config(&policy).unwrap(),
         core.clone(),
@@ -186,10 +197,9 @@ async fn taint_tightens_egress_and_outward_flags_steering_and_the_journal_shows_
     let (st, line) = blocking(move || connect(pp, "alpha.test", a)).await;
     assert!(st.contains(" 200"), "{st}");
     assert_eq!(line, "hello from origin\n");
-    let beta_clean = r.core.decide(&Host::Name("beta.test".into()), b);
     assert!(
-        beta_clean.allow,
-        "positive control: beta is allowed while clean: {beta_clean:?}"
+        r.core.would_allow(&Host::Name("beta.test".into()), b),
+        "positive control: beta is allowed while clean"
     );
 
     // Clean session: the policy allows this push outright (positive control for the ask below).
@@ -329,4 +339,112 @@ async fn a_clean_steering_write_is_recorded_but_not_flagged() {
     assert_eq!(rec.len(), 1);
     assert_eq!(rec[0]["body"]["change"], "created");
     assert_eq!(rec[0]["flags"], serde_json::json!([]));
+}
+
+const BURST: usize = 20;
+
+const WILD: &str = r#"
+[egress]
+allow = ["*.wild.test"]
+allow_addresses = ["127.0.0.0/8"]
+require_sni_match = false
+"#;
+
+/// Sends `CONNECT tI.wild.test` on `BURST` connections before reading any
+/// reply; returns the status lines.
+fn burst(proxy: u16, port: u16) -> Vec<String> {
+    let mut conns: Vec<TcpStream> = (0..BURST)
+        .map(|_| TcpStream::connect(("127.0.0.1", proxy)).unwrap())
+        .collect();
+    for (i, s) in conns.iter_mut().enumerate() {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let a = format!("t{i}.wild.test:{port}");
+        write!(s, "CONNECT {a} HTTP/1.1\r\nHost: {a}\r\n\r\n").unwrap();
+    }
+    conns
+        .iter_mut()
+        .map(|s| {
+            let mut buf = Vec::new();
+            let mut byte = [0u8; 1];
+            while !buf.ends_with(b"\r\n\r\n") && s.read(&mut byte).unwrap_or(0) == 1 {
+                buf.push(byte[0]);
+            }
+            String::from_utf8_lossy(&buf)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect()
+}
+
+/// Waits until every connection of the burst is recorded, then closes the
+/// journal and returns its records.
+async fn journal_lines(r: &Rig) -> Vec<serde_json::Value> {
+    for _ in 0..1000 {
+        let text = std::fs::read_to_string(&r.journal).unwrap_or_default();
+        if text.matches("\"egress_connection\"").count() >= BURST {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    r.control.shutdown();
+    r.core.journal().close().unwrap();
+    std::fs::read_to_string(&r.journal)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_connections_cannot_outrun_the_taint_the_first_raises() {
+    let r = rig_with(&format!("{WILD}[taint]\nsources = [\"proxy_non_relay\"]\n")).await;
+    let (pp, port) = (r.proxy_port, origin());
+    let heads = blocking(move || burst(pp, port)).await;
+    let allowed = heads.iter().filter(|h| h.contains(" 200")).count();
+    assert_eq!(
+        allowed, 1,
+        "only the first may be decided clean: {heads:#?}"
+    );
+    assert!(
+        heads
+            .iter()
+            .all(|h| h.contains(" 200") || h.contains(" 403")),
+        "{heads:#?}"
+    );
+    assert!(r.core.is_tainted());
+    assert_eq!(r.core.state().contacted.len(), 1, "one host reserved");
+    let lines = journal_lines(&r).await;
+    let taint: Vec<_> = lines
+        .iter()
+        .filter(|l| l["kind"] == "taint_raised")
+        .collect();
+    assert_eq!(taint.len(), 1, "{taint:?}");
+    assert_eq!(taint[0]["body"]["class"], "proxy_non_relay");
+    let first = taint[0]["body"]["detail"].as_str().unwrap().to_owned();
+    let denied: Vec<_> = lines
+        .iter()
+        .filter(|l| l["kind"] == "egress_connection" && l["body"]["decision"] == "deny")
+        .collect();
+    assert_eq!(denied.len(), BURST - 1, "{denied:?}");
+    for d in denied {
+        let why = d["body"]["reason"].as_str().unwrap();
+        assert!(
+            why.contains(&format!("tainted by proxy_non_relay ({first}) at ")),
+            "{why}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_in_a_session_without_a_taint_source_is_allowed_whole() {
+    let r = rig_with(&format!("{WILD}[taint]\nsources = [\"web\"]\n")).await;
+    let (pp, port) = (r.proxy_port, origin());
+    let heads = blocking(move || burst(pp, port)).await;
+    assert!(heads.iter().all(|h| h.contains(" 200")), "{heads:#?}");
+    assert!(!r.core.is_tainted());
+    assert_eq!(r.core.state().contacted.len(), BURST);
+    let lines = journal_lines(&r).await;
+    assert!(!lines.iter().any(|l| l["kind"] == "taint_raised"));
 }

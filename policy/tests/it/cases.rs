@@ -173,3 +173,89 @@ fn every_operation_has_allow_and_refusal_cases() {
         assert!(decisions.contains(&"deny"), "{op} has no deny case");
     }
 }
+
+#[test]
+fn a_taint_denial_says_what_tainted_the_session_and_since_when() {
+    let text = "[egress]\nallow = [\"*.wild.test\"]\nallow_addresses = [\"127.0.0.0/8\"]\n[taint]\nsources = [\"proxy_non_relay\"]\n";
+    let (p, _) = parse_strict(text, "palisade.toml").unwrap();
+    let rules = Rules::new(&p, &[]).unwrap();
+    let mut s = Session::new();
+    let req = |host| ConnectRequest { host, port: 443 };
+    // Positive control: clean, every allowed name and carved-out address is open.
+    for host in ["a.wild.test", "b.wild.test", "127.0.0.2"] {
+        let v = egress::decide(&p, &s, &req(host));
+        assert_eq!(
+            v.decision,
+            palisade_policy::verdict::Decision::Allow,
+            "{host}"
+        );
+    }
+    // 08:46:26.500 UTC on some day.
+    let at = 1_796_000_000_000 - 1_796_000_000_000 % 86_400_000 + 31_586_500;
+    let _ = s.apply(
+        &rules,
+        at,
+        &Event::Connect {
+            host: "a.wild.test".into(),
+            port: 443,
+            relay: false,
+        },
+    );
+    let why = "tainted by proxy_non_relay (a.wild.test:443) at 08:46:26 UTC; only taint.egress_allow and contacted hosts are open";
+    for host in ["b.wild.test", "127.0.0.2"] {
+        let v = egress::decide(&p, &s, &req(host));
+        assert_eq!(
+            v.decision,
+            palisade_policy::verdict::Decision::Deny,
+            "{host}"
+        );
+        assert!(v.reason.ends_with(why), "{host}: {}", v.reason);
+    }
+    // Control characters in a detail never reach the reason.
+    let mut s = Session::new();
+    let _ = s.apply(
+        &rules,
+        at,
+        &Event::UntrustedInput {
+            label: "x\r\nInjected: 1".into(),
+        },
+    );
+    let v = egress::decide(&p, &s, &req("b.wild.test"));
+    assert!(
+        v.reason
+            .contains("tainted by input (x\\r\\nInjected: 1) at 08:46:26 UTC"),
+        "{}",
+        v.reason
+    );
+}
+
+#[test]
+fn unspecified_addresses_are_never_a_destination() {
+    let text = "[egress]\nallow_addresses = [\"0.0.0.0/0\", \"::/0\", \"127.0.0.0/8\"]\n";
+    let (p, _) = parse_strict(text, "palisade.toml").unwrap();
+    let s = Session::new();
+    for host in [
+        "0.0.0.0",
+        "0.1.2.3",
+        "::",
+        "::ffff:0.0.0.0",
+        "::ffff:0.9.9.9",
+    ] {
+        let v = egress::decide(&p, &s, &ConnectRequest { host, port: 80 });
+        assert_eq!(
+            v.decision,
+            palisade_policy::verdict::Decision::Deny,
+            "{host}"
+        );
+        assert!(v.reason.contains("unspecified"), "{host}: {}", v.reason);
+    }
+    // Positive control: the carve-outs still let other addresses through.
+    for host in ["127.0.0.1", "1.0.0.0", "::1"] {
+        let v = egress::decide(&p, &s, &ConnectRequest { host, port: 80 });
+        assert_eq!(
+            v.decision,
+            palisade_policy::verdict::Decision::Allow,
+            "{host}"
+        );
+    }
+}

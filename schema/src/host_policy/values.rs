@@ -124,17 +124,34 @@ impl Cidr {
     }
 
     /// Whether `ip` lies in this range. An IPv4-mapped IPv6 address
-    /// (`::ffff:a.b.c.d`) is compared as the IPv4 address it carries.
+    /// (`::ffff:a.b.c.d`) is compared as the IPv4 address it carries, and a
+    /// range inside `::ffff:0:0/96` as the IPv4 range it maps
+    /// (`::ffff:127.0.0.0/104` is `127.0.0.0/8`); other IPv6 ranges never
+    /// contain an IPv4 address. The proxy's address checks follow the same
+    /// rule, so a literal and a name resolving to it are matched alike.
     pub fn contains(&self, ip: IpAddr) -> bool {
         let ip = match ip {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
             IpAddr::V4(_) => ip,
         };
-        if ip.is_ipv4() != self.addr.is_ipv4() {
+        let (net, prefix) = self.matched_as();
+        if ip.is_ipv4() != net.is_ipv4() {
             return false;
         }
         let width: u8 = if ip.is_ipv4() { 32 } else { 128 };
-        to_bits(ip) & mask(self.prefix, width) == to_bits(self.addr)
+        to_bits(ip) & mask(prefix, width) == to_bits(net)
+    }
+
+    /// The range as [`Cidr::contains`] matches it: an IPv4-mapped range as
+    /// the IPv4 range, anything else unchanged.
+    pub fn matched_as(&self) -> (IpAddr, u8) {
+        match self.addr {
+            IpAddr::V6(v6) if self.prefix >= 96 => match v6.to_ipv4_mapped() {
+                Some(v4) => (IpAddr::V4(v4), self.prefix - 96),
+                None => (self.addr, self.prefix),
+            },
+            _ => (self.addr, self.prefix),
+        }
     }
 }
 
@@ -345,6 +362,18 @@ mod tests {
         assert!(v6.contains("fd12::1".parse().unwrap()));
         assert!(!v6.contains("10.0.0.1".parse().unwrap()));
         assert_eq!(Cidr::parse("192.168.1.5").unwrap().prefix(), 32);
+        // An IPv4-mapped range is the IPv4 range, for both spellings.
+        let mapped = Cidr::parse("::ffff:127.0.0.0/104").unwrap();
+        assert!(mapped.contains("127.0.0.1".parse().unwrap()));
+        assert!(mapped.contains("::ffff:127.0.0.1".parse().unwrap()));
+        assert!(!mapped.contains("128.0.0.1".parse().unwrap()));
+        assert!(!mapped.contains("::127.0.0.1".parse().unwrap()));
+        // ... and a wider IPv6 range does not reach into IPv4.
+        assert!(
+            !Cidr::parse("::/0")
+                .unwrap()
+                .contains("127.0.0.1".parse().unwrap())
+        );
     }
 
     #[test]

@@ -49,6 +49,16 @@ fn clean_until_untrusted_then_sticky() {
     assert!(!fx.newly_tainted);
     assert!(s.is_tainted());
     assert_eq!(s.first_tainted_at_ms(), Some(5));
+    // ... and so is the source that tainted it first.
+    let first = s.first_source().unwrap();
+    assert_eq!(
+        (first.source, first.detail.as_str(), first.source.as_str()),
+        (
+            TaintSource::UntrustedPath,
+            "inbox/mail.eml",
+            "untrusted_path"
+        )
+    );
 }
 
 #[test]
