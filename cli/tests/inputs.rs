@@ -659,6 +659,14 @@ fn verify_and_report_give_one_verdict_on_the_same_file() {
     let [v, r] = both_verdicts(d, &path);
     assert_eq!(v, r, "1 GiB: journal verify and report disagree");
     assert_eq!(v.1.as_deref(), Some("malformed"));
+    // `journal show` streams it too, and stops at the over-long line.
+    let out = palisade(d, &args(&["journal", "show", "huge.jsonl"]));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("huge.jsonl:1: line longer than 1032 KiB"),
+        "{}",
+        stderr(&out)
+    );
     // Positive control: the valid journal is verified and reported whole.
     let [v, r] = both_verdicts(d, &f.path("long.jsonl"));
     assert_eq!(v, (Some(0), None, 5));
@@ -669,4 +677,138 @@ fn verify_and_report_give_one_verdict_on_the_same_file() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+}
+
+#[test]
+fn run_reads_the_marks_file_next_to_the_policy_and_refuses_an_unreadable_one() {
+    let f = Fixture::new();
+    let d = f.dir.path();
+    // The policy lives in its own folder; palisade runs from another one.
+    let conf = f.path("conf");
+    std::fs::create_dir_all(conf.join(".palisade")).unwrap();
+    let policy = conf.join("palisade.toml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let marks = conf.join(".palisade/untrusted");
+    let run = |journal: &str| {
+        let work = f.path("work");
+        std::fs::create_dir_all(&work).unwrap();
+        palisade(
+            d,
+            &args(&[
+                "run",
+                "--cwd",
+                work.to_str().unwrap(),
+                "--policy",
+                policy.to_str().unwrap(),
+                "--journal",
+                journal,
+                "--key",
+                "key",
+                "--",
+                "/bin/true",
+            ]),
+        )
+    };
+    // A FIFO planted where the marks file belongs: refused, never waited
+    // on and never silently read as "no marks".
+    let (_, writer) = Bad::FifoNoWriter.make(&conf.join(".palisade"), "untrusted");
+    drop(writer);
+    let out = run("j1.jsonl");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains(&format!(
+            "input_not_regular: marks file `{}`",
+            marks.display()
+        )),
+        "{err}"
+    );
+    // Positive control: a regular marks file there gets the run past it.
+    std::fs::remove_file(&marks).unwrap();
+    std::fs::write(&marks, "/w/inbox\n").unwrap();
+    let out = run("j2.jsonl");
+    assert!(!stderr(&out).contains("marks file"), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn a_certificate_file_is_bounded_like_every_other_input() {
+    let f = Fixture::new();
+    let d = f.dir.path();
+    std::fs::write(
+        f.path("relay.toml"),
+        r#"
+[worker]
+cwd = "/w"
+[[egress.relay]]
+name = "up"
+origin = "https://up.example.com"
+routes = ["POST /v1/x"]
+credential = { header = "x-api-key", from_env = "PALISADE_INPUTS_TEST_CREDENTIAL" }
+"#,
+    )
+    .unwrap();
+    let credential: String = "laitnederc-ekaf".chars().rev().collect();
+    let relay = |ca: &Path, listen: &str| {
+        let argv = args(&[
+            "relay",
+            "--policy",
+            "relay.toml",
+            "--name",
+            "up",
+            "--listen",
+            listen,
+            "--placeholder-file",
+            "ph",
+            "--upstream-ca",
+            ca.to_str().unwrap(),
+        ]);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_palisade"))
+            .current_dir(d)
+            .args(&argv)
+            .env("PALISADE_INPUTS_TEST_CREDENTIAL", &credential)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if started.elapsed() > HANG_GUARD {
+                let _ = child.kill();
+                panic!("palisade {argv:?} hung for {HANG_GUARD:?} (killed)");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        child.wait_with_output().unwrap()
+    };
+    let listen = format!("unix:{}", f.path("r.sock").display());
+    for bad in [
+        Bad::DevZero,
+        Bad::FifoNoWriter,
+        Bad::FifoEndless,
+        Bad::Directory,
+        Bad::OverLimit(MIB),
+    ] {
+        let (input, writer) = bad.make(d, &format!("ca-{bad:?}"));
+        let out = relay(&input, &listen);
+        drop(writer);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {err}");
+        assert!(err.contains(bad.code()), "{bad:?}: {err}");
+        assert!(
+            err.contains(&format!("certificate file `{}`", input.display())),
+            "{err}"
+        );
+        assert!(err.contains("1 MiB"), "{err}");
+        assert!(!err.contains(&credential), "the credential leaked: {err}");
+    }
+    // Positive control: a valid PEM is read and the relay gets past it, to
+    // the listen address it then refuses (TCP is not allowed).
+    let ck = rcgen::generate_simple_self_signed(vec!["up.example.com".to_owned()]).unwrap();
+    std::fs::write(f.path("ca.pem"), ck.cert.pem()).unwrap();
+    let out = relay(&f.path("ca.pem"), "127.0.0.1:1");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("must be unix:PATH"), "{err}");
 }
