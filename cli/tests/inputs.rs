@@ -812,3 +812,41 @@ credential = { header = "x-api-key", from_env = "PALISADE_INPUTS_TEST_CREDENTIAL
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("must be unix:PATH"), "{err}");
 }
+
+#[test]
+fn journal_append_refuses_a_journal_that_is_not_a_regular_file() {
+    let f = Fixture::new();
+    let d = f.dir.path();
+    let append = |journal: &Path| {
+        palisade(
+            d,
+            &args(&[
+                "journal",
+                "append",
+                journal.to_str().unwrap(),
+                "--key",
+                "key",
+                "--kind",
+                "note",
+                "--body",
+                "{}",
+            ]),
+        )
+    };
+    for bad in [Bad::FifoNoWriter, Bad::FifoEndless, Bad::Directory] {
+        let (input, writer) = bad.make(d, &format!("append-{bad:?}"));
+        let out = append(&input);
+        drop(writer);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {err}");
+        assert!(err.contains(&input.display().to_string()), "{bad:?}: {err}");
+        if !matches!(bad, Bad::Directory) {
+            assert!(err.contains("not a regular file"), "{bad:?}: {err}");
+        }
+    }
+    // Positive control: an open journal takes the record.
+    let out = append(&f.path("open.jsonl"));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = append(&f.path("open.jsonl"));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
