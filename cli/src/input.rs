@@ -255,7 +255,7 @@ pub(crate) fn read_optional(path: &Path, kind: Kind) -> Result<Option<String>, S
 }
 
 /// Bytes as UTF-8, or `input_not_utf8`.
-pub(crate) fn utf8(bytes: Vec<u8>, path: &Path, kind: Kind) -> Result<String, String> {
+fn utf8(bytes: Vec<u8>, path: &Path, kind: Kind) -> Result<String, String> {
     String::from_utf8(bytes).map_err(|e| {
         format!(
             "input_not_utf8: {} `{}` is not UTF-8 (byte {})",

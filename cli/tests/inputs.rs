@@ -564,6 +564,25 @@ fn a_workflow_file_is_bounded_like_every_other_input() {
         );
         assert!(err.contains("4 MiB"), "{err}");
     }
+    // A bundle whose files are each within the limit but too large together.
+    let bundle = f.path("big");
+    std::fs::create_dir_all(bundle.join(".paseo/workflows")).unwrap();
+    for i in 0..5 {
+        let file =
+            std::fs::File::create(bundle.join(format!(".paseo/workflows/w{i}.yml"))).unwrap();
+        file.set_len(4 * MIB).unwrap();
+    }
+    let out = palisade(d, &args(&["check", bundle.to_str().unwrap()]));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "input_too_large: workflow bundle `{}`",
+            bundle.join(".paseo").display()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("16 MiB"), "{err}");
     // Positive control: the same command on a valid bundle reads it.
     let out = palisade(d, &args(&["check", workflow_root().to_str().unwrap()]));
     assert!(!stderr(&out).contains("input_"), "{}", stderr(&out));

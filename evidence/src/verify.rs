@@ -137,15 +137,9 @@ impl<R: Read> VerifiedLines<R> {
         }
     }
 
-    /// Records verified so far.
-    #[must_use]
-    pub fn records(&self) -> u64 {
-        self.verifier.report.records
-    }
-
-    /// Ends verification: reads nothing more and reports on what was read
-    /// (call it once [`VerifiedLines::next_line`] returned `None`; earlier,
-    /// the unread rest counts as missing).
+    /// Ends verification and reports. Call it once
+    /// [`VerifiedLines::next_line`] returned `None`: called earlier, it
+    /// reads nothing more and judges the journal as if it ended there.
     #[must_use]
     pub fn finish(self) -> Report {
         let tail = if self.verifier.report.failure.is_some() {
