@@ -3,14 +3,12 @@
 //! bundle, with bounded reads and without following links.
 
 use std::fs;
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use palisade_schema::{Diagnostic, HubConfig};
 
-/// Largest file read. The workflow parser refuses anything over its own
-/// 1 MiB limit with a diagnostic, so this only bounds memory.
-const READ_CAP: u64 = 16 * 1024 * 1024;
+use crate::input::{self, Kind, Links};
+
 /// The most files read from a `.paseo` folder.
 const MAX_FILES: usize = 2000;
 /// The deepest folder nesting read under `.paseo`.
@@ -38,10 +36,11 @@ impl Input {
     pub(crate) fn read(path: &Path) -> Result<Self, String> {
         let meta =
             fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        if meta.is_file() {
+        if !meta.is_dir() {
+            // A single file; anything but a regular one is refused there.
             return Ok(Self::File {
                 name: path.display().to_string(),
-                bytes: read_capped(path)?,
+                bytes: input::read(path, Kind::Workflow)?,
             });
         }
         let root = if path.file_name().is_some_and(|n| n == ".paseo") {
@@ -59,8 +58,21 @@ impl Input {
         collect(&root, ".paseo", 0, &mut names)?;
         names.sort();
         let mut files = Vec::with_capacity(names.len());
+        let mut total = 0u64;
         for rel in names {
-            let bytes = read_capped(&root.join(&rel))?;
+            // Listed without following links; a link swapped in since is
+            // refused by the open itself.
+            let bytes = input::read_with(&root.join(&rel), Kind::Workflow, Links::Refuse)?;
+            total = total.saturating_add(bytes.len() as u64);
+            if total > Kind::Bundle.limit() {
+                return Err(format!(
+                    "input_too_large: {} `{}` is larger than the {} limit for a {} (all its files together)",
+                    Kind::Bundle.name(),
+                    root.join(".paseo").display(),
+                    input::size(Kind::Bundle.limit()),
+                    Kind::Bundle.name()
+                ));
+            }
             files.push((rel, bytes));
         }
         Ok(Self::Bundle { root, files })
@@ -119,23 +131,6 @@ pub(crate) fn load_config(path: &Path) -> Result<HubConfig, String> {
             errors.join("\n")
         )),
     }
-}
-
-/// Reads a whole file of at most [`READ_CAP`] bytes; a larger one is an
-/// error rather than a silent truncation.
-pub(crate) fn read_capped(path: &Path) -> Result<Vec<u8>, String> {
-    let file = fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let mut bytes = Vec::new();
-    file.take(READ_CAP.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if bytes.len() as u64 > READ_CAP {
-        return Err(format!(
-            "{} is larger than {READ_CAP} bytes",
-            path.display()
-        ));
-    }
-    Ok(bytes)
 }
 
 /// `/`-separated paths of the files under `root/rel`, without following links.

@@ -13,7 +13,7 @@ use annotate_snippets::{AnnotationKind, Group, Level, Renderer, Snippet};
 use palisade_schema::{Diagnostic, LineIndex, Severity};
 use serde_json::{Value, json};
 
-use crate::bundle::{Input, read_capped};
+use crate::bundle::Input;
 
 /// Output formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -81,7 +81,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         check_path(&args.path)?
     };
     if let Some(policy) = &args.policy {
-        let text = read_text(policy)?;
+        let text = crate::input::read_text(policy, crate::input::Kind::Policy)?;
         let name = policy.display().to_string();
         diags.extend(check_policy(&name, &text)?);
         checked.what = if checked.what.is_empty() {
@@ -108,11 +108,6 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
 /// name and text, returns its diagnostics (errors and lints).
 pub(crate) fn check_policy(name: &str, text: &str) -> Result<Vec<Diagnostic>, String> {
     Ok(palisade_schema::host_policy::parse(text, name).1)
-}
-
-fn read_text(path: &Path) -> Result<String, String> {
-    let bytes = read_capped(path)?;
-    String::from_utf8(bytes).map_err(|_| format!("{}: not valid UTF-8", path.display()))
 }
 
 /// Checks PATH; returns diagnostics (file names as the user sees them) and

@@ -10,7 +10,7 @@ use palisade_policy::capability::{CapabilityRegistry, OutputContext};
 use palisade_policy::plan::{PlanInput, RunPlan, StepStatus, plan};
 use serde_json::{Map, Value, json};
 
-use crate::bundle::{load_config, read_capped};
+use crate::bundle::load_config;
 use crate::policy_cmd::{Format, Ordering};
 
 /// Arguments of `palisade explain`.
@@ -89,7 +89,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
 }
 
 fn read_json(path: &std::path::Path) -> Result<Value, String> {
-    let bytes = read_capped(path)?;
+    let bytes = crate::input::read(path, crate::input::Kind::Event)?;
     serde_json::from_slice(&bytes).map_err(|e| format!("{}: invalid JSON: {e}", path.display()))
 }
 

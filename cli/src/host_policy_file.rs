@@ -8,6 +8,8 @@ use palisade_schema::LineIndex;
 use palisade_schema::host_policy::{self, HostPolicy};
 use palisade_taint::{Record, Rules, Session, parse_marks};
 
+use crate::input;
+
 /// A loaded policy with the file it came from.
 pub(crate) struct Loaded {
     pub(crate) policy: HostPolicy,
@@ -18,7 +20,7 @@ pub(crate) struct Loaded {
 
 /// Reads and parses the policy; any error is printed and returned as `Err`.
 pub(crate) fn load_policy(path: &Path) -> Result<Loaded, String> {
-    let text = read_text(path)?;
+    let text = input::read_text(path, input::Kind::Policy)?;
     let name = path.display().to_string();
     match host_policy::parse_strict(&text, &name) {
         Ok((policy, _warnings)) => Ok(Loaded {
@@ -34,15 +36,6 @@ pub(crate) fn load_policy(path: &Path) -> Result<Loaded, String> {
     }
 }
 
-/// Reads a file as UTF-8 with a size cap.
-pub(crate) fn read_text(path: &Path) -> Result<String, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if bytes.len() > host_policy::MAX_POLICY_BYTES * 16 {
-        return Err(format!("{} is too large", path.display()));
-    }
-    String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8", path.display()))
-}
-
 /// The marks file for `loaded`: `explicit` if given, else `taint.marks_file`
 /// relative to the policy file's directory.
 pub(crate) fn marks_path(loaded: &Loaded, explicit: Option<&Path>) -> PathBuf {
@@ -55,17 +48,15 @@ pub(crate) fn marks_path(loaded: &Loaded, explicit: Option<&Path>) -> PathBuf {
 
 /// Reads the marks file; a missing file means no marks.
 pub(crate) fn read_marks(path: &Path) -> Result<Vec<String>, String> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(parse_marks(&text)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(format!("cannot read marks file {}: {e}", path.display())),
-    }
+    Ok(input::read_optional(path, input::Kind::Marks)?
+        .map(|text| parse_marks(&text))
+        .unwrap_or_default())
 }
 
 /// Loads a session: a serialized `Session` object, a JSON array of records,
 /// or JSON lines of records (rebuilt under `rules`).
 pub(crate) fn load_session(path: &Path, rules: &Rules) -> Result<Session, String> {
-    let text = read_text(path)?;
+    let text = input::read_text(path, input::Kind::Session)?;
     let trimmed = text.trim_start();
     let bad =
         |e: serde_json::Error| format!("{}: not a session or record list: {e}", path.display());

@@ -18,6 +18,8 @@ use palisade_evidence::{
 };
 use serde_json::{Value, json};
 
+use crate::input;
+
 /// Exit status of `verify` for an invalid journal.
 const EXIT_INVALID: u8 = 1;
 /// Exit status of `verify` for a valid journal without `journal_closed`.
@@ -174,18 +176,29 @@ fn keygen(out: &Path) -> Result<ExitCode, String> {
 
 /// Loads a journal key file, refusing one other users can read.
 pub(crate) fn read_key(path: &Path) -> Result<JournalKey, String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("key `{}`: {e}", path.display()))?;
-    let mode = meta.permissions().mode() & 0o777;
+    let kind = input::Kind::Key;
+    let opened = input::open(path, kind)?;
+    // The mode of the opened file, not of whatever the path names later.
+    let mode = opened.meta.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
         return Err(format!(
             "key file {} is accessible by other users (mode {mode:o}); run chmod 600",
             path.display()
         ));
     }
-    let text = zeroize::Zeroizing::new(
-        std::fs::read_to_string(path).map_err(|e| format!("key `{}`: {e}", path.display()))?,
-    );
-    JournalKey::from_text(&text).map_err(|e| format!("key `{}`: {e}", path.display()))
+    // Preallocated to the limit: no reallocation leaves key bytes behind.
+    let cap = usize::try_from(kind.limit()).unwrap_or(0).saturating_add(1);
+    let mut bytes = zeroize::Zeroizing::new(Vec::with_capacity(cap));
+    input::read_into(&opened, path, kind, &mut bytes)?;
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|_| format!("input_not_utf8: key file `{}` is not UTF-8", path.display()))?;
+    JournalKey::from_text(text).map_err(|e| format!("key `{}`: {e}", path.display()))
+}
+
+/// Loads an anchor file.
+pub(crate) fn read_anchor(path: &Path) -> Result<Anchor, String> {
+    let text = input::read_text(path, input::Kind::Anchor)?;
+    Anchor::from_json(text.trim()).map_err(|e| format!("anchor file `{}`: {e}", path.display()))
 }
 
 fn verify_cmd(
@@ -195,16 +208,9 @@ fn verify_cmd(
     format: Format,
 ) -> Result<ExitCode, String> {
     let key = read_key(key)?;
-    let anchor = match anchor {
-        Some(path) => {
-            let text =
-                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            Some(Anchor::from_json(text.trim()).map_err(|e| format!("{}: {e}", path.display()))?)
-        }
-        None => None,
-    };
-    let reader = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let report = verify_reader(reader, &key, anchor.as_ref())
+    let anchor = anchor.map(read_anchor).transpose()?;
+    let opened = input::open(file, input::Kind::Journal)?;
+    let report = verify_reader(opened.file, &key, anchor.as_ref())
         .map_err(|e| format!("{}: {e}", file.display()))?;
     match format {
         Format::Json => println!("{}", report_json(&report)),
@@ -302,13 +308,33 @@ fn print_report(file: &Path, report: &Report) {
 }
 
 fn show(file: &Path, kind: Option<&str>, format: Format) -> Result<ExitCode, String> {
-    let text = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let opened = input::open(file, input::Kind::Journal)?;
+    let max = input::Kind::Journal.limit();
+    // Streamed line by line: the journal may legitimately be large.
+    let mut reader = std::io::BufReader::with_capacity(1 << 16, opened.file);
+    let mut line = Vec::new();
     let mut bad = 0usize;
     let mut out = std::io::stdout().lock();
-    for (idx, line) in text.split(|&b| b == b'\n').enumerate() {
+    for idx in 0usize.. {
+        match input::read_line(&mut reader, max, &mut line)
+            .map_err(|e| format!("{}: {e}", file.display()))?
+        {
+            input::Line::End => break,
+            input::Line::TooLong => {
+                eprintln!(
+                    "{}:{}: line longer than {} ({max} bytes); stopping here",
+                    file.display(),
+                    idx + 1,
+                    input::size(max)
+                );
+                return Ok(ExitCode::from(EXIT_INVALID));
+            }
+            input::Line::Complete | input::Line::Unterminated => {}
+        }
         if line.is_empty() {
             continue;
         }
+        let line = line.as_slice();
         let Ok(record) = serde_json::from_slice::<Value>(line) else {
             bad += 1;
             eprintln!("{}:{}: not a JSON record", file.display(), idx + 1);

@@ -16,6 +16,7 @@ mod custom_profile;
 mod decide;
 mod explain;
 mod host_policy_file;
+mod input;
 mod journal;
 mod mark_untrusted;
 mod policy_cmd;

@@ -13,7 +13,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use palisade_taint::{normalize_path, parse_marks};
+use palisade_taint::normalize_path;
 
 use crate::host_policy_file::{load_policy, marks_path};
 
@@ -37,12 +37,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         Some(m) => m.clone(),
         None => marks_path(&load_policy(&args.policy)?, None),
     };
-    let existing = match std::fs::read_to_string(&file) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(format!("cannot read {}: {e}", file.display())),
-    };
-    let mut marks = parse_marks(&existing);
+    let mut marks = crate::host_policy_file::read_marks(&file)?;
     let mut added = 0usize;
     for p in &args.paths {
         if p.is_empty() || p.contains('\n') || p.contains('\0') {

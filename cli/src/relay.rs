@@ -71,9 +71,8 @@ fn read_roots(path: &std::path::Path) -> Result<rustls::RootCertStore, String> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject as _;
     let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?
-    {
+    let pem = crate::input::read(path, crate::input::Kind::Certificates)?;
+    for cert in CertificateDer::pem_slice_iter(&pem) {
         let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
         roots
             .add(cert)

@@ -114,9 +114,10 @@ fn is_denied(r: &Rec) -> bool {
 }
 
 /// Builds the summary from records in order.
-pub(crate) fn summarize(recs: &[Rec]) -> Summary {
+pub(crate) fn summarize(recs: impl IntoIterator<Item = Rec>) -> Summary {
     let mut s = Summary::default();
     for r in recs {
+        let r = &r;
         match r.kind.as_str() {
             "execution_started" => s.started = Some(r.clone()),
             "sandbox_status" => s.sandbox.push(r.clone()),
@@ -370,25 +371,38 @@ fn status_words(r: &palisade_evidence::Report) -> String {
 pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     use palisade_evidence::Verdict;
     let key = crate::journal::read_key(&args.key)?;
-    let bytes =
-        std::fs::read(&args.file).map_err(|e| format!("journal `{}`: {e}", args.file.display()))?;
-    let anchor = match &args.anchor {
-        Some(p) => {
-            let text =
-                std::fs::read_to_string(p).map_err(|e| format!("anchor `{}`: {e}", p.display()))?;
-            Some(palisade_evidence::Anchor::from_json(text.trim()).map_err(|e| e.to_string())?)
+    let anchor = args
+        .anchor
+        .as_deref()
+        .map(crate::journal::read_anchor)
+        .transpose()?;
+    // The journal is streamed through the verifier `journal verify` uses:
+    // only the lines it has verified reach the summary, and the verdict is
+    // the one `journal verify` gives for the same file.
+    let opened = crate::input::open(&args.file, crate::input::Kind::Journal)?;
+    let mut lines = palisade_evidence::VerifiedLines::new(opened.file, &key, anchor);
+    let mut read_error = None;
+    let recs = std::iter::from_fn(|| {
+        loop {
+            match lines.next_line() {
+                Ok(Some(line)) => {
+                    if let Some(r) = std::str::from_utf8(line).ok().and_then(Rec::parse) {
+                        return Some(r);
+                    }
+                }
+                Ok(None) => return None,
+                Err(e) => {
+                    read_error = Some(e);
+                    return None;
+                }
+            }
         }
-        None => None,
-    };
-    let report = palisade_evidence::verify(&bytes, &key, anchor.as_ref());
-    let verified = usize::try_from(report.records).unwrap_or(usize::MAX);
-    let recs: Vec<Rec> = bytes
-        .split(|b| *b == b'\n')
-        .take(verified)
-        .filter_map(|l| std::str::from_utf8(l).ok())
-        .filter_map(Rec::parse)
-        .collect();
-    let summary = summarize(&recs);
+    });
+    let summary = summarize(recs);
+    if let Some(e) = read_error {
+        return Err(format!("journal `{}`: {e}", args.file.display()));
+    }
+    let report = lines.finish();
     let status = status_words(&report);
     if args.format == "json" {
         let v = serde_json::json!({
@@ -480,7 +494,7 @@ mod tests {
                 &["irreversible"],
             ),
         ];
-        let out = render("valid, closed", &summarize(&recs));
+        let out = render("valid, closed", &summarize(recs.clone()));
         assert!(
             out.contains("a.example:443: 1 connection(s), 10 B up, 2.0 KiB down"),
             "{out}"

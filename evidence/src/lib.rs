@@ -50,8 +50,8 @@ pub use record::{
     Body, Entry, Flags, Kind, MAX_BODY_LEN, MAX_KIND_LEN, MAX_SESSION_LEN, RecordError, Timestamp,
 };
 pub use verify::{
-    Anchor, AnchorError, Failure, FailureKind, MAX_LINE_LEN, Report, Verdict, Verifier, verify,
-    verify_reader,
+    Anchor, AnchorError, Failure, FailureKind, MAX_LINE_LEN, Report, Verdict, VerifiedLines,
+    Verifier, verify, verify_reader,
 };
 pub use writer::{
     Durability, JournalError, JournalWriter, OpenReport, Receipt, SealPolicy, Ticket, WriterOptions,

@@ -29,19 +29,126 @@ const READ_CHUNK: usize = 1 << 20;
 /// Verifies a journal read from `reader` (e.g. an open file) in 1 MiB
 /// chunks, holding at most one line beyond the chunk in memory. The report
 /// is the one [`verify`] gives for the same bytes, except that telling
-/// `reordered` from `seq_gap` only looks ahead within the current chunk.
+/// `reordered` from `seq_gap` only looks ahead within the bytes already
+/// read. It is [`VerifiedLines`] read to the end.
 ///
 /// # Errors
 /// Only the reader's errors; every problem with the journal is in the
 /// report.
 pub fn verify_reader<R: Read>(
-    mut reader: R,
+    reader: R,
     key: &JournalKey,
     anchor: Option<&Anchor>,
 ) -> std::io::Result<Report> {
-    let mut verifier = Verifier::new(key, anchor.cloned());
-    let tail = verifier.feed_reader(&mut reader)?;
-    Ok(verifier.finish(&tail))
+    let mut lines = VerifiedLines::new(reader, key, anchor.cloned());
+    while lines.next_line()?.is_some() {}
+    Ok(lines.finish())
+}
+
+/// A journal verified as it is read: [`VerifiedLines::next_line`] yields
+/// each record line only after it has verified, and stops at the first
+/// failure, so a caller that summarises the journal reads exactly what
+/// [`verify_reader`] verified, with no second parser. Memory is bounded by
+/// one read chunk (1 MiB) plus one line of at most [`MAX_LINE_LEN`] bytes,
+/// whatever the journal's size; nothing is allocated per record.
+pub struct VerifiedLines<R> {
+    reader: R,
+    verifier: Verifier,
+    buf: Vec<u8>,
+    /// Where the unconsumed bytes of `buf` start.
+    start: usize,
+    /// The read buffer, allocated once.
+    chunk: Vec<u8>,
+    eof: bool,
+}
+
+impl<R> fmt::Debug for VerifiedLines<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VerifiedLines")
+            .field("verifier", &self.verifier)
+            .field("eof", &self.eof)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: Read> VerifiedLines<R> {
+    /// Verifies the journal `reader` yields from its first record; `key`
+    /// must be the initial key (see [`verify`]).
+    #[must_use]
+    pub fn new(reader: R, key: &JournalKey, anchor: Option<Anchor>) -> Self {
+        Self {
+            reader,
+            verifier: Verifier::new(key, anchor),
+            buf: Vec::new(),
+            start: 0,
+            chunk: vec![0u8; READ_CHUNK],
+            eof: false,
+        }
+    }
+
+    /// The next verified record line (without its newline), or `None` at
+    /// the end of the input or at the first failure; then call
+    /// [`VerifiedLines::finish`] for the verdict.
+    ///
+    /// # Errors
+    /// Only the reader's errors.
+    pub fn next_line(&mut self) -> std::io::Result<Option<&[u8]>> {
+        loop {
+            if self.verifier.report.failure.is_some() {
+                return Ok(None);
+            }
+            let rest = self.buf.get(self.start..).unwrap_or_default();
+            if let Some(nl) = memchr::memchr(b'\n', rest) {
+                let line = rest.get(..nl).unwrap_or_default();
+                let after = rest.get(nl + 1..).unwrap_or_default();
+                self.verifier.line(line, after);
+                if self.verifier.report.failure.is_some() {
+                    return Ok(None);
+                }
+                self.verifier.st.offset += (nl + 1) as u64;
+                self.verifier.st.line += 1;
+                let from = self.start;
+                self.start += nl + 1;
+                return Ok(self.buf.get(from..from + nl));
+            }
+            if rest.len() > MAX_LINE_LEN {
+                let msg = format!(
+                    "line {} is longer than {MAX_LINE_LEN} bytes",
+                    self.verifier.st.line
+                );
+                self.verifier.fail(FailureKind::Malformed, msg);
+                return Ok(None);
+            }
+            if self.eof {
+                return Ok(None);
+            }
+            self.buf.drain(..self.start);
+            self.start = 0;
+            let n = loop {
+                match self.reader.read(&mut self.chunk) {
+                    Ok(n) => break n,
+                    Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(err) => return Err(err),
+                }
+            };
+            self.buf
+                .extend_from_slice(self.chunk.get(..n).unwrap_or_default());
+            self.eof = n == 0;
+        }
+    }
+
+    /// Ends verification and reports. Call it once
+    /// [`VerifiedLines::next_line`] returned `None`: called earlier, it
+    /// reads nothing more and judges the journal as if it ended there.
+    #[must_use]
+    pub fn finish(self) -> Report {
+        let tail = if self.verifier.report.failure.is_some() {
+            &[][..]
+        } else {
+            self.buf.get(self.start..).unwrap_or_default()
+        };
+        self.verifier.finish(tail)
+    }
 }
 
 /// Verifies a whole journal.
@@ -444,7 +551,12 @@ impl Verifier {
     #[must_use]
     pub fn finish(mut self, tail: &[u8]) -> Report {
         if self.report.failure.is_none() {
-            if !tail.is_empty() {
+            if tail.len() > MAX_LINE_LEN {
+                // Too long to be a line cut short by a crash: the same
+                // verdict `verify_reader` gives without reading it whole.
+                let msg = format!("line {} is longer than {MAX_LINE_LEN} bytes", self.st.line);
+                self.fail(FailureKind::Malformed, msg);
+            } else if !tail.is_empty() {
                 self.report.torn_tail_bytes = tail.len() as u64;
                 let msg = format!(
                     "the journal ends with an incomplete line of {} bytes (a crash mid-write; reopening the journal recovers it)",

@@ -357,6 +357,19 @@ impl JournalWriter {
             .append(true)
             .open(path)
             .map_err(|source| io_err("open", path, source))?;
+        // A FIFO would block the replay forever and a device would feed it
+        // without end: only a regular file is a journal (checked on the
+        // opened descriptor).
+        let meta = file
+            .metadata()
+            .map_err(|source| io_err("stat", path, source))?;
+        if !meta.file_type().is_file() {
+            let source = std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file (a journal must be one)",
+            );
+            return Err(io_err("open", path, source));
+        }
         let mut verifier = Verifier::for_writer(key);
         let tail = verifier
             .feed_reader(&mut file)

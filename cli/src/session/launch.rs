@@ -188,9 +188,8 @@ fn load_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| format!("--relay-ca `{}`: {e}", path.display()))?;
-    for c in certs {
+    let pem = crate::input::read(path, crate::input::Kind::Certificates)?;
+    for c in CertificateDer::pem_slice_iter(&pem) {
         let c = c.map_err(|e| format!("--relay-ca `{}`: {e}", path.display()))?;
         roots
             .add(c)
@@ -424,7 +423,13 @@ pub(crate) fn run(
             return setup_failure(e);
         }
     };
-    let marks = policy_marks(&policy);
+    let marks = match policy_marks(&policy, &policy_path) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = journal.close();
+            return setup_failure(e);
+        }
+    };
     let core = match SessionCore::new(
         id.clone(),
         policy.clone(),
@@ -599,14 +604,16 @@ fn write_grant(sb: &mut Sandbox, grant: &serde_json::Value) -> Result<PathBuf, S
     Ok(path)
 }
 
-fn policy_marks(policy: &HostPolicy) -> Vec<String> {
+/// The marks of `taint.marks_file`, relative to the policy file's folder
+/// as `mark-untrusted` writes them; a missing file means no marks, any
+/// other failure to read it refuses the run.
+fn policy_marks(policy: &HostPolicy, policy_path: &Path) -> Result<Vec<String>, String> {
     let path = &policy.taint.marks_file;
     if path.is_empty() {
-        return Vec::new();
+        return Ok(Vec::new());
     }
-    std::fs::read_to_string(path)
-        .map(|t| palisade_taint::parse_marks(&t))
-        .unwrap_or_default()
+    let dir = policy_path.parent().unwrap_or_else(|| Path::new("."));
+    crate::host_policy_file::read_marks(&dir.join(path))
 }
 
 #[expect(

@@ -395,3 +395,78 @@ fn an_overlong_line_is_refused_without_buffering_it_whole() {
     let streamed = palisade_evidence::verify_reader(&bytes[..], &w.key, None).unwrap();
     assert_eq!(streamed.failure.unwrap().kind, FailureKind::Malformed);
 }
+
+#[test]
+fn an_overlong_unterminated_tail_is_malformed_whole_or_streamed() {
+    // No newline at all, and valid records followed by an over-long
+    // unterminated line: too long to be a crash's torn tail, so both
+    // entry points say `malformed`, never one `torn_tail` and the other
+    // `malformed`.
+    let w = written(3, every_records(10));
+    let long = vec![b'x'; palisade_evidence::MAX_LINE_LEN + 10];
+    let mut after_records = w.bytes.clone();
+    after_records.extend_from_slice(&long);
+    for (name, bytes) in [
+        ("no newline", &long[..]),
+        ("after records", &after_records[..]),
+    ] {
+        let whole = verify(bytes, &w.key, None).failure.unwrap();
+        assert_eq!(
+            whole.kind,
+            FailureKind::Malformed,
+            "{name}: {}",
+            whole.message
+        );
+        assert!(whole.message.contains("longer than"), "{}", whole.message);
+        for step in [4096, usize::MAX] {
+            let streamed =
+                palisade_evidence::verify_reader(Trickle { data: bytes, step }, &w.key, None)
+                    .unwrap()
+                    .failure
+                    .unwrap();
+            assert_eq!(streamed, whole, "{name} step {step}");
+        }
+    }
+    // Positive control: a short unterminated tail is still a torn tail.
+    let torn = &w.bytes[..w.bytes.len() - 9];
+    let whole = verify(torn, &w.key, None).failure.unwrap();
+    assert_eq!(whole.kind, FailureKind::TornTail);
+    let streamed = palisade_evidence::verify_reader(torn, &w.key, None).unwrap();
+    assert_eq!(streamed.failure.unwrap(), whole);
+}
+
+#[test]
+fn verified_lines_yield_exactly_the_verified_records() {
+    let w = written(50, every_records(7));
+    let starts = line_starts(&w.bytes);
+    let mut flipped = w.bytes.clone();
+    flipped[starts[20] + 40] ^= 4;
+    for (name, bytes, expect) in [
+        ("intact", &w.bytes[..], Verdict::Closed),
+        ("flipped", &flipped[..], Verdict::Invalid),
+    ] {
+        let whole = verify(bytes, &w.key, None);
+        let mut lines = palisade_evidence::VerifiedLines::new(
+            Trickle {
+                data: bytes,
+                step: 333,
+            },
+            &w.key,
+            None,
+        );
+        let mut seen = Vec::new();
+        while let Some(line) = lines.next_line().unwrap() {
+            seen.push(line.to_vec());
+        }
+        let report = lines.finish();
+        assert_eq!(report.verdict(), expect, "{name}");
+        assert_eq!(report.failure, whole.failure, "{name}");
+        assert_eq!(seen.len() as u64, whole.records, "{name}");
+        let expected: Vec<Vec<u8>> = bytes
+            .split(|&b| b == b'\n')
+            .take(seen.len())
+            .map(<[u8]>::to_vec)
+            .collect();
+        assert_eq!(seen, expected, "{name}");
+    }
+}
