@@ -275,20 +275,27 @@ pub(crate) fn write_secret_file(path: &Path, value: &str) -> Result<(), String> 
         .map_err(|e| format!("cannot set mode on {}: {e}", path.display()))
 }
 
-/// Waits for SIGINT or SIGTERM.
-pub(crate) async fn signalled() {
+/// Installs the SIGINT and SIGTERM handlers now and returns a future that
+/// ends on the first of them. Call it before announcing `listening`: a
+/// signal sent as soon as the announcement is read must find the handlers
+/// in place, or it would end the process by the default action, with the
+/// journal left unclosed. Must be called within the tokio runtime.
+pub(crate) fn stop_signals() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (
+    let handlers = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
-    ) else {
-        // Without signal handlers the process could not stop cleanly; run until killed.
-        std::future::pending::<()>().await;
-        return;
-    };
-    tokio::select! {
-        _ = int.recv() => {}
-        _ = term.recv() => {}
+    );
+    async move {
+        let (Ok(mut int), Ok(mut term)) = handlers else {
+            // Without signal handlers the process could not stop cleanly; run until killed.
+            std::future::pending::<()>().await;
+            return;
+        };
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
     }
 }
 
@@ -379,13 +386,14 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
             recorder,
         );
         let (shutdown, signal) = shutdown_channel();
+        let stopped = stop_signals();
         eprintln!("palisade proxy: listening on {shown}");
         println!(
             "{}",
             serde_json::json!({"event": "listening", "listen": shown})
         );
         let task = tokio::spawn(async move { proxy.serve(listener, signal).await });
-        signalled().await;
+        stopped.await;
         shutdown.trigger();
         task.await
             .map_err(|e| format!("proxy task failed: {e}"))?

@@ -15,7 +15,7 @@ use palisade_egress::resolve::SystemResolver;
 
 use crate::host_policy_file::load_policy;
 use crate::proxy::{
-    StdoutRecorder, address_policy, close_journal, open_journal, runtime, signalled,
+    StdoutRecorder, address_policy, close_journal, open_journal, runtime, stop_signals,
     write_secret_file,
 };
 
@@ -150,6 +150,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         write_secret_file(&args.placeholder_file, placeholder.expose())?;
         let relay = Relay::new(config, Arc::new(SystemResolver), recorder);
         let (shutdown, signal) = shutdown_channel();
+        let stopped = stop_signals();
         eprintln!("palisade relay `{}`: listening on {path}", args.name);
         println!(
             "{}",
@@ -157,7 +158,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         );
         let task = async { relay.serve(&socket, signal).await };
         let stop = async {
-            signalled().await;
+            stopped.await;
             shutdown.trigger();
         };
         let (res, ()) = tokio::join!(task, stop);
