@@ -36,6 +36,7 @@ mod layer;
 mod mounts;
 mod plan;
 mod profile;
+mod pty;
 mod seccomp;
 mod spawn;
 #[expect(
