@@ -370,17 +370,18 @@ fn relay(master: &OwnedFd, input: Option<&OwnedFd>, output: &OwnedFd, stop: &Own
         }
         // Check again right before the read: the foreground may have moved
         // since the poll began.
-        if i_in && let Some(i) = input {
-            if foreground(i) {
-                let room = CAP.saturating_sub(to_worker.len()).max(1);
-                match nix::unistd::read(i, buf.get_mut(..room).unwrap_or(&mut [])) {
-                    Ok(0) => input_open = false,
-                    Ok(n) => to_worker.extend_from_slice(buf.get(..n).unwrap_or(&[])),
-                    Err(Errno::EAGAIN | Errno::EINTR) => {}
-                    // Lost the race to the background (SIGTTIN is blocked).
-                    Err(Errno::EIO) if !foreground(i) => {}
-                    Err(_) => input_open = false,
-                }
+        if i_in
+            && let Some(i) = input
+            && foreground(i)
+        {
+            let room = CAP.saturating_sub(to_worker.len()).max(1);
+            match nix::unistd::read(i, buf.get_mut(..room).unwrap_or(&mut [])) {
+                Ok(0) => input_open = false,
+                Ok(n) => to_worker.extend_from_slice(buf.get(..n).unwrap_or(&[])),
+                Err(Errno::EAGAIN | Errno::EINTR) => {}
+                // Lost the race to the background (SIGTTIN is blocked).
+                Err(Errno::EIO) if !foreground(i) => {}
+                Err(_) => input_open = false,
             }
         }
         if o_out {
