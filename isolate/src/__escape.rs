@@ -139,6 +139,44 @@ fn tiocsti_readback() -> String {
     read_input(10).replacen("ok got ", "ok ", 1)
 }
 
+/// Say `ready` on stdout, then wait up to `secs` seconds for SIGWINCH:
+/// `ok <rows>x<cols>` (fd 0's window size once it came) or `ok none`.
+fn winch(secs: u16) -> String {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use nix::sys::signal::{SigSet, Signal};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    use std::os::fd::AsFd;
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGWINCH);
+    if let Err(e) = set.thread_block() {
+        return format!("err {}", e as i32);
+    }
+    let sfd = match SignalFd::with_flags(&set, SfdFlags::SFD_CLOEXEC) {
+        Ok(s) => s,
+        Err(e) => return format!("err {}", e as i32),
+    };
+    let mut out = std::io::stdout();
+    if out
+        .write_all(b"ready\n")
+        .and_then(|()| out.flush())
+        .is_err()
+    {
+        return String::from("err stdout");
+    }
+    let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+    match poll(
+        &mut fds,
+        PollTimeout::from(secs.saturating_mul(1000).min(60_000)),
+    ) {
+        Ok(0) => String::from("ok none"),
+        Ok(_) => match crate::sys::window_size(0) {
+            Ok(w) => format!("ok {}x{}", w.ws_row, w.ws_col),
+            Err(e) => format!("err {e}"),
+        },
+        Err(e) => format!("err {}", e as i32),
+    }
+}
+
 /// The number of bytes waiting in `fd`'s input queue (`FIONREAD`; tests
 /// only), or -1 when the call fails.
 pub fn pending_input_for_tests(fd: std::os::fd::BorrowedFd<'_>) -> i64 {
@@ -537,6 +575,7 @@ pub fn run(args: &[String]) -> String {
         "read-input" => read_input(u16::try_from(num(args.get(1))).unwrap_or(0)),
         "tiocsti" => res(attempt::ioctl_raw(0, libc::TIOCSTI)),
         "tiocsti-readback" => tiocsti_readback(),
+        "winch" => winch(u16::try_from(num(args.get(1))).unwrap_or(0)),
         other => format!(
             "err unknown attempt `{}`",
             Path::new(other).as_os_str().as_bytes().escape_ascii()

@@ -20,7 +20,7 @@
 //! discipline), restored when the relay ends: the worker's status is known,
 //! the child is dropped (the worker is killed), or the pty hangs up. The
 //! slave starts with the real terminal's modes and window size;
-//! [`Relay::resize`] copies the size again on SIGWINCH.
+//! [`TerminalResize::resize`] copies the size again on SIGWINCH.
 //!
 //! When no descriptor is a terminal nothing here runs: no pty, no thread.
 
@@ -166,14 +166,17 @@ impl Prepared {
         let stop_keep = stop_r.try_clone().map_err(io("relay stop pipe"))?;
         let master = Arc::new(self.master);
         let size_from = Arc::new(self.output);
-        let (m, out, input) = (Arc::clone(&master), Arc::clone(&size_from), self.input);
+        let size = TerminalResize {
+            master: Arc::clone(&master),
+            from: Arc::clone(&size_from),
+        };
+        let (m, out, input) = (master, size_from, self.input);
         let thread = std::thread::Builder::new()
             .name(String::from("palisade-pty"))
             .spawn(move || relay(&m, input.as_ref(), &out, &stop_r))
             .map_err(io("relay thread"))?;
         Ok(Relay {
-            master,
-            size_from,
+            size,
             stop_w,
             _stop_r: stop_keep,
             thread: Some(thread),
@@ -186,8 +189,7 @@ impl Prepared {
 /// most 100 ms of silence) and restores the real terminal's modes.
 #[derive(Debug)]
 pub(crate) struct Relay {
-    master: Arc<OwnedFd>,
-    size_from: Arc<OwnedFd>,
+    size: TerminalResize,
     stop_w: OwnedFd,
     /// Kept open so that a stop written after the thread ended never meets
     /// a closed pipe (no SIGPIPE).
@@ -196,10 +198,28 @@ pub(crate) struct Relay {
 }
 
 impl Relay {
+    /// The handle that copies the real terminal's window size.
+    pub(crate) fn resizer(&self) -> &TerminalResize {
+        &self.size
+    }
+}
+
+/// Copies the launcher's terminal's window size to the worker's own pty:
+/// call [`TerminalResize::resize`] on SIGWINCH
+/// ([`crate::SandboxChild::wait_forwarding`] does when SIGWINCH is among
+/// its signals). Obtained from [`crate::SandboxChild::terminal_resize`].
+#[derive(Debug, Clone)]
+pub struct TerminalResize {
+    master: Arc<OwnedFd>,
+    from: Arc<OwnedFd>,
+}
+
+impl TerminalResize {
     /// Copy the real terminal's window size to the worker's pty (the
-    /// kernel then sends SIGWINCH to the pty's foreground group).
-    pub(crate) fn resize(&self) {
-        if let Ok(ws) = sys::window_size(self.size_from.as_raw_fd()) {
+    /// kernel then sends SIGWINCH to the pty's foreground group). A
+    /// terminal that refuses (hung up) changes nothing.
+    pub fn resize(&self) {
+        if let Ok(ws) = sys::window_size(self.from.as_raw_fd()) {
             let _ = sys::set_window_size(self.master.as_raw_fd(), &ws);
         }
     }

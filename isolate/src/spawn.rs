@@ -184,6 +184,14 @@ impl SandboxChild {
         &self.report
     }
 
+    /// When one of the worker's fds 0–2 was a terminal (it runs on a pty of
+    /// its own, see `docs/sandbox.md`): the handle that passes the real
+    /// terminal's window size on, for a launcher that watches SIGWINCH
+    /// itself rather than through [`SandboxChild::wait_forwarding`].
+    pub fn terminal_resize(&self) -> Option<crate::pty::TerminalResize> {
+        self.terminal.as_ref().map(|t| t.resizer().clone())
+    }
+
     /// Send a signal to the worker (through the supervisor and init).
     pub fn signal(&self, sig: i32) -> std::io::Result<()> {
         let sig = Signal::try_from(sig).map_err(std::io::Error::from)?;
@@ -249,7 +257,9 @@ impl SandboxChild {
 
     /// Wait for the worker's status, forwarding `signals` to it as they
     /// arrive (the calling thread must have blocked them before the launch,
-    /// so none is lost; they are read through a `signalfd`).
+    /// so none is lost; they are read through a `signalfd`). When the worker
+    /// runs on its own pty, SIGWINCH is not forwarded but passes the real
+    /// terminal's new window size on (the kernel signals the worker).
     ///
     /// Returns as soon as the status is known: init has ended, and with it
     /// every process of the sandbox, and the placeholders are removed. The
@@ -287,7 +297,7 @@ impl SandboxChild {
                         match (sig, &self.terminal) {
                             // The worker's own pty takes the new size; the
                             // kernel signals its foreground group.
-                            (Ok(Signal::SIGWINCH), Some(t)) => t.resize(),
+                            (Ok(Signal::SIGWINCH), Some(t)) => t.resizer().resize(),
                             (Ok(sig), _) => {
                                 let _ = nix::sys::signal::kill(self.pid, sig);
                             }

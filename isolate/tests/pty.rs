@@ -441,6 +441,50 @@ fn tiocsti_from_the_worker_stays_in_its_own_terminal() {
 }
 
 #[test]
+fn a_new_window_size_reaches_the_worker() {
+    if skip_unless_root() {
+        return;
+    }
+    let t = term();
+    let report = in_session(&t, |_| {
+        // As `palisade run` does: SIGWINCH blocked before the launch, read
+        // by `wait_forwarding`.
+        let mut winch = nix::sys::signal::SigSet::empty();
+        winch.add(nix::sys::signal::Signal::SIGWINCH);
+        winch.thread_block().map_err(|e| format!("block: {e}"))?;
+        let mut child = sandbox()
+            .spawn(Command::new([PROBE, "winch", "30"]))
+            .map_err(|e| format!("spawn: {e}"))?;
+        let master = t.master.try_clone().map_err(|e| format!("dup: {e}"))?;
+        let path = t.path.clone();
+        let user = std::thread::spawn(move || {
+            let ready = read_until(&master, |s| s.contains("ready"));
+            // The user resizes the terminal's window.
+            let stty = std::fs::File::open(&path).and_then(|tty| {
+                std::process::Command::new("stty")
+                    .args(["rows", "40", "cols", "100"])
+                    .stdin(tty)
+                    .status()
+            });
+            let out = read_until(&master, answered("ok "));
+            format!(
+                "ready={} stty={} {}",
+                ready.contains("ready"),
+                stty.is_ok_and(|s| s.success()),
+                answer(&out, "ok ").unwrap_or(out)
+            )
+        });
+        let code = child
+            .wait_forwarding(&[libc::SIGWINCH])
+            .map_err(|e| format!("wait: {e}"))?;
+        child.detach();
+        let seen = user.join().map_err(|_| String::from("user thread"))?;
+        Ok(format!("code={code} {seen}"))
+    });
+    assert_eq!(report, "code=0 ready=true stty=true ok 40x100");
+}
+
+#[test]
 fn no_terminal_no_pty_and_no_relay() {
     if skip_unless_root() {
         return;
