@@ -663,7 +663,6 @@ impl Sandbox {
             stdio: [&command.stdin, &command.stdout, &command.stderr],
             ctty: terminal.as_ref().map(crate::pty::Prepared::ctty),
         };
-        let terminal = terminal.map(crate::pty::Prepared::start).transpose()?;
         let (pid, placeholders, ended) = launch(&setup, &deferred)?;
         let mut downgraded: Vec<Layer> = self.disabled.iter().copied().collect();
         downgraded.sort();
@@ -677,15 +676,21 @@ impl Sandbox {
             worker_gid: gid,
             bridges: self.bridges.clone(),
         };
-        Ok(SandboxChild {
+        let mut child = SandboxChild {
             pid,
             report,
             placeholders,
             reaped: false,
             ended: Some(ended),
             status: None,
-            terminal,
-        })
+            terminal: None,
+        };
+        // The relay thread starts once the forks are done; should it fail,
+        // the dropped child kills the sandbox.
+        if let Some(t) = terminal {
+            child.terminal = Some(t.start()?);
+        }
+        Ok(child)
     }
 
     fn environment(&self) -> Result<Vec<CString>, SandboxError> {

@@ -506,8 +506,8 @@ fn no_terminal_no_pty_and_no_relay() {
         Ok(format!("code={code} threads={relays} {}", out.trim_end()))
     });
     // fd 0 is /dev/null (1:3), the only character device; no window size.
-    assert!(
-        report.starts_with("code=0 threads=1 ok tty=false size=err25 fds=0:259,2:259"),
-        "{report}"
+    assert_eq!(
+        report,
+        "code=0 threads=1 ok tty=false size=err25 fds=0:259,2:259"
     );
 }
