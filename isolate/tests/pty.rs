@@ -296,6 +296,15 @@ fn keystrokes_reach_a_foreground_worker_in_raw_mode_restored_afterwards() {
         let restored = after.local_flags == before.local_flags
             && after.input_flags == before.input_flags
             && after.output_flags == before.output_flags;
+        // Ctrl-D: end of input for the worker, as on a terminal of its own.
+        let child = sandbox()
+            .spawn(Command::new([PROBE, "read-input", "30"]))
+            .map_err(|e| format!("spawn: {e}"))?;
+        let raw_eof = wait_for(|| is_raw(ctty));
+        nix::unistd::write(&t.master, b"\x04").map_err(|e| format!("write: {e}"))?;
+        let eof = read_until(&t.master, answered("ok "));
+        let eof_code = child.wait().map_err(|e| format!("wait: {e}"))?;
+        let eof = answer(&eof, "ok ").unwrap_or(eof);
         // A worker killed mid-read (the child dropped): restored as well.
         let child = sandbox()
             .spawn(Command::new([PROBE, "read-input", "30"]))
@@ -306,14 +315,14 @@ fn keystrokes_reach_a_foreground_worker_in_raw_mode_restored_afterwards() {
         let restored_killed = after.local_flags == before.local_flags;
         Ok(format!(
             "cooked={cooked} raw={raw} code={code} restored={restored} raw_again={raw_again} \
-             restored_killed={restored_killed} {}",
+             restored_killed={restored_killed} {} | eof: raw={raw_eof} code={eof_code} {eof:?}",
             answer(&out, "ok ").unwrap_or(out)
         ))
     });
     assert_eq!(
         report,
         "cooked=true raw=true code=0 restored=true raw_again=true restored_killed=true \
-         ok got hello\\n"
+         ok got hello\\n | eof: raw=true code=0 \"ok got \""
     );
 }
 
