@@ -114,13 +114,15 @@ pub(crate) fn layer_json(l: Layer, s: &LayerStatus) -> serde_json::Value {
 }
 
 /// The signals `palisade run` forwards to the worker.
-const FORWARDED: [nix::sys::signal::Signal; 6] = [
+const FORWARDED: [nix::sys::signal::Signal; 7] = [
     nix::sys::signal::Signal::SIGINT,
     nix::sys::signal::Signal::SIGTERM,
     nix::sys::signal::Signal::SIGHUP,
     nix::sys::signal::Signal::SIGQUIT,
     nix::sys::signal::Signal::SIGUSR1,
     nix::sys::signal::Signal::SIGUSR2,
+    // On the worker's own pty, a new window size (see `docs/sandbox.md`).
+    nix::sys::signal::Signal::SIGWINCH,
 ];
 
 fn forwarded_signals() -> nix::sys::signal::SigSet {

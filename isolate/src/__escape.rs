@@ -142,6 +142,121 @@ fn fastopen(how: &str, host: &str, port: &str) -> String {
     String::from("err 110")
 }
 
+/// Whether fd 0 is a terminal, its window size, and the device number of
+/// every character device among the open descriptors:
+/// `ok tty=<bool> size=<rows>x<cols> fds=<fd>:<rdev>,…`.
+fn ttys() -> String {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let tty = nix::unistd::isatty(std::io::stdin()).unwrap_or(false);
+    let Ok(rd) = std::fs::read_dir("/proc/self/fd") else {
+        return String::from("err /proc/self/fd");
+    };
+    let mut fds: Vec<i64> = rd
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+        .collect();
+    fds.sort_unstable();
+    let mut devices = Vec::new();
+    for fd in fds {
+        if let Ok(m) = std::fs::metadata(format!("/proc/self/fd/{fd}"))
+            && m.file_type().is_char_device()
+        {
+            devices.push(format!("{fd}:{}", m.rdev()));
+        }
+    }
+    let size = crate::sys::window_size(0)
+        .map(|w| format!("{}x{}", w.ws_row, w.ws_col))
+        .unwrap_or_else(|e| format!("err{e}"));
+    format!("ok tty={tty} size={size} fds={}", devices.join(","))
+}
+
+/// Wait up to `secs` seconds for input on fd 0: `ok got <bytes>` (escaped)
+/// or `ok none`.
+fn read_input(secs: u16) -> String {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let stdin = std::io::stdin();
+    let mut fds = [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
+    let ms = PollTimeout::from(secs.saturating_mul(1000).min(60_000));
+    match poll(&mut fds, ms) {
+        Ok(0) => String::from("ok none"),
+        Ok(_) => {
+            let mut buf = [0u8; 256];
+            match nix::unistd::read(stdin.as_fd(), &mut buf) {
+                Ok(n) => format!("ok got {}", buf.get(..n).unwrap_or(&[]).escape_ascii()),
+                Err(e) => format!("err {}", e as i32),
+            }
+        }
+        Err(e) => format!("err {}", e as i32),
+    }
+}
+
+/// Inject one byte (`x`) into fd 0's input queue with `TIOCSTI`, then read
+/// it back from fd 0 (non-canonical, no echo): `ok <bytes>` or `err <errno>`.
+fn tiocsti_readback() -> String {
+    use nix::sys::termios::{LocalFlags, SetArg, tcgetattr, tcsetattr};
+    let stdin = std::io::stdin();
+    let Ok(mut t) = tcgetattr(&stdin) else {
+        return String::from("err tcgetattr");
+    };
+    t.local_flags.remove(LocalFlags::ICANON | LocalFlags::ECHO);
+    if tcsetattr(&stdin, SetArg::TCSANOW, &t).is_err() {
+        return String::from("err tcsetattr");
+    }
+    if let Err(e) = attempt::ioctl_raw(0, libc::TIOCSTI) {
+        return format!("err {e}");
+    }
+    read_input(10).replacen("ok got ", "ok ", 1)
+}
+
+/// Say `ready` on stdout, then wait up to `secs` seconds for SIGWINCH:
+/// `ok <rows>x<cols>` (fd 0's window size once it came) or `ok none`.
+fn winch(secs: u16) -> String {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use nix::sys::signal::{SigSet, Signal};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    use std::os::fd::AsFd;
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGWINCH);
+    if let Err(e) = set.thread_block() {
+        return format!("err {}", e as i32);
+    }
+    let sfd = match SignalFd::with_flags(&set, SfdFlags::SFD_CLOEXEC) {
+        Ok(s) => s,
+        Err(e) => return format!("err {}", e as i32),
+    };
+    let mut out = std::io::stdout();
+    if out
+        .write_all(b"ready\n")
+        .and_then(|()| out.flush())
+        .is_err()
+    {
+        return String::from("err stdout");
+    }
+    let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+    match poll(
+        &mut fds,
+        PollTimeout::from(secs.saturating_mul(1000).min(60_000)),
+    ) {
+        Ok(0) => String::from("ok none"),
+        Ok(_) => match crate::sys::window_size(0) {
+            Ok(w) => format!("ok {}x{}", w.ws_row, w.ws_col),
+            Err(e) => format!("err {e}"),
+        },
+        Err(e) => format!("err {}", e as i32),
+    }
+}
+
+/// The number of bytes waiting in `fd`'s input queue (`FIONREAD`; tests
+/// only), or -1 when the call fails.
+pub fn pending_input_for_tests(fd: std::os::fd::BorrowedFd<'_>) -> i64 {
+    use std::os::fd::AsRawFd;
+    crate::sys::input_pending(fd.as_raw_fd())
+        .ok()
+        .and_then(|n| i64::try_from(n).ok())
+        .unwrap_or(-1)
+}
+
 /// Run one attempt named by `args[0]`.
 /// The number the next descriptor this (single-threaded) probe opens gets.
 fn lowest_free_fd() -> std::io::Result<i64> {
@@ -563,6 +678,11 @@ pub fn run(args: &[String]) -> String {
         "key-find" => res(attempt::search_session_key(&c(a(1)))),
         "key-own" => res(attempt::add_session_key(&c(a(1)), b"own")
             .and_then(|_| attempt::search_session_key(&c(a(1))))),
+        "ttys" => ttys(),
+        "read-input" => read_input(u16::try_from(num(args.get(1))).unwrap_or(0)),
+        "tiocsti" => res(attempt::ioctl_raw(0, libc::TIOCSTI)),
+        "tiocsti-readback" => tiocsti_readback(),
+        "winch" => winch(u16::try_from(num(args.get(1))).unwrap_or(0)),
         other => format!(
             "err unknown attempt `{}`",
             Path::new(other).as_os_str().as_bytes().escape_ascii()

@@ -36,6 +36,7 @@ mod layer;
 mod mounts;
 mod plan;
 mod profile;
+mod pty;
 mod seccomp;
 mod spawn;
 #[expect(
@@ -52,6 +53,7 @@ pub use profile::{
     DEFAULT_PATH, ENV_ALLOW, HOST_MASKS, NetworkMode, PROTECTED_IF_PRESENT, PROTECTED_NAMES,
     Profile, Rlimits, RootView, SYSTEM_DIRS, SYSTEM_ETC, SocketPolicy,
 };
+pub use pty::TerminalResize;
 pub use spawn::{
     Bridge, Command, DEFAULT_WORKER_UID, DangerousSandbox, LaunchReport, Sandbox, SandboxChild,
     Stdio, WorkerIdentity,

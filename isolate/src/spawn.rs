@@ -167,6 +167,10 @@ pub struct SandboxChild {
     ended: Option<OwnedFd>,
     /// The worker's status, once read from `ended` (placeholders removed).
     status: Option<i32>,
+    /// The relay between the launcher's terminal and the worker's own pty
+    /// (`pty.rs`), when one of fds 0–2 was a terminal; dropped (terminal
+    /// restored) once the status is known.
+    terminal: Option<crate::pty::Relay>,
 }
 
 impl SandboxChild {
@@ -178,6 +182,14 @@ impl SandboxChild {
     /// What was enforced.
     pub fn report(&self) -> &LaunchReport {
         &self.report
+    }
+
+    /// When one of the worker's fds 0–2 was a terminal (it runs on a pty of
+    /// its own, see `docs/sandbox.md`): the handle that passes the real
+    /// terminal's window size on, for a launcher that watches SIGWINCH
+    /// itself rather than through [`SandboxChild::wait_forwarding`].
+    pub fn terminal_resize(&self) -> Option<crate::pty::TerminalResize> {
+        self.terminal.as_ref().map(|t| t.resizer().clone())
     }
 
     /// Send a signal to the worker (through the supervisor and init).
@@ -196,11 +208,13 @@ impl SandboxChild {
         match waitpid(self.pid, Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::Exited(_, code)) => {
                 self.reaped = true;
+                self.terminal = None;
                 plan::remove_placeholders(&self.placeholders);
                 Ok(Some(code))
             }
             Ok(WaitStatus::Signaled(_, sig, _)) => {
                 self.reaped = true;
+                self.terminal = None;
                 plan::remove_placeholders(&self.placeholders);
                 Ok(Some(128 + sig as i32))
             }
@@ -236,13 +250,16 @@ impl SandboxChild {
             plan::remove_placeholders(&self.placeholders);
             self.placeholders.clear();
             self.status = Some(code);
+            self.terminal = None;
         }
         self.status
     }
 
     /// Wait for the worker's status, forwarding `signals` to it as they
     /// arrive (the calling thread must have blocked them before the launch,
-    /// so none is lost; they are read through a `signalfd`).
+    /// so none is lost; they are read through a `signalfd`). When the worker
+    /// runs on its own pty, SIGWINCH is not forwarded but passes the real
+    /// terminal's new window size on (the kernel signals the worker).
     ///
     /// Returns as soon as the status is known: init has ended, and with it
     /// every process of the sandbox, and the placeholders are removed. The
@@ -276,10 +293,15 @@ impl SandboxChild {
                 let done = end_fd.revents().is_some_and(|r| !r.is_empty());
                 if sig_fd.revents().is_some_and(|r| !r.is_empty()) {
                     while let Ok(Some(info)) = sfd.read_signal() {
-                        if let Ok(sig) =
-                            Signal::try_from(i32::try_from(info.ssi_signo).unwrap_or(0))
-                        {
-                            let _ = nix::sys::signal::kill(self.pid, sig);
+                        let sig = Signal::try_from(i32::try_from(info.ssi_signo).unwrap_or(0));
+                        match (sig, &self.terminal) {
+                            // The worker's own pty takes the new size; the
+                            // kernel signals its foreground group.
+                            (Ok(Signal::SIGWINCH), Some(t)) => t.resizer().resize(),
+                            (Ok(sig), _) => {
+                                let _ = nix::sys::signal::kill(self.pid, sig);
+                            }
+                            (Err(_), _) => {}
                         }
                     }
                 }
@@ -569,11 +591,14 @@ impl Sandbox {
 
     /// Probe, plan and launch `command`. Returns once the command has been
     /// executed inside the sandbox, or the typed reason it was not.
-    pub fn spawn(&self, command: Command) -> Result<SandboxChild, SandboxError> {
+    pub fn spawn(&self, mut command: Command) -> Result<SandboxChild, SandboxError> {
         let (layers, landlock_abi) = self.check_with(probe())?;
         if command.argv.is_empty() {
             return Err(SandboxError::InvalidCommand(String::from("empty command")));
         }
+        // A terminal among fds 0-2 is replaced by the worker's own pty.
+        let terminal =
+            crate::pty::prepare([&mut command.stdin, &mut command.stdout, &mut command.stderr])?;
         let argv: Vec<CString> = command
             .argv
             .iter()
@@ -636,6 +661,7 @@ impl Sandbox {
             filters: filters.as_ref(),
             landlock: landlock.as_ref(),
             stdio: [&command.stdin, &command.stdout, &command.stderr],
+            ctty: terminal.as_ref().map(crate::pty::Prepared::ctty),
         };
         let (pid, placeholders, ended) = launch(&setup, &deferred)?;
         let mut downgraded: Vec<Layer> = self.disabled.iter().copied().collect();
@@ -650,14 +676,21 @@ impl Sandbox {
             worker_gid: gid,
             bridges: self.bridges.clone(),
         };
-        Ok(SandboxChild {
+        let mut child = SandboxChild {
             pid,
             report,
             placeholders,
             reaped: false,
             ended: Some(ended),
             status: None,
-        })
+            terminal: None,
+        };
+        // The relay thread starts once the forks are done; should it fail,
+        // the dropped child kills the sandbox.
+        if let Some(t) = terminal {
+            child.terminal = Some(t.start()?);
+        }
+        Ok(child)
     }
 
     fn environment(&self) -> Result<Vec<CString>, SandboxError> {
@@ -709,6 +742,9 @@ struct ChildSetup<'a> {
     filters: Option<&'a seccomp::Filters>,
     landlock: Option<&'a landlock_rules::Rules>,
     stdio: [&'a Stdio; 3],
+    /// The one of fds 0-2 that is the worker's pty slave, made its
+    /// controlling terminal.
+    ctty: Option<RawFd>,
 }
 
 /// A setup failure in a child: written to the error pipe, then `_exit(125)`.
@@ -1253,6 +1289,9 @@ fn worker_stage(setup: &ChildSetup<'_>, err_fd: RawFd) -> Result<std::convert::I
                 }
             }
         }
+    }
+    if let Some(tty) = setup.ctty {
+        sys::set_controlling_tty(tty).map_err(|e| Fail::new(Step::Session, e, "TIOCSCTTY"))?;
     }
     // Every descriptor but 0-2 and the error pipe (close-on-exec).
     let err_u = u32::try_from(err_fd).unwrap_or(3);

@@ -371,6 +371,64 @@ pub(crate) fn loopback_up() -> SysResult<()> {
     Ok(())
 }
 
+/// `ioctl(fd, TIOCSCTTY, 0)`: make the terminal on `fd` the controlling
+/// terminal of the calling session leader (which has none yet).
+pub(crate) fn set_controlling_tty(fd: RawFd) -> SysResult<()> {
+    // SAFETY: integer arguments only; TIOCSCTTY takes an int, not a pointer.
+    check_int(unsafe { libc::ioctl(fd, libc::TIOCSCTTY, 0 as libc::c_int) }).map(|_| ())
+}
+
+/// Unlock a pty master (`TIOCSPTLCK` with 0) so that its slave can be
+/// opened.
+pub(crate) fn pty_unlock(master: RawFd) -> SysResult<()> {
+    let unlock: libc::c_int = 0;
+    // SAFETY: TIOCSPTLCK reads one int from the pointer, which points at a
+    // valid local for the duration of the call.
+    check_int(unsafe { libc::ioctl(master, libc::TIOCSPTLCK, &raw const unlock) }).map(|_| ())
+}
+
+/// Open the slave of a pty master (`TIOCGPTPEER`) with `flags`
+/// (`O_RDWR | O_NOCTTY | O_CLOEXEC`), without a path lookup.
+pub(crate) fn pty_peer(master: RawFd, flags: libc::c_int) -> SysResult<OwnedFd> {
+    // SAFETY: TIOCGPTPEER takes its flags as an integer argument and returns
+    // a new descriptor.
+    let fd = check_int(unsafe { libc::ioctl(master, libc::TIOCGPTPEER, flags) })?;
+    // SAFETY: `fd` is a fresh descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A terminal's window size (`TIOCGWINSZ`).
+pub(crate) fn window_size(fd: RawFd) -> SysResult<libc::winsize> {
+    let mut ws = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes one winsize into the pointer, which points
+    // at a valid, exclusively borrowed local.
+    check_int(unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &raw mut ws) })?;
+    Ok(ws)
+}
+
+/// Set a terminal's window size (`TIOCSWINSZ`); on a pty master the kernel
+/// sends SIGWINCH to the slave's foreground process group.
+pub(crate) fn set_window_size(fd: RawFd, ws: &libc::winsize) -> SysResult<()> {
+    // SAFETY: TIOCSWINSZ reads one winsize from the pointer, a valid
+    // reference for the duration of the call.
+    check_int(unsafe { libc::ioctl(fd, libc::TIOCSWINSZ, std::ptr::from_ref(ws)) }).map(|_| ())
+}
+
+/// The number of bytes waiting in a descriptor's input queue (`FIONREAD`;
+/// on a terminal in canonical mode, the complete lines only).
+pub(crate) fn input_pending(fd: RawFd) -> SysResult<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int into the pointer, which points at a
+    // valid, exclusively borrowed local.
+    check_int(unsafe { libc::ioctl(fd, libc::FIONREAD, &raw mut n) })?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
 /// Raw attempts used by the escape suite and `palisade probe`.
 ///
 /// Each function performs one system call that a sandbox must refuse and

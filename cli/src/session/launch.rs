@@ -764,6 +764,8 @@ async fn supervise(
     let mut term = signal_stream(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = signal_stream(tokio::signal::unix::SignalKind::interrupt())?;
     let mut hup = signal_stream(tokio::signal::unix::SignalKind::hangup())?;
+    // On the worker's own pty (a terminal on fds 0-2), a new window size.
+    let mut winch = signal_stream(tokio::signal::unix::SignalKind::window_change())?;
 
     // Fork while this runtime is still single-threaded: nothing has been polled yet.
     let child = match sb.spawn(Command::new(command.to_vec())) {
@@ -826,6 +828,7 @@ async fn supervise(
     }
 
     let pid = child.pid();
+    let resize = child.terminal_resize();
     let mut waiter = tokio::task::spawn_blocking(move || child.wait());
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let mut killed_by: Option<&'static str> = None;
@@ -840,6 +843,11 @@ async fn supervise(
             _ = term.recv(), if killed_by.is_none() => killed_by = Some("SIGTERM"),
             _ = int.recv(), if killed_by.is_none() => killed_by = Some("SIGINT"),
             _ = hup.recv(), if killed_by.is_none() => killed_by = Some("SIGHUP"),
+            _ = winch.recv() => {
+                if let Some(r) = &resize {
+                    r.resize();
+                }
+            }
             () = async { if let Some(g) = grace.as_mut() { g.as_mut().await } else { std::future::pending().await } } => {
                 let _ = nix::sys::signal::kill(worker, nix::sys::signal::Signal::SIGKILL);
                 grace = None;
