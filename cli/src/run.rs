@@ -181,8 +181,24 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     // profiles it defaults to the current directory; under strict only an
     // explicit --cwd is bound in, otherwise the command starts in the
     // scratch HOME.
+    // A policy's `worker.cwd` is the working directory (applied with the
+    // rest of `[worker]`, not bound writable by itself); a different --cwd
+    // is refused rather than one of the two silently ignored.
+    let policy_cwd = loaded
+        .as_ref()
+        .and_then(|l| l.policy.worker.cwd.as_deref().map(PathBuf::from));
+    if let (Some(flag), Some(p)) = (&args.cwd, &policy_cwd)
+        && flag != p
+    {
+        return setup_failure(format!(
+            "--cwd {} differs from the policy's worker.cwd {}",
+            flag.display(),
+            p.display()
+        ));
+    }
     let cwd = match (args.cwd, host_view) {
         (Some(c), _) => Some(c),
+        (None, _) if policy_cwd.is_some() => None,
         (None, true) => match std::env::current_dir() {
             Ok(c) => Some(c),
             Err(e) => return setup_failure(format!("cannot read the current directory: {e}")),

@@ -8,6 +8,26 @@
 //! three built-in profiles as tables; [`Profile::by_name`] returns them.
 
 use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::SandboxError;
+
+/// Whether a variable name looks like it holds a credential: such launcher
+/// variables are never passed to the worker, even when allowlisted.
+pub(crate) fn sensitive_env(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    [
+        "KEY",
+        "SECRET",
+        "TOKEN",
+        "PASSWORD",
+        "PASSWD",
+        "CREDENTIAL",
+        "AUTH",
+    ]
+    .iter()
+    .any(|w| upper.contains(w))
+}
 
 /// What the sandbox's `/` starts as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +89,52 @@ impl Default for Rlimits {
             open_files: Some(4096),
             cpu_seconds: Some(3600),
             core: Some(0),
+        }
+    }
+}
+
+/// One of the [`Rlimits`], for [`Profile::limit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Limit {
+    /// `RLIMIT_AS` in bytes.
+    AddressSpace,
+    /// `RLIMIT_NPROC`: processes and threads of the worker's uid, which the
+    /// kernel counts per uid per user namespace (so: in this sandbox).
+    Processes,
+    /// `RLIMIT_FSIZE` in bytes.
+    FileSize,
+    /// `RLIMIT_NOFILE`.
+    OpenFiles,
+    /// `RLIMIT_CPU` in seconds.
+    CpuSeconds,
+    /// `RLIMIT_CORE` in bytes.
+    Core,
+}
+
+impl Limit {
+    /// The `setrlimit` resource name, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Limit::AddressSpace => "RLIMIT_AS",
+            Limit::Processes => "RLIMIT_NPROC",
+            Limit::FileSize => "RLIMIT_FSIZE",
+            Limit::OpenFiles => "RLIMIT_NOFILE",
+            Limit::CpuSeconds => "RLIMIT_CPU",
+            Limit::Core => "RLIMIT_CORE",
+        }
+    }
+}
+
+impl Rlimits {
+    fn slot(&mut self, which: Limit) -> &mut Option<u64> {
+        match which {
+            Limit::AddressSpace => &mut self.address_space,
+            Limit::Processes => &mut self.processes,
+            Limit::FileSize => &mut self.file_size,
+            Limit::OpenFiles => &mut self.open_files,
+            Limit::CpuSeconds => &mut self.cpu_seconds,
+            Limit::Core => &mut self.core,
         }
     }
 }
@@ -237,6 +303,160 @@ impl Profile {
         }
     }
 
+    /// Lower one resource limit to `value`. Raising it (a value above the
+    /// profile's) is refused, never clamped: only [`crate::Sandbox::dangerous`]
+    /// can raise a limit.
+    pub fn limit(&mut self, which: Limit, value: u64) -> Result<&mut Self, SandboxError> {
+        let slot = self.rlimits.slot(which);
+        if let Some(current) = *slot
+            && value > current
+        {
+            return Err(SandboxError::Weakens(format!(
+                "{} = {value} is above the profile's {current}; a limit can only be lowered",
+                which.name()
+            )));
+        }
+        *slot = Some(value);
+        Ok(self)
+    }
+
+    /// Lower the wall-clock limit to `limit` (init kills the worker when it
+    /// runs longer). A limit above the profile's is refused.
+    pub fn limit_wall(&mut self, limit: Duration) -> Result<&mut Self, SandboxError> {
+        if let Some(current) = self.wall_limit
+            && limit > current
+        {
+            return Err(SandboxError::Weakens(format!(
+                "wall limit {} s is above the profile's {} s; a limit can only be lowered",
+                limit.as_secs(),
+                current.as_secs()
+            )));
+        }
+        self.wall_limit = Some(limit);
+        Ok(self)
+    }
+
+    /// Pass the launcher's variable `name` through to the worker (when it is
+    /// set). A credential-like name (`KEY`, `SECRET`, `TOKEN`, `PASSWORD`,
+    /// `PASSWD`, `CREDENTIAL`, `AUTH`) is refused: the sandbox never passes
+    /// those, so accepting it would be a setting that is silently not applied.
+    pub fn pass_env(&mut self, name: &str) -> Result<&mut Self, SandboxError> {
+        if name.is_empty() || name.contains(['=', '\0']) {
+            return Err(SandboxError::Weakens(format!(
+                "`{name}` is not an environment variable name"
+            )));
+        }
+        if sensitive_env(name) {
+            return Err(SandboxError::Weakens(format!(
+                "the sandbox never passes the credential-like variable `{name}`; hand credentials over through a relay"
+            )));
+        }
+        if !self.env_allow.iter().any(|n| n == name) {
+            self.env_allow.push(name.to_owned());
+        }
+        Ok(self)
+    }
+
+    /// Refuses a host mask the mount plan would not apply: one at or under
+    /// a bind mounted after the masks (a read path or writable root, and on
+    /// an empty root also the system directories and `/etc` entries, since
+    /// masks there are not mounted at all). Such a mask would hide nothing
+    /// while the launch looked configured. Missing masks and binds are left
+    /// to the plan (a missing mask hides nothing there is; a missing bind is
+    /// an error of its own).
+    pub(crate) fn check_masks(&self) -> Result<(), SandboxError> {
+        let resolve = |p: &PathBuf| std::fs::canonicalize(p).ok();
+        let mut binds: Vec<PathBuf> = self
+            .read_paths
+            .iter()
+            .chain(&self.writable)
+            .filter_map(resolve)
+            .collect();
+        if self.root == RootView::Empty {
+            binds.extend(self.system_dirs.iter().filter_map(resolve));
+            binds.extend(
+                self.etc_entries
+                    .iter()
+                    .filter_map(|e| resolve(&PathBuf::from("/etc").join(e))),
+            );
+        }
+        for m in &self.host_masks {
+            let Some(mask) = resolve(m) else { continue };
+            if let Some(bind) = binds.iter().find(|b| mask.starts_with(b)) {
+                return Err(SandboxError::InvalidPath {
+                    path: m.clone(),
+                    reason: format!(
+                        "mask_uncovered: the mask lies inside the bind `{}`, which is mounted over the masks, so it would hide nothing; bind less, or mask outside the binds",
+                        bind.display()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// The names of the built-in profiles.
     pub const BUILT_IN: [&'static str; 3] = ["strict", "governed", "maintenance"];
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    #[test]
+    fn limits_only_go_down() {
+        let mut p = Profile::governed();
+        p.limit(Limit::Processes, 16).unwrap();
+        assert_eq!(p.rlimits.processes, Some(16));
+        let e = p.limit(Limit::Processes, 17).unwrap_err().to_string();
+        assert!(
+            e.contains("RLIMIT_NPROC = 17 is above the profile's 16"),
+            "{e}"
+        );
+        assert_eq!(
+            p.rlimits.processes,
+            Some(16),
+            "a refused raise changes nothing"
+        );
+        p.limit_wall(Duration::from_secs(10)).unwrap();
+        assert!(p.limit_wall(Duration::from_secs(11)).is_err());
+        p.limit_wall(Duration::from_secs(5)).unwrap();
+        assert_eq!(p.wall_limit, Some(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn credential_like_variables_are_refused_not_dropped() {
+        let mut p = Profile::governed();
+        p.pass_env("E2E_PLAIN").unwrap();
+        assert!(p.env_allow.iter().any(|n| n == "E2E_PLAIN"));
+        for bad in ["GITHUB_TOKEN", "aws_secret_access_key", "X=Y", ""] {
+            assert!(p.pass_env(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_mask_inside_a_later_bind_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = dir.path().join("inner");
+        std::fs::create_dir(&inner).unwrap();
+        // Positive control: a mask beside the binds (and one above a bind) is fine.
+        let mut p = Profile::governed();
+        p.read_paths.push(inner.clone());
+        p.host_masks.push(dir.path().to_path_buf());
+        p.check_masks().unwrap();
+        for at in [inner.clone(), inner.join(".")] {
+            let mut p = Profile::governed();
+            p.writable.push(dir.path().to_path_buf());
+            p.host_masks.push(at);
+            let e = p.check_masks().unwrap_err().to_string();
+            assert!(e.contains("mask_uncovered"), "{e}");
+        }
+        // On an empty root the system directories are binds too.
+        let mut p = Profile::strict();
+        p.check_masks().unwrap();
+        p.host_masks.push(PathBuf::from("/usr/bin"));
+        assert!(p.check_masks().is_err());
+    }
 }

@@ -351,18 +351,7 @@ pub(crate) fn wait_code(pid: nix::unistd::Pid) -> std::io::Result<i32> {
 
 /// Names of launcher variables never passed through, even when allowlisted.
 fn sensitive(name: &OsStr) -> bool {
-    let upper = name.to_string_lossy().to_ascii_uppercase();
-    [
-        "KEY",
-        "SECRET",
-        "TOKEN",
-        "PASSWORD",
-        "PASSWD",
-        "CREDENTIAL",
-        "AUTH",
-    ]
-    .iter()
-    .any(|w| upper.contains(w))
+    crate::profile::sensitive_env(&name.to_string_lossy())
 }
 
 impl Sandbox {
@@ -386,6 +375,16 @@ impl Sandbox {
         &self.profile
     }
 
+    /// The working directory set with [`Sandbox::cwd`], if any.
+    pub fn working_dir(&self) -> Option<&Path> {
+        self.cwd.as_deref()
+    }
+
+    /// The variables set with [`Sandbox::env`], in order (later wins).
+    pub fn env_vars(&self) -> &[(OsString, OsString)] {
+        &self.env
+    }
+
     /// Add a writable root.
     pub fn writable(&mut self, path: impl Into<PathBuf>) -> &mut Self {
         self.profile.writable.push(path.into());
@@ -403,6 +402,28 @@ impl Sandbox {
     pub fn mask(&mut self, path: impl Into<PathBuf>) -> &mut Self {
         self.profile.host_masks.push(path.into());
         self
+    }
+
+    /// Lower one resource limit of the profile ([`Profile::limit`]).
+    pub fn limit(
+        &mut self,
+        which: crate::profile::Limit,
+        value: u64,
+    ) -> Result<&mut Self, SandboxError> {
+        self.profile.limit(which, value)?;
+        Ok(self)
+    }
+
+    /// Lower the wall-clock limit of the profile ([`Profile::limit_wall`]).
+    pub fn limit_wall(&mut self, limit: std::time::Duration) -> Result<&mut Self, SandboxError> {
+        self.profile.limit_wall(limit)?;
+        Ok(self)
+    }
+
+    /// Pass a launcher variable through by name ([`Profile::pass_env`]).
+    pub fn pass_env(&mut self, name: &str) -> Result<&mut Self, SandboxError> {
+        self.profile.pass_env(name)?;
+        Ok(self)
     }
 
     /// Add an absolute path kept read-only (e.g. the policy file).
@@ -587,6 +608,7 @@ impl Sandbox {
             allowed_sockets: self.bridges.iter().map(|b| b.target.clone()).collect(),
             walk_cache: self.walk_cache.clone(),
         };
+        self.profile.check_masks()?;
         let (plan, deferred) = plan::build(&self.profile, &input)?;
         let cwd = match &self.cwd {
             Some(c) => plan::canonical(c)?,

@@ -336,14 +336,6 @@ pub(crate) fn run(
         path: policy_path,
         text,
     } = loaded;
-    if policy.worker.profile_name() != sb.profile().name {
-        return setup_failure(format!(
-            "the policy asks for the `{}` profile but the sandbox uses `{}`: pass --profile {}",
-            policy.worker.profile_name(),
-            sb.profile().name,
-            policy.worker.profile_name()
-        ));
-    }
     let policy_digest = format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())));
     let pins = pins(&args.resolve).map_err(|e| e.to_string())?;
     let roots = match &args.relay_ca {
@@ -367,15 +359,10 @@ pub(crate) fn run(
         None => None,
     };
 
-    // The policy's worker section adds to what the flags gave.
-    for w in &policy.worker.writable {
-        sb.writable(PathBuf::from(w));
-    }
-    for r in &policy.worker.read_only {
-        sb.read_only(PathBuf::from(r));
-    }
-    for (k, v) in &policy.worker.env.set {
-        sb.env(k, v);
+    // The policy's worker section adds to what the flags gave: every key,
+    // or an error before anything starts.
+    if let Err(e) = crate::custom_profile::apply_worker(&mut sb, &policy.worker, &policy_path) {
+        return setup_failure(e);
     }
     // The policy file stays read-only for the worker when it lies inside a
     // writable root (elsewhere the host view is read-only already).

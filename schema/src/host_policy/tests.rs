@@ -27,7 +27,8 @@ fn example_policy_parses_clean() {
     assert_eq!(policy.egress.relays.len(), 1);
     assert!(policy.egress.require_sni_match);
     assert_eq!(policy.outward.default, OutwardDefault::Ask);
-    assert_eq!(policy.worker.limits.memory, Some(4 << 30));
+    assert_eq!(policy.worker.limits.pids, Some(512));
+    assert_eq!(policy.worker.limits.file_size, Some(1 << 30));
 }
 
 #[test]
