@@ -1358,3 +1358,43 @@ fn worker_env_pass_passes_only_the_named_variable_and_cwd_is_the_workers() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(receipt(&out)["cwd"], sub.display().to_string());
 }
+
+#[test]
+fn a_refused_run_leaves_no_files_and_the_retry_succeeds() {
+    if skip() {
+        return;
+    }
+    let s = session();
+    let lock = PathBuf::from(format!("{}.lock", s.journal.display()));
+    let anchor = PathBuf::from(format!("{}.anchor", s.journal.display()));
+    // A read path that does not exist: refused by the sandbox at launch,
+    // after the journal, the sockets and the approval endpoint were made.
+    let missing = s.dir.path().join("no-such-toolchain");
+    s.reset_policy(&format!("read_only = [\"{}\"]", missing.display()));
+    let run = || {
+        let child = s
+            .command(WORKER_SECTION_PROBE, &["{}".to_owned()])
+            .spawn()
+            .unwrap();
+        wait_with_timeout(child, Duration::from_secs(120))
+    };
+    let (code, _, err) = run();
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("no-such-toolchain"), "{err}");
+    assert!(err.contains("nothing was started"), "{err}");
+    for p in [&s.journal, &lock, &anchor, &s.approve] {
+        assert!(
+            std::fs::symlink_metadata(p).is_err(),
+            "{} is left behind; stderr: {err}",
+            p.display()
+        );
+    }
+    // Positive control: the same paths, with the policy fixed, run and seal.
+    s.reset_policy("");
+    let (code, out, err) = run();
+    assert_eq!(code, 0, "{err}");
+    assert!(receipt(&out)["cwd"].is_string());
+    assert!(s.journal.exists() && anchor.exists(), "{err}");
+    let report = s.verify();
+    assert!(report.closed, "{report:?}");
+}

@@ -385,31 +385,43 @@ pub(crate) fn run(
         .map(|g| g.as_str().to_owned())
         .collect();
 
-    let writer = JournalWriter::create(
+    let lock_path = PathBuf::from(format!("{}.lock", journal_path.display()));
+    let lock_existed = std::fs::symlink_metadata(&lock_path).is_ok();
+    let writer = match JournalWriter::create(
         &journal_path,
         &key,
         &WriterOptions::default(),
         Timestamp(now_ms()),
-    )
-    .map_err(|e| format!("journal `{}`: {e}", journal_path.display()))?;
-    let journal = Journal::new(writer, id.clone());
-    let dir = match session_dir(&id) {
-        Ok(d) => d,
+    ) {
+        Ok(w) => w,
         Err(e) => {
-            let _ = journal.close();
-            return setup_failure(e);
+            // The writer may have made the lock file before it refused.
+            if !lock_existed {
+                let _ = std::fs::remove_file(&lock_path);
+            }
+            return Err(format!("journal `{}`: {e}", journal_path.display()));
         }
     };
+    let journal = Journal::new(writer, id.clone());
+    // From here on, a refusal before the worker starts removes what the
+    // session created, so that nothing is left behind and a retry can use
+    // the same journal path.
+    let mut left = Leftovers::new(&journal_path, !lock_existed);
+    let dir = match session_dir(&id) {
+        Ok(d) => d,
+        Err(e) => return left.refuse(Some(&journal), e),
+    };
+    left.dir = Some(dir.clone());
     let host_path = args
         .approve_socket
         .clone()
         .unwrap_or_else(|| dir.join("host.sock"));
+    if args.approve_socket.is_some() {
+        left.host_socket = Some(host_path.clone());
+    }
     let steering = match SteeringWatch::new(&roots_for_steering, &steering_globs) {
         Ok(w) => Some(w),
-        Err(e) => {
-            let _ = journal.close();
-            return setup_failure(e);
-        }
+        Err(e) => return left.refuse(Some(&journal), e),
     };
     let marks = policy_marks(&policy);
     let core = match SessionCore::new(
@@ -421,11 +433,12 @@ pub(crate) fn run(
         Some(host_path.display().to_string()),
     ) {
         Ok(c) => Arc::new(c),
-        Err(e) => return setup_failure(e),
+        // The journal went down with the session core; its files go too.
+        Err(e) => return left.refuse(None, e),
     };
 
     if let Some((info, grant_json)) = &grant {
-        match write_grant(&mut sb, grant_json) {
+        match write_grant(&mut sb, grant_json, &mut left) {
             Ok(path) => {
                 let mut body = info.clone();
                 if let Some(o) = body.as_object_mut() {
@@ -434,20 +447,27 @@ pub(crate) fn run(
                 core.journal()
                     .record(Kind::ToolPolicyApplied, &body, Flags::NONE);
             }
-            Err(e) => {
-                let _ = core.journal().close();
-                return setup_failure(e);
-            }
+            Err(e) => return left.refuse(Some(core.journal()), e),
         }
     }
 
-    let rt = tokio::runtime::Builder::new_current_thread()
+    let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the session runtime: {e}"))?;
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            return left.refuse(
+                Some(core.journal()),
+                format!("cannot start the session runtime: {e}"),
+            );
+        }
+    };
     let approval_timeout = Duration::from_secs(args.approval_timeout);
+    // Whether the worker was launched: until then, a failure is a refusal.
+    let mut started = false;
     let result = rt.block_on(async {
-        let services = match bind_services(
+        let services = bind_services(
             &policy,
             &dir,
             &host_path,
@@ -457,22 +477,12 @@ pub(crate) fn run(
             provider_credentials,
             approval_timeout,
         )
-        .await
-        {
-            Ok(s) => s,
-            Err(e) => {
-                core.journal().record(
-                    Kind::SandboxStatus,
-                    &json!({"status": "refused", "error": e}),
-                    Flags::NONE,
-                );
-                return Err(e);
-            }
-        };
+        .await?;
         supervise(
             sb,
             services,
             &core,
+            &mut started,
             &id,
             &command,
             &policy_path,
@@ -482,6 +492,10 @@ pub(crate) fn run(
         .await
     });
     drop(rt);
+    if !started {
+        let e = result.err().unwrap_or_default();
+        return left.refuse(Some(core.journal()), e);
+    }
     let anchor = core.journal().close();
     let _ = std::fs::remove_dir_all(&dir);
     match anchor {
@@ -506,6 +520,68 @@ pub(crate) fn run(
     match result {
         Ok(code) => Ok(code),
         Err(e) => setup_failure(e),
+    }
+}
+
+/// What a session created before its worker started. A setup refusal
+/// removes all of it (the journal, its lock and anchor, the private socket
+/// directory, an `--approve-socket` socket, the step grant), so a refused
+/// run leaves no files and can be retried with the same paths.
+#[derive(Debug, Default)]
+struct Leftovers {
+    journal: PathBuf,
+    /// Whether the journal's lock file is ours (it outlives a closed journal).
+    lock_created: bool,
+    dir: Option<PathBuf>,
+    host_socket: Option<PathBuf>,
+    grant: Option<PathBuf>,
+    grant_dir: Option<PathBuf>,
+}
+
+impl Leftovers {
+    fn new(journal: &Path, lock_created: bool) -> Leftovers {
+        Leftovers {
+            journal: journal.to_path_buf(),
+            lock_created,
+            ..Leftovers::default()
+        }
+    }
+
+    /// Closes `journal` (releasing its lock), removes everything the session
+    /// created, and reports the refusal.
+    fn refuse(
+        &self,
+        journal: Option<&Journal>,
+        why: impl std::fmt::Display,
+    ) -> Result<ExitCode, String> {
+        if let Some(j) = journal {
+            let _ = j.close();
+        }
+        self.discard();
+        setup_failure(format!("{why} (nothing was started; no journal was kept)"))
+    }
+
+    fn discard(&self) {
+        use std::os::unix::fs::FileTypeExt;
+        let with = |suffix: &str| PathBuf::from(format!("{}{suffix}", self.journal.display()));
+        let _ = std::fs::remove_file(&self.journal);
+        if self.lock_created {
+            let _ = std::fs::remove_file(with(".lock"));
+        }
+        if let Some(d) = &self.dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
+        if let Some(s) = &self.host_socket
+            && std::fs::symlink_metadata(s).is_ok_and(|m| m.file_type().is_socket())
+        {
+            let _ = std::fs::remove_file(s);
+        }
+        if let Some(g) = &self.grant {
+            let _ = std::fs::remove_file(g);
+        }
+        if let Some(d) = &self.grant_dir {
+            let _ = std::fs::remove_dir(d);
+        }
     }
 }
 
@@ -568,7 +644,11 @@ fn step_grant(
 
 /// Writes the grant to `.palisade/step-grant.json` in the working directory
 /// (read-only for the worker: `.palisade` is protected in every writable root).
-fn write_grant(sb: &mut Sandbox, grant: &serde_json::Value) -> Result<PathBuf, String> {
+fn write_grant(
+    sb: &mut Sandbox,
+    grant: &serde_json::Value,
+    left: &mut Leftovers,
+) -> Result<PathBuf, String> {
     let cwd = match sb.profile().writable.first() {
         Some(c) => c.clone(),
         None => {
@@ -578,8 +658,12 @@ fn write_grant(sb: &mut Sandbox, grant: &serde_json::Value) -> Result<PathBuf, S
         }
     };
     let dir = cwd.join(".palisade");
+    if std::fs::symlink_metadata(&dir).is_err() {
+        left.grant_dir = Some(dir.clone());
+    }
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let path = dir.join("step-grant.json");
+    left.grant = Some(path.clone());
     let text = serde_json::to_string_pretty(grant).map_err(|e| e.to_string())?;
     std::fs::write(&path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
     sb.env("PALISADE_STEP_GRANT", &path);
@@ -668,6 +752,7 @@ async fn supervise(
     mut sb: Sandbox,
     mut s: Services,
     core: &Arc<SessionCore>,
+    started: &mut bool,
     id: &str,
     command: &[OsString],
     policy_path: &Path,
@@ -746,17 +831,11 @@ async fn supervise(
     let mut hup = signal_stream(tokio::signal::unix::SignalKind::hangup())?;
 
     // Fork while this runtime is still single-threaded: nothing has been polled yet.
-    let child = match sb.spawn(Command::new(command.to_vec())) {
-        Ok(c) => c,
-        Err(e) => {
-            core.journal().record(
-                Kind::SandboxStatus,
-                &json!({"status": "refused", "error": e.to_string()}),
-                Flags::NONE,
-            );
-            return Err(e.to_string());
-        }
-    };
+    // A refusal here is a setup refusal: the caller removes the journal.
+    let child = sb
+        .spawn(Command::new(command.to_vec()))
+        .map_err(|e| e.to_string())?;
+    *started = true;
     let report = crate::run::report_json(child.report());
     let degraded = !child.report().downgraded.is_empty();
     let mut status = report.clone();
@@ -904,4 +983,48 @@ async fn stop_all(stop: &Shutdown, control: &ControlServer, tasks: &mut tokio::t
         while tasks.join_next().await.is_some() {}
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    #[test]
+    fn discarding_a_refused_session_removes_only_what_it_created() {
+        let d = tempfile::tempdir().unwrap();
+        let journal = d.path().join("run.journal");
+        let sockets = d.path().join("session");
+        let grant_dir = d.path().join("work/.palisade");
+        std::fs::create_dir_all(sockets.join("sub")).unwrap();
+        std::fs::create_dir_all(&grant_dir).unwrap();
+        let grant = grant_dir.join("step-grant.json");
+        let keep = d.path().join("work/keep.txt");
+        for f in [&journal, &grant, &keep, &sockets.join("sub/proxy.sock")] {
+            std::fs::write(f, "x").unwrap();
+        }
+        let lock = d.path().join("run.journal.lock");
+        std::fs::write(&lock, "").unwrap();
+        let host = d.path().join("host.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&host).unwrap();
+        let left = Leftovers {
+            dir: Some(sockets.clone()),
+            host_socket: Some(host.clone()),
+            grant: Some(grant.clone()),
+            grant_dir: Some(grant_dir.clone()),
+            ..Leftovers::new(&journal, true)
+        };
+        left.discard();
+        for gone in [&journal, &lock, &sockets, &host, &grant, &grant_dir] {
+            assert!(!gone.exists(), "{} is left", gone.display());
+        }
+        // Positive control: what the session did not make stays.
+        assert!(keep.exists());
+        // A lock file that was there before the session is not ours to remove.
+        std::fs::write(&journal, "x").unwrap();
+        std::fs::write(&lock, "").unwrap();
+        Leftovers::new(&journal, false).discard();
+        assert!(!journal.exists() && lock.exists());
+    }
 }
