@@ -47,8 +47,9 @@ pub(crate) fn convert(name: &str, c: &CustomProfile) -> Result<Profile, String> 
             c.base.as_str()
         ));
     };
-    p.name = name.to_owned();
-    let built_in_masks = p.host_masks.clone();
+    p.rename(name)
+        .map_err(|e| format!("profile `{name}`: {e}"))?;
+    let built_in_masks = p.host_masks().to_vec();
     for (key, paths) in [("read_only", &c.read_only), ("writable", &c.writable)] {
         for text in paths {
             let path = Path::new(text);
@@ -63,12 +64,20 @@ pub(crate) fn convert(name: &str, c: &CustomProfile) -> Result<Profile, String> 
             }
         }
     }
-    p.read_paths.extend(c.read_only.iter().map(PathBuf::from));
-    p.writable.extend(c.writable.iter().map(PathBuf::from));
-    p.host_masks.extend(c.masks.iter().map(PathBuf::from));
+    for r in &c.read_only {
+        p.add_read_only(r);
+    }
+    for w in &c.writable {
+        p.add_writable(w);
+    }
+    for m in &c.masks {
+        p.add_mask(m);
+    }
     match c.network {
-        Some(ProfileNetwork::None) => p.network = NetworkMode::None,
-        Some(ProfileNetwork::Proxy) if p.network == NetworkMode::None => {
+        Some(ProfileNetwork::None) => {
+            p.network_none();
+        }
+        Some(ProfileNetwork::Proxy) if p.network() == NetworkMode::None => {
             return Err(format!(
                 "profile `{name}`: `network = \"proxy\"` would weaken the `{}` base",
                 c.base.as_str()
@@ -123,10 +132,10 @@ pub(crate) fn apply_worker(sb: &mut Sandbox, w: &Worker, policy_path: &Path) -> 
     let named = custom_profile
         .as_deref()
         .unwrap_or_else(|| profile.as_str());
-    if named != sb.profile().name {
+    if named != sb.profile().name() {
         return Err(format!(
             "the policy asks for the `{named}` profile but the sandbox uses `{}`: pass --profile {named}",
-            sb.profile().name
+            sb.profile().name()
         ));
     }
     for p in writable {
@@ -192,21 +201,25 @@ mod tests {
         );
         let got = resolve(&p, "ci").unwrap();
         let base = Profile::governed();
-        assert_eq!(got.name, "ci");
-        assert_eq!(got.root, base.root);
-        assert_eq!(got.network, NetworkMode::None);
-        assert_eq!(got.read_paths, vec![PathBuf::from("/opt/tc")]);
-        assert_eq!(got.writable, vec![PathBuf::from("/tmp/c")]);
+        assert_eq!(got.name(), "ci");
+        assert_eq!(got.root(), base.root());
+        assert_eq!(got.network(), NetworkMode::None);
+        assert_eq!(got.read_paths(), vec![PathBuf::from("/opt/tc")]);
+        assert_eq!(got.writable(), vec![PathBuf::from("/tmp/c")]);
         // Every built-in mask stays, the custom one is added.
-        assert!(base.host_masks.iter().all(|m| got.host_masks.contains(m)));
-        assert!(got.host_masks.contains(&PathBuf::from("/etc/ssh")));
-        assert_eq!(got.rlimits.processes, Some(64));
-        assert_eq!(got.rlimits.cpu_seconds, Some(60));
-        assert_eq!(got.rlimits.open_files, base.rlimits.open_files);
+        assert!(
+            base.host_masks()
+                .iter()
+                .all(|m| got.host_masks().contains(m))
+        );
+        assert!(got.host_masks().contains(&PathBuf::from("/etc/ssh")));
+        assert_eq!(got.rlimits().processes, Some(64));
+        assert_eq!(got.rlimits().cpu_seconds, Some(60));
+        assert_eq!(got.rlimits().open_files, base.rlimits().open_files);
         // Everything else is the base's.
-        assert_eq!(got.min_landlock_abi, base.min_landlock_abi);
-        assert_eq!(got.protected_names, base.protected_names);
-        assert_eq!(got.env_allow, base.env_allow);
+        assert_eq!(got.min_landlock_abi(), base.min_landlock_abi());
+        assert_eq!(got.protected_names(), base.protected_names());
+        assert_eq!(got.env_allow(), base.env_allow());
         // Built-in names resolve to the built-ins.
         assert_eq!(resolve(&p, "strict").unwrap(), Profile::strict());
     }
@@ -247,14 +260,14 @@ mod tests {
         let mut sb = Sandbox::new(Profile::governed());
         apply_worker(&mut sb, &w, Path::new("palisade.toml")).unwrap();
         let p = sb.profile();
-        assert!(p.writable.contains(&PathBuf::from("/opt/w")));
-        assert!(p.read_paths.contains(&PathBuf::from("/opt/r")));
-        assert!(p.host_masks.contains(&PathBuf::from("/opt/m")));
-        assert!(p.env_allow.iter().any(|n| n == "E2E_PASSED"));
-        assert_eq!(p.rlimits.processes, Some(5));
-        assert_eq!(p.rlimits.cpu_seconds, Some(60));
-        assert_eq!(p.rlimits.file_size, Some(1024));
-        assert_eq!(p.wall_limit, Some(std::time::Duration::from_secs(2)));
+        assert!(p.writable().contains(&PathBuf::from("/opt/w")));
+        assert!(p.read_paths().contains(&PathBuf::from("/opt/r")));
+        assert!(p.host_masks().contains(&PathBuf::from("/opt/m")));
+        assert!(p.env_allow().iter().any(|n| n == "E2E_PASSED"));
+        assert_eq!(p.rlimits().processes, Some(5));
+        assert_eq!(p.rlimits().cpu_seconds, Some(60));
+        assert_eq!(p.rlimits().file_size, Some(1024));
+        assert_eq!(p.wall_limit(), Some(std::time::Duration::from_secs(2)));
         assert_eq!(sb.working_dir(), Some(Path::new("/opt/w")));
         assert!(sb.env_vars().iter().any(|(k, v)| k == "CI" && v == "1"));
         // Positive control: an empty section changes nothing of the profile.

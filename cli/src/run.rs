@@ -102,6 +102,7 @@ pub(crate) fn report_json(r: &palisade_isolate::LaunchReport) -> serde_json::Val
         "worker_uid": r.worker_uid,
         "worker_gid": r.worker_gid,
         "downgraded": r.downgraded.iter().map(|l| l.name()).collect::<Vec<_>>(),
+        "deviations": r.deviations,
         "layers": r.layers.iter().map(|(l, s)| layer_json(*l, s)).collect::<Vec<_>>(),
         "mount_plan": r.mount_plan.text().lines().collect::<Vec<_>>(),
         "bridges": r.bridges.iter().map(|b| serde_json::json!({"port": b.port, "target": b.target.display().to_string()})).collect::<Vec<_>>(),
@@ -170,7 +171,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
             p
         }
     };
-    let host_view = profile.root == palisade_isolate::RootView::HostReadOnly;
+    let host_view = profile.root() == palisade_isolate::RootView::HostReadOnly;
     let mut sb = Sandbox::new(profile);
     if !args.no_walk_cache
         && let Some(dir) = walk_cache_dir()

@@ -1,5 +1,6 @@
-//! Sandbox profiles as plain data: `strict`, `governed`, `maintenance` and
-//! custom profiles.
+//! Sandbox profiles: `strict`, `governed`, `maintenance` and custom
+//! profiles refined from them with tightening-only methods (the weakening
+//! ones are on [`crate::DangerousSandbox`], recorded as deviations).
 //!
 //! A [`Profile`] says what the worker sees (root view, read-only binds,
 //! host masks), what it may write, which paths stay read-only inside the
@@ -192,54 +193,75 @@ pub const ENV_ALLOW: &[&str] = &["LANG", "LC_ALL", "TERM"];
 /// The sandbox's `PATH`.
 pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
 
-/// A sandbox profile. Build one with [`Profile::strict`],
-/// [`Profile::governed`], [`Profile::maintenance`] or by hand.
+/// A sandbox profile. Start from [`Profile::strict`], [`Profile::governed`]
+/// or [`Profile::maintenance`] and refine it with the methods below, which
+/// can only add restrictions or name the paths to bind: lower a limit, add a
+/// mask, a read-only bind, a writable root, a protected path, cut the
+/// network. The fields are private, so a profile cannot be weakened behind
+/// the launch report's back; what weakens (another root view, a removed
+/// mask, a lower Landlock minimum, a raised limit, an allowed socket) is only
+/// possible through [`crate::Sandbox::dangerous`], and every such change is
+/// listed in [`crate::LaunchReport::deviations`].
+///
+/// ```compile_fail
+/// let mut p = palisade_isolate::Profile::strict();
+/// p.host_masks.clear(); // private: does not compile
+/// ```
+///
+/// ```
+/// let mut p = palisade_isolate::Profile::strict();
+/// assert!(!p.host_masks().is_empty()); // read through the accessor
+/// p.add_mask("/opt/secrets").network_none();
+/// assert!(p.limit(palisade_isolate::Limit::Processes, 1 << 20).is_err()); // raising is refused
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Profile {
     /// The profile's name, recorded in the launch report.
-    pub name: String,
+    pub(crate) name: String,
     /// What `/` starts as.
-    pub root: RootView,
+    pub(crate) root: RootView,
     /// System directories bound read-only ([`RootView::Empty`] only).
-    pub system_dirs: Vec<PathBuf>,
+    pub(crate) system_dirs: Vec<PathBuf>,
     /// `/etc` entries bound read-only ([`RootView::Empty`] only).
-    pub etc_entries: Vec<String>,
+    pub(crate) etc_entries: Vec<String>,
     /// Extra read-only binds (required runtime files).
-    pub read_paths: Vec<PathBuf>,
+    pub(crate) read_paths: Vec<PathBuf>,
     /// Writable roots (bound read-write).
-    pub writable: Vec<PathBuf>,
+    pub(crate) writable: Vec<PathBuf>,
     /// Host masks: each directory becomes an empty read-only tmpfs, each
     /// file an empty read-only file ([`RootView::HostReadOnly`]).
-    pub host_masks: Vec<PathBuf>,
+    pub(crate) host_masks: Vec<PathBuf>,
     /// Names kept read-only inside each writable root and inside each
     /// nested repository (for `.git/...` names).
-    pub protected_names: Vec<String>,
+    pub(crate) protected_names: Vec<String>,
     /// Names kept read-only when present, never created.
-    pub protected_if_present: Vec<String>,
+    pub(crate) protected_if_present: Vec<String>,
     /// Absolute paths kept read-only (e.g. the policy file).
-    pub protected_paths: Vec<PathBuf>,
+    pub(crate) protected_paths: Vec<PathBuf>,
     /// Network access.
-    pub network: NetworkMode,
+    pub(crate) network: NetworkMode,
     /// Launcher environment variables passed through by name.
-    pub env_allow: Vec<String>,
+    pub(crate) env_allow: Vec<String>,
     /// Resource limits.
-    pub rlimits: Rlimits,
+    pub(crate) rlimits: Rlimits,
     /// Size of the private `/tmp` in bytes.
-    pub tmp_size: u64,
+    pub(crate) tmp_size: u64,
     /// Minimum Landlock ABI; below it the launch is refused.
-    pub min_landlock_abi: u32,
+    pub(crate) min_landlock_abi: u32,
     /// What to do with Unix sockets found by the walk.
-    pub socket_policy: SocketPolicy,
+    pub(crate) socket_policy: SocketPolicy,
     /// Unix sockets the walk allows (relay and control sockets).
-    pub allowed_sockets: Vec<PathBuf>,
+    pub(crate) allowed_sockets: Vec<PathBuf>,
     /// Whether a delegated cgroup is required (otherwise reported only).
-    pub require_cgroups: bool,
+    pub(crate) require_cgroups: bool,
     /// Wall-clock limit: init kills the worker (`SIGKILL`, status 137)
     /// when it runs longer. `None`: no limit.
-    pub wall_limit: Option<std::time::Duration>,
+    pub(crate) wall_limit: Option<std::time::Duration>,
     /// Whether the worker may receive provider credentials through relays
     /// (`false` for maintenance). Informational for the caller wiring relays.
-    pub provider_credentials: bool,
+    pub(crate) provider_credentials: bool,
+    /// Weakenings made through [`crate::Sandbox::dangerous`], for the report.
+    pub(crate) deviations: Vec<String>,
 }
 
 impl Profile {
@@ -268,6 +290,7 @@ impl Profile {
             require_cgroups: false,
             wall_limit: None,
             provider_credentials: true,
+            deviations: Vec::new(),
         }
     }
 
@@ -301,6 +324,201 @@ impl Profile {
             "maintenance" => Some(Profile::maintenance()),
             _ => None,
         }
+    }
+
+    /// The profile's name, recorded in the launch report.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What `/` starts as.
+    pub fn root(&self) -> RootView {
+        self.root
+    }
+
+    /// System directories bound read-only ([`RootView::Empty`] only).
+    pub fn system_dirs(&self) -> &[PathBuf] {
+        &self.system_dirs
+    }
+
+    /// `/etc` entries bound read-only ([`RootView::Empty`] only).
+    pub fn etc_entries(&self) -> &[String] {
+        &self.etc_entries
+    }
+
+    /// Extra read-only binds.
+    pub fn read_paths(&self) -> &[PathBuf] {
+        &self.read_paths
+    }
+
+    /// Writable roots.
+    pub fn writable(&self) -> &[PathBuf] {
+        &self.writable
+    }
+
+    /// Host masks.
+    pub fn host_masks(&self) -> &[PathBuf] {
+        &self.host_masks
+    }
+
+    /// Names kept read-only inside each writable root.
+    pub fn protected_names(&self) -> &[String] {
+        &self.protected_names
+    }
+
+    /// Names kept read-only when present, never created.
+    pub fn protected_if_present(&self) -> &[String] {
+        &self.protected_if_present
+    }
+
+    /// Absolute paths kept read-only.
+    pub fn protected_paths(&self) -> &[PathBuf] {
+        &self.protected_paths
+    }
+
+    /// Network access.
+    pub fn network(&self) -> NetworkMode {
+        self.network
+    }
+
+    /// Launcher environment variables passed through by name.
+    pub fn env_allow(&self) -> &[String] {
+        &self.env_allow
+    }
+
+    /// Resource limits.
+    pub fn rlimits(&self) -> Rlimits {
+        self.rlimits
+    }
+
+    /// Size of the private `/tmp` in bytes.
+    pub fn tmp_size(&self) -> u64 {
+        self.tmp_size
+    }
+
+    /// Minimum Landlock ABI; below it the launch is refused.
+    pub fn min_landlock_abi(&self) -> u32 {
+        self.min_landlock_abi
+    }
+
+    /// What to do with Unix sockets found by the walk.
+    pub fn socket_policy(&self) -> SocketPolicy {
+        self.socket_policy
+    }
+
+    /// Unix sockets the walk allows.
+    pub fn allowed_sockets(&self) -> &[PathBuf] {
+        &self.allowed_sockets
+    }
+
+    /// Whether a delegated cgroup is required.
+    pub fn requires_cgroups(&self) -> bool {
+        self.require_cgroups
+    }
+
+    /// Wall-clock limit, if any.
+    pub fn wall_limit(&self) -> Option<Duration> {
+        self.wall_limit
+    }
+
+    /// Whether the worker may receive provider credentials through relays.
+    pub fn provider_credentials(&self) -> bool {
+        self.provider_credentials
+    }
+
+    /// The weakenings made through [`crate::Sandbox::dangerous`] (they
+    /// travel with the profile and are listed in the launch report).
+    pub fn deviations(&self) -> &[String] {
+        &self.deviations
+    }
+
+    /// Name a refined profile (recorded in the launch report). A built-in
+    /// name is refused: the report must not say `strict` of a profile that
+    /// is not [`Profile::strict`].
+    pub fn rename(&mut self, name: &str) -> Result<&mut Self, SandboxError> {
+        if Profile::BUILT_IN.contains(&name) {
+            return Err(SandboxError::Weakens(format!(
+                "a refined profile cannot take the built-in name `{name}`"
+            )));
+        }
+        name.clone_into(&mut self.name);
+        Ok(self)
+    }
+
+    /// Add a read-only bind (a required runtime file or directory).
+    pub fn add_read_only(&mut self, path: impl Into<PathBuf>) -> &mut Self {
+        self.read_paths.push(path.into());
+        self
+    }
+
+    /// Add a writable root.
+    pub fn add_writable(&mut self, path: impl Into<PathBuf>) -> &mut Self {
+        self.writable.push(path.into());
+        self
+    }
+
+    /// Add a host mask (an empty read-only tmpfs or file).
+    pub fn add_mask(&mut self, path: impl Into<PathBuf>) -> &mut Self {
+        self.host_masks.push(path.into());
+        self
+    }
+
+    /// Keep an absolute path read-only.
+    pub fn protect(&mut self, path: impl Into<PathBuf>) -> &mut Self {
+        self.protected_paths.push(path.into());
+        self
+    }
+
+    /// Keep `name` read-only inside every writable root (created as a
+    /// placeholder when absent), like the built-in protected names.
+    pub fn protect_name(&mut self, name: &str) -> &mut Self {
+        if !self.protected_names.iter().any(|n| n == name) {
+            self.protected_names.push(name.to_owned());
+        }
+        self
+    }
+
+    /// No network at all: loopback only, no bridge.
+    pub fn network_none(&mut self) -> &mut Self {
+        self.network = NetworkMode::None;
+        self
+    }
+
+    /// Hide the Unix sockets the walk finds behind empty read-only files
+    /// instead of refusing the launch (either way the worker cannot reach them).
+    pub fn mask_sockets(&mut self) -> &mut Self {
+        self.socket_policy = SocketPolicy::Mask;
+        self
+    }
+
+    /// Lower the size of the private `/tmp`; a larger size is refused.
+    pub fn limit_tmp_size(&mut self, bytes: u64) -> Result<&mut Self, SandboxError> {
+        if bytes > self.tmp_size {
+            return Err(SandboxError::Weakens(format!(
+                "a /tmp of {bytes} bytes is above the profile's {}; a limit can only be lowered",
+                self.tmp_size
+            )));
+        }
+        self.tmp_size = bytes;
+        Ok(self)
+    }
+
+    /// Require at least Landlock ABI `abi` (a lower value keeps the profile's).
+    pub fn require_landlock_abi(&mut self, abi: u32) -> &mut Self {
+        self.min_landlock_abi = self.min_landlock_abi.max(abi);
+        self
+    }
+
+    /// Require a delegated cgroup: without one the launch is refused.
+    pub fn require_cgroups(&mut self) -> &mut Self {
+        self.require_cgroups = true;
+        self
+    }
+
+    /// Give the worker no provider credentials (as `maintenance`).
+    pub fn without_provider_credentials(&mut self) -> &mut Self {
+        self.provider_credentials = false;
+        self
     }
 
     /// Lower one resource limit to `value`. Raising it (a value above the
@@ -397,6 +615,110 @@ impl Profile {
 
     /// The names of the built-in profiles.
     pub const BUILT_IN: [&'static str; 3] = ["strict", "governed", "maintenance"];
+}
+
+/// The weakenings, behind [`crate::Sandbox::dangerous`]. Each one that
+/// changes the profile is recorded and reported in
+/// [`crate::LaunchReport::deviations`].
+impl crate::DangerousSandbox<'_> {
+    fn deviate(&mut self, what: String) {
+        self.sandbox.profile.deviations.push(what);
+    }
+
+    /// Use another root view: [`RootView::HostReadOnly`] on `strict` shows
+    /// the host's `/` (through the masks).
+    pub fn root_view(&mut self, root: RootView) -> &mut Self {
+        let was = self.sandbox.profile.root;
+        if was != root {
+            self.sandbox.profile.root = root;
+            self.deviate(format!("root view {was:?} -> {root:?}"));
+        }
+        self
+    }
+
+    /// Remove a host mask (built-in or added).
+    pub fn remove_mask(&mut self, path: impl AsRef<std::path::Path>) -> &mut Self {
+        let path = path.as_ref();
+        let masks = &mut self.sandbox.profile.host_masks;
+        let before = masks.len();
+        masks.retain(|m| m != path);
+        if masks.len() != before {
+            self.deviate(format!("host mask {} removed", path.display()));
+        }
+        self
+    }
+
+    /// Lower the minimum Landlock ABI.
+    pub fn min_landlock_abi(&mut self, abi: u32) -> &mut Self {
+        let was = self.sandbox.profile.min_landlock_abi;
+        if abi < was {
+            self.sandbox.profile.min_landlock_abi = abi;
+            self.deviate(format!("minimum Landlock ABI {was} -> {abi}"));
+        }
+        self
+    }
+
+    /// Set a resource limit to any value, raised or removed (`None`: the
+    /// launcher's).
+    pub fn set_limit(&mut self, which: Limit, value: Option<u64>) -> &mut Self {
+        let slot = self.sandbox.profile.rlimits.slot(which);
+        let was = *slot;
+        let raised = match (was, value) {
+            (Some(w), Some(v)) => v > w,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        *slot = value;
+        if raised {
+            self.deviate(format!("{} {was:?} -> {value:?}", which.name()));
+        }
+        self
+    }
+
+    /// Set or remove the wall-clock limit.
+    pub fn set_wall_limit(&mut self, limit: Option<Duration>) -> &mut Self {
+        let was = self.sandbox.profile.wall_limit;
+        let raised = match (was, limit) {
+            (Some(w), Some(l)) => l > w,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        self.sandbox.profile.wall_limit = limit;
+        if raised {
+            self.deviate(format!("wall limit {was:?} -> {limit:?}"));
+        }
+        self
+    }
+
+    /// Let the socket walk allow this Unix socket (the worker sees it).
+    pub fn allow_socket(&mut self, path: impl Into<PathBuf>) -> &mut Self {
+        let path = path.into();
+        self.deviate(format!("unix socket {} allowed", path.display()));
+        self.sandbox.profile.allowed_sockets.push(path);
+        self
+    }
+
+    /// Stop keeping `name` read-only inside the writable roots.
+    pub fn unprotect_name(&mut self, name: &str) -> &mut Self {
+        let p = &mut self.sandbox.profile;
+        let before = p.protected_names.len() + p.protected_if_present.len();
+        p.protected_names.retain(|n| n != name);
+        p.protected_if_present.retain(|n| n != name);
+        if p.protected_names.len() + p.protected_if_present.len() != before {
+            self.deviate(format!("protected name {name} removed"));
+        }
+        self
+    }
+
+    /// Set the network mode: [`NetworkMode::Proxy`] on `strict` allows bridges.
+    pub fn network(&mut self, mode: NetworkMode) -> &mut Self {
+        let was = self.sandbox.profile.network;
+        if was == NetworkMode::None && mode == NetworkMode::Proxy {
+            self.deviate(format!("network {was:?} -> {mode:?}"));
+        }
+        self.sandbox.profile.network = mode;
+        self
+    }
 }
 
 #[cfg(test)]

@@ -103,7 +103,7 @@ impl Command {
 /// launch many workers.
 #[derive(Debug, Clone)]
 pub struct Sandbox {
-    profile: Profile,
+    pub(crate) profile: Profile,
     cwd: Option<PathBuf>,
     env: Vec<(OsString, OsString)>,
     bridges: Vec<Bridge>,
@@ -117,7 +117,7 @@ pub struct Sandbox {
 /// The explicit, named downgrade door: see [`Sandbox::dangerous`].
 #[derive(Debug)]
 pub struct DangerousSandbox<'a> {
-    sandbox: &'a mut Sandbox,
+    pub(crate) sandbox: &'a mut Sandbox,
 }
 
 impl DangerousSandbox<'_> {
@@ -146,6 +146,10 @@ pub struct LaunchReport {
     pub layers: Vec<(Layer, LayerStatus)>,
     /// Layers switched off through [`Sandbox::dangerous`].
     pub downgraded: Vec<Layer>,
+    /// Every other weakening of the profile made through
+    /// [`Sandbox::dangerous`] (another root view, a removed mask, a raised
+    /// limit, …), in order; empty when the profile is its base or tighter.
+    pub deviations: Vec<String>,
     /// The worker's uid and gid.
     pub worker_uid: u32,
     /// The worker's gid.
@@ -668,6 +672,7 @@ impl Sandbox {
             mount_plan: plan,
             layers,
             downgraded,
+            deviations: self.profile.deviations.clone(),
             worker_uid: uid,
             worker_gid: gid,
             bridges: self.bridges.clone(),

@@ -369,15 +369,15 @@ pub(crate) fn run(
     if let Ok(abs) = std::fs::canonicalize(&policy_path)
         && sb
             .profile()
-            .writable
+            .writable()
             .iter()
             .filter_map(|w| std::fs::canonicalize(w).ok())
             .any(|w| abs.starts_with(w))
     {
         sb.protect(abs);
     }
-    let provider_credentials = sb.profile().provider_credentials;
-    let roots_for_steering: Vec<PathBuf> = sb.profile().writable.clone();
+    let provider_credentials = sb.profile().provider_credentials();
+    let roots_for_steering: Vec<PathBuf> = sb.profile().writable().to_vec();
     let steering_globs: Vec<String> = policy
         .taint
         .steering_paths
@@ -649,7 +649,7 @@ fn write_grant(
     grant: &serde_json::Value,
     left: &mut Leftovers,
 ) -> Result<PathBuf, String> {
-    let cwd = match sb.profile().writable.first() {
+    let cwd = match sb.profile().writable().first() {
         Some(c) => c.clone(),
         None => {
             return Err(String::from(
@@ -813,12 +813,12 @@ async fn supervise(
         Kind::ExecutionStarted,
         &json!({
             "session": id,
-            "profile": sb.profile().name,
+            "profile": sb.profile().name(),
             "command": command.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>(),
             "policy": policy_path.display().to_string(),
             "policy_digest": policy_digest,
             "relays": relay_names,
-            "writable": sb.profile().writable.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+            "writable": sb.profile().writable().iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         }),
         Flags::NONE,
     );
@@ -837,7 +837,7 @@ async fn supervise(
         .map_err(|e| e.to_string())?;
     *started = true;
     let report = crate::run::report_json(child.report());
-    let degraded = !child.report().downgraded.is_empty();
+    let degraded = !child.report().downgraded.is_empty() || !child.report().deviations.is_empty();
     let mut status = report.clone();
     if let Some(o) = status.as_object_mut() {
         o.insert(
