@@ -405,3 +405,22 @@ fn built_in_profiles_cannot_be_redefined() {
         vec![("invalid_value", ".profiles.strict".to_owned(), 1, 11)]
     );
 }
+
+#[test]
+fn a_memory_limit_is_flagged_as_not_enforced() {
+    let got = codes("[worker]\nlimits = { pids = 8, memory = \"1GiB\" }\n");
+    assert_eq!(
+        got,
+        vec![(
+            "memory_not_enforced",
+            ".worker.limits.memory".to_owned(),
+            2,
+            31
+        )]
+    );
+    // Positive control: the other limits alone are clean.
+    assert_eq!(
+        codes("[worker]\nlimits = { pids = 8, wall = \"2s\" }\n"),
+        vec![]
+    );
+}
