@@ -649,7 +649,15 @@ fn write_grant(
     grant: &serde_json::Value,
     left: &mut Leftovers,
 ) -> Result<PathBuf, String> {
-    let cwd = match sb.profile().writable().first() {
+    // The working directory when it is a writable root (`.palisade` is kept
+    // read-only at the top of each writable root, not deeper), else the
+    // first writable root.
+    let writable = sb.profile().writable();
+    let root = sb
+        .working_dir()
+        .and_then(|c| writable.iter().find(|w| w.as_path() == c))
+        .or_else(|| writable.first());
+    let cwd = match root {
         Some(c) => c.clone(),
         None => {
             return Err(String::from(
@@ -990,6 +998,25 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
 
     use super::*;
+
+    #[test]
+    fn the_grant_goes_to_the_working_directory_when_it_is_a_writable_root() {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b) = (d.path().join("a"), d.path().join("b"));
+        std::fs::create_dir_all(b.join("sub")).unwrap();
+        std::fs::create_dir_all(&a).unwrap();
+        let grant = json!({"tools": []});
+        let mut sb = Sandbox::new(palisade_isolate::Profile::governed());
+        sb.writable(&a).writable(&b).cwd(&b);
+        let mut left = Leftovers::new(&d.path().join("j"), false);
+        let path = write_grant(&mut sb, &grant, &mut left).unwrap();
+        assert_eq!(path, b.join(".palisade/step-grant.json"));
+        // A working directory below a root: the first root, where `.palisade`
+        // is protected (it is not protected deeper down).
+        sb.cwd(b.join("sub"));
+        let path = write_grant(&mut sb, &grant, &mut left).unwrap();
+        assert_eq!(path, a.join(".palisade/step-grant.json"));
+    }
 
     #[test]
     fn discarding_a_refused_session_removes_only_what_it_created() {
