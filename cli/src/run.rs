@@ -233,6 +233,15 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     }
     if let Some(uid) = args.worker_uid {
         sb.identity(palisade_isolate::WorkerIdentity::Dedicated { uid, gid: uid });
+        // The kernel does not apply RLIMIT_NPROC to host root: say so and
+        // record it (a process limit a policy sets is then refused).
+        if uid == 0 && nix::unistd::geteuid().is_root() {
+            sb.dangerous()
+                .set_limit(palisade_isolate::Limit::Processes, None);
+            eprintln!(
+                "palisade: warning: --worker-uid 0 runs without a process limit (the kernel does not apply RLIMIT_NPROC to root)"
+            );
+        }
     }
     for name in &args.dangerously_disable {
         let Some(layer) = Layer::from_name(name) else {

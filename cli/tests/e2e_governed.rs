@@ -1277,6 +1277,23 @@ fn worker_limits_bite_pids_wall_and_file_size() {
     );
     eprintln!("pids = 5: the worker forked {forked} children");
 
+    // The kernel does not apply RLIMIT_NPROC to host root: with
+    // --worker-uid 0 the same policy is refused, not run unlimited.
+    s.clear_journal();
+    let c = s.command(WORKER_SECTION_PROBE, &["{}".to_owned()]);
+    let args: Vec<std::ffi::OsString> = c.get_args().map(ToOwned::to_owned).collect();
+    let split = args.iter().position(|a| a == "--").unwrap();
+    let mut n = Command::new(palisade());
+    n.args(&args[..split])
+        .args(["--worker-uid", "0"])
+        .args(&args[split..])
+        .env("E2E_PROVIDER_KEY", real_key())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let (code, _, err) = wait_with_timeout(n.spawn().unwrap(), Duration::from_secs(120));
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("RLIMIT_NPROC 5 is not enforced"), "{err}");
+
     // file_size = 1KiB: the write stops at 1,024 bytes (EFBIG).
     s.reset_policy("limits = { file_size = \"1KiB\" }");
     let (code, r, err) = s.probe_section(&serde_json::json!({"write": 5000}));

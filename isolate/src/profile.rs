@@ -613,6 +613,28 @@ impl Profile {
         Ok(())
     }
 
+    /// Refuses a process limit the kernel would not apply: `RLIMIT_NPROC`
+    /// does not bind host root, and a worker uid 0 launched by root is host
+    /// root (uids are mapped 1:1).
+    pub(crate) fn check_identity(
+        &self,
+        worker_uid: u32,
+        launcher_uid: u32,
+    ) -> Result<(), SandboxError> {
+        if worker_uid == 0
+            && launcher_uid == 0
+            && let Some(n) = self.rlimits.processes
+        {
+            return Err(SandboxError::LayerUnavailable {
+                layer: crate::Layer::Rlimits,
+                detail: format!(
+                    "RLIMIT_NPROC {n} is not enforced for a worker that is host root (uid 0); use a dedicated worker uid, or remove the limit with Sandbox::dangerous().set_limit(Limit::Processes, None)"
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// The names of the built-in profiles.
     pub const BUILT_IN: [&'static str; 3] = ["strict", "governed", "maintenance"];
 }
@@ -746,6 +768,18 @@ mod tests {
         assert!(p.limit_wall(Duration::from_secs(11)).is_err());
         p.limit_wall(Duration::from_secs(5)).unwrap();
         assert_eq!(p.wall_limit, Some(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn a_process_limit_on_host_root_is_refused() {
+        let mut p = Profile::governed();
+        assert!(p.check_identity(0, 0).is_err(), "root launches root");
+        // Positive controls: a dedicated uid, or a non-root launcher's uid 0
+        // (an unprivileged uid on the host), are limited by the kernel.
+        p.check_identity(64000, 0).unwrap();
+        p.check_identity(0, 1000).unwrap();
+        p.rlimits.processes = None;
+        p.check_identity(0, 0).unwrap();
     }
 
     #[test]

@@ -608,6 +608,8 @@ impl Sandbox {
                 SandboxError::InvalidCommand(String::from("argument contains a NUL byte"))
             })?;
         let (uid, gid) = self.worker_ids();
+        self.profile
+            .check_identity(uid, nix::unistd::getuid().as_raw())?;
         let input = PlanInput {
             allowed_sockets: self.bridges.iter().map(|b| b.target.clone()).collect(),
             walk_cache: self.walk_cache.clone(),
