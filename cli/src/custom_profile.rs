@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use palisade_isolate::{Limit, NetworkMode, Profile, Sandbox};
 use palisade_schema::host_policy::{
-    CustomProfile, HostPolicy, ProfileNetwork, Worker, WorkerEnv, WorkerLimits,
+    CustomProfile, HostPolicy, ProfileLimits, ProfileNetwork, Worker, WorkerEnv, WorkerLimits,
 };
 
 /// The isolate profile named `name`: a built-in one, or a custom one the
@@ -40,17 +40,34 @@ fn within(a: &Path, b: &Path) -> bool {
 }
 
 /// Converts a custom profile into an isolate profile.
+/// Every field is named (no `..`), so a new key fails to compile until it
+/// is converted here.
 pub(crate) fn convert(name: &str, c: &CustomProfile) -> Result<Profile, String> {
-    let Some(mut p) = Profile::by_name(c.base.as_str()) else {
+    let CustomProfile {
+        base,
+        read_only,
+        masks,
+        writable,
+        network,
+        limits:
+            ProfileLimits {
+                address_space,
+                processes,
+                file_size,
+                open_files,
+                cpu,
+            },
+    } = c;
+    let Some(mut p) = Profile::by_name(base.as_str()) else {
         return Err(format!(
             "profile `{name}`: unknown base `{}`",
-            c.base.as_str()
+            base.as_str()
         ));
     };
     p.rename(name)
         .map_err(|e| format!("profile `{name}`: {e}"))?;
     let built_in_masks = p.host_masks().to_vec();
-    for (key, paths) in [("read_only", &c.read_only), ("writable", &c.writable)] {
+    for (key, paths) in [("read_only", read_only), ("writable", writable)] {
         for text in paths {
             let path = Path::new(text);
             if let Some(m) = built_in_masks
@@ -64,36 +81,35 @@ pub(crate) fn convert(name: &str, c: &CustomProfile) -> Result<Profile, String> 
             }
         }
     }
-    for r in &c.read_only {
+    for r in read_only {
         p.add_read_only(r);
     }
-    for w in &c.writable {
+    for w in writable {
         p.add_writable(w);
     }
-    for m in &c.masks {
+    for m in masks {
         p.add_mask(m);
     }
-    match c.network {
+    match network {
         Some(ProfileNetwork::None) => {
             p.network_none();
         }
         Some(ProfileNetwork::Proxy) if p.network() == NetworkMode::None => {
             return Err(format!(
                 "profile `{name}`: `network = \"proxy\"` would weaken the `{}` base",
-                c.base.as_str()
+                base.as_str()
             ));
         }
         _ => {}
     }
-    let l = &c.limits;
     for (key, want, which) in [
-        ("address_space", l.address_space, Limit::AddressSpace),
-        ("processes", l.processes, Limit::Processes),
-        ("file_size", l.file_size, Limit::FileSize),
-        ("open_files", l.open_files, Limit::OpenFiles),
-        ("cpu", l.cpu, Limit::CpuSeconds),
+        ("address_space", address_space, Limit::AddressSpace),
+        ("processes", processes, Limit::Processes),
+        ("file_size", file_size, Limit::FileSize),
+        ("open_files", open_files, Limit::OpenFiles),
+        ("cpu", cpu, Limit::CpuSeconds),
     ] {
-        let Some(v) = want else { continue };
+        let Some(v) = *want else { continue };
         p.limit(which, v).map_err(|e| {
             format!(
                 "profile `{name}`: limits.{key} = {v}: {e}; a custom profile can only lower limits"
