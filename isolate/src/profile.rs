@@ -576,7 +576,8 @@ impl Profile {
     }
 
     /// Refuses a host mask the mount plan would not apply: one at or under
-    /// a bind mounted after the masks (a read path or writable root, and on
+    /// a mount made after the masks (a read path, a writable root, the
+    /// private `/tmp`, `/dev`, `/proc`, and on
     /// an empty root also the system directories and `/etc` entries, since
     /// masks there are not mounted at all). Such a mask would hide nothing
     /// while the launch looked configured. Missing masks and binds are left
@@ -590,6 +591,8 @@ impl Profile {
             .chain(&self.writable)
             .filter_map(resolve)
             .collect();
+        // The sandbox's own /tmp, /dev and /proc are mounted after the masks too.
+        binds.extend(["/tmp", "/dev", "/proc"].map(PathBuf::from));
         if self.root == RootView::Empty {
             binds.extend(self.system_dirs.iter().filter_map(resolve));
             binds.extend(
@@ -747,6 +750,8 @@ impl crate::DangerousSandbox<'_> {
 mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
 
+    use std::path::Path;
+
     use super::*;
 
     #[test]
@@ -794,7 +799,9 @@ mod tests {
 
     #[test]
     fn a_mask_inside_a_later_bind_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
+        // Outside /tmp, which is a mount of its own in the sandbox.
+        let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
+        let dir = tempfile::tempdir_in(target).unwrap();
         let inner = dir.path().join("inner");
         std::fs::create_dir(&inner).unwrap();
         // Positive control: a mask beside the binds (and one above a bind) is fine.
@@ -809,6 +816,13 @@ mod tests {
             let e = p.check_masks().unwrap_err().to_string();
             assert!(e.contains("mask_uncovered"), "{e}");
         }
+        // The private /tmp is mounted over the host's (masking there would
+        // fail at mount time, obscurely).
+        let tmp = tempfile::tempdir_in("/tmp").unwrap();
+        let mut p = Profile::governed();
+        p.host_masks.push(tmp.path().to_path_buf());
+        let e = p.check_masks().unwrap_err().to_string();
+        assert!(e.contains("inside the bind `/tmp`"), "{e}");
         // On an empty root the system directories are binds too.
         let mut p = Profile::strict();
         p.check_masks().unwrap();
