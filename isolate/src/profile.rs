@@ -564,6 +564,11 @@ impl Profile {
                 "`{name}` is not an environment variable name"
             )));
         }
+        if name == "PATH" || name == "HOME" {
+            return Err(SandboxError::Weakens(format!(
+                "the sandbox sets `{name}` itself and would not pass the launcher's; set a value explicitly instead"
+            )));
+        }
         if sensitive_env(name) {
             return Err(SandboxError::Weakens(format!(
                 "the sandbox never passes the credential-like variable `{name}`; hand credentials over through a relay"
@@ -792,7 +797,14 @@ mod tests {
         let mut p = Profile::governed();
         p.pass_env("E2E_PLAIN").unwrap();
         assert!(p.env_allow.iter().any(|n| n == "E2E_PLAIN"));
-        for bad in ["GITHUB_TOKEN", "aws_secret_access_key", "X=Y", ""] {
+        for bad in [
+            "GITHUB_TOKEN",
+            "aws_secret_access_key",
+            "X=Y",
+            "",
+            "PATH",
+            "HOME",
+        ] {
             assert!(p.pass_env(bad).is_err(), "{bad}");
         }
     }
