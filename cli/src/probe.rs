@@ -27,7 +27,7 @@ enum Format {
 /// minimum ABI, possibly degraded), 1 otherwise.
 pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     let report = probe_thorough();
-    let min_abi = palisade_isolate::Profile::governed().min_landlock_abi;
+    let min_abi = palisade_isolate::Profile::governed().min_landlock_abi();
     let all_required = report.layers.iter().all(|(l, s)| match l {
         palisade_isolate::Layer::Cgroups => true,
         palisade_isolate::Layer::Landlock => {

@@ -102,6 +102,7 @@ pub(crate) fn report_json(r: &palisade_isolate::LaunchReport) -> serde_json::Val
         "worker_uid": r.worker_uid,
         "worker_gid": r.worker_gid,
         "downgraded": r.downgraded.iter().map(|l| l.name()).collect::<Vec<_>>(),
+        "deviations": r.deviations,
         "layers": r.layers.iter().map(|(l, s)| layer_json(*l, s)).collect::<Vec<_>>(),
         "mount_plan": r.mount_plan.text().lines().collect::<Vec<_>>(),
         "bridges": r.bridges.iter().map(|b| serde_json::json!({"port": b.port, "target": b.target.display().to_string()})).collect::<Vec<_>>(),
@@ -172,7 +173,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
             p
         }
     };
-    let host_view = profile.root == palisade_isolate::RootView::HostReadOnly;
+    let host_view = profile.root() == palisade_isolate::RootView::HostReadOnly;
     let mut sb = Sandbox::new(profile);
     if !args.no_walk_cache
         && let Some(dir) = walk_cache_dir()
@@ -183,8 +184,24 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     // profiles it defaults to the current directory; under strict only an
     // explicit --cwd is bound in, otherwise the command starts in the
     // scratch HOME.
+    // A policy's `worker.cwd` is the working directory (applied with the
+    // rest of `[worker]`, not bound writable by itself); a different --cwd
+    // is refused rather than one of the two silently ignored.
+    let policy_cwd = loaded
+        .as_ref()
+        .and_then(|l| l.policy.worker.cwd.as_deref().map(PathBuf::from));
+    if let (Some(flag), Some(p)) = (&args.cwd, &policy_cwd)
+        && flag != p
+    {
+        return setup_failure(format!(
+            "--cwd {} differs from the policy's worker.cwd {}",
+            flag.display(),
+            p.display()
+        ));
+    }
     let cwd = match (args.cwd, host_view) {
         (Some(c), _) => Some(c),
+        (None, _) if policy_cwd.is_some() => None,
         (None, true) => match std::env::current_dir() {
             Ok(c) => Some(c),
             Err(e) => return setup_failure(format!("cannot read the current directory: {e}")),
@@ -218,6 +235,15 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     }
     if let Some(uid) = args.worker_uid {
         sb.identity(palisade_isolate::WorkerIdentity::Dedicated { uid, gid: uid });
+        // The kernel does not apply RLIMIT_NPROC to host root: say so and
+        // record it (a process limit a policy sets is then refused).
+        if uid == 0 && nix::unistd::geteuid().is_root() {
+            sb.dangerous()
+                .set_limit(palisade_isolate::Limit::Processes, None);
+            eprintln!(
+                "palisade: warning: --worker-uid 0 runs without a process limit (the kernel does not apply RLIMIT_NPROC to root)"
+            );
+        }
     }
     for name in &args.dangerously_disable {
         let Some(layer) = Layer::from_name(name) else {

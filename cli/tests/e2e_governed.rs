@@ -1097,3 +1097,321 @@ fn a_workflow_step_grant_is_handed_over_read_only_and_recorded() {
     );
     assert!(out.is_empty(), "no worker may run: {out}");
 }
+
+/// A worker that reports what its `[worker]` section gave it: the file it
+/// could read, how many children it could fork, what it could write, its
+/// environment and its working directory. `argv[1]` is a JSON request.
+const WORKER_SECTION_PROBE: &str = r#"
+import json, os, sys, time
+req = json.loads(sys.argv[1])
+out = {"cwd": os.getcwd()}
+if "read" in req:
+    # Compared here, so the secret itself never reaches the test's output.
+    try: out["read"] = "the marker" if open(req["read"]).read() == req["marker"][::-1] else "other bytes"
+    except OSError as e: out["read"] = "error " + type(e).__name__
+if "fork" in req:
+    kids = []
+    for _ in range(req["fork"]):
+        try:
+            pid = os.fork()
+        except OSError as e:
+            out["fork_error"] = e.errno
+            break
+        if pid == 0:
+            time.sleep(5)
+            os._exit(0)
+        kids.append(pid)
+    out["forked"] = len(kids)
+    for k in kids:
+        os.kill(k, 9)
+        os.waitpid(k, 0)
+if "write" in req:
+    try:
+        with open("big.bin", "wb") as f:
+            f.write(b"x" * req["write"])
+    except OSError as e:
+        out["write_error"] = e.errno
+    out["written"] = os.path.getsize("big.bin")
+    os.unlink("big.bin")
+if "sleep" in req:
+    time.sleep(req["sleep"])
+    out["slept"] = req["sleep"]
+out["env"] = {k: v for k, v in os.environ.items() if k.startswith("E2E_SECTION_")}
+print(json.dumps(out))
+"#;
+
+impl Session {
+    /// Replaces the policy's `[worker]` section.
+    fn worker_section(&self, section: &str) {
+        let path = self.work.join("palisade.toml");
+        let text = std::fs::read_to_string(&path).unwrap().replacen(
+            "[worker]\nprofile = \"governed\"\n",
+            &format!("[worker]\nprofile = \"governed\"\n{section}\n"),
+            1,
+        );
+        assert!(text.contains(section), "the policy holds the section");
+        std::fs::write(path, text).unwrap();
+    }
+
+    /// Runs the section probe under the current policy; the journal is
+    /// removed first so the same session can run again.
+    fn probe_section(&self, req: &Value) -> (i32, Value, String) {
+        self.clear_journal();
+        let child = self
+            .command(WORKER_SECTION_PROBE, &[req.to_string()])
+            .env("E2E_SECTION_PASSED", "passed-value")
+            .env("E2E_SECTION_OTHER", "other-value")
+            .spawn()
+            .unwrap();
+        let (code, out, err) = wait_with_timeout(child, Duration::from_secs(120));
+        let r = out
+            .lines()
+            .rev()
+            .find(|l| l.starts_with('{'))
+            .map_or(Value::Null, |l| serde_json::from_str(l).unwrap());
+        (code, r, err)
+    }
+
+    fn clear_journal(&self) {
+        for p in [
+            self.journal.clone(),
+            PathBuf::from(format!("{}.anchor", self.journal.display())),
+            PathBuf::from(format!("{}.lock", self.journal.display())),
+        ] {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+
+    /// Rewrites the policy from the base with `section` in `[worker]`.
+    fn reset_policy(&self, section: &str) {
+        std::fs::write(
+            self.work.join("palisade.toml"),
+            policy(self.provider.addr.port()),
+        )
+        .unwrap();
+        self.worker_section(section);
+    }
+}
+
+/// A host directory the governed view shows (under the target directory,
+/// outside `/tmp`, which is private in the sandbox), readable by the worker uid.
+fn visible_host_dir() -> tempfile::TempDir {
+    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::fs::set_permissions(
+        d.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    d
+}
+
+#[test]
+fn worker_masks_hide_a_host_file_and_a_mask_inside_a_bind_is_refused() {
+    if skip() {
+        return;
+    }
+    let s = session();
+    let host = visible_host_dir();
+    let secret_dir = host.path().join("secretdir");
+    std::fs::create_dir(&secret_dir).unwrap();
+    std::fs::set_permissions(
+        &secret_dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let secret = secret_dir.join("s");
+    std::fs::write(&secret, host_file_secret()).unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let req = serde_json::json!({"read": secret, "marker": rev(&host_file_secret())});
+
+    // Positive control: without the mask the worker reads the file.
+    let (code, r, err) = s.probe_section(&req);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(r["read"], "the marker", "readable without the mask");
+
+    s.reset_policy(&format!("masks = [\"{}\"]", secret_dir.display()));
+    let (code, r, err) = s.probe_section(&req);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(r["read"], "error FileNotFoundError", "masked: {r}");
+    let log = std::fs::read_to_string(&s.journal).unwrap();
+    assert!(
+        !log.contains(&host_file_secret()),
+        "no secret in the journal"
+    );
+
+    // A mask inside a writable root would be mounted under the bind: refused.
+    s.reset_policy(&format!(
+        "masks = [\"{}\"]",
+        s.work.join("hidden").display()
+    ));
+    std::fs::create_dir_all(s.work.join("hidden")).unwrap();
+    let (code, _, err) = s.probe_section(&req);
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("mask_uncovered"), "{err}");
+}
+
+#[test]
+fn worker_limits_bite_pids_wall_and_file_size() {
+    if skip() {
+        return;
+    }
+    let s = session();
+    // Positive control: under generous limits 8 children fork and 5,000 bytes are written.
+    s.reset_policy("limits = { pids = 64, wall = \"60s\", file_size = \"1MiB\" }");
+    let (code, r, err) =
+        s.probe_section(&serde_json::json!({"fork": 8, "write": 5000, "sleep": 0.2}));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(r["forked"], 8, "{r}");
+    assert_eq!(r["written"], 5000, "{r}");
+    assert_eq!(r["slept"], 0.2, "{r}");
+
+    // pids = 5: RLIMIT_NPROC counts the worker uid's processes in the sandbox.
+    s.reset_policy("limits = { pids = 5 }");
+    let (code, r, err) = s.probe_section(&serde_json::json!({"fork": 8}));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(r["fork_error"], 11, "EAGAIN: {r}");
+    let forked = r["forked"].as_u64().unwrap();
+    assert_eq!(
+        forked, 4,
+        "pids counts the worker itself and its 4 children: {r}"
+    );
+    eprintln!("pids = 5: the worker forked {forked} children");
+
+    // The kernel does not apply RLIMIT_NPROC to host root: with
+    // --worker-uid 0 the same policy is refused, not run unlimited.
+    s.clear_journal();
+    let c = s.command(WORKER_SECTION_PROBE, &["{}".to_owned()]);
+    let args: Vec<std::ffi::OsString> = c.get_args().map(ToOwned::to_owned).collect();
+    let split = args.iter().position(|a| a == "--").unwrap();
+    let mut n = Command::new(palisade());
+    n.args(&args[..split])
+        .args(["--worker-uid", "0"])
+        .args(&args[split..])
+        .env("E2E_PROVIDER_KEY", real_key())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let (code, _, err) = wait_with_timeout(n.spawn().unwrap(), Duration::from_secs(120));
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("RLIMIT_NPROC 5 is not enforced"), "{err}");
+
+    // file_size = 1KiB: the write stops at 1,024 bytes (EFBIG).
+    s.reset_policy("limits = { file_size = \"1KiB\" }");
+    let (code, r, err) = s.probe_section(&serde_json::json!({"write": 5000}));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(r["write_error"], 27, "EFBIG: {r}");
+    assert_eq!(r["written"], 1024, "{r}");
+
+    // wall = 2s: a worker sleeping 30 s is killed (SIGKILL, 137).
+    s.reset_policy("limits = { wall = \"2s\" }");
+    let (code, r, err) = s.probe_section(&serde_json::json!({"sleep": 30}));
+    assert_eq!(code, 137, "{err}");
+    assert_eq!(r, Value::Null, "the worker never finished: {r}");
+
+    // memory cannot be enforced: refused before launch, no journal left.
+    s.reset_policy("limits = { memory = \"1GiB\" }");
+    let (code, _, err) = s.probe_section(&serde_json::json!({}));
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("limits.memory") && err.contains("cgroup"),
+        "{err}"
+    );
+}
+
+#[test]
+fn worker_env_pass_passes_only_the_named_variable_and_cwd_is_the_workers() {
+    if skip() {
+        return;
+    }
+    let s = session();
+    // Positive control for the contrast: without env.pass neither variable passes.
+    let (code, r, err) = s.probe_section(&serde_json::json!({}));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(r["env"], serde_json::json!({}), "{r}");
+
+    s.reset_policy("env = { pass = [\"E2E_SECTION_PASSED\"] }");
+    let (code, r, err) = s.probe_section(&serde_json::json!({}));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        r["env"],
+        serde_json::json!({"E2E_SECTION_PASSED": "passed-value"}),
+        "{r}"
+    );
+
+    // A credential-like name is refused, not silently dropped.
+    s.reset_policy("env = { pass = [\"E2E_SECTION_TOKEN\"] }");
+    let (code, _, err) = s.probe_section(&serde_json::json!({}));
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("E2E_SECTION_TOKEN"), "{err}");
+
+    // cwd: the worker starts where the policy says (not --cwd, not the
+    // launcher's directory); a different --cwd is refused.
+    let sub = s.work.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    s.reset_policy(&format!(
+        "cwd = \"{}\"\nwritable = [\"{}\"]",
+        sub.display(),
+        s.work.display()
+    ));
+    let (code, _, err) = s.probe_section(&serde_json::json!({}));
+    assert_eq!(code, 125, "--cwd differs: {err}");
+    assert!(
+        err.contains("differs from the policy's worker.cwd"),
+        "{err}"
+    );
+    s.clear_journal();
+    let c = s.command(WORKER_SECTION_PROBE, &["{}".to_owned()]);
+    let args: Vec<std::ffi::OsString> = c.get_args().map(ToOwned::to_owned).collect();
+    let at = args.iter().position(|a| a == "--cwd").unwrap();
+    let mut n = Command::new(palisade());
+    n.args(&args[..at])
+        .args(&args[at + 2..])
+        .current_dir(s.dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let (code, out, err) = wait_with_timeout(
+        n.env("E2E_PROVIDER_KEY", real_key()).spawn().unwrap(),
+        Duration::from_secs(120),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(receipt(&out)["cwd"], sub.display().to_string());
+}
+
+#[test]
+fn a_refused_run_leaves_no_files_and_the_retry_succeeds() {
+    if skip() {
+        return;
+    }
+    let s = session();
+    let lock = PathBuf::from(format!("{}.lock", s.journal.display()));
+    let anchor = PathBuf::from(format!("{}.anchor", s.journal.display()));
+    // A read path that does not exist: refused by the sandbox at launch,
+    // after the journal, the sockets and the approval endpoint were made.
+    let missing = s.dir.path().join("no-such-toolchain");
+    s.reset_policy(&format!("read_only = [\"{}\"]", missing.display()));
+    let run = || {
+        let child = s
+            .command(WORKER_SECTION_PROBE, &["{}".to_owned()])
+            .spawn()
+            .unwrap();
+        wait_with_timeout(child, Duration::from_secs(120))
+    };
+    let (code, _, err) = run();
+    assert_eq!(code, 125, "{err}");
+    assert!(err.contains("no-such-toolchain"), "{err}");
+    assert!(err.contains("nothing was started"), "{err}");
+    for p in [&s.journal, &lock, &anchor, &s.approve] {
+        assert!(
+            std::fs::symlink_metadata(p).is_err(),
+            "{} is left behind; stderr: {err}",
+            p.display()
+        );
+    }
+    // Positive control: the same paths, with the policy fixed, run and seal.
+    s.reset_policy("");
+    let (code, out, err) = run();
+    assert_eq!(code, 0, "{err}");
+    assert!(receipt(&out)["cwd"].is_string());
+    assert!(s.journal.exists() && anchor.exists(), "{err}");
+    let report = s.verify();
+    assert!(report.closed, "{report:?}");
+}

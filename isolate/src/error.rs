@@ -181,6 +181,10 @@ pub enum SandboxError {
         /// The `errno` of the last `execve`.
         errno: i32,
     },
+    /// A change that would weaken the profile outside [`crate::Sandbox::dangerous`]:
+    /// raising a limit, or a variable the sandbox never passes.
+    #[error("profile_weakened: {0}")]
+    Weakens(String),
     /// An IO error in the launcher itself.
     #[error("sandbox launcher: {0}")]
     Io(#[from] std::io::Error),

@@ -50,7 +50,7 @@ pub use error::{SandboxError, Step};
 pub use layer::{Layer, LayerStatus, ProbeReport, probe, probe_thorough};
 pub use plan::{MountOp, MountPlan};
 pub use profile::{
-    DEFAULT_PATH, ENV_ALLOW, HOST_MASKS, NetworkMode, PROTECTED_IF_PRESENT, PROTECTED_NAMES,
+    DEFAULT_PATH, ENV_ALLOW, HOST_MASKS, Limit, NetworkMode, PROTECTED_IF_PRESENT, PROTECTED_NAMES,
     Profile, Rlimits, RootView, SYSTEM_DIRS, SYSTEM_ETC, SocketPolicy,
 };
 pub use pty::TerminalResize;

@@ -103,7 +103,7 @@ impl Command {
 /// launch many workers.
 #[derive(Debug, Clone)]
 pub struct Sandbox {
-    profile: Profile,
+    pub(crate) profile: Profile,
     cwd: Option<PathBuf>,
     env: Vec<(OsString, OsString)>,
     bridges: Vec<Bridge>,
@@ -117,7 +117,7 @@ pub struct Sandbox {
 /// The explicit, named downgrade door: see [`Sandbox::dangerous`].
 #[derive(Debug)]
 pub struct DangerousSandbox<'a> {
-    sandbox: &'a mut Sandbox,
+    pub(crate) sandbox: &'a mut Sandbox,
 }
 
 impl DangerousSandbox<'_> {
@@ -146,6 +146,10 @@ pub struct LaunchReport {
     pub layers: Vec<(Layer, LayerStatus)>,
     /// Layers switched off through [`Sandbox::dangerous`].
     pub downgraded: Vec<Layer>,
+    /// Every other weakening of the profile made through
+    /// [`Sandbox::dangerous`] (another root view, a removed mask, a raised
+    /// limit, …), in order; empty when the profile is its base or tighter.
+    pub deviations: Vec<String>,
     /// The worker's uid and gid.
     pub worker_uid: u32,
     /// The worker's gid.
@@ -373,18 +377,7 @@ pub(crate) fn wait_code(pid: nix::unistd::Pid) -> std::io::Result<i32> {
 
 /// Names of launcher variables never passed through, even when allowlisted.
 fn sensitive(name: &OsStr) -> bool {
-    let upper = name.to_string_lossy().to_ascii_uppercase();
-    [
-        "KEY",
-        "SECRET",
-        "TOKEN",
-        "PASSWORD",
-        "PASSWD",
-        "CREDENTIAL",
-        "AUTH",
-    ]
-    .iter()
-    .any(|w| upper.contains(w))
+    crate::profile::sensitive_env(&name.to_string_lossy())
 }
 
 impl Sandbox {
@@ -408,6 +401,16 @@ impl Sandbox {
         &self.profile
     }
 
+    /// The working directory set with [`Sandbox::cwd`], if any.
+    pub fn working_dir(&self) -> Option<&Path> {
+        self.cwd.as_deref()
+    }
+
+    /// The variables set with [`Sandbox::env`], in order (later wins).
+    pub fn env_vars(&self) -> &[(OsString, OsString)] {
+        &self.env
+    }
+
     /// Add a writable root.
     pub fn writable(&mut self, path: impl Into<PathBuf>) -> &mut Self {
         self.profile.writable.push(path.into());
@@ -425,6 +428,28 @@ impl Sandbox {
     pub fn mask(&mut self, path: impl Into<PathBuf>) -> &mut Self {
         self.profile.host_masks.push(path.into());
         self
+    }
+
+    /// Lower one resource limit of the profile ([`Profile::limit`]).
+    pub fn limit(
+        &mut self,
+        which: crate::profile::Limit,
+        value: u64,
+    ) -> Result<&mut Self, SandboxError> {
+        self.profile.limit(which, value)?;
+        Ok(self)
+    }
+
+    /// Lower the wall-clock limit of the profile ([`Profile::limit_wall`]).
+    pub fn limit_wall(&mut self, limit: std::time::Duration) -> Result<&mut Self, SandboxError> {
+        self.profile.limit_wall(limit)?;
+        Ok(self)
+    }
+
+    /// Pass a launcher variable through by name ([`Profile::pass_env`]).
+    pub fn pass_env(&mut self, name: &str) -> Result<&mut Self, SandboxError> {
+        self.profile.pass_env(name)?;
+        Ok(self)
     }
 
     /// Add an absolute path kept read-only (e.g. the policy file).
@@ -608,10 +633,13 @@ impl Sandbox {
                 SandboxError::InvalidCommand(String::from("argument contains a NUL byte"))
             })?;
         let (uid, gid) = self.worker_ids();
+        self.profile
+            .check_identity(uid, nix::unistd::getuid().as_raw())?;
         let input = PlanInput {
             allowed_sockets: self.bridges.iter().map(|b| b.target.clone()).collect(),
             walk_cache: self.walk_cache.clone(),
         };
+        self.profile.check_masks()?;
         let (plan, deferred) = plan::build(&self.profile, &input)?;
         let cwd = match &self.cwd {
             Some(c) => plan::canonical(c)?,
@@ -672,6 +700,7 @@ impl Sandbox {
             mount_plan: plan,
             layers,
             downgraded,
+            deviations: self.profile.deviations.clone(),
             worker_uid: uid,
             worker_gid: gid,
             bridges: self.bridges.clone(),

@@ -20,7 +20,9 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use palisade_isolate::{Command, Layer, Profile, Sandbox, SandboxError, SocketPolicy, Stdio};
+use palisade_isolate::{
+    Command, Layer, Limit, Profile, RootView, Sandbox, SandboxError, SocketPolicy, Stdio,
+};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_palisade-escape-probe");
 const WORKER: u32 = palisade_isolate::DEFAULT_WORKER_UID;
@@ -860,7 +862,8 @@ fn g12_socket_walk() {
         // Positive control: with the mask policy the launch proceeds and the
         // socket is hidden.
         let mut p = Profile::by_name(profile).unwrap();
-        p.socket_policy = SocketPolicy::Mask;
+        p.mask_sockets();
+        assert_eq!(p.socket_policy(), SocketPolicy::Mask);
         let mut sb = Sandbox::new(p);
         sb.writable(root.path())
             .cwd(root.path())
@@ -1475,9 +1478,12 @@ fn g18_resources() {
     }
     let root = Root::new();
     let mut p = Profile::governed();
-    p.rlimits.processes = Some(16);
-    p.rlimits.address_space = Some(1 << 30);
-    p.tmp_size = 8 << 20;
+    p.limit(Limit::Processes, 16)
+        .unwrap()
+        .limit(Limit::AddressSpace, 1 << 30)
+        .unwrap()
+        .limit_tmp_size(8 << 20)
+        .unwrap();
     let mut sb = Sandbox::new(p);
     sb.writable(root.path())
         .cwd(root.path())
@@ -1496,7 +1502,7 @@ fn g18_resources() {
     // Wall-clock limit: a sleeper is killed (137), a short command is not
     // (2 s leaves a loaded CI machine room to start the short one).
     let mut p = Profile::governed();
-    p.wall_limit = Some(Duration::from_secs(2));
+    p.limit_wall(Duration::from_secs(2)).unwrap();
     let mut timed = Sandbox::new(p);
     timed.writable(root.path()).cwd(root.path());
     let started = std::time::Instant::now();
@@ -1598,7 +1604,7 @@ fn g19_degradation() {
     );
     // A Landlock ABI below the profile's minimum.
     let mut p = Profile::governed();
-    p.min_landlock_abi = 99;
+    p.require_landlock_abi(99);
     let err = Sandbox::new(p)
         .spawn(Command::new(["/bin/true"]))
         .unwrap_err();
@@ -1778,4 +1784,66 @@ fn unprivileged_launcher() {
     // an AF_UNIX socket.
     assert_eq!(as_nobody(&["unshare", &newuser]), "ok");
     assert_eq!(as_nobody(&["socket", "1"]), "ok");
+}
+
+// A profile cannot be weakened behind the report's back: its fields are
+// private (see the `compile_fail` example on `Profile`), and what weakens
+// goes through `dangerous()` and is listed in the launch report.
+#[test]
+fn dangerous_weakenings_are_listed_in_the_launch_report() {
+    if skip_unless_root() {
+        return;
+    }
+    let root = Root::new();
+    let host = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::fs::set_permissions(host.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let secret = host.path().join("secret.txt");
+    let marker: String = "KRAM-TSOH-DEREKAEW".chars().rev().collect();
+    std::fs::write(&secret, &marker).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let secret_s = secret.display().to_string();
+    let report_of = |sb: &Sandbox| {
+        let child = sb.spawn(Command::new(["/bin/true"])).unwrap();
+        let report = child.report().clone();
+        assert_eq!(child.wait().unwrap(), 0);
+        report
+    };
+
+    // Positive control: plain strict hides the host file and reports no deviation.
+    let strict = sandbox("strict", &root);
+    assert_eq!(inside(&strict, &["cat", &secret_s]), "err 2");
+    let r = report_of(&strict);
+    assert_eq!(r.profile, "strict");
+    assert!(r.deviations.is_empty(), "{:?}", r.deviations);
+
+    // Tightening needs no door and is not a deviation.
+    let mut tight = sandbox("strict", &root);
+    tight.limit(Limit::Processes, 64).unwrap();
+    assert!(tight.limit(Limit::Processes, 1 << 20).is_err());
+    assert!(report_of(&tight).deviations.is_empty());
+
+    // The weakening of the issue: host root, a mask removed, Landlock ABI 0.
+    let mut weak = sandbox("strict", &root);
+    weak.dangerous()
+        .root_view(RootView::HostReadOnly)
+        .remove_mask("/home")
+        .min_landlock_abi(0);
+    // (Compared without printing: the marker never reaches the test output.)
+    assert!(
+        inside(&weak, &["cat", &secret_s]) == format!("ok {marker}"),
+        "the weakened sandbox reads the host file"
+    );
+    let r = report_of(&weak);
+    assert_eq!(r.profile, "strict");
+    assert_eq!(
+        r.deviations,
+        [
+            "root view Empty -> HostReadOnly",
+            "host mask /home removed",
+            "minimum Landlock ABI 4 -> 0",
+        ],
+    );
+    // The deviations travel with the profile into another sandbox.
+    let again = Sandbox::new(weak.profile().clone());
+    assert_eq!(again.profile().deviations(), r.deviations.as_slice());
 }

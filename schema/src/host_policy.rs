@@ -1297,6 +1297,17 @@ fn lint(cx: &mut Cx<'_>, root: &Table<'_, '_>, p: &HostPolicy) {
             ));
         }
     }
+    // A memory limit the sandbox cannot enforce: `palisade run` refuses it.
+    if p.worker.limits.memory.is_some() {
+        let path = Path::root().key("worker").key("limits").key("memory");
+        cx.warning(
+            "memory_not_enforced",
+            &span_of(&path),
+            &path,
+            "the sandbox has no cgroup memory limit to enforce this with: `palisade run` refuses the policy",
+        )
+        .help("remove it; to cap each process's address space (RLIMIT_AS), set `limits.address_space` in a `[profiles.<name>]` profile");
+    }
     // A writable worker whose steering writes nobody will see.
     if p.taint.steering_paths.is_empty() && !p.worker.writable.is_empty() {
         let path = Path::root().key("worker").key("writable");

@@ -335,14 +335,6 @@ pub(crate) fn run(
         path: policy_path,
         text,
     } = loaded;
-    if policy.worker.profile_name() != sb.profile().name {
-        return setup_failure(format!(
-            "the policy asks for the `{}` profile but the sandbox uses `{}`: pass --profile {}",
-            policy.worker.profile_name(),
-            sb.profile().name,
-            policy.worker.profile_name()
-        ));
-    }
     let policy_digest = format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())));
     let pins = pins(&args.resolve).map_err(|e| e.to_string())?;
     let roots = match &args.relay_ca {
@@ -366,30 +358,25 @@ pub(crate) fn run(
         None => None,
     };
 
-    // The policy's worker section adds to what the flags gave.
-    for w in &policy.worker.writable {
-        sb.writable(PathBuf::from(w));
-    }
-    for r in &policy.worker.read_only {
-        sb.read_only(PathBuf::from(r));
-    }
-    for (k, v) in &policy.worker.env.set {
-        sb.env(k, v);
+    // The policy's worker section adds to what the flags gave: every key,
+    // or an error before anything starts.
+    if let Err(e) = crate::custom_profile::apply_worker(&mut sb, &policy.worker, &policy_path) {
+        return setup_failure(e);
     }
     // The policy file stays read-only for the worker when it lies inside a
     // writable root (elsewhere the host view is read-only already).
     if let Ok(abs) = std::fs::canonicalize(&policy_path)
         && sb
             .profile()
-            .writable
+            .writable()
             .iter()
             .filter_map(|w| std::fs::canonicalize(w).ok())
             .any(|w| abs.starts_with(w))
     {
         sb.protect(abs);
     }
-    let provider_credentials = sb.profile().provider_credentials;
-    let roots_for_steering: Vec<PathBuf> = sb.profile().writable.clone();
+    let provider_credentials = sb.profile().provider_credentials();
+    let roots_for_steering: Vec<PathBuf> = sb.profile().writable().to_vec();
     let steering_globs: Vec<String> = policy
         .taint
         .steering_paths
@@ -397,31 +384,43 @@ pub(crate) fn run(
         .map(|g| g.as_str().to_owned())
         .collect();
 
-    let writer = JournalWriter::create(
+    let lock_path = PathBuf::from(format!("{}.lock", journal_path.display()));
+    let lock_existed = std::fs::symlink_metadata(&lock_path).is_ok();
+    let writer = match JournalWriter::create(
         &journal_path,
         &key,
         &WriterOptions::default(),
         Timestamp(now_ms()),
-    )
-    .map_err(|e| format!("journal `{}`: {e}", journal_path.display()))?;
-    let journal = Journal::new(writer, id.clone());
-    let dir = match session_dir(&id) {
-        Ok(d) => d,
+    ) {
+        Ok(w) => w,
         Err(e) => {
-            let _ = journal.close();
-            return setup_failure(e);
+            // The writer may have made the lock file before it refused.
+            if !lock_existed {
+                let _ = std::fs::remove_file(&lock_path);
+            }
+            return Err(format!("journal `{}`: {e}", journal_path.display()));
         }
     };
+    let journal = Journal::new(writer, id.clone());
+    // From here on, a refusal before the worker starts removes what the
+    // session created, so that nothing is left behind and a retry can use
+    // the same journal path.
+    let mut left = Leftovers::new(&journal_path, !lock_existed);
+    let dir = match session_dir(&id) {
+        Ok(d) => d,
+        Err(e) => return left.refuse(Some(&journal), e),
+    };
+    left.dir = Some(dir.clone());
     let host_path = args
         .approve_socket
         .clone()
         .unwrap_or_else(|| dir.join("host.sock"));
+    if args.approve_socket.is_some() {
+        left.host_socket = Some(host_path.clone());
+    }
     let steering = match SteeringWatch::new(&roots_for_steering, &steering_globs) {
         Ok(w) => Some(w),
-        Err(e) => {
-            let _ = journal.close();
-            return setup_failure(e);
-        }
+        Err(e) => return left.refuse(Some(&journal), e),
     };
     let marks = match policy_marks(&policy, &policy_path) {
         Ok(m) => m,
@@ -439,11 +438,12 @@ pub(crate) fn run(
         Some(host_path.display().to_string()),
     ) {
         Ok(c) => Arc::new(c),
-        Err(e) => return setup_failure(e),
+        // The journal went down with the session core; its files go too.
+        Err(e) => return left.refuse(None, e),
     };
 
     if let Some((info, grant_json)) = &grant {
-        match write_grant(&mut sb, grant_json) {
+        match write_grant(&mut sb, grant_json, &mut left) {
             Ok(path) => {
                 let mut body = info.clone();
                 if let Some(o) = body.as_object_mut() {
@@ -452,20 +452,27 @@ pub(crate) fn run(
                 core.journal()
                     .record(Kind::ToolPolicyApplied, &body, Flags::NONE);
             }
-            Err(e) => {
-                let _ = core.journal().close();
-                return setup_failure(e);
-            }
+            Err(e) => return left.refuse(Some(core.journal()), e),
         }
     }
 
-    let rt = tokio::runtime::Builder::new_current_thread()
+    let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the session runtime: {e}"))?;
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            return left.refuse(
+                Some(core.journal()),
+                format!("cannot start the session runtime: {e}"),
+            );
+        }
+    };
     let approval_timeout = Duration::from_secs(args.approval_timeout);
+    // Whether the worker was launched: until then, a failure is a refusal.
+    let mut started = false;
     let result = rt.block_on(async {
-        let services = match bind_services(
+        let services = bind_services(
             &policy,
             &dir,
             &host_path,
@@ -475,22 +482,12 @@ pub(crate) fn run(
             provider_credentials,
             approval_timeout,
         )
-        .await
-        {
-            Ok(s) => s,
-            Err(e) => {
-                core.journal().record(
-                    Kind::SandboxStatus,
-                    &json!({"status": "refused", "error": e}),
-                    Flags::NONE,
-                );
-                return Err(e);
-            }
-        };
+        .await?;
         supervise(
             sb,
             services,
             &core,
+            &mut started,
             &id,
             &command,
             &policy_path,
@@ -500,6 +497,10 @@ pub(crate) fn run(
         .await
     });
     drop(rt);
+    if !started {
+        let e = result.err().unwrap_or_default();
+        return left.refuse(Some(core.journal()), e);
+    }
     let anchor = core.journal().close();
     let _ = std::fs::remove_dir_all(&dir);
     match anchor {
@@ -524,6 +525,68 @@ pub(crate) fn run(
     match result {
         Ok(code) => Ok(code),
         Err(e) => setup_failure(e),
+    }
+}
+
+/// What a session created before its worker started. A setup refusal
+/// removes all of it (the journal, its lock and anchor, the private socket
+/// directory, an `--approve-socket` socket, the step grant), so a refused
+/// run leaves no files and can be retried with the same paths.
+#[derive(Debug, Default)]
+struct Leftovers {
+    journal: PathBuf,
+    /// Whether the journal's lock file is ours (it outlives a closed journal).
+    lock_created: bool,
+    dir: Option<PathBuf>,
+    host_socket: Option<PathBuf>,
+    grant: Option<PathBuf>,
+    grant_dir: Option<PathBuf>,
+}
+
+impl Leftovers {
+    fn new(journal: &Path, lock_created: bool) -> Leftovers {
+        Leftovers {
+            journal: journal.to_path_buf(),
+            lock_created,
+            ..Leftovers::default()
+        }
+    }
+
+    /// Closes `journal` (releasing its lock), removes everything the session
+    /// created, and reports the refusal.
+    fn refuse(
+        &self,
+        journal: Option<&Journal>,
+        why: impl std::fmt::Display,
+    ) -> Result<ExitCode, String> {
+        if let Some(j) = journal {
+            let _ = j.close();
+        }
+        self.discard();
+        setup_failure(format!("{why} (nothing was started; no journal was kept)"))
+    }
+
+    fn discard(&self) {
+        use std::os::unix::fs::FileTypeExt;
+        let with = |suffix: &str| PathBuf::from(format!("{}{suffix}", self.journal.display()));
+        let _ = std::fs::remove_file(&self.journal);
+        if self.lock_created {
+            let _ = std::fs::remove_file(with(".lock"));
+        }
+        if let Some(d) = &self.dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
+        if let Some(s) = &self.host_socket
+            && std::fs::symlink_metadata(s).is_ok_and(|m| m.file_type().is_socket())
+        {
+            let _ = std::fs::remove_file(s);
+        }
+        if let Some(g) = &self.grant {
+            let _ = std::fs::remove_file(g);
+        }
+        if let Some(d) = &self.grant_dir {
+            let _ = std::fs::remove_dir(d);
+        }
     }
 }
 
@@ -586,8 +649,20 @@ fn step_grant(
 
 /// Writes the grant to `.palisade/step-grant.json` in the working directory
 /// (read-only for the worker: `.palisade` is protected in every writable root).
-fn write_grant(sb: &mut Sandbox, grant: &serde_json::Value) -> Result<PathBuf, String> {
-    let cwd = match sb.profile().writable.first() {
+fn write_grant(
+    sb: &mut Sandbox,
+    grant: &serde_json::Value,
+    left: &mut Leftovers,
+) -> Result<PathBuf, String> {
+    // The working directory when it is a writable root (`.palisade` is kept
+    // read-only at the top of each writable root, not deeper), else the
+    // first writable root.
+    let writable = sb.profile().writable();
+    let root = sb
+        .working_dir()
+        .and_then(|c| writable.iter().find(|w| w.as_path() == c))
+        .or_else(|| writable.first());
+    let cwd = match root {
         Some(c) => c.clone(),
         None => {
             return Err(String::from(
@@ -596,8 +671,12 @@ fn write_grant(sb: &mut Sandbox, grant: &serde_json::Value) -> Result<PathBuf, S
         }
     };
     let dir = cwd.join(".palisade");
+    if std::fs::symlink_metadata(&dir).is_err() {
+        left.grant_dir = Some(dir.clone());
+    }
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let path = dir.join("step-grant.json");
+    left.grant = Some(path.clone());
     let text = serde_json::to_string_pretty(grant).map_err(|e| e.to_string())?;
     std::fs::write(&path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
     sb.env("PALISADE_STEP_GRANT", &path);
@@ -688,6 +767,7 @@ async fn supervise(
     mut sb: Sandbox,
     mut s: Services,
     core: &Arc<SessionCore>,
+    started: &mut bool,
     id: &str,
     command: &[OsString],
     policy_path: &Path,
@@ -748,12 +828,12 @@ async fn supervise(
         Kind::ExecutionStarted,
         &json!({
             "session": id,
-            "profile": sb.profile().name,
+            "profile": sb.profile().name(),
             "command": command.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>(),
             "policy": policy_path.display().to_string(),
             "policy_digest": policy_digest,
             "relays": relay_names,
-            "writable": sb.profile().writable.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+            "writable": sb.profile().writable().iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         }),
         Flags::NONE,
     );
@@ -768,19 +848,13 @@ async fn supervise(
     let mut winch = signal_stream(tokio::signal::unix::SignalKind::window_change())?;
 
     // Fork while this runtime is still single-threaded: nothing has been polled yet.
-    let child = match sb.spawn(Command::new(command.to_vec())) {
-        Ok(c) => c,
-        Err(e) => {
-            core.journal().record(
-                Kind::SandboxStatus,
-                &json!({"status": "refused", "error": e.to_string()}),
-                Flags::NONE,
-            );
-            return Err(e.to_string());
-        }
-    };
+    // A refusal here is a setup refusal: the caller removes the journal.
+    let child = sb
+        .spawn(Command::new(command.to_vec()))
+        .map_err(|e| e.to_string())?;
+    *started = true;
     let report = crate::run::report_json(child.report());
-    let degraded = !child.report().downgraded.is_empty();
+    let degraded = !child.report().downgraded.is_empty() || !child.report().deviations.is_empty();
     let mut status = report.clone();
     if let Some(o) = status.as_object_mut() {
         o.insert(
@@ -932,4 +1006,67 @@ async fn stop_all(stop: &Shutdown, control: &ControlServer, tasks: &mut tokio::t
         while tasks.join_next().await.is_some() {}
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    #[test]
+    fn the_grant_goes_to_the_working_directory_when_it_is_a_writable_root() {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b) = (d.path().join("a"), d.path().join("b"));
+        std::fs::create_dir_all(b.join("sub")).unwrap();
+        std::fs::create_dir_all(&a).unwrap();
+        let grant = json!({"tools": []});
+        let mut sb = Sandbox::new(palisade_isolate::Profile::governed());
+        sb.writable(&a).writable(&b).cwd(&b);
+        let mut left = Leftovers::new(&d.path().join("j"), false);
+        let path = write_grant(&mut sb, &grant, &mut left).unwrap();
+        assert_eq!(path, b.join(".palisade/step-grant.json"));
+        // A working directory below a root: the first root, where `.palisade`
+        // is protected (it is not protected deeper down).
+        sb.cwd(b.join("sub"));
+        let path = write_grant(&mut sb, &grant, &mut left).unwrap();
+        assert_eq!(path, a.join(".palisade/step-grant.json"));
+    }
+
+    #[test]
+    fn discarding_a_refused_session_removes_only_what_it_created() {
+        let d = tempfile::tempdir().unwrap();
+        let journal = d.path().join("run.journal");
+        let sockets = d.path().join("session");
+        let grant_dir = d.path().join("work/.palisade");
+        std::fs::create_dir_all(sockets.join("sub")).unwrap();
+        std::fs::create_dir_all(&grant_dir).unwrap();
+        let grant = grant_dir.join("step-grant.json");
+        let keep = d.path().join("work/keep.txt");
+        for f in [&journal, &grant, &keep, &sockets.join("sub/proxy.sock")] {
+            std::fs::write(f, "x").unwrap();
+        }
+        let lock = d.path().join("run.journal.lock");
+        std::fs::write(&lock, "").unwrap();
+        let host = d.path().join("host.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&host).unwrap();
+        let left = Leftovers {
+            dir: Some(sockets.clone()),
+            host_socket: Some(host.clone()),
+            grant: Some(grant.clone()),
+            grant_dir: Some(grant_dir.clone()),
+            ..Leftovers::new(&journal, true)
+        };
+        left.discard();
+        for gone in [&journal, &lock, &sockets, &host, &grant, &grant_dir] {
+            assert!(!gone.exists(), "{} is left", gone.display());
+        }
+        // Positive control: what the session did not make stays.
+        assert!(keep.exists());
+        // A lock file that was there before the session is not ours to remove.
+        std::fs::write(&journal, "x").unwrap();
+        std::fs::write(&lock, "").unwrap();
+        Leftovers::new(&journal, false).discard();
+        assert!(!journal.exists() && lock.exists());
+    }
 }

@@ -27,7 +27,8 @@ fn example_policy_parses_clean() {
     assert_eq!(policy.egress.relays.len(), 1);
     assert!(policy.egress.require_sni_match);
     assert_eq!(policy.outward.default, OutwardDefault::Ask);
-    assert_eq!(policy.worker.limits.memory, Some(4 << 30));
+    assert_eq!(policy.worker.limits.pids, Some(512));
+    assert_eq!(policy.worker.limits.file_size, Some(1 << 30));
 }
 
 #[test]
@@ -402,5 +403,24 @@ fn built_in_profiles_cannot_be_redefined() {
     assert_eq!(
         codes(text),
         vec![("invalid_value", ".profiles.strict".to_owned(), 1, 11)]
+    );
+}
+
+#[test]
+fn a_memory_limit_is_flagged_as_not_enforced() {
+    let got = codes("[worker]\nlimits = { pids = 8, memory = \"1GiB\" }\n");
+    assert_eq!(
+        got,
+        vec![(
+            "memory_not_enforced",
+            ".worker.limits.memory".to_owned(),
+            2,
+            31
+        )]
+    );
+    // Positive control: the other limits alone are clean.
+    assert_eq!(
+        codes("[worker]\nlimits = { pids = 8, wall = \"2s\" }\n"),
+        vec![]
     );
 }
