@@ -706,11 +706,19 @@ fn run_reads_the_marks_file_next_to_the_policy_and_refuses_an_unreadable_one() {
     let conf = f.path("conf");
     std::fs::create_dir_all(conf.join(".palisade")).unwrap();
     let policy = conf.join("palisade.toml");
-    std::fs::write(&policy, POLICY).unwrap();
+    let work = f.path("work");
+    std::fs::create_dir_all(&work).unwrap();
+    // `run` refuses a `--cwd` other than the policy's `worker.cwd`.
+    std::fs::write(
+        &policy,
+        POLICY.replace(
+            "cwd = \"/w\"",
+            &format!("cwd = {:?}", work.to_str().unwrap()),
+        ),
+    )
+    .unwrap();
     let marks = conf.join(".palisade/untrusted");
     let run = |journal: &str| {
-        let work = f.path("work");
-        std::fs::create_dir_all(&work).unwrap();
         palisade(
             d,
             &args(&[
