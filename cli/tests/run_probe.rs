@@ -336,3 +336,67 @@ fn the_worker_keeps_the_launchers_cpu_affinity() {
         }
     }
 }
+
+#[test]
+fn a_directory_as_a_standard_stream_is_refused() {
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs as root)");
+        return;
+    }
+    let cwd = tempfile::tempdir().unwrap();
+    let run = |n: usize, s: std::process::Stdio| {
+        let mut c = Command::new(BIN);
+        c.args(["run", "--profile", "governed", "--", "/bin/true"])
+            .current_dir(cwd.path())
+            .stdin(std::process::Stdio::null());
+        match n {
+            0 => c.stdin(s).output().unwrap(),
+            // The launcher's own error goes to standard error: capture it
+            // when standard output is the stream under test, and the other
+            // way round.
+            1 => c
+                .stdout(s)
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+                .wait_with_output()
+                .unwrap(),
+            _ => c
+                .stderr(s)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+                .wait_with_output()
+                .unwrap(),
+        }
+    };
+    let names = ["standard input", "standard output", "standard error"];
+    for (n, name) in names.iter().enumerate() {
+        let dir = std::fs::File::open("/etc").unwrap();
+        let out = run(n, dir.into());
+        assert_eq!(out.status.code(), Some(125), "fd {n}");
+        if n != 2 {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains(&format!("unsafe_stdio: {name} (fd {n}) is a directory")),
+                "fd {n}: {err}"
+            );
+        }
+        // Positive controls: /dev/null, a pipe and a regular file.
+        let (_r, w) = std::io::pipe().unwrap();
+        let file = tempfile::tempfile().unwrap();
+        for (what, s) in [
+            ("/dev/null", std::process::Stdio::null()),
+            ("a pipe", w.into()),
+            ("a file", file.into()),
+        ] {
+            let out = run(n, s);
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "fd {n} as {what}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}

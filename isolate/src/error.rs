@@ -160,6 +160,20 @@ pub enum SandboxError {
         /// Why it was refused.
         reason: String,
     },
+    /// A standard stream of the worker is a directory or an `O_PATH`
+    /// descriptor: the worker could open host files relative to it
+    /// (`openat`), past the sandbox's masks and binds.
+    #[error(
+        "unsafe_stdio: {name} (fd {fd}) is {kind}; the worker could open host files relative to it, past the sandbox's masks; give it a file, a pipe, a terminal or /dev/null instead"
+    )]
+    UnsafeStdio {
+        /// The descriptor number in the worker (0, 1 or 2).
+        fd: i32,
+        /// `standard input`, `standard output` or `standard error`.
+        name: &'static str,
+        /// What it is: `a directory`, `an O_PATH descriptor`.
+        kind: &'static str,
+    },
     /// The command is empty or contains a NUL byte.
     #[error("invalid command: {0}")]
     InvalidCommand(String),

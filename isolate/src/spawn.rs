@@ -571,6 +571,7 @@ impl Sandbox {
     /// executed inside the sandbox, or the typed reason it was not.
     pub fn spawn(&self, command: Command) -> Result<SandboxChild, SandboxError> {
         let (layers, landlock_abi) = self.check_with(probe())?;
+        check_stdio([&command.stdin, &command.stdout, &command.stderr])?;
         if command.argv.is_empty() {
             return Err(SandboxError::InvalidCommand(String::from("empty command")));
         }
@@ -689,6 +690,47 @@ impl Sandbox {
                 SandboxError::InvalidCommand(String::from("environment contains a NUL byte"))
             })
     }
+}
+
+/// Refuse a directory or an `O_PATH` descriptor as a standard stream, the
+/// launcher's own (inherited) or one handed over: the worker could
+/// `openat` host files relative to it, past every mask and bind (a
+/// directory), or reopen it through `/proc/self/fd` (an `O_PATH`
+/// descriptor). A closed descriptor is left closed.
+fn check_stdio(streams: [&Stdio; 3]) -> Result<(), SandboxError> {
+    use std::os::fd::{AsFd, BorrowedFd};
+    fn kind(fd: BorrowedFd<'_>) -> Option<&'static str> {
+        use nix::fcntl::{FcntlArg, OFlag, fcntl};
+        use nix::sys::stat::{SFlag, fstat};
+        let st = fstat(fd).ok()?;
+        let dir = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFDIR;
+        let path = fcntl(fd, FcntlArg::F_GETFL)
+            .is_ok_and(|fl| OFlag::from_bits_truncate(fl).contains(OFlag::O_PATH));
+        match (dir, path) {
+            (true, true) => Some("a directory (an O_PATH descriptor)"),
+            (true, false) => Some("a directory"),
+            (false, true) => Some("an O_PATH descriptor"),
+            (false, false) => None,
+        }
+    }
+    const NAMES: [&str; 3] = ["standard input", "standard output", "standard error"];
+    for (n, (s, name)) in streams.iter().zip(NAMES).enumerate() {
+        let found = match (s, n) {
+            (Stdio::Null, _) => None,
+            (Stdio::Fd(fd), _) => kind(fd.as_fd()),
+            (Stdio::Inherit, 0) => kind(std::io::stdin().as_fd()),
+            (Stdio::Inherit, 1) => kind(std::io::stdout().as_fd()),
+            (Stdio::Inherit, _) => kind(std::io::stderr().as_fd()),
+        };
+        if let Some(kind) = found {
+            return Err(SandboxError::UnsafeStdio {
+                fd: i32::try_from(n).unwrap_or(0),
+                name,
+                kind,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Everything the children need, computed before the first fork.

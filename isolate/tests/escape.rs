@@ -653,6 +653,102 @@ fn g08_descriptors() {
     );
 }
 
+// 8b. A directory (or an O_PATH descriptor) as a standard stream would let
+// the worker open host files relative to it, past the masks: refused at
+// the launch, naming the descriptor.
+#[test]
+fn g08_directory_as_a_standard_stream_is_refused() {
+    if skip_unless_root() {
+        return;
+    }
+    let root = Root::new();
+    // A secret in a tree the governed view masks (/run).
+    let reversed = "TERCES_OIDTS_KRAM";
+    let marker: String = reversed.chars().rev().collect();
+    let secret = tempfile::Builder::new()
+        .prefix("palisade-stdio-")
+        .tempdir_in("/run")
+        .unwrap();
+    std::fs::write(secret.path().join("token"), &marker).unwrap();
+    std::fs::set_permissions(secret.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(
+        secret.path().join("token"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let dir = || std::os::fd::OwnedFd::from(std::fs::File::open(secret.path()).unwrap());
+    let o_path = || {
+        nix::fcntl::open(
+            &secret.path().join("token"),
+            nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .unwrap()
+    };
+    // Positive control of the vector: unsandboxed, a directory as standard
+    // input reads the secret relative to it.
+    let out = std::process::Command::new(PROBE)
+        .args(["read-at-stdin", "token"])
+        .stdin(std::fs::File::open(secret.path()).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim_end(),
+        format!("ok {marker}")
+    );
+    for profile in ["strict", "governed"] {
+        let sb = sandbox(profile, &root);
+        let launch = |n: usize, fd: std::os::fd::OwnedFd| {
+            let mut cmd = Command::new([PROBE, "read-at-stdin", "token"]);
+            cmd.stdin = Stdio::Null;
+            cmd.stdout = Stdio::Null;
+            cmd.stderr = Stdio::Null;
+            match n {
+                0 => cmd.stdin = Stdio::Fd(fd),
+                1 => cmd.stdout = Stdio::Fd(fd),
+                _ => cmd.stderr = Stdio::Fd(fd),
+            }
+            sb.spawn(cmd).map(|c| c.wait().unwrap())
+        };
+        for n in 0..3 {
+            for (fd, kind) in [(dir(), "is a directory"), (o_path(), "is an O_PATH")] {
+                match launch(n, fd) {
+                    Err(e @ SandboxError::UnsafeStdio { .. }) => {
+                        let msg = e.to_string();
+                        assert!(
+                            msg.contains(&format!("(fd {n}) {kind}")),
+                            "{profile}: {msg}"
+                        );
+                    }
+                    Err(e) => panic!("{profile}: fd {n}: unexpected refusal: {e}"),
+                    Ok(code) => panic!("{profile}: fd {n} {kind} was launched (exit {code})"),
+                }
+            }
+        }
+        // Positive controls: /dev/null, a pipe and a regular file are
+        // accepted on each descriptor (the probe runs; it reads nothing
+        // relative to them).
+        let file = tempfile::tempfile().unwrap();
+        for n in 0..3 {
+            let (_r, w) = nix::unistd::pipe().unwrap();
+            let null = std::os::fd::OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+            let f = std::os::fd::OwnedFd::from(file.try_clone().unwrap());
+            for fd in [null, w, f] {
+                assert!(launch(n, fd).is_ok(), "{profile}: fd {n} refused");
+            }
+        }
+        // The secret stays masked for a worker with ordinary streams.
+        assert_eq!(
+            inside(
+                &sb,
+                &["read", &secret.path().join("token").display().to_string()]
+            ),
+            ENOENT,
+            "{profile}"
+        );
+    }
+}
+
 // 9. Direct egress.
 #[test]
 fn g09_direct_egress() {
