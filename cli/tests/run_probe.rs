@@ -400,3 +400,68 @@ fn a_directory_as_a_standard_stream_is_refused() {
         }
     }
 }
+
+#[test]
+fn the_launchers_command_line_and_environment_are_not_visible_inside() {
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs as root)");
+        return;
+    }
+    // The marker is on palisade's command line (an `--env` value) and in
+    // its environment (a variable not passed through); the worker receives
+    // it deliberately in its own environment only.
+    let marker: String = "ENILDNAMMOC_TERCES_KRAM".chars().rev().collect();
+    // Every process's command line and init's environment, read without
+    // the marker on any command line (`case` is a shell builtin). A
+    // control process carries the marker as its own argument, so the scan
+    // provably finds it where it is.
+    let script = r#"
+        sh -c 'sleep 60; :' "$SEEN" & c=$!
+        i=0
+        while [ $i -lt 600 ]; do
+            case "$(tr '\0' ' ' < /proc/$c/cmdline)" in *"$SEEN"*) break;; esac
+            sleep 0.05; i=$((i+1))
+        done
+        echo "control $c"
+        for f in /proc/[0-9]*/cmdline /proc/1/environ; do
+            case "$(tr '\0' ' ' 2>/dev/null < "$f")" in *"$SEEN"*) echo "hit $f";; esac
+        done
+        case "$(cat /proc/self/environ | tr '\0' ' ')" in *"$SEEN"*) echo own-environ;; esac
+        kill $c
+    "#;
+    let cwd = tempfile::tempdir().unwrap();
+    for profile in ["strict", "governed"] {
+        let out = Command::new(BIN)
+            .args(["run", "--profile", profile, "--env"])
+            .arg(format!("SEEN={marker}"))
+            .args(["--", "/bin/sh", "-c", script])
+            .env("PALISADE_TEST_LAUNCHER_ONLY", &marker)
+            .current_dir(cwd.path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{profile}: {stdout} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let lines: Vec<&str> = stdout.lines().collect();
+        let control = lines
+            .iter()
+            .find_map(|l| l.strip_prefix("control "))
+            .unwrap_or_else(|| panic!("{profile}: {stdout}"));
+        let hits: Vec<&str> = lines
+            .iter()
+            .filter_map(|l| l.strip_prefix("hit "))
+            .collect();
+        // Positive controls: the worker's own environment has the variable,
+        // and the control process's command line shows the marker.
+        assert!(lines.contains(&"own-environ"), "{profile}: {stdout}");
+        assert_eq!(
+            hits,
+            vec![format!("/proc/{control}/cmdline")],
+            "{profile}: the marker is visible elsewhere"
+        );
+    }
+}

@@ -1180,6 +1180,10 @@ fn init_stage(
         sys::exit_now(125);
     }
     drop(go_r);
+    // The launcher's command line and environment, shared by the fork, must
+    // not be readable in /proc/1/cmdline inside.
+    init::scrub_launcher_args()
+        .map_err(|(errno, detail)| Fail::new(Step::Session, errno, detail))?;
     // Bridge targets must be reachable after pivot_root: keep a path
     // descriptor on each target's directory.
     let mut targets = Vec::new();
