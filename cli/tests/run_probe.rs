@@ -465,3 +465,88 @@ fn the_launchers_command_line_and_environment_are_not_visible_inside() {
         );
     }
 }
+
+/// `palisade run --profile governed -- /bin/true` in `dir`, as `uid` when
+/// given: (exit code, stderr).
+fn run_true_in(dir: &std::path::Path, uid: Option<u32>) -> (Option<i32>, String) {
+    use std::os::unix::process::CommandExt;
+    let mut c = Command::new(BIN);
+    c.args(["run", "--profile", "governed", "--", "/bin/true"])
+        .current_dir(dir)
+        .env_remove("XDG_RUNTIME_DIR");
+    if let Some(uid) = uid {
+        c.uid(uid).gid(uid);
+    }
+    let out = c.output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn what_a_worker_leaves_behind_is_named_with_the_way_forward() {
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs as root)");
+        return;
+    }
+    // A socket inode left in the working directory (bound, then closed:
+    // nothing listens on it any more).
+    let cwd = tempfile::tempdir().unwrap();
+    let sock = cwd.path().join("left.sock");
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    let (code, err) = run_true_in(cwd.path(), None);
+    assert_eq!(code, Some(125), "{err}");
+    for want in [
+        format!("`{}` is a Unix socket", sock.display()),
+        String::from("an earlier worker may have left it"),
+        String::from("remove it"),
+    ] {
+        assert!(err.contains(&want), "missing {want:?} in: {err}");
+    }
+    // Positive control: once removed, the launch succeeds.
+    std::fs::remove_file(&sock).unwrap();
+    let (code, err) = run_true_in(cwd.path(), None);
+    assert_eq!(code, Some(0), "{err}");
+
+    // A symlinked `.vscode` (a protected name kept read-only when present).
+    let vscode = cwd.path().join(".vscode");
+    std::os::unix::fs::symlink("/etc", &vscode).unwrap();
+    let (code, err) = run_true_in(cwd.path(), None);
+    assert_eq!(code, Some(125), "{err}");
+    for want in [
+        format!("`{}`", vscode.display()),
+        String::from("is a symlink (to `/etc`)"),
+        String::from("the worker could re-point it"),
+        String::from("remove it"),
+    ] {
+        assert!(err.contains(&want), "missing {want:?} in: {err}");
+    }
+    std::fs::remove_file(&vscode).unwrap();
+    let (code, err) = run_true_in(cwd.path(), None);
+    assert_eq!(code, Some(0), "{err}");
+
+    // A directory that can be entered but not listed, in the working
+    // directory of an unprivileged launcher (root could list it anyway).
+    use std::os::unix::fs::PermissionsExt;
+    const NOBODY: u32 = 65_534;
+    let own = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(own.path(), Some(NOBODY), Some(NOBODY)).unwrap();
+    let sub = own.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    std::os::unix::fs::chown(&sub, Some(NOBODY), Some(NOBODY)).unwrap();
+    std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o111)).unwrap();
+    let (code, err) = run_true_in(own.path(), Some(NOBODY));
+    assert_eq!(code, Some(125), "{err}");
+    for want in [
+        format!("`{}`", sub.display()),
+        String::from("mode 0111"),
+        String::from("can be entered but not listed"),
+        String::from("chmod u+r"),
+    ] {
+        assert!(err.contains(&want), "missing {want:?} in: {err}");
+    }
+    std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (code, err) = run_true_in(own.path(), Some(NOBODY));
+    assert_eq!(code, Some(0), "{err}");
+}

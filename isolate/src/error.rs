@@ -145,7 +145,9 @@ pub enum SandboxError {
     #[error("layer `{0}` cannot be downgraded: the rest of the sandbox depends on it")]
     NotDowngradable(Layer),
     /// A Unix socket is visible through the sandbox's binds.
-    #[error("unix_socket_visible: `{path}` ({how}); mask it, move it, or allow it explicitly")]
+    #[error(
+        "unix_socket_visible: `{path}` is a Unix socket the worker could see ({how}), and through it reach whatever listens on it outside the sandbox; if it is stale (nothing listens on it: an earlier worker may have left it), remove it, then launch again; else move it out of the sandbox's view, or have the profile mask it (`SocketPolicy::Mask`) or allow it"
+    )]
     SocketVisible {
         /// The socket path as the sandbox would see it.
         path: PathBuf,

@@ -339,11 +339,28 @@ fn walk_with(
 
 /// The refusal for a directory the socket walk cannot list.
 fn unlistable(dir: &Path, e: Errno) -> SandboxError {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::symlink_metadata(dir)
+        .map(|m| format!(", mode {:04o}", m.permissions().mode() & 0o7777))
+        .unwrap_or_default();
     SandboxError::InvalidPath {
         path: dir.to_owned(),
         reason: format!(
-            "cannot list this directory to check it for Unix sockets ({}); make it readable, mask it, or leave it out of the sandbox's binds",
+            "cannot list this directory to check it for Unix sockets ({}{mode}): it can be entered but not listed, so a socket inside could be reached by name without being seen; if an earlier worker made it so, give it back its read permission (`chmod u+r`) or remove it, then launch again; else mask it or leave it out of the sandbox's binds",
             e.desc()
+        ),
+    }
+}
+
+/// The refusal for a protected path that is a symlink.
+fn symlinked_protected(path: &Path) -> SandboxError {
+    let target = std::fs::read_link(path)
+        .map(|t| format!(" (to `{}`)", t.display()))
+        .unwrap_or_default();
+    SandboxError::InvalidPath {
+        path: path.to_owned(),
+        reason: format!(
+            "a protected path is a symlink{target} and cannot be kept read-only: a read-only bind would follow it, and the worker could re-point it; if an earlier worker left it, remove it (or replace it with the real file or directory), then launch again"
         ),
     }
 }
@@ -787,12 +804,7 @@ pub(crate) fn build(
             None => std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()),
         };
         if is_link {
-            return Err(SandboxError::InvalidPath {
-                path: p.clone(),
-                reason: String::from(
-                    "a protected path is a symlink and cannot be kept read-only; make it a regular file or directory",
-                ),
-            });
+            return Err(symlinked_protected(p));
         }
     }
     let mut pins: BTreeSet<PathBuf> = BTreeSet::new();
