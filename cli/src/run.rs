@@ -50,9 +50,15 @@ pub(crate) struct Args {
     /// The worker's uid (and gid) inside the sandbox, mapped 1:1. Default:
     /// the invoking user, or 64000 when palisade runs as root. As root,
     /// writable roots must be writable by this uid; `--worker-uid 0` keeps
-    /// root's file ownership (still without any capability).
+    /// root's file ownership (still without any capability) and needs
+    /// `--dangerously-allow-root-worker`.
     #[arg(long, value_name = "UID")]
     worker_uid: Option<u32>,
+    /// Allow the worker to run as uid 0 (`--worker-uid 0`): it reads root's
+    /// owner-only files in its view (the secret stores stay masked) and
+    /// writes root's files in the writable roots.
+    #[arg(long)]
+    dangerously_allow_root_worker: bool,
     /// List every directory of the read-only trees on each launch, without
     /// the socket-walk cache (kept in `$XDG_RUNTIME_DIR/palisade`, or
     /// `/run/palisade` for root; see docs/sandbox.md).
@@ -216,6 +222,10 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     }
     if let Some(uid) = args.worker_uid {
         sb.identity(palisade_isolate::WorkerIdentity::Dedicated { uid, gid: uid });
+    }
+    if args.dangerously_allow_root_worker {
+        sb.dangerous().allow_root_worker();
+        eprintln!("palisade: warning: the worker may run as root's uid (dangerously allowed)");
     }
     for name in &args.dangerously_disable {
         let Some(layer) = Layer::from_name(name) else {

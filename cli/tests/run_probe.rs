@@ -248,8 +248,19 @@ fn worker_uid_is_selectable_as_root() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "64000");
     assert_ne!(out.status.code(), Some(0));
     assert!(!cwd.path().join("written").exists());
-    // Explicitly root's uid: the write succeeds, capabilities stay dropped.
+    // Root's uid without the dangerous flag: refused, naming the flag, and
+    // nothing ran.
     let out = run(&["--worker-uid", "0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("worker_uid_root") && err.contains("--dangerously-allow-root-worker"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    assert!(!cwd.path().join("written").exists());
+    // Explicitly allowed: the write succeeds, capabilities stay dropped.
+    let out = run(&["--worker-uid", "0", "--dangerously-allow-root-worker"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0");
     assert_eq!(
         out.status.code(),

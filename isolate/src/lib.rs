@@ -47,7 +47,7 @@ mod walk_cache;
 
 pub use error::{SandboxError, Step};
 pub use layer::{Layer, LayerStatus, ProbeReport, probe, probe_thorough};
-pub use plan::{MountOp, MountPlan};
+pub use plan::{MountOp, MountPlan, SECRET_STORES};
 pub use profile::{
     DEFAULT_PATH, ENV_ALLOW, HOST_MASKS, NetworkMode, PROTECTED_IF_PRESENT, PROTECTED_NAMES,
     Profile, Rlimits, RootView, SYSTEM_DIRS, SYSTEM_ETC, SocketPolicy,

@@ -156,6 +156,74 @@ pub(crate) struct Placeholder {
     ino: u64,
 }
 
+/// Secret stores hidden in every profile, wherever the sandbox's view
+/// would show them: an empty read-only tmpfs over a directory, an empty
+/// read-only file over a file. Owner-only files of root are closed to any
+/// other uid anyway; these are masked so that a worker running as uid 0
+/// (only through [`crate::Sandbox::dangerous`]) cannot read them either.
+/// `/etc/ssh`'s `ssh_host_*_key` files are added when present.
+pub const SECRET_STORES: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/security/opasswd",
+    "/etc/ssl/private",
+    "/proc/kmsg",
+    "/proc/slabinfo",
+    "/proc/timer_list",
+    "/proc/vmallocinfo",
+    "/proc/pagetypeinfo",
+    "/proc/kpagecount",
+    "/proc/kpageflags",
+    "/proc/kpagecgroup",
+    "/sys/firmware",
+    "/sys/kernel/slab",
+    "/sys/kernel/debug",
+    "/sys/kernel/tracing",
+    "/sys/kernel/security",
+];
+
+/// The secret stores present on this host: [`SECRET_STORES`] plus the SSH
+/// host keys, symlinks resolved.
+fn secret_stores() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = SECRET_STORES.iter().map(PathBuf::from).collect();
+    if let Ok(rd) = std::fs::read_dir("/etc/ssh") {
+        let mut keys: Vec<PathBuf> = rd
+            .flatten()
+            .filter(|e| {
+                let n = e.file_name();
+                let n = n.to_string_lossy();
+                n.starts_with("ssh_host_") && n.ends_with("_key")
+            })
+            .map(|e| e.path())
+            .collect();
+        keys.sort();
+        out.extend(keys);
+    }
+    out.into_iter()
+        .filter_map(|p| {
+            let meta = std::fs::symlink_metadata(&p).ok()?;
+            if meta.file_type().is_symlink() {
+                std::fs::canonicalize(&p).ok()
+            } else {
+                Some(p)
+            }
+        })
+        .collect()
+}
+
+/// The mask of a secret store: a directory or a file.
+fn secret_mask(path: &Path) -> Option<MountOp> {
+    let meta = std::fs::metadata(path).ok()?;
+    let path = path.to_owned();
+    Some(if meta.is_dir() {
+        MountOp::MaskDir { path }
+    } else {
+        MountOp::MaskFile { path }
+    })
+}
+
 /// Canonicalise a profile path: absolute, no `..`, symlinks resolved.
 pub(crate) fn canonical(path: &Path) -> Result<PathBuf, SandboxError> {
     if !path.is_absolute() {
@@ -688,8 +756,36 @@ pub(crate) fn build(
     });
     ops.push(MountOp::Dev);
     ops.push(MountOp::Proc);
-    for r in &profile.read_paths {
-        let c = canonical(r)?;
+    let explicit_reads = profile
+        .read_paths
+        .iter()
+        .map(|r| canonical(r))
+        .collect::<Result<Vec<_>, _>>()?;
+    // The secret stores the view would show. One that an explicit read
+    // path reaches into is masked before the read binds (the read then
+    // shows through, as into a host mask); every other one after all the
+    // binds, so that a broader bind (`--read /etc`) does not show it again.
+    let mut secrets_early = Vec::new();
+    let mut secrets_late = Vec::new();
+    for store in secret_stores() {
+        let shown = store.starts_with("/proc")
+            || under(&store, &writable)
+            || explicit_reads.iter().any(|r| store.starts_with(r))
+            || match profile.root {
+                RootView::HostReadOnly => !under(&store, &masks),
+                RootView::Empty => read_paths.iter().any(|r| store.starts_with(r)),
+            };
+        if !shown {
+            continue;
+        }
+        if explicit_reads.iter().any(|r| r.starts_with(&store)) {
+            secrets_early.push(store);
+        } else {
+            secrets_late.push(store);
+        }
+    }
+    ops.extend(secrets_early.iter().filter_map(|p| secret_mask(p)));
+    for c in explicit_reads {
         ops.push(MountOp::BindReadOnly {
             source: c.clone(),
             path: c.clone(),
@@ -699,6 +795,9 @@ pub(crate) fn build(
     for w in &writable {
         ops.push(MountOp::BindWritable { path: w.clone() });
     }
+    ops.extend(secrets_late.iter().filter_map(|p| secret_mask(p)));
+    masks.extend(secrets_early);
+    masks.extend(secrets_late);
 
     // Protected paths inside each writable root, nested repositories too.
     let mut scan = Walk {

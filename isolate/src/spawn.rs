@@ -112,6 +112,7 @@ pub struct Sandbox {
     simulated: Vec<(Layer, String)>,
     simulated_abi: Option<u32>,
     walk_cache: Option<PathBuf>,
+    root_worker: bool,
 }
 
 /// The explicit, named downgrade door: see [`Sandbox::dangerous`].
@@ -130,6 +131,17 @@ impl DangerousSandbox<'_> {
         }
         self.sandbox.disabled.insert(layer);
         Ok(self)
+    }
+
+    /// Let the worker run as uid 0 or gid 0 (when the launcher is root:
+    /// [`WorkerIdentity::Dedicated`] with 0, or [`WorkerIdentity::Invoker`]).
+    /// It still has no capability, but root's owner-only files in its view
+    /// are its own (the [`crate::SECRET_STORES`] stay masked) and so are
+    /// root's files in the writable roots. Without this a launch with
+    /// either id 0 is refused ([`SandboxError::RootWorker`]).
+    pub fn allow_root_worker(&mut self) -> &mut Self {
+        self.sandbox.root_worker = true;
+        self
     }
 }
 
@@ -378,6 +390,7 @@ impl Sandbox {
             simulated: Vec::new(),
             simulated_abi: None,
             walk_cache: None,
+            root_worker: false,
         }
     }
 
@@ -584,6 +597,9 @@ impl Sandbox {
                 SandboxError::InvalidCommand(String::from("argument contains a NUL byte"))
             })?;
         let (uid, gid) = self.worker_ids();
+        if (uid == 0 || gid == 0) && !self.root_worker {
+            return Err(SandboxError::RootWorker { uid, gid });
+        }
         let input = PlanInput {
             allowed_sockets: self.bridges.iter().map(|b| b.target.clone()).collect(),
             walk_cache: self.walk_cache.clone(),

@@ -190,10 +190,12 @@ fn g01_writes_and_reads_outside_policy() {
             if profile == "strict" { ENOENT } else { EROFS },
             "{profile}: /root"
         );
-        let shadow = inside(&sb, &["read", "/etc/shadow"]);
+        // A secret store: absent from strict's /etc, an empty file under
+        // governed (masked, whatever the worker's uid).
+        let shadow = inside(&sb, &["cat", "/etc/shadow"]);
         assert_eq!(
             shadow,
-            if profile == "strict" { ENOENT } else { EACCES },
+            if profile == "strict" { ENOENT } else { "ok" },
             "{profile}: /etc/shadow"
         );
         // Allowed twin: a write in the writable root, a read of an allowed path.
@@ -1269,6 +1271,102 @@ fn g17_uid_separation() {
     assert_eq!(inside(&sb, &["setuid", "0"]), EPERM);
     assert_eq!(inside(&sb, &["write", &root.join("mine")]), "ok", "twin");
     assert!(outside(&["ls", &private.display().to_string()]).starts_with("ok"));
+}
+
+// 17b. A worker with root's uid needs the dangerous door, and even then the
+// secret stores (owner-only files of root) stay masked.
+#[test]
+fn g17_root_worker_needs_dangerous_and_secret_stores_stay_masked() {
+    use palisade_isolate::WorkerIdentity;
+    if skip_unless_root() {
+        return;
+    }
+    let root = Root::new();
+    // Refused without the door: uid 0 named, and the invoker (root).
+    for identity in [
+        WorkerIdentity::Dedicated { uid: 0, gid: 0 },
+        WorkerIdentity::Dedicated {
+            uid: WORKER,
+            gid: 0,
+        },
+        WorkerIdentity::Invoker,
+    ] {
+        for profile in ["strict", "governed"] {
+            let mut sb = sandbox(profile, &root);
+            sb.identity(identity);
+            match sb.spawn(Command::new([PROBE, "uid"])) {
+                Err(e @ SandboxError::RootWorker { .. }) => {
+                    assert!(e.to_string().starts_with("worker_uid_root: "), "{e}");
+                }
+                Err(e) => panic!("{profile} {identity:?}: unexpected error {e}"),
+                Ok(_) => panic!("{profile} {identity:?}: launched without the door"),
+            }
+        }
+    }
+    // A root-owned owner-only file that is no secret store: a uid-0 worker
+    // reads it (so uid 0 is in effect), the default worker does not.
+    let host = host_scratch();
+    let own = host.path().join("root-only");
+    std::fs::write(&own, "mine").unwrap();
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let own_s = own.display().to_string();
+    let stores = [
+        "/etc/shadow",
+        "/etc/gshadow",
+        "/proc/slabinfo",
+        "/proc/timer_list",
+    ];
+    // Positive control: outside, root reads every store, and each has content.
+    for f in stores {
+        if Path::new(f).exists() {
+            let out = outside(&["cat", f]);
+            assert!(out.len() > "ok ".len(), "control: {f} empty outside: {out}");
+        }
+    }
+    for profile in ["strict", "governed"] {
+        let mut sb = sandbox(profile, &root);
+        sb.identity(WorkerIdentity::Dedicated { uid: 0, gid: 0 });
+        sb.dangerous().allow_root_worker();
+        assert_eq!(inside(&sb, &["uid"]), "ok 0 0", "{profile}");
+        for f in stores {
+            let got = inside(&sb, &["cat", f]);
+            // Masked: an empty file (governed, /proc) or absent (strict /etc).
+            assert!(
+                got == "ok" || got == ENOENT,
+                "{profile}: {f} readable by a uid-0 worker: {} bytes",
+                got.len()
+            );
+        }
+        for d in ["/etc/ssl/private", "/sys/firmware"] {
+            let got = inside(&sb, &["ls", d]);
+            assert!(got == "ok" || got == ENOENT, "{profile}: {d} listed: {got}");
+        }
+        // A broad explicit read does not show the stores again.
+        let mut broad = sandbox(profile, &root);
+        broad
+            .identity(WorkerIdentity::Dedicated { uid: 0, gid: 0 })
+            .read_only("/etc");
+        broad.dangerous().allow_root_worker();
+        assert_eq!(inside(&broad, &["cat", "/etc/shadow"]), "ok", "{profile}");
+        assert!(
+            inside(&broad, &["cat", "/etc/passwd"]).starts_with("ok root:"),
+            "{profile}: twin: /etc/passwd readable"
+        );
+    }
+    let mut sb = sandbox("governed", &root);
+    sb.identity(WorkerIdentity::Dedicated { uid: 0, gid: 0 });
+    sb.dangerous().allow_root_worker();
+    assert_eq!(inside(&sb, &["cat", &own_s]), "ok mine", "uid 0 in effect");
+    assert_eq!(
+        inside(&sandbox("governed", &root), &["cat", &own_s]),
+        EACCES
+    );
+    // An explicit read of a store itself is a deliberate grant.
+    let mut sb = sandbox("governed", &root);
+    sb.identity(WorkerIdentity::Dedicated { uid: 0, gid: 0 })
+        .read_only("/etc/shadow");
+    sb.dangerous().allow_root_worker();
+    assert!(inside(&sb, &["cat", "/etc/shadow"]).starts_with("ok root:"));
 }
 
 // 18. Resource exhaustion.
