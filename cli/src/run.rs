@@ -72,10 +72,11 @@ pub(crate) struct Args {
     command: Vec<OsString>,
 }
 
-/// Where `palisade run` keeps the socket-walk cache: the user's runtime
-/// directory (`$XDG_RUNTIME_DIR`, a private per-user tmpfs), or
-/// `/run/palisade` for root; none for a user without a runtime directory.
-fn walk_cache_dir() -> Option<PathBuf> {
+/// Where `palisade run` keeps its state (the socket-walk cache, the
+/// placeholder records): the user's runtime directory (`$XDG_RUNTIME_DIR`,
+/// a private per-user tmpfs), or `/run/palisade` for root; none for a user
+/// without a runtime directory.
+pub(crate) fn state_dir() -> Option<PathBuf> {
     match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
         Some(d) if d.is_absolute() => Some(d.join("palisade")),
         _ if nix::unistd::geteuid().is_root() => Some(PathBuf::from("/run/palisade")),
@@ -178,10 +179,16 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     };
     let host_view = profile.root == palisade_isolate::RootView::HostReadOnly;
     let mut sb = Sandbox::new(profile);
+    let state = state_dir();
     if !args.no_walk_cache
-        && let Some(dir) = walk_cache_dir()
+        && let Some(dir) = &state
     {
         sb.walk_cache(dir);
+    }
+    // The placeholders of each launch are recorded there, and what killed
+    // launches left is removed before this one (`palisade cleanup` too).
+    if let Some(dir) = state {
+        sb.placeholder_records(dir);
     }
     // The working directory is a writable root. Under the host-view
     // profiles it defaults to the current directory; under strict only an

@@ -561,3 +561,124 @@ fn what_a_worker_leaves_behind_is_named_with_the_way_forward() {
     let (code, err) = run_true_in(own.path(), Some(NOBODY));
     assert_eq!(code, Some(0), "{err}");
 }
+
+/// The record files in a state directory.
+fn records(state: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(state.join("palisade"))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("placeholders-"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Start `palisade run -- /bin/sleep 60` in `cwd`, wait until its
+/// placeholders are recorded, and kill it with SIGKILL.
+fn launch_and_kill(cwd: &std::path::Path, state: &std::path::Path) {
+    let mut child = Command::new(BIN)
+        .args(["run", "--profile", "governed", "--", "/bin/sleep", "60"])
+        .current_dir(cwd)
+        .env("XDG_RUNTIME_DIR", state)
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while records(state).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no record appeared");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn placeholders_a_killed_launch_left_are_removed_later_and_only_those() {
+    use std::os::unix::fs::PermissionsExt;
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs as root)");
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(state.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let cleanup = || {
+        let out = Command::new(BIN)
+            .arg("cleanup")
+            .env("XDG_RUNTIME_DIR", state.path())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    // A file of the user's at a protected name: protected, never a placeholder.
+    std::fs::write(h.join(".zshrc"), "user's\n").unwrap();
+    launch_and_kill(h, state.path());
+    // The bug: the killed launcher's empty placeholders stay.
+    let meta = std::fs::metadata(h.join(".bash_profile")).unwrap();
+    assert_eq!(meta.len(), 0);
+    // After the kill the user replaces one placeholder by a file of their
+    // own (another inode) and writes into another (the same inode).
+    std::fs::remove_file(h.join(".bashrc")).unwrap();
+    std::fs::write(h.join(".bashrc"), "").unwrap();
+    std::fs::write(h.join(".profile"), "user's\n").unwrap();
+    let out = cleanup();
+    let bash_profile = format!("removed {}", h.join(".bash_profile").display());
+    assert!(out.lines().any(|l| l == bash_profile), "{out}");
+    assert!(!h.join(".bash_profile").exists());
+    assert!(
+        !h.join(".palisade").exists(),
+        "the directory placeholder stays"
+    );
+    // Never a file of the user's.
+    assert!(h.join(".bashrc").exists(), "removed the user's new file");
+    assert_eq!(
+        std::fs::read_to_string(h.join(".profile")).unwrap(),
+        "user's\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(h.join(".zshrc")).unwrap(),
+        "user's\n"
+    );
+    assert!(
+        out.contains(&format!("kept {} (", h.join(".bashrc").display())),
+        "{out}"
+    );
+    assert!(records(state.path()).is_empty(), "the record stays");
+    // A second cleanup has nothing left to do.
+    assert_eq!(cleanup(), "");
+
+    // The next launch, here in the same directory, removes them as well,
+    // and leaves no placeholder of its own behind when it ends normally.
+    let other = tempfile::tempdir().unwrap();
+    launch_and_kill(other.path(), state.path());
+    assert!(other.path().join(".bash_profile").exists());
+    let out = Command::new(BIN)
+        .args(["run", "--profile", "governed", "--", "/bin/true"])
+        .current_dir(other.path())
+        .env("XDG_RUNTIME_DIR", state.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let left: Vec<_> = std::fs::read_dir(other.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    assert!(records(state.path()).is_empty(), "a record stays");
+}

@@ -34,6 +34,7 @@ mod init;
 mod landlock_rules;
 mod layer;
 mod mounts;
+mod placeholder_log;
 mod plan;
 mod profile;
 mod seccomp;
@@ -47,6 +48,7 @@ mod walk_cache;
 
 pub use error::{SandboxError, Step};
 pub use layer::{Layer, LayerStatus, ProbeReport, probe, probe_thorough};
+pub use placeholder_log::{StaleCleanup, clean_stale as clean_stale_placeholders};
 pub use plan::{MountOp, MountPlan, SECRET_STORES};
 pub use profile::{
     DEFAULT_PATH, ENV_ALLOW, HOST_MASKS, NetworkMode, PROTECTED_IF_PRESENT, PROTECTED_NAMES,

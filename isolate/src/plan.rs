@@ -147,13 +147,32 @@ impl MountPlan {
 /// device and inode, and reached without following a symlink in its last
 /// component), so a concurrent process that swaps a parent for a symlink or
 /// another directory cannot make the launcher delete something else.
+///
+/// The status-change time is checked too: a file made at the same path
+/// later, even on a reused inode number, or one whose mode or owner was
+/// changed, is not the placeholder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Placeholder {
-    path: PathBuf,
-    parent_dev: u64,
-    parent_ino: u64,
-    dev: u64,
-    ino: u64,
+    pub(crate) path: PathBuf,
+    pub(crate) parent_dev: u64,
+    pub(crate) parent_ino: u64,
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    pub(crate) ctime: walk_cache::Ctime,
+    /// The launch's record of its placeholders
+    /// ([`crate::placeholder_log`]), deleted with the last of them.
+    pub(crate) record: Option<std::sync::Arc<crate::placeholder_log::RecordFile>>,
+}
+
+/// What became of one placeholder at its removal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Removal {
+    /// Removed.
+    Removed,
+    /// Nothing is at its path any more.
+    Gone,
+    /// Kept, and why.
+    Kept(&'static str),
 }
 
 /// Secret stores hidden in every profile, wherever the sandbox's view
@@ -498,6 +517,8 @@ pub(crate) struct PlanInput {
     pub(crate) allowed_sockets: Vec<PathBuf>,
     /// The directory of the socket-walk cache ([`crate::walk_cache`]).
     pub(crate) walk_cache: Option<PathBuf>,
+    /// The directory of the placeholder records ([`crate::placeholder_log`]).
+    pub(crate) placeholder_records: Option<PathBuf>,
 }
 
 /// Host-side work of a launch that does not change the mount plan: run by
@@ -510,6 +531,8 @@ pub(crate) struct Deferred {
     /// The socket check, when it was not already done while planning
     /// (it is under [`SocketPolicy::Mask`], whose masks are mount ops).
     sockets: Option<SocketScan>,
+    /// Where the placeholders created are recorded.
+    records: Option<PathBuf>,
 }
 
 /// The inputs of the socket check.
@@ -609,13 +632,19 @@ impl SocketScan {
 }
 
 impl Deferred {
-    /// Run the socket check (when deferred), then create the placeholders.
-    /// On error nothing this step created is left behind.
+    /// Run the socket check (when deferred), then create the placeholders
+    /// and record them (before the sandbox may go on, so that a launcher
+    /// killed afterwards leaves a record). On error nothing this step
+    /// created is left behind.
     pub(crate) fn run(&self) -> Result<Vec<Placeholder>, SandboxError> {
         if let Some(scan) = &self.sockets {
             scan.run()?;
         }
-        create_placeholders(&self.placeholders)
+        let mut created = create_placeholders(&self.placeholders)?;
+        if let Some(dir) = &self.records {
+            crate::placeholder_log::record(dir, &mut created);
+        }
+        Ok(created)
     }
 }
 
@@ -966,6 +995,7 @@ pub(crate) fn build(
         Deferred {
             placeholders: to_create,
             sockets: deferred_scan,
+            records: input.placeholder_records.clone(),
         },
     ))
 }
@@ -1041,13 +1071,15 @@ fn placeholders_in<'a>(
             .map_err(fail)?;
             fstat(&fd).map_err(fail)?
         };
-        created.push(Placeholder {
+        let mut placeholder = Placeholder {
             path: path.clone(),
             parent_dev: dir.st_dev,
             parent_ino: dir.st_ino,
             dev: st.st_dev,
             ino: st.st_ino,
-        });
+            ctime: walk_cache::ctime_of(&st),
+            record: None,
+        };
         // Owned like its directory, so the only refusal inside is the
         // read-only mount (EROFS), as for an existing protected file.
         if (st.st_uid, st.st_gid) != (dir.st_uid, dir.st_gid) {
@@ -1058,7 +1090,14 @@ fn placeholders_in<'a>(
                 Some(nix::unistd::Gid::from_raw(dir.st_gid)),
                 AtFlags::AT_SYMLINK_NOFOLLOW,
             );
+            // The change of owner moved the status-change time on.
+            if let Ok(now) = fstatat(&dirfd, name, AtFlags::AT_SYMLINK_NOFOLLOW)
+                && (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
+            {
+                placeholder.ctime = walk_cache::ctime_of(&now);
+            }
         }
+        created.push(placeholder);
     }
     // The mounts resolve the parent by path: it must still be this directory.
     let same = nix::sys::stat::stat(parent)
@@ -1078,15 +1117,22 @@ fn placeholders_in<'a>(
 /// is then checked and removed relative to that descriptor, so no path is
 /// resolved again between the check and the removal.
 pub(crate) fn remove_placeholders(created: &[Placeholder]) {
+    let _ = remove_placeholders_reporting(created);
+}
+
+/// [`remove_placeholders`], saying what became of each placeholder.
+pub(crate) fn remove_placeholders_reporting(created: &[Placeholder]) -> Vec<(PathBuf, Removal)> {
     use nix::fcntl::{AtFlags, OFlag};
     use nix::sys::stat::{SFlag, fstat, fstatat};
     use nix::unistd::{UnlinkatFlags, unlinkat};
     use std::os::fd::OwnedFd;
+    let mut out = Vec::new();
     let mut parents: Vec<(PathBuf, Option<OwnedFd>)> = Vec::new();
     for p in created.iter().rev() {
         let (Some(parent), Some(name)) = (p.path.parent(), p.path.file_name()) else {
             continue;
         };
+        let mut verdict = |r: Removal| out.push((p.path.clone(), r));
         if !parents.iter().any(|(d, _)| d == parent) {
             let fd = nix::fcntl::open(
                 parent,
@@ -1104,21 +1150,32 @@ pub(crate) fn remove_placeholders(created: &[Placeholder]) {
             .find(|(d, _)| d == parent)
             .and_then(|(_, fd)| fd.as_ref())
         else {
+            verdict(Removal::Kept("its directory is not the one it was made in"));
             continue;
         };
         let Ok(st) = fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+            verdict(Removal::Gone);
             continue;
         };
-        if st.st_dev != p.dev || st.st_ino != p.ino {
+        if st.st_dev != p.dev || st.st_ino != p.ino || walk_cache::ctime_of(&st) != p.ctime {
+            verdict(Removal::Kept("another file, or changed since it was made"));
             continue;
         }
         let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
-        if kind == SFlag::S_IFDIR {
-            let _ = unlinkat(dir, name, UnlinkatFlags::RemoveDir);
+        let removed = if kind == SFlag::S_IFDIR {
+            unlinkat(dir, name, UnlinkatFlags::RemoveDir).is_ok()
         } else if kind == SFlag::S_IFREG && st.st_size == 0 {
-            let _ = unlinkat(dir, name, UnlinkatFlags::NoRemoveDir);
-        }
+            unlinkat(dir, name, UnlinkatFlags::NoRemoveDir).is_ok()
+        } else {
+            false
+        };
+        verdict(if removed {
+            Removal::Removed
+        } else {
+            Removal::Kept("not empty")
+        });
     }
+    out
 }
 #[cfg(test)]
 mod tests {

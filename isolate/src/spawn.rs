@@ -112,6 +112,7 @@ pub struct Sandbox {
     simulated: Vec<(Layer, String)>,
     simulated_abi: Option<u32>,
     walk_cache: Option<PathBuf>,
+    placeholder_records: Option<PathBuf>,
     root_worker: bool,
 }
 
@@ -390,6 +391,7 @@ impl Sandbox {
             simulated: Vec::new(),
             simulated_abi: None,
             walk_cache: None,
+            placeholder_records: None,
             root_worker: false,
         }
     }
@@ -452,6 +454,17 @@ impl Sandbox {
     /// without a cache). See `docs/sandbox.md` for what an entry proves.
     pub fn walk_cache(&mut self, dir: impl Into<PathBuf>) -> &mut Self {
         self.walk_cache = Some(dir.into());
+        self
+    }
+
+    /// Record the placeholders each launch creates in `dir` (created with
+    /// mode `0700` when absent; one not owned by the effective uid, open to
+    /// group or others, or a symlink is not used), and before each launch
+    /// remove the placeholders that launchers which are gone (killed) left
+    /// behind, when provably theirs: see
+    /// [`crate::clean_stale_placeholders`] and `docs/sandbox.md`.
+    pub fn placeholder_records(&mut self, dir: impl Into<PathBuf>) -> &mut Self {
+        self.placeholder_records = Some(dir.into());
         self
     }
 
@@ -600,9 +613,15 @@ impl Sandbox {
         if (uid == 0 || gid == 0) && !self.root_worker {
             return Err(SandboxError::RootWorker { uid, gid });
         }
+        // What killed launchers left goes first: a stale placeholder would
+        // otherwise be taken for an existing protected file, and stay.
+        if let Some(dir) = &self.placeholder_records {
+            let _ = crate::placeholder_log::clean_stale(dir);
+        }
         let input = PlanInput {
             allowed_sockets: self.bridges.iter().map(|b| b.target.clone()).collect(),
             walk_cache: self.walk_cache.clone(),
+            placeholder_records: self.placeholder_records.clone(),
         };
         let (plan, deferred) = plan::build(&self.profile, &input)?;
         let cwd = match &self.cwd {
