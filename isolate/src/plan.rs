@@ -922,7 +922,7 @@ pub(crate) fn build(
         return Err(SandboxError::InvalidPath {
             path: link.clone(),
             reason: String::from(
-                "a `.git` symlink inside a writable root cannot be protected; replace it with a `.git` file (`gitdir: …`) or a directory",
+                "a `.git` symlink inside a writable root cannot be protected (a read-only bind would follow it, and the worker could re-point it); if an earlier worker left it, remove it, else replace it with a `.git` file (`gitdir: …`) or a directory, then launch again",
             ),
         });
     }

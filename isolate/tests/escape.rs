@@ -482,6 +482,10 @@ fn g04_symlinks_and_hardlinks() {
             Err(SandboxError::InvalidPath { path, reason }) => {
                 assert_eq!(path, root.path().join(rel));
                 assert!(reason.contains("symlink"), "{reason}");
+                assert!(
+                    reason.contains("an earlier worker left it, remove it"),
+                    "{reason}"
+                );
             }
             other => panic!("{rel}: expected a refusal, got {other:?}"),
         }
