@@ -176,7 +176,7 @@ pub enum SandboxError {
         /// What it is: `a directory`, `an O_PATH descriptor`.
         kind: &'static str,
     },
-    /// The worker would run as uid 0 or gid 0 without
+    /// The worker of a root launcher would run as uid 0 or gid 0 without
     /// [`crate::DangerousSandbox::allow_root_worker`].
     #[error(
         "worker_uid_root: the worker would run as uid {uid} gid {gid}: with root's ids it reads root's owner-only files in its view and writes root's files in the writable roots (still without any capability); choose another uid, or allow it explicitly (`--dangerously-allow-root-worker`, `Sandbox::dangerous().allow_root_worker()`)"

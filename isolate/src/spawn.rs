@@ -134,8 +134,8 @@ impl DangerousSandbox<'_> {
         Ok(self)
     }
 
-    /// Let the worker run as uid 0 or gid 0 (when the launcher is root:
-    /// [`WorkerIdentity::Dedicated`] with 0, or [`WorkerIdentity::Invoker`]).
+    /// Let the worker of a root launcher run as uid 0 or gid 0
+    /// ([`WorkerIdentity::Dedicated`] with 0, or [`WorkerIdentity::Invoker`]).
     /// It still has no capability, but root's owner-only files in its view
     /// are its own (the [`crate::SECRET_STORES`] stay masked) and so are
     /// root's files in the writable roots. Without this a launch with
@@ -610,7 +610,10 @@ impl Sandbox {
                 SandboxError::InvalidCommand(String::from("argument contains a NUL byte"))
             })?;
         let (uid, gid) = self.worker_ids();
-        if (uid == 0 || gid == 0) && !self.root_worker {
+        // Root's ids for the worker only by the explicit door. (A launcher
+        // that is not root cannot map uid 0, and a primary gid of 0 gives
+        // its worker nothing it does not have itself.)
+        if nix::unistd::getuid().is_root() && (uid == 0 || gid == 0) && !self.root_worker {
             return Err(SandboxError::RootWorker { uid, gid });
         }
         // What killed launchers left goes first: a stale placeholder would
