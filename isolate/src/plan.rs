@@ -791,9 +791,10 @@ pub(crate) fn build(
         .map(|r| canonical(r))
         .collect::<Result<Vec<_>, _>>()?;
     // The secret stores the view would show. One that an explicit read
-    // path reaches into is masked before the read binds (the read then
-    // shows through, as into a host mask); every other one after all the
-    // binds, so that a broader bind (`--read /etc`) does not show it again.
+    // path or a writable root reaches into is masked before the binds (the
+    // bind then shows through, as into a host mask); every other one after
+    // all the binds, so that a broader bind (`--read /etc`) does not show
+    // it again.
     let mut secrets_early = Vec::new();
     let mut secrets_late = Vec::new();
     for store in secret_stores() {
@@ -807,7 +808,11 @@ pub(crate) fn build(
         if !shown {
             continue;
         }
-        if explicit_reads.iter().any(|r| r.starts_with(&store)) {
+        if explicit_reads
+            .iter()
+            .chain(writable.iter())
+            .any(|r| r.starts_with(&store))
+        {
             secrets_early.push(store);
         } else {
             secrets_late.push(store);
