@@ -11,6 +11,7 @@
 mod approve;
 mod bundle;
 mod check;
+mod cleanup;
 mod ctl;
 mod custom_profile;
 mod decide;
@@ -56,6 +57,8 @@ enum Command {
     Run(Box<run::Args>),
     /// Report every isolation layer as active, degraded or unavailable.
     Probe(probe::Args),
+    /// Remove the placeholders a killed `palisade run` left in the host tree.
+    Cleanup(cleanup::Args),
     /// Decide egress, outward or routing requests against the host policy.
     Decide(decide::Args),
     /// Mark files untrusted: a session that reads them becomes tainted.
@@ -106,6 +109,7 @@ fn main() -> ExitCode {
         Command::Report(args) => report::run(args),
         Command::Run(args) => run::run(*args),
         Command::Probe(args) => probe::run(args),
+        Command::Cleanup(args) => cleanup::run(args),
         Command::Decide(args) => decide::run(args),
         Command::MarkUntrusted(args) => mark_untrusted::run(args),
         Command::Proxy(args) => proxy::run(args),

@@ -50,9 +50,15 @@ pub(crate) struct Args {
     /// The worker's uid (and gid) inside the sandbox, mapped 1:1. Default:
     /// the invoking user, or 64000 when palisade runs as root. As root,
     /// writable roots must be writable by this uid; `--worker-uid 0` keeps
-    /// root's file ownership (still without any capability).
+    /// root's file ownership (still without any capability) and needs
+    /// `--dangerously-allow-root-worker`.
     #[arg(long, value_name = "UID")]
     worker_uid: Option<u32>,
+    /// Allow the worker to run as uid 0 (`--worker-uid 0`): it reads root's
+    /// owner-only files in its view (the secret stores stay masked) and
+    /// writes root's files in the writable roots.
+    #[arg(long)]
+    dangerously_allow_root_worker: bool,
     /// List every directory of the read-only trees on each launch, without
     /// the socket-walk cache (kept in `$XDG_RUNTIME_DIR/palisade`, or
     /// `/run/palisade` for root; see docs/sandbox.md).
@@ -66,10 +72,11 @@ pub(crate) struct Args {
     command: Vec<OsString>,
 }
 
-/// Where `palisade run` keeps the socket-walk cache: the user's runtime
-/// directory (`$XDG_RUNTIME_DIR`, a private per-user tmpfs), or
-/// `/run/palisade` for root; none for a user without a runtime directory.
-fn walk_cache_dir() -> Option<PathBuf> {
+/// Where `palisade run` keeps its state (the socket-walk cache, the
+/// placeholder records): the user's runtime directory (`$XDG_RUNTIME_DIR`,
+/// a private per-user tmpfs), or `/run/palisade` for root; none for a user
+/// without a runtime directory.
+pub(crate) fn state_dir() -> Option<PathBuf> {
     match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
         Some(d) if d.is_absolute() => Some(d.join("palisade")),
         _ if nix::unistd::geteuid().is_root() => Some(PathBuf::from("/run/palisade")),
@@ -175,10 +182,16 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     };
     let host_view = profile.root() == palisade_isolate::RootView::HostReadOnly;
     let mut sb = Sandbox::new(profile);
+    let state = state_dir();
     if !args.no_walk_cache
-        && let Some(dir) = walk_cache_dir()
+        && let Some(dir) = &state
     {
         sb.walk_cache(dir);
+    }
+    // The placeholders of each launch are recorded there, and what killed
+    // launches left is removed before this one (`palisade cleanup` too).
+    if let Some(dir) = state {
+        sb.placeholder_records(dir);
     }
     // The working directory is a writable root. Under the host-view
     // profiles it defaults to the current directory; under strict only an
@@ -244,6 +257,10 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
                 "palisade: warning: --worker-uid 0 runs without a process limit (the kernel does not apply RLIMIT_NPROC to root)"
             );
         }
+    }
+    if args.dangerously_allow_root_worker {
+        sb.dangerous().allow_root_worker();
+        eprintln!("palisade: warning: the worker may run as root's uid (dangerously allowed)");
     }
     for name in &args.dangerously_disable {
         let Some(layer) = Layer::from_name(name) else {

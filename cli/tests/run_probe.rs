@@ -248,8 +248,19 @@ fn worker_uid_is_selectable_as_root() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "64000");
     assert_ne!(out.status.code(), Some(0));
     assert!(!cwd.path().join("written").exists());
-    // Explicitly root's uid: the write succeeds, capabilities stay dropped.
+    // Root's uid without the dangerous flag: refused, naming the flag, and
+    // nothing ran.
     let out = run(&["--worker-uid", "0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("worker_uid_root") && err.contains("--dangerously-allow-root-worker"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    assert!(!cwd.path().join("written").exists());
+    // Explicitly allowed: the write succeeds, capabilities stay dropped.
+    let out = run(&["--worker-uid", "0", "--dangerously-allow-root-worker"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0");
     assert_eq!(
         out.status.code(),
@@ -335,4 +346,339 @@ fn the_worker_keeps_the_launchers_cpu_affinity() {
             );
         }
     }
+}
+
+#[test]
+fn a_directory_as_a_standard_stream_is_refused() {
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs as root)");
+        return;
+    }
+    let cwd = tempfile::tempdir().unwrap();
+    let run = |n: usize, s: std::process::Stdio| {
+        let mut c = Command::new(BIN);
+        c.args(["run", "--profile", "governed", "--", "/bin/true"])
+            .current_dir(cwd.path())
+            .stdin(std::process::Stdio::null());
+        match n {
+            0 => c.stdin(s).output().unwrap(),
+            // The launcher's own error goes to standard error: capture it
+            // when standard output is the stream under test, and the other
+            // way round.
+            1 => c
+                .stdout(s)
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+                .wait_with_output()
+                .unwrap(),
+            _ => c
+                .stderr(s)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+                .wait_with_output()
+                .unwrap(),
+        }
+    };
+    let names = ["standard input", "standard output", "standard error"];
+    for (n, name) in names.iter().enumerate() {
+        let dir = std::fs::File::open("/etc").unwrap();
+        let out = run(n, dir.into());
+        assert_eq!(out.status.code(), Some(125), "fd {n}");
+        if n != 2 {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains(&format!("unsafe_stdio: {name} (fd {n}) is a directory")),
+                "fd {n}: {err}"
+            );
+        }
+        // Positive controls: /dev/null, a pipe and a regular file.
+        let (_r, w) = std::io::pipe().unwrap();
+        let file = tempfile::tempfile().unwrap();
+        for (what, s) in [
+            ("/dev/null", std::process::Stdio::null()),
+            ("a pipe", w.into()),
+            ("a file", file.into()),
+        ] {
+            let out = run(n, s);
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "fd {n} as {what}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+#[test]
+fn the_launchers_command_line_and_environment_are_not_visible_inside() {
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs as root)");
+        return;
+    }
+    // The marker is on palisade's command line (an `--env` value) and in
+    // its environment (a variable not passed through); the worker receives
+    // it deliberately in its own environment only.
+    let marker: String = "ENILDNAMMOC_TERCES_KRAM".chars().rev().collect();
+    // Every process's command line and init's environment, read without
+    // the marker on any command line (`case` is a shell builtin). A
+    // control process carries the marker as its own argument, so the scan
+    // provably finds it where it is.
+    let script = r#"
+        sh -c 'sleep 60; :' "$SEEN" & c=$!
+        i=0
+        while [ $i -lt 600 ]; do
+            case "$(tr '\0' ' ' < /proc/$c/cmdline)" in *"$SEEN"*) break;; esac
+            sleep 0.05; i=$((i+1))
+        done
+        echo "control $c"
+        for f in /proc/[0-9]*/cmdline /proc/1/environ; do
+            case "$(tr '\0' ' ' 2>/dev/null < "$f")" in *"$SEEN"*) echo "hit $f";; esac
+        done
+        case "$(cat /proc/self/environ | tr '\0' ' ')" in *"$SEEN"*) echo own-environ;; esac
+        kill $c
+    "#;
+    let cwd = tempfile::tempdir().unwrap();
+    for profile in ["strict", "governed"] {
+        let out = Command::new(BIN)
+            .args(["run", "--profile", profile, "--env"])
+            .arg(format!("SEEN={marker}"))
+            .args(["--", "/bin/sh", "-c", script])
+            .env("PALISADE_TEST_LAUNCHER_ONLY", &marker)
+            .current_dir(cwd.path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{profile}: {stdout} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let lines: Vec<&str> = stdout.lines().collect();
+        let control = lines
+            .iter()
+            .find_map(|l| l.strip_prefix("control "))
+            .unwrap_or_else(|| panic!("{profile}: {stdout}"));
+        let hits: Vec<&str> = lines
+            .iter()
+            .filter_map(|l| l.strip_prefix("hit "))
+            .collect();
+        // Positive controls: the worker's own environment has the variable,
+        // and the control process's command line shows the marker.
+        assert!(lines.contains(&"own-environ"), "{profile}: {stdout}");
+        assert_eq!(
+            hits,
+            vec![format!("/proc/{control}/cmdline")],
+            "{profile}: the marker is visible elsewhere"
+        );
+    }
+}
+
+/// `palisade run --profile governed -- /bin/true` in `dir`, as `uid` when
+/// given: (exit code, stderr).
+fn run_true_in(dir: &std::path::Path, uid: Option<u32>) -> (Option<i32>, String) {
+    use std::os::unix::process::CommandExt;
+    let mut c = Command::new(BIN);
+    c.args(["run", "--profile", "governed", "--", "/bin/true"])
+        .current_dir(dir)
+        .env_remove("XDG_RUNTIME_DIR");
+    if let Some(uid) = uid {
+        c.uid(uid).gid(uid);
+    }
+    let out = c.output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn what_a_worker_leaves_behind_is_named_with_the_way_forward() {
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs as root)");
+        return;
+    }
+    // A socket inode left in the working directory (bound, then closed:
+    // nothing listens on it any more).
+    let cwd = tempfile::tempdir().unwrap();
+    let sock = cwd.path().join("left.sock");
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    let (code, err) = run_true_in(cwd.path(), None);
+    assert_eq!(code, Some(125), "{err}");
+    for want in [
+        format!("`{}` is a Unix socket", sock.display()),
+        String::from("an earlier worker may have left it"),
+        String::from("remove it"),
+    ] {
+        assert!(err.contains(&want), "missing {want:?} in: {err}");
+    }
+    // Positive control: once removed, the launch succeeds.
+    std::fs::remove_file(&sock).unwrap();
+    let (code, err) = run_true_in(cwd.path(), None);
+    assert_eq!(code, Some(0), "{err}");
+
+    // A symlinked `.vscode` (a protected name kept read-only when present).
+    let vscode = cwd.path().join(".vscode");
+    std::os::unix::fs::symlink("/etc", &vscode).unwrap();
+    let (code, err) = run_true_in(cwd.path(), None);
+    assert_eq!(code, Some(125), "{err}");
+    for want in [
+        format!("`{}`", vscode.display()),
+        String::from("is a symlink (to `/etc`)"),
+        String::from("the worker could re-point it"),
+        String::from("remove it"),
+    ] {
+        assert!(err.contains(&want), "missing {want:?} in: {err}");
+    }
+    std::fs::remove_file(&vscode).unwrap();
+    let (code, err) = run_true_in(cwd.path(), None);
+    assert_eq!(code, Some(0), "{err}");
+
+    // A directory that can be entered but not listed, in the working
+    // directory of an unprivileged launcher (root could list it anyway).
+    use std::os::unix::fs::PermissionsExt;
+    const NOBODY: u32 = 65_534;
+    let own = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(own.path(), Some(NOBODY), Some(NOBODY)).unwrap();
+    let sub = own.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    std::os::unix::fs::chown(&sub, Some(NOBODY), Some(NOBODY)).unwrap();
+    std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o111)).unwrap();
+    let (code, err) = run_true_in(own.path(), Some(NOBODY));
+    assert_eq!(code, Some(125), "{err}");
+    for want in [
+        format!("`{}`", sub.display()),
+        String::from("mode 0111"),
+        String::from("can be entered but not listed"),
+        String::from("chmod u+r"),
+    ] {
+        assert!(err.contains(&want), "missing {want:?} in: {err}");
+    }
+    std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (code, err) = run_true_in(own.path(), Some(NOBODY));
+    assert_eq!(code, Some(0), "{err}");
+}
+
+/// The record files in a state directory.
+fn records(state: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(state.join("palisade"))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("placeholders-"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Start `palisade run -- /bin/sleep 60` in `cwd`, wait until its
+/// placeholders are recorded, and kill it with SIGKILL.
+fn launch_and_kill(cwd: &std::path::Path, state: &std::path::Path) {
+    let mut child = Command::new(BIN)
+        .args(["run", "--profile", "governed", "--", "/bin/sleep", "60"])
+        .current_dir(cwd)
+        .env("XDG_RUNTIME_DIR", state)
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while records(state).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no record appeared");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn placeholders_a_killed_launch_left_are_removed_later_and_only_those() {
+    use std::os::unix::fs::PermissionsExt;
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs as root)");
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(state.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let cleanup = || {
+        let out = Command::new(BIN)
+            .arg("cleanup")
+            .env("XDG_RUNTIME_DIR", state.path())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    // A file of the user's at a protected name: protected, never a placeholder.
+    std::fs::write(h.join(".zshrc"), "user's\n").unwrap();
+    launch_and_kill(h, state.path());
+    // The bug: the killed launcher's empty placeholders stay.
+    let meta = std::fs::metadata(h.join(".bash_profile")).unwrap();
+    assert_eq!(meta.len(), 0);
+    // After the kill the user replaces one placeholder by a file of their
+    // own (another inode) and writes into another (the same inode).
+    std::fs::remove_file(h.join(".bashrc")).unwrap();
+    std::fs::write(h.join(".bashrc"), "").unwrap();
+    std::fs::write(h.join(".profile"), "user's\n").unwrap();
+    let out = cleanup();
+    let bash_profile = format!("removed {}", h.join(".bash_profile").display());
+    assert!(out.lines().any(|l| l == bash_profile), "{out}");
+    assert!(!h.join(".bash_profile").exists());
+    assert!(
+        !h.join(".palisade").exists(),
+        "the directory placeholder stays"
+    );
+    // Never a file of the user's.
+    assert!(h.join(".bashrc").exists(), "removed the user's new file");
+    assert_eq!(
+        std::fs::read_to_string(h.join(".profile")).unwrap(),
+        "user's\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(h.join(".zshrc")).unwrap(),
+        "user's\n"
+    );
+    assert!(
+        out.contains(&format!("kept {} (", h.join(".bashrc").display())),
+        "{out}"
+    );
+    assert!(records(state.path()).is_empty(), "the record stays");
+    // A second cleanup has nothing left to do.
+    assert_eq!(cleanup(), "");
+
+    // The next launch, here in the same directory, removes them as well,
+    // and leaves no placeholder of its own behind when it ends normally.
+    let other = tempfile::tempdir().unwrap();
+    launch_and_kill(other.path(), state.path());
+    assert!(other.path().join(".bash_profile").exists());
+    let out = Command::new(BIN)
+        .args(["run", "--profile", "governed", "--", "/bin/true"])
+        .current_dir(other.path())
+        .env("XDG_RUNTIME_DIR", state.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let left: Vec<_> = std::fs::read_dir(other.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    assert!(records(state.path()).is_empty(), "a record stays");
 }

@@ -626,6 +626,26 @@ pub fn run(args: &[String]) -> String {
             }
             format!("ok {}", hits.join(","))
         }
+        "read-at-stdin" => {
+            // Read a file relative to standard input (a directory handed
+            // over as a standard stream): openat(0, name).
+            use std::os::fd::AsFd;
+            match nix::fcntl::openat(
+                std::io::stdin().as_fd(),
+                Path::new(a(1)),
+                nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            ) {
+                Ok(f) => {
+                    let mut s = String::new();
+                    match std::fs::File::from(f).read_to_string(&mut s) {
+                        Ok(_) => format!("ok {}", s.trim_end()),
+                        Err(e) => io::<()>(Err(e)),
+                    }
+                }
+                Err(e) => format!("err {}", e as i32),
+            }
+        }
         "held-fd-parent" => {
             // Open a directory, then try to walk to its parent through the
             // descriptor (openat(fd, "..")).

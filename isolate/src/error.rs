@@ -145,7 +145,9 @@ pub enum SandboxError {
     #[error("layer `{0}` cannot be downgraded: the rest of the sandbox depends on it")]
     NotDowngradable(Layer),
     /// A Unix socket is visible through the sandbox's binds.
-    #[error("unix_socket_visible: `{path}` ({how}); mask it, move it, or allow it explicitly")]
+    #[error(
+        "unix_socket_visible: `{path}` is a Unix socket the worker could see ({how}), and through it reach whatever listens on it outside the sandbox; if it is stale (nothing listens on it: an earlier worker may have left it), remove it, then launch again; else move it out of the sandbox's view, or have the profile mask it (`SocketPolicy::Mask`) or allow it"
+    )]
     SocketVisible {
         /// The socket path as the sandbox would see it.
         path: PathBuf,
@@ -159,6 +161,31 @@ pub enum SandboxError {
         path: PathBuf,
         /// Why it was refused.
         reason: String,
+    },
+    /// A standard stream of the worker is a directory or an `O_PATH`
+    /// descriptor: the worker could open host files relative to it
+    /// (`openat`), past the sandbox's masks and binds.
+    #[error(
+        "unsafe_stdio: {name} (fd {fd}) is {kind}; the worker could open host files relative to it, past the sandbox's masks; give it a file, a pipe, a terminal or /dev/null instead"
+    )]
+    UnsafeStdio {
+        /// The descriptor number in the worker (0, 1 or 2).
+        fd: i32,
+        /// `standard input`, `standard output` or `standard error`.
+        name: &'static str,
+        /// What it is: `a directory`, `an O_PATH descriptor`.
+        kind: &'static str,
+    },
+    /// The worker of a root launcher would run as uid 0 or gid 0 without
+    /// [`crate::DangerousSandbox::allow_root_worker`].
+    #[error(
+        "worker_uid_root: the worker would run as uid {uid} gid {gid}: with root's ids it reads root's owner-only files in its view and writes root's files in the writable roots (still without any capability); choose another uid, or allow it explicitly (`--dangerously-allow-root-worker`, `Sandbox::dangerous().allow_root_worker()`)"
+    )]
+    RootWorker {
+        /// The worker's uid.
+        uid: u32,
+        /// The worker's gid.
+        gid: u32,
     },
     /// The command is empty or contains a NUL byte.
     #[error("invalid command: {0}")]

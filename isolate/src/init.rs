@@ -77,6 +77,79 @@ fn wait_blocking(pid: Pid) -> i32 {
     }
 }
 
+/// The command line init shows in `/proc/1/cmdline` instead of the
+/// launcher's.
+const INIT_TITLE: &[u8] = b"palisade-init";
+
+/// Largest argument or environment area overwritten (the kernel caps both
+/// together at a quarter of the stack limit; this is far above the usual).
+const SCRUB_MAX: u64 = 256 << 20;
+
+/// The `arg_start arg_end env_start env_end` addresses of a
+/// `/proc/<pid>/stat` line (fields 48 to 51, counted after the command name,
+/// which may itself contain spaces or parentheses).
+pub(crate) fn arg_env_areas(stat: &str) -> Option<[u64; 4]> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    // `rest` starts at field 3 (the state).
+    let mut f = rest.split_whitespace().skip(45);
+    let mut out = [0u64; 4];
+    for v in &mut out {
+        *v = f.next()?.parse().ok()?;
+    }
+    Some(out)
+}
+
+/// Overwrite the launcher's command line and environment in this process's
+/// memory. Init is a fork of the launcher and shares its argument and
+/// environment areas, which `/proc/1/cmdline` shows to every process of the
+/// sandbox (`palisade run --env NAME=VALUE …` with it). The areas are
+/// rewritten through `/proc/self/mem` (no `unsafe`): the arguments become
+/// [`INIT_TITLE`] padded with NULs, the environment NULs. Nothing in init
+/// reads either afterwards; the worker's argv and environment were built
+/// in the launcher's heap. Any failure is returned (the launch fails
+/// closed rather than run with the launcher's command line visible).
+pub(crate) fn scrub_launcher_args() -> Result<(), (i32, String)> {
+    use std::os::unix::fs::FileExt;
+    let fail =
+        |e: std::io::Error, what: &str| (e.raw_os_error().unwrap_or(libc::EIO), what.to_owned());
+    let stat =
+        std::fs::read_to_string("/proc/self/stat").map_err(|e| fail(e, "read /proc/self/stat"))?;
+    let [arg_start, arg_end, env_start, env_end] = arg_env_areas(&stat).ok_or((
+        libc::EINVAL,
+        String::from("parse the argument area of /proc/self/stat"),
+    ))?;
+    let mem = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/proc/self/mem")
+        .map_err(|e| fail(e, "open /proc/self/mem"))?;
+    for (start, end, title) in [
+        (arg_start, arg_end, INIT_TITLE),
+        (env_start, env_end, &b""[..]),
+    ] {
+        let len = end.saturating_sub(start);
+        if len == 0 {
+            continue;
+        }
+        if len > SCRUB_MAX {
+            return Err((
+                libc::E2BIG,
+                String::from("the launcher's argument area is too large to overwrite"),
+            ));
+        }
+        let mut buf = vec![0u8; usize::try_from(len).unwrap_or(0)];
+        // The title only where it fits with a NUL after it: the last byte
+        // stays NUL, so the kernel reads the area as plain arguments.
+        if title.len() < buf.len()
+            && let Some(head) = buf.get_mut(..title.len())
+        {
+            head.copy_from_slice(title);
+        }
+        mem.write_all_at(&buf, start)
+            .map_err(|e| fail(e, "overwrite the launcher's arguments and environment"))?;
+    }
+    Ok(())
+}
+
 /// One direction of a bridged connection.
 struct Pipe {
     buf: Vec<u8>,
@@ -247,5 +320,28 @@ pub(crate) fn run(
             }
             up || down
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_argument_areas_are_read_after_the_command_name() {
+        // A command name with spaces and a parenthesis, as a worker could
+        // choose for itself; fields 48 to 51 follow it.
+        let mut line = String::from("42 (a) b (c) S");
+        for n in 4..=52 {
+            line.push_str(&format!(" {n}"));
+        }
+        assert_eq!(arg_env_areas(&line), Some([48, 49, 50, 51]));
+        assert_eq!(arg_env_areas("42 (x) S 1 2 3"), None);
+        assert_eq!(arg_env_areas("no parenthesis"), None);
+        // This process's own areas: the arguments come before the
+        // environment, and neither is empty.
+        let own = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        let [a0, a1, e0, e1] = arg_env_areas(&own).unwrap_or_default();
+        assert!(a0 < a1 && a1 <= e0 && e0 <= e1, "{own}");
     }
 }

@@ -34,6 +34,7 @@ mod init;
 mod landlock_rules;
 mod layer;
 mod mounts;
+mod placeholder_log;
 mod plan;
 mod profile;
 mod pty;
@@ -48,7 +49,8 @@ mod walk_cache;
 
 pub use error::{SandboxError, Step};
 pub use layer::{Layer, LayerStatus, ProbeReport, probe, probe_thorough};
-pub use plan::{MountOp, MountPlan};
+pub use placeholder_log::{StaleCleanup, clean_stale as clean_stale_placeholders};
+pub use plan::{MountOp, MountPlan, SECRET_STORES};
 pub use profile::{
     DEFAULT_PATH, ENV_ALLOW, HOST_MASKS, Limit, NetworkMode, PROTECTED_IF_PRESENT, PROTECTED_NAMES,
     Profile, Rlimits, RootView, SYSTEM_DIRS, SYSTEM_ETC, SocketPolicy,
@@ -66,10 +68,12 @@ pub mod __escape;
 #[doc(hidden)]
 pub mod __fuzz {
     /// Parse arbitrary bytes as a `mountinfo` table, a `/proc/net/unix`
-    /// table, an error-pipe record and a socket-walk cache file: must never
-    /// panic.
+    /// table, an error-pipe record, a socket-walk cache file, a placeholder
+    /// record and a `/proc/<pid>/stat` line: must never panic.
     pub fn proc_tables(data: &[u8]) {
         let text = String::from_utf8_lossy(data);
+        let _ = crate::placeholder_log::parse(&text);
+        let _ = crate::init::arg_env_areas(&text);
         let _ = crate::plan::parse_mountinfo(&text);
         let _ = crate::plan::parse_net_unix(&text);
         let _ = crate::spawn::decode_record(data);
@@ -92,6 +96,8 @@ pub mod __fuzz {
                 b"\\7",
                 b"\\777 x",
                 b"\xff\xfe\x00\x01",
+                b"palisade-placeholders 1\np 1 2 3 4 5 6 zz\nlauncher x",
+                b"1 (a)) S",
                 &[0u8; 9],
             ] {
                 super::proc_tables(data);

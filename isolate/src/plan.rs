@@ -147,13 +147,100 @@ impl MountPlan {
 /// device and inode, and reached without following a symlink in its last
 /// component), so a concurrent process that swaps a parent for a symlink or
 /// another directory cannot make the launcher delete something else.
+///
+/// The status-change time is checked too: a file made at the same path
+/// later, even on a reused inode number, or one whose mode or owner was
+/// changed, is not the placeholder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Placeholder {
-    path: PathBuf,
-    parent_dev: u64,
-    parent_ino: u64,
-    dev: u64,
-    ino: u64,
+    pub(crate) path: PathBuf,
+    pub(crate) parent_dev: u64,
+    pub(crate) parent_ino: u64,
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    pub(crate) ctime: walk_cache::Ctime,
+    /// The launch's record of its placeholders
+    /// ([`crate::placeholder_log`]), deleted with the last of them.
+    pub(crate) record: Option<std::sync::Arc<crate::placeholder_log::RecordFile>>,
+}
+
+/// What became of one placeholder at its removal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Removal {
+    /// Removed.
+    Removed,
+    /// Nothing is at its path any more.
+    Gone,
+    /// Kept, and why.
+    Kept(&'static str),
+}
+
+/// Secret stores hidden in every profile, wherever the sandbox's view
+/// would show them: an empty read-only tmpfs over a directory, an empty
+/// read-only file over a file. Owner-only files of root are closed to any
+/// other uid anyway; these are masked so that a worker running as uid 0
+/// (only through [`crate::Sandbox::dangerous`]) cannot read them either.
+/// `/etc/ssh`'s `ssh_host_*_key` files are added when present.
+pub const SECRET_STORES: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/security/opasswd",
+    "/etc/ssl/private",
+    "/proc/kmsg",
+    "/proc/slabinfo",
+    "/proc/timer_list",
+    "/proc/vmallocinfo",
+    "/proc/pagetypeinfo",
+    "/proc/kpagecount",
+    "/proc/kpageflags",
+    "/proc/kpagecgroup",
+    "/sys/firmware",
+    "/sys/kernel/slab",
+    "/sys/kernel/debug",
+    "/sys/kernel/tracing",
+    "/sys/kernel/security",
+];
+
+/// The secret stores present on this host: [`SECRET_STORES`] plus the SSH
+/// host keys, symlinks resolved.
+fn secret_stores() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = SECRET_STORES.iter().map(PathBuf::from).collect();
+    if let Ok(rd) = std::fs::read_dir("/etc/ssh") {
+        let mut keys: Vec<PathBuf> = rd
+            .flatten()
+            .filter(|e| {
+                let n = e.file_name();
+                let n = n.to_string_lossy();
+                n.starts_with("ssh_host_") && n.ends_with("_key")
+            })
+            .map(|e| e.path())
+            .collect();
+        keys.sort();
+        out.extend(keys);
+    }
+    out.into_iter()
+        .filter_map(|p| {
+            let meta = std::fs::symlink_metadata(&p).ok()?;
+            if meta.file_type().is_symlink() {
+                std::fs::canonicalize(&p).ok()
+            } else {
+                Some(p)
+            }
+        })
+        .collect()
+}
+
+/// The mask of a secret store: a directory or a file.
+fn secret_mask(path: &Path) -> Option<MountOp> {
+    let meta = std::fs::metadata(path).ok()?;
+    let path = path.to_owned();
+    Some(if meta.is_dir() {
+        MountOp::MaskDir { path }
+    } else {
+        MountOp::MaskFile { path }
+    })
 }
 
 /// Canonicalise a profile path: absolute, no `..`, symlinks resolved.
@@ -339,11 +426,28 @@ fn walk_with(
 
 /// The refusal for a directory the socket walk cannot list.
 fn unlistable(dir: &Path, e: Errno) -> SandboxError {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::symlink_metadata(dir)
+        .map(|m| format!(", mode {:04o}", m.permissions().mode() & 0o7777))
+        .unwrap_or_default();
     SandboxError::InvalidPath {
         path: dir.to_owned(),
         reason: format!(
-            "cannot list this directory to check it for Unix sockets ({}); make it readable, mask it, or leave it out of the sandbox's binds",
+            "cannot list this directory to check it for Unix sockets ({}{mode}): it can be entered but not listed, so a socket inside could be reached by name without being seen; if an earlier worker made it so, give it back its read permission (`chmod u+r`) or remove it, then launch again; else mask it or leave it out of the sandbox's binds",
             e.desc()
+        ),
+    }
+}
+
+/// The refusal for a protected path that is a symlink.
+fn symlinked_protected(path: &Path) -> SandboxError {
+    let target = std::fs::read_link(path)
+        .map(|t| format!(" (to `{}`)", t.display()))
+        .unwrap_or_default();
+    SandboxError::InvalidPath {
+        path: path.to_owned(),
+        reason: format!(
+            "a protected path is a symlink{target} and cannot be kept read-only: a read-only bind would follow it, and the worker could re-point it; if an earlier worker left it, remove it (or replace it with the real file or directory), then launch again"
         ),
     }
 }
@@ -413,6 +517,8 @@ pub(crate) struct PlanInput {
     pub(crate) allowed_sockets: Vec<PathBuf>,
     /// The directory of the socket-walk cache ([`crate::walk_cache`]).
     pub(crate) walk_cache: Option<PathBuf>,
+    /// The directory of the placeholder records ([`crate::placeholder_log`]).
+    pub(crate) placeholder_records: Option<PathBuf>,
 }
 
 /// Host-side work of a launch that does not change the mount plan: run by
@@ -425,6 +531,8 @@ pub(crate) struct Deferred {
     /// The socket check, when it was not already done while planning
     /// (it is under [`SocketPolicy::Mask`], whose masks are mount ops).
     sockets: Option<SocketScan>,
+    /// Where the placeholders created are recorded.
+    records: Option<PathBuf>,
 }
 
 /// The inputs of the socket check.
@@ -524,13 +632,19 @@ impl SocketScan {
 }
 
 impl Deferred {
-    /// Run the socket check (when deferred), then create the placeholders.
-    /// On error nothing this step created is left behind.
+    /// Run the socket check (when deferred), then create the placeholders
+    /// and record them (before the sandbox may go on, so that a launcher
+    /// killed afterwards leaves a record). On error nothing this step
+    /// created is left behind.
     pub(crate) fn run(&self) -> Result<Vec<Placeholder>, SandboxError> {
         if let Some(scan) = &self.sockets {
             scan.run()?;
         }
-        create_placeholders(&self.placeholders)
+        let mut created = create_placeholders(&self.placeholders)?;
+        if let Some(dir) = &self.records {
+            crate::placeholder_log::record(dir, &mut created);
+        }
+        Ok(created)
     }
 }
 
@@ -671,8 +785,41 @@ pub(crate) fn build(
     });
     ops.push(MountOp::Dev);
     ops.push(MountOp::Proc);
-    for r in &profile.read_paths {
-        let c = canonical(r)?;
+    let explicit_reads = profile
+        .read_paths
+        .iter()
+        .map(|r| canonical(r))
+        .collect::<Result<Vec<_>, _>>()?;
+    // The secret stores the view would show. One that an explicit read
+    // path or a writable root reaches into is masked before the binds (the
+    // bind then shows through, as into a host mask); every other one after
+    // all the binds, so that a broader bind (`--read /etc`) does not show
+    // it again.
+    let mut secrets_early = Vec::new();
+    let mut secrets_late = Vec::new();
+    for store in secret_stores() {
+        let shown = store.starts_with("/proc")
+            || under(&store, &writable)
+            || explicit_reads.iter().any(|r| store.starts_with(r))
+            || match profile.root {
+                RootView::HostReadOnly => !under(&store, &masks),
+                RootView::Empty => read_paths.iter().any(|r| store.starts_with(r)),
+            };
+        if !shown {
+            continue;
+        }
+        if explicit_reads
+            .iter()
+            .chain(writable.iter())
+            .any(|r| r.starts_with(&store))
+        {
+            secrets_early.push(store);
+        } else {
+            secrets_late.push(store);
+        }
+    }
+    ops.extend(secrets_early.iter().filter_map(|p| secret_mask(p)));
+    for c in explicit_reads {
         ops.push(MountOp::BindReadOnly {
             source: c.clone(),
             path: c.clone(),
@@ -682,6 +829,9 @@ pub(crate) fn build(
     for w in &writable {
         ops.push(MountOp::BindWritable { path: w.clone() });
     }
+    ops.extend(secrets_late.iter().filter_map(|p| secret_mask(p)));
+    masks.extend(secrets_early);
+    masks.extend(secrets_late);
 
     // Protected paths inside each writable root, nested repositories too.
     let mut scan = Walk {
@@ -777,7 +927,7 @@ pub(crate) fn build(
         return Err(SandboxError::InvalidPath {
             path: link.clone(),
             reason: String::from(
-                "a `.git` symlink inside a writable root cannot be protected; replace it with a `.git` file (`gitdir: …`) or a directory",
+                "a `.git` symlink inside a writable root cannot be protected (a read-only bind would follow it, and the worker could re-point it); if an earlier worker left it, remove it, else replace it with a `.git` file (`gitdir: …`) or a directory, then launch again",
             ),
         });
     }
@@ -787,12 +937,7 @@ pub(crate) fn build(
             None => std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()),
         };
         if is_link {
-            return Err(SandboxError::InvalidPath {
-                path: p.clone(),
-                reason: String::from(
-                    "a protected path is a symlink and cannot be kept read-only; make it a regular file or directory",
-                ),
-            });
+            return Err(symlinked_protected(p));
         }
     }
     let mut pins: BTreeSet<PathBuf> = BTreeSet::new();
@@ -855,6 +1000,7 @@ pub(crate) fn build(
         Deferred {
             placeholders: to_create,
             sockets: deferred_scan,
+            records: input.placeholder_records.clone(),
         },
     ))
 }
@@ -930,13 +1076,15 @@ fn placeholders_in<'a>(
             .map_err(fail)?;
             fstat(&fd).map_err(fail)?
         };
-        created.push(Placeholder {
+        let mut placeholder = Placeholder {
             path: path.clone(),
             parent_dev: dir.st_dev,
             parent_ino: dir.st_ino,
             dev: st.st_dev,
             ino: st.st_ino,
-        });
+            ctime: walk_cache::ctime_of(&st),
+            record: None,
+        };
         // Owned like its directory, so the only refusal inside is the
         // read-only mount (EROFS), as for an existing protected file.
         if (st.st_uid, st.st_gid) != (dir.st_uid, dir.st_gid) {
@@ -947,7 +1095,14 @@ fn placeholders_in<'a>(
                 Some(nix::unistd::Gid::from_raw(dir.st_gid)),
                 AtFlags::AT_SYMLINK_NOFOLLOW,
             );
+            // The change of owner moved the status-change time on.
+            if let Ok(now) = fstatat(&dirfd, name, AtFlags::AT_SYMLINK_NOFOLLOW)
+                && (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
+            {
+                placeholder.ctime = walk_cache::ctime_of(&now);
+            }
         }
+        created.push(placeholder);
     }
     // The mounts resolve the parent by path: it must still be this directory.
     let same = nix::sys::stat::stat(parent)
@@ -967,15 +1122,22 @@ fn placeholders_in<'a>(
 /// is then checked and removed relative to that descriptor, so no path is
 /// resolved again between the check and the removal.
 pub(crate) fn remove_placeholders(created: &[Placeholder]) {
+    let _ = remove_placeholders_reporting(created);
+}
+
+/// [`remove_placeholders`], saying what became of each placeholder.
+pub(crate) fn remove_placeholders_reporting(created: &[Placeholder]) -> Vec<(PathBuf, Removal)> {
     use nix::fcntl::{AtFlags, OFlag};
     use nix::sys::stat::{SFlag, fstat, fstatat};
     use nix::unistd::{UnlinkatFlags, unlinkat};
     use std::os::fd::OwnedFd;
+    let mut out = Vec::new();
     let mut parents: Vec<(PathBuf, Option<OwnedFd>)> = Vec::new();
     for p in created.iter().rev() {
         let (Some(parent), Some(name)) = (p.path.parent(), p.path.file_name()) else {
             continue;
         };
+        let mut verdict = |r: Removal| out.push((p.path.clone(), r));
         if !parents.iter().any(|(d, _)| d == parent) {
             let fd = nix::fcntl::open(
                 parent,
@@ -993,21 +1155,32 @@ pub(crate) fn remove_placeholders(created: &[Placeholder]) {
             .find(|(d, _)| d == parent)
             .and_then(|(_, fd)| fd.as_ref())
         else {
+            verdict(Removal::Kept("its directory is not the one it was made in"));
             continue;
         };
         let Ok(st) = fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+            verdict(Removal::Gone);
             continue;
         };
-        if st.st_dev != p.dev || st.st_ino != p.ino {
+        if st.st_dev != p.dev || st.st_ino != p.ino || walk_cache::ctime_of(&st) != p.ctime {
+            verdict(Removal::Kept("another file, or changed since it was made"));
             continue;
         }
         let kind = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits());
-        if kind == SFlag::S_IFDIR {
-            let _ = unlinkat(dir, name, UnlinkatFlags::RemoveDir);
+        let removed = if kind == SFlag::S_IFDIR {
+            unlinkat(dir, name, UnlinkatFlags::RemoveDir).is_ok()
         } else if kind == SFlag::S_IFREG && st.st_size == 0 {
-            let _ = unlinkat(dir, name, UnlinkatFlags::NoRemoveDir);
-        }
+            unlinkat(dir, name, UnlinkatFlags::NoRemoveDir).is_ok()
+        } else {
+            false
+        };
+        verdict(if removed {
+            Removal::Removed
+        } else {
+            Removal::Kept("not empty")
+        });
     }
+    out
 }
 #[cfg(test)]
 mod tests {

@@ -112,6 +112,8 @@ pub struct Sandbox {
     simulated: Vec<(Layer, String)>,
     simulated_abi: Option<u32>,
     walk_cache: Option<PathBuf>,
+    placeholder_records: Option<PathBuf>,
+    root_worker: bool,
 }
 
 /// The explicit, named downgrade door: see [`Sandbox::dangerous`].
@@ -130,6 +132,17 @@ impl DangerousSandbox<'_> {
         }
         self.sandbox.disabled.insert(layer);
         Ok(self)
+    }
+
+    /// Let the worker of a root launcher run as uid 0 or gid 0
+    /// ([`WorkerIdentity::Dedicated`] with 0, or [`WorkerIdentity::Invoker`]).
+    /// It still has no capability, but root's owner-only files in its view
+    /// are its own (the [`crate::SECRET_STORES`] stay masked) and so are
+    /// root's files in the writable roots. Without this a launch with
+    /// either id 0 is refused ([`SandboxError::RootWorker`]).
+    pub fn allow_root_worker(&mut self) -> &mut Self {
+        self.sandbox.root_worker = true;
+        self
     }
 }
 
@@ -393,6 +406,8 @@ impl Sandbox {
             simulated: Vec::new(),
             simulated_abi: None,
             walk_cache: None,
+            placeholder_records: None,
+            root_worker: false,
         }
     }
 
@@ -486,6 +501,17 @@ impl Sandbox {
     /// without a cache). See `docs/sandbox.md` for what an entry proves.
     pub fn walk_cache(&mut self, dir: impl Into<PathBuf>) -> &mut Self {
         self.walk_cache = Some(dir.into());
+        self
+    }
+
+    /// Record the placeholders each launch creates in `dir` (created with
+    /// mode `0700` when absent; one not owned by the effective uid, open to
+    /// group or others, or a symlink is not used), and before each launch
+    /// remove the placeholders that launchers which are gone (killed) left
+    /// behind, when provably theirs: see
+    /// [`crate::clean_stale_placeholders`] and `docs/sandbox.md`.
+    pub fn placeholder_records(&mut self, dir: impl Into<PathBuf>) -> &mut Self {
+        self.placeholder_records = Some(dir.into());
         self
     }
 
@@ -618,6 +644,7 @@ impl Sandbox {
     /// executed inside the sandbox, or the typed reason it was not.
     pub fn spawn(&self, mut command: Command) -> Result<SandboxChild, SandboxError> {
         let (layers, landlock_abi) = self.check_with(probe())?;
+        check_stdio([&command.stdin, &command.stdout, &command.stderr])?;
         if command.argv.is_empty() {
             return Err(SandboxError::InvalidCommand(String::from("empty command")));
         }
@@ -633,11 +660,23 @@ impl Sandbox {
                 SandboxError::InvalidCommand(String::from("argument contains a NUL byte"))
             })?;
         let (uid, gid) = self.worker_ids();
+        // Root's ids for the worker only by the explicit door. (A launcher
+        // that is not root cannot map uid 0, and a primary gid of 0 gives
+        // its worker nothing it does not have itself.)
+        if nix::unistd::getuid().is_root() && (uid == 0 || gid == 0) && !self.root_worker {
+            return Err(SandboxError::RootWorker { uid, gid });
+        }
         self.profile
             .check_identity(uid, nix::unistd::getuid().as_raw())?;
+        // What killed launchers left goes first: a stale placeholder would
+        // otherwise be taken for an existing protected file, and stay.
+        if let Some(dir) = &self.placeholder_records {
+            let _ = crate::placeholder_log::clean_stale(dir);
+        }
         let input = PlanInput {
             allowed_sockets: self.bridges.iter().map(|b| b.target.clone()).collect(),
             walk_cache: self.walk_cache.clone(),
+            placeholder_records: self.placeholder_records.clone(),
         };
         self.profile.check_masks()?;
         let (plan, deferred) = plan::build(&self.profile, &input)?;
@@ -751,6 +790,47 @@ impl Sandbox {
                 SandboxError::InvalidCommand(String::from("environment contains a NUL byte"))
             })
     }
+}
+
+/// Refuse a directory or an `O_PATH` descriptor as a standard stream, the
+/// launcher's own (inherited) or one handed over: the worker could
+/// `openat` host files relative to it, past every mask and bind (a
+/// directory), or reopen it through `/proc/self/fd` (an `O_PATH`
+/// descriptor). A closed descriptor is left closed.
+fn check_stdio(streams: [&Stdio; 3]) -> Result<(), SandboxError> {
+    use std::os::fd::{AsFd, BorrowedFd};
+    fn kind(fd: BorrowedFd<'_>) -> Option<&'static str> {
+        use nix::fcntl::{FcntlArg, OFlag, fcntl};
+        use nix::sys::stat::{SFlag, fstat};
+        let st = fstat(fd).ok()?;
+        let dir = SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFDIR;
+        let path = fcntl(fd, FcntlArg::F_GETFL)
+            .is_ok_and(|fl| OFlag::from_bits_truncate(fl).contains(OFlag::O_PATH));
+        match (dir, path) {
+            (true, true) => Some("a directory (an O_PATH descriptor)"),
+            (true, false) => Some("a directory"),
+            (false, true) => Some("an O_PATH descriptor"),
+            (false, false) => None,
+        }
+    }
+    const NAMES: [&str; 3] = ["standard input", "standard output", "standard error"];
+    for (n, (s, name)) in streams.iter().zip(NAMES).enumerate() {
+        let found = match (s, n) {
+            (Stdio::Null, _) => None,
+            (Stdio::Fd(fd), _) => kind(fd.as_fd()),
+            (Stdio::Inherit, 0) => kind(std::io::stdin().as_fd()),
+            (Stdio::Inherit, 1) => kind(std::io::stdout().as_fd()),
+            (Stdio::Inherit, _) => kind(std::io::stderr().as_fd()),
+        };
+        if let Some(kind) = found {
+            return Err(SandboxError::UnsafeStdio {
+                fd: i32::try_from(n).unwrap_or(0),
+                name,
+                kind,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Everything the children need, computed before the first fork.
@@ -1203,6 +1283,10 @@ fn init_stage(
         sys::exit_now(125);
     }
     drop(go_r);
+    // The launcher's command line and environment, shared by the fork, must
+    // not be readable in /proc/1/cmdline inside.
+    init::scrub_launcher_args()
+        .map_err(|(errno, detail)| Fail::new(Step::Session, errno, detail))?;
     // Bridge targets must be reachable after pivot_root: keep a path
     // descriptor on each target's directory.
     let mut targets = Vec::new();

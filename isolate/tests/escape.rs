@@ -193,10 +193,12 @@ fn g01_writes_and_reads_outside_policy() {
             if profile == "strict" { ENOENT } else { EROFS },
             "{profile}: /root"
         );
-        let shadow = inside(&sb, &["read", "/etc/shadow"]);
+        // A secret store: absent from strict's /etc, an empty file under
+        // governed (masked, whatever the worker's uid).
+        let shadow = inside(&sb, &["cat", "/etc/shadow"]);
         assert_eq!(
             shadow,
-            if profile == "strict" { ENOENT } else { EACCES },
+            if profile == "strict" { ENOENT } else { "ok" },
             "{profile}: /etc/shadow"
         );
         // Allowed twin: a write in the writable root, a read of an allowed path.
@@ -483,6 +485,10 @@ fn g04_symlinks_and_hardlinks() {
             Err(SandboxError::InvalidPath { path, reason }) => {
                 assert_eq!(path, root.path().join(rel));
                 assert!(reason.contains("symlink"), "{reason}");
+                assert!(
+                    reason.contains("an earlier worker left it, remove it"),
+                    "{reason}"
+                );
             }
             other => panic!("{rel}: expected a refusal, got {other:?}"),
         }
@@ -654,6 +660,102 @@ fn g08_descriptors() {
             .any(|fd| fd == leak),
         "control sees the leaked fd {leak}: {out}"
     );
+}
+
+// 8b. A directory (or an O_PATH descriptor) as a standard stream would let
+// the worker open host files relative to it, past the masks: refused at
+// the launch, naming the descriptor.
+#[test]
+fn g08_directory_as_a_standard_stream_is_refused() {
+    if skip_unless_root() {
+        return;
+    }
+    let root = Root::new();
+    // A secret in a tree the governed view masks (/run).
+    let reversed = "TERCES_OIDTS_KRAM";
+    let marker: String = reversed.chars().rev().collect();
+    let secret = tempfile::Builder::new()
+        .prefix("palisade-stdio-")
+        .tempdir_in("/run")
+        .unwrap();
+    std::fs::write(secret.path().join("token"), &marker).unwrap();
+    std::fs::set_permissions(secret.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(
+        secret.path().join("token"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let dir = || std::os::fd::OwnedFd::from(std::fs::File::open(secret.path()).unwrap());
+    let o_path = || {
+        nix::fcntl::open(
+            &secret.path().join("token"),
+            nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .unwrap()
+    };
+    // Positive control of the vector: unsandboxed, a directory as standard
+    // input reads the secret relative to it.
+    let out = std::process::Command::new(PROBE)
+        .args(["read-at-stdin", "token"])
+        .stdin(std::fs::File::open(secret.path()).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim_end(),
+        format!("ok {marker}")
+    );
+    for profile in ["strict", "governed"] {
+        let sb = sandbox(profile, &root);
+        let launch = |n: usize, fd: std::os::fd::OwnedFd| {
+            let mut cmd = Command::new([PROBE, "read-at-stdin", "token"]);
+            cmd.stdin = Stdio::Null;
+            cmd.stdout = Stdio::Null;
+            cmd.stderr = Stdio::Null;
+            match n {
+                0 => cmd.stdin = Stdio::Fd(fd),
+                1 => cmd.stdout = Stdio::Fd(fd),
+                _ => cmd.stderr = Stdio::Fd(fd),
+            }
+            sb.spawn(cmd).map(|c| c.wait().unwrap())
+        };
+        for n in 0..3 {
+            for (fd, kind) in [(dir(), "is a directory"), (o_path(), "is an O_PATH")] {
+                match launch(n, fd) {
+                    Err(e @ SandboxError::UnsafeStdio { .. }) => {
+                        let msg = e.to_string();
+                        assert!(
+                            msg.contains(&format!("(fd {n}) {kind}")),
+                            "{profile}: {msg}"
+                        );
+                    }
+                    Err(e) => panic!("{profile}: fd {n}: unexpected refusal: {e}"),
+                    Ok(code) => panic!("{profile}: fd {n} {kind} was launched (exit {code})"),
+                }
+            }
+        }
+        // Positive controls: /dev/null, a pipe and a regular file are
+        // accepted on each descriptor (the probe runs; it reads nothing
+        // relative to them).
+        let file = tempfile::tempfile().unwrap();
+        for n in 0..3 {
+            let (_r, w) = nix::unistd::pipe().unwrap();
+            let null = std::os::fd::OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+            let f = std::os::fd::OwnedFd::from(file.try_clone().unwrap());
+            for fd in [null, w, f] {
+                assert!(launch(n, fd).is_ok(), "{profile}: fd {n} refused");
+            }
+        }
+        // The secret stays masked for a worker with ordinary streams.
+        assert_eq!(
+            inside(
+                &sb,
+                &["read", &secret.path().join("token").display().to_string()]
+            ),
+            ENOENT,
+            "{profile}"
+        );
+    }
 }
 
 // 9. Direct egress.
@@ -1468,6 +1570,102 @@ fn g17_uid_separation() {
     assert_eq!(inside(&sb, &["setuid", "0"]), EPERM);
     assert_eq!(inside(&sb, &["write", &root.join("mine")]), "ok", "twin");
     assert!(outside(&["ls", &private.display().to_string()]).starts_with("ok"));
+}
+
+// 17b. A worker with root's uid needs the dangerous door, and even then the
+// secret stores (owner-only files of root) stay masked.
+#[test]
+fn g17_root_worker_needs_dangerous_and_secret_stores_stay_masked() {
+    use palisade_isolate::WorkerIdentity;
+    if skip_unless_root() {
+        return;
+    }
+    let root = Root::new();
+    // Refused without the door: uid 0 named, and the invoker (root).
+    for identity in [
+        WorkerIdentity::Dedicated { uid: 0, gid: 0 },
+        WorkerIdentity::Dedicated {
+            uid: WORKER,
+            gid: 0,
+        },
+        WorkerIdentity::Invoker,
+    ] {
+        for profile in ["strict", "governed"] {
+            let mut sb = sandbox(profile, &root);
+            sb.identity(identity);
+            match sb.spawn(Command::new([PROBE, "uid"])) {
+                Err(e @ SandboxError::RootWorker { .. }) => {
+                    assert!(e.to_string().starts_with("worker_uid_root: "), "{e}");
+                }
+                Err(e) => panic!("{profile} {identity:?}: unexpected error {e}"),
+                Ok(_) => panic!("{profile} {identity:?}: launched without the door"),
+            }
+        }
+    }
+    // A root-owned owner-only file that is no secret store: a uid-0 worker
+    // reads it (so uid 0 is in effect), the default worker does not.
+    let host = host_scratch();
+    let own = host.path().join("root-only");
+    std::fs::write(&own, "mine").unwrap();
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let own_s = own.display().to_string();
+    let stores = [
+        "/etc/shadow",
+        "/etc/gshadow",
+        "/proc/slabinfo",
+        "/proc/timer_list",
+    ];
+    // Positive control: outside, root reads every store, and each has content.
+    for f in stores {
+        if Path::new(f).exists() {
+            let out = outside(&["cat", f]);
+            assert!(out.len() > "ok ".len(), "control: {f} empty outside: {out}");
+        }
+    }
+    for profile in ["strict", "governed"] {
+        let mut sb = sandbox(profile, &root);
+        sb.identity(WorkerIdentity::Dedicated { uid: 0, gid: 0 });
+        sb.dangerous().allow_root_worker();
+        assert_eq!(inside(&sb, &["uid"]), "ok 0 0", "{profile}");
+        for f in stores {
+            let got = inside(&sb, &["cat", f]);
+            // Masked: an empty file (governed, /proc) or absent (strict /etc).
+            assert!(
+                got == "ok" || got == ENOENT,
+                "{profile}: {f} readable by a uid-0 worker: {} bytes",
+                got.len()
+            );
+        }
+        for d in ["/etc/ssl/private", "/sys/firmware"] {
+            let got = inside(&sb, &["ls", d]);
+            assert!(got == "ok" || got == ENOENT, "{profile}: {d} listed: {got}");
+        }
+        // A broad explicit read does not show the stores again.
+        let mut broad = sandbox(profile, &root);
+        broad
+            .identity(WorkerIdentity::Dedicated { uid: 0, gid: 0 })
+            .read_only("/etc");
+        broad.dangerous().allow_root_worker();
+        assert_eq!(inside(&broad, &["cat", "/etc/shadow"]), "ok", "{profile}");
+        assert!(
+            inside(&broad, &["cat", "/etc/passwd"]).starts_with("ok root:"),
+            "{profile}: twin: /etc/passwd readable"
+        );
+    }
+    let mut sb = sandbox("governed", &root);
+    sb.identity(WorkerIdentity::Dedicated { uid: 0, gid: 0 });
+    sb.dangerous().allow_root_worker();
+    assert_eq!(inside(&sb, &["cat", &own_s]), "ok mine", "uid 0 in effect");
+    assert_eq!(
+        inside(&sandbox("governed", &root), &["cat", &own_s]),
+        EACCES
+    );
+    // An explicit read of a store itself is a deliberate grant.
+    let mut sb = sandbox("governed", &root);
+    sb.identity(WorkerIdentity::Dedicated { uid: 0, gid: 0 })
+        .read_only("/etc/shadow");
+    sb.dangerous().allow_root_worker();
+    assert!(inside(&sb, &["cat", "/etc/shadow"]).starts_with("ok root:"));
 }
 
 // 18. Resource exhaustion.
