@@ -1285,7 +1285,7 @@ fn worker_limits_bite_pids_wall_and_file_size() {
     let split = args.iter().position(|a| a == "--").unwrap();
     let mut n = Command::new(palisade());
     n.args(&args[..split])
-        .args(["--worker-uid", "0"])
+        .args(["--worker-uid", "0", "--dangerously-allow-root-worker"])
         .args(&args[split..])
         .env("E2E_PROVIDER_KEY", real_key())
         .stdout(Stdio::piped())
