@@ -1625,7 +1625,11 @@ fn g17_root_worker_needs_dangerous_and_secret_stores_stay_masked() {
     for profile in ["strict", "governed"] {
         let mut sb = sandbox(profile, &root);
         sb.identity(WorkerIdentity::Dedicated { uid: 0, gid: 0 });
-        sb.dangerous().allow_root_worker();
+        sb.dangerous()
+            .allow_root_worker()
+            // The kernel applies no RLIMIT_NPROC to host root: a process limit
+            // would be refused, so a root worker runs without one.
+            .set_limit(Limit::Processes, None);
         assert_eq!(inside(&sb, &["uid"]), "ok 0 0", "{profile}");
         for f in stores {
             let got = inside(&sb, &["cat", f]);
@@ -1645,7 +1649,12 @@ fn g17_root_worker_needs_dangerous_and_secret_stores_stay_masked() {
         broad
             .identity(WorkerIdentity::Dedicated { uid: 0, gid: 0 })
             .read_only("/etc");
-        broad.dangerous().allow_root_worker();
+        broad
+            .dangerous()
+            .allow_root_worker()
+            // The kernel applies no RLIMIT_NPROC to host root: a process limit
+            // would be refused, so a root worker runs without one.
+            .set_limit(Limit::Processes, None);
         assert_eq!(inside(&broad, &["cat", "/etc/shadow"]), "ok", "{profile}");
         assert!(
             inside(&broad, &["cat", "/etc/passwd"]).starts_with("ok root:"),
@@ -1654,7 +1663,11 @@ fn g17_root_worker_needs_dangerous_and_secret_stores_stay_masked() {
     }
     let mut sb = sandbox("governed", &root);
     sb.identity(WorkerIdentity::Dedicated { uid: 0, gid: 0 });
-    sb.dangerous().allow_root_worker();
+    sb.dangerous()
+        .allow_root_worker()
+        // The kernel applies no RLIMIT_NPROC to host root: a process limit
+        // would be refused, so a root worker runs without one.
+        .set_limit(Limit::Processes, None);
     assert_eq!(inside(&sb, &["cat", &own_s]), "ok mine", "uid 0 in effect");
     assert_eq!(
         inside(&sandbox("governed", &root), &["cat", &own_s]),
@@ -1664,7 +1677,11 @@ fn g17_root_worker_needs_dangerous_and_secret_stores_stay_masked() {
     let mut sb = sandbox("governed", &root);
     sb.identity(WorkerIdentity::Dedicated { uid: 0, gid: 0 })
         .read_only("/etc/shadow");
-    sb.dangerous().allow_root_worker();
+    sb.dangerous()
+        .allow_root_worker()
+        // The kernel applies no RLIMIT_NPROC to host root: a process limit
+        // would be refused, so a root worker runs without one.
+        .set_limit(Limit::Processes, None);
     assert!(inside(&sb, &["cat", "/etc/shadow"]).starts_with("ok root:"));
 }
 
