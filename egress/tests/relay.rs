@@ -541,6 +541,14 @@ async fn raw(sock: &Path, bytes: &[u8]) -> String {
     String::from_utf8_lossy(&read_to_end(&mut s).await).into_owned()
 }
 
+/// Read until the relay closes, or give up after `limit` and return what
+/// arrived (so a missing answer fails on the caller's status assertion).
+async fn read_answer(s: &mut UnixStream, limit: Duration) -> String {
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(limit, tokio::io::AsyncReadExt::read_to_end(s, &mut buf)).await;
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
 /// A raw `POST` head with the placeholder and a declared body length.
 fn raw_head(target: &str, key: &str, extra: &str, len: usize) -> String {
     format!(
@@ -791,7 +799,7 @@ async fn a_stalled_body_is_cut_and_recorded() {
         .await
         .unwrap();
     s.write_all(b"{").await.unwrap();
-    let answer = String::from_utf8_lossy(&read_to_end(&mut s).await).into_owned();
+    let answer = read_answer(&mut s, Duration::from_secs(8)).await;
     assert_eq!(status_of(&answer), 408, "{answer}");
     assert!(answer.contains("body_timeout"), "{answer}");
     let recs = records_settled(&r, 2).await;
@@ -887,7 +895,7 @@ async fn the_total_body_budget_holds_across_concurrent_requests() {
     gauge_reaches(&r, 5000).await;
     // a third request would take the relay past its budget: refused
     let mut c = partial_body(&r, 3000, 1500).await;
-    let answer = String::from_utf8_lossy(&read_to_end(&mut c).await).into_owned();
+    let answer = read_answer(&mut c, Duration::from_secs(5)).await;
     assert_eq!(status_of(&answer), 503, "{answer}");
     assert!(answer.contains("relay_busy"), "{answer}");
     assert!(r.relay.peak_buffered_bytes() <= 6000);
@@ -932,7 +940,8 @@ async fn connections_over_the_cap_are_refused_and_recorded() {
         held.push(s);
     }
     // the relay accepts in order: the third connection is over the cap
-    let answer = raw(&r.sock, b"").await;
+    let mut third = UnixStream::connect(&r.sock).await.unwrap();
+    let answer = read_answer(&mut third, Duration::from_secs(5)).await;
     assert_eq!(status_of(&answer), 503, "{answer}");
     assert!(answer.contains("relay_busy"), "{answer}");
     let recs = records_settled(&r, 1).await;
