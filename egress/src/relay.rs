@@ -497,6 +497,33 @@ impl RelayConfig {
         })
     }
 
+    /// Apply a policy's `[[egress.relay]] limits`: each one set replaces
+    /// its default; a `max_body` above the default total raises the total
+    /// to it, so a body within the cap can be relayed.
+    pub fn with_limits(mut self, limits: &palisade_schema::host_policy::RelayLimits) -> Self {
+        let bytes = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        if let Some(n) = limits.max_body {
+            self.max_body = bytes(n);
+            self.max_buffered = self.max_buffered.max(self.max_body);
+        }
+        if let Some(n) = limits.max_buffered {
+            self.max_buffered = bytes(n);
+        }
+        if let Some(n) = limits.connections {
+            self.max_connections = bytes(n);
+        }
+        if let Some(s) = limits.header_timeout {
+            self.header_timeout = Duration::from_secs(s);
+        }
+        if let Some(s) = limits.body_idle_timeout {
+            self.body_idle_timeout = Duration::from_secs(s);
+        }
+        if let Some(s) = limits.body_timeout {
+            self.body_timeout = Duration::from_secs(s);
+        }
+        self
+    }
+
     /// Trust exactly these roots for the upstream (tests use an rcgen CA).
     pub fn with_roots(mut self, roots: rustls::RootCertStore) -> Result<Self, RelayConfigError> {
         self.tls = tls_client_config(roots)?;
@@ -1521,6 +1548,62 @@ mod tests {
         assert_eq!(leaks.redact(&mut h), 1);
         assert_eq!(h["x-echo"], REDACTED);
         assert_eq!(h["x-other"], "fine");
+    }
+
+    #[test]
+    fn policy_limits_replace_the_defaults() {
+        let cfg = || {
+            RelayConfig::new(
+                "r",
+                Origin::parse("https://api.example").unwrap(),
+                vec![Route::parse("POST /v1").unwrap()],
+                Credential::new("x-api-key", "", Secret::new("k".into())).unwrap(),
+                Placeholder::generate(&PlaceholderFormat::generic()).unwrap(),
+            )
+            .unwrap()
+        };
+        let none = cfg().with_limits(&Default::default());
+        assert_eq!(
+            (none.max_body, none.max_buffered, none.max_connections),
+            (
+                DEFAULT_MAX_BODY,
+                DEFAULT_MAX_BUFFERED,
+                DEFAULT_MAX_CONNECTIONS
+            )
+        );
+        assert_eq!(
+            (none.body_idle_timeout, none.body_timeout),
+            (DEFAULT_BODY_IDLE_TIMEOUT, DEFAULT_BODY_TIMEOUT)
+        );
+        let set = cfg().with_limits(&palisade_schema::host_policy::RelayLimits {
+            max_body: Some(1000),
+            max_buffered: Some(5000),
+            connections: Some(3),
+            header_timeout: Some(4),
+            body_idle_timeout: Some(5),
+            body_timeout: Some(6),
+        });
+        assert_eq!(
+            (set.max_body, set.max_buffered, set.max_connections),
+            (1000, 5000, 3)
+        );
+        assert_eq!(
+            (set.header_timeout, set.body_idle_timeout, set.body_timeout),
+            (
+                Duration::from_secs(4),
+                Duration::from_secs(5),
+                Duration::from_secs(6)
+            )
+        );
+        let big = cfg().with_limits(&palisade_schema::host_policy::RelayLimits {
+            max_body: Some(100 << 20),
+            ..Default::default()
+        });
+        assert_eq!(
+            big.max_buffered,
+            100 << 20,
+            "the total follows a larger cap"
+        );
     }
 
     #[test]
