@@ -697,6 +697,90 @@ impl Drop for RecordGuard {
     }
 }
 
+/// Records a connection whose head never reached the service, once, when
+/// the connection task ends or is cut: with hyper's verdict if it gave one
+/// (`failure`), else as `cancelled` (the relay stopped mid-head). A
+/// connection that never sent a byte is not an attempt and is not recorded
+/// (unless hyper failed it, e.g. on the header timeout).
+struct HeadAttempt {
+    relay: Relay,
+    invoked: Arc<AtomicBool>,
+    read_any: Arc<AtomicBool>,
+    failure: Option<(u16, &'static str)>,
+    started: SystemTime,
+    t0: Instant,
+}
+
+impl Drop for HeadAttempt {
+    fn drop(&mut self) {
+        if self.invoked.load(Ordering::Acquire) {
+            return;
+        }
+        let read_any = self.read_any.load(Ordering::Acquire);
+        let verdict = match self.failure {
+            Some((_, "incomplete_head")) if !read_any => None,
+            Some(f) => Some(f),
+            None if read_any => Some((0, "cancelled")),
+            None => None,
+        };
+        if let Some((status, reason)) = verdict {
+            self.relay
+                .record_attempt(status, reason, self.started, self.t0);
+        }
+    }
+}
+
+/// A stream that notes whether the peer ever sent a byte.
+struct NoticeRead<S> {
+    inner: S,
+    read_any: Arc<AtomicBool>,
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for NoticeRead<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let res = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.read_any.store(true, Ordering::Release);
+        }
+        res
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for NoticeRead<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
 /// A share of the relay's total body budget, returned on drop.
 struct BufferPermit {
     inner: Arc<Inner>,
@@ -999,34 +1083,40 @@ impl Relay {
 
     /// One request per connection (no keep-alive), so that a connection
     /// whose head never reached [`Relay::handle`] is exactly one attempt to
-    /// record here.
+    /// record here: when hyper gives up on it, or when the relay stops
+    /// while it is mid-head.
     async fn serve_connection(&self, stream: tokio::net::UnixStream) {
-        let started = SystemTime::now();
-        let t0 = Instant::now();
-        let invoked = Arc::new(AtomicBool::new(false));
-        let flag = invoked.clone();
+        let mut attempt = HeadAttempt {
+            relay: self.clone(),
+            invoked: Arc::new(AtomicBool::new(false)),
+            read_any: Arc::new(AtomicBool::new(false)),
+            failure: None,
+            started: SystemTime::now(),
+            t0: Instant::now(),
+        };
+        let flag = attempt.invoked.clone();
         let this = self.clone();
         let svc = hyper::service::service_fn(move |req| {
             flag.store(true, Ordering::Release);
             let this = this.clone();
             async move { Ok::<_, Infallible>(this.handle(req).await) }
         });
+        let io = NoticeRead {
+            inner: stream,
+            read_any: attempt.read_any.clone(),
+        };
         let res = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(self.inner.config.header_timeout)
             .keep_alive(false)
             .max_buf_size(MAX_HEAD_BYTES)
-            .serve_connection(TokioIo::new(stream), svc)
+            .serve_connection(TokioIo::new(io), svc)
             .await;
-        if invoked.load(Ordering::Acquire) {
-            return;
-        }
-        // no head reached the service: a clean close before any byte is not
-        // an attempt; anything else is one
-        if let Err(e) = res {
-            let (status, reason) = head_failure(&e);
-            self.record_attempt(status, reason, started, t0);
-        }
+        attempt.failure = Some(match res {
+            Err(e) => head_failure(&e),
+            // bytes but no request (blank lines, then a close)
+            Ok(()) => (0, "incomplete_head"),
+        });
     }
 
     /// Answer a connection over the cap with 503 without reading it, and

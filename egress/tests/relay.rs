@@ -767,6 +767,18 @@ async fn every_attempt_gets_exactly_one_record() {
         (0, "incomplete_head")
     );
 
+    // blank lines only, then a close: bytes but no head
+    let mut s = UnixStream::connect(&r.sock).await.unwrap();
+    s.write_all(b"\r\n\r\n").await.unwrap();
+    s.shutdown().await.unwrap();
+    let _ = read_to_end(&mut s).await;
+    let recs = records_settled(&r, 6).await;
+    assert_eq!(recs.len(), 6, "{:?}", reasons(&recs));
+    assert_eq!(
+        (recs[5].status, recs[5].reason.as_str()),
+        (0, "incomplete_head")
+    );
+
     // a connection that closes before sending anything is not an attempt
     drop(UnixStream::connect(&r.sock).await.unwrap());
     // a request whose body the worker abandons is recorded once, as refused
@@ -777,9 +789,9 @@ async fn every_attempt_gets_exactly_one_record() {
     s.write_all(b"{").await.unwrap();
     s.shutdown().await.unwrap();
     let _ = read_to_end(&mut s).await;
-    let recs = records_settled(&r, 6).await;
-    assert_eq!(recs.len(), 6, "{:?}", reasons(&recs));
-    assert_eq!(recs[5].reason, "body_read_failed");
+    let recs = records_settled(&r, 7).await;
+    assert_eq!(recs.len(), 7, "{:?}", reasons(&recs));
+    assert_eq!(recs[6].reason, "body_read_failed");
     assert_eq!(
         r.seen.lock().unwrap().len(),
         1,
@@ -990,5 +1002,40 @@ async fn the_credential_is_redacted_from_response_headers() {
     assert_eq!(
         r.seen.lock().unwrap()[0].header("x-api-key"),
         Some(key.as_str())
+    );
+}
+
+#[tokio::test]
+async fn attempts_cut_by_the_relay_stopping_are_recorded() {
+    let r = start_relay(1 << 20, loopback()).await;
+    // positive control: a valid request first, one record
+    let (status, _, _) = send(&r.sock, post("/v1/messages", &r.placeholder, "{}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(records_settled(&r, 1).await.len(), 1);
+    // one connection mid-head, one mid-body, one idle (not an attempt)
+    let mut mid_head = UnixStream::connect(&r.sock).await.unwrap();
+    mid_head.write_all(b"POST /v1/mess").await.unwrap();
+    let _mid_body = partial_body(&r, 100, 10).await;
+    let _idle = UnixStream::connect(&r.sock).await.unwrap();
+    gauge_reaches(&r, 10).await;
+    r.shutdown.trigger();
+    tokio::time::timeout(Duration::from_secs(20), r.task)
+        .await
+        .unwrap()
+        .unwrap();
+    let recs = r.recorder.relays();
+    let mut got = reasons(&recs[1..]);
+    got.sort();
+    assert_eq!(
+        got,
+        [(0, "cancelled".to_owned()), (0, "cancelled".to_owned())],
+        "{:?}",
+        reasons(&recs)
+    );
+    assert!(
+        recs[1..]
+            .iter()
+            .any(|x| x.method == "POST" && x.path == "/v1/messages"),
+        "the mid-body request keeps its method and path"
     );
 }
