@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
@@ -66,6 +66,10 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 32;
 /// Largest request head (request line and headers) and per-connection read
 /// buffer, in bytes; a larger head gets 431.
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+
+/// Request bodies are held in blocks of this size (64 KiB): the bytes held
+/// for one request are at most its body plus one block.
+const BODY_BLOCK: usize = 64 * 1024;
 
 /// A response header value holding this many consecutive bytes of the
 /// credential (or all of it, when shorter) is redacted.
@@ -1227,6 +1231,7 @@ impl Relay {
         let cfg = &self.inner.config;
         let deadline = tokio::time::Instant::from_std(t0) + cfg.body_timeout;
         let mut body = std::pin::pin!(body);
+        let mut block = BytesMut::new();
         let mut out = BufferedBody {
             chunks: VecDeque::new(),
             len: 0,
@@ -1255,7 +1260,24 @@ impl Relay {
                 return Err(RELAY_BUSY);
             }
             out.len = len;
-            out.chunks.push_back(data);
+            // copy into blocks, so that a body sent as many tiny chunks
+            // costs its bytes, not a `Bytes` handle per chunk
+            let mut rest: &[u8] = &data;
+            while !rest.is_empty() {
+                if block.len() == block.capacity() {
+                    let full = std::mem::replace(&mut block, BytesMut::with_capacity(BODY_BLOCK));
+                    if !full.is_empty() {
+                        out.chunks.push_back(full.freeze());
+                    }
+                }
+                let room = block.capacity().saturating_sub(block.len());
+                let (now, later) = rest.split_at(room.min(rest.len()));
+                block.extend_from_slice(now);
+                rest = later;
+            }
+        }
+        if !block.is_empty() {
+            out.chunks.push_back(block.freeze());
         }
         Ok(out)
     }
@@ -1694,6 +1716,52 @@ mod tests {
             100 << 20,
             "the total follows a larger cap"
         );
+    }
+
+    /// A body of `n` one-byte frames.
+    struct Drip(usize);
+
+    impl hyper::body::Body for Drip {
+        type Data = Bytes;
+        type Error = Infallible;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            if self.0 == 0 {
+                return Poll::Ready(None);
+            }
+            self.0 -= 1;
+            Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"a")))))
+        }
+    }
+
+    #[tokio::test]
+    async fn tiny_frames_are_held_in_blocks_and_released() {
+        let cfg = RelayConfig::new(
+            "r",
+            Origin::parse("https://api.example").unwrap(),
+            vec![Route::parse("POST /v1").unwrap()],
+            Credential::new("x-api-key", "", Secret::new("k".into())).unwrap(),
+            Placeholder::generate(&PlaceholderFormat::generic()).unwrap(),
+        )
+        .unwrap();
+        let relay = Relay::new(
+            cfg,
+            Arc::new(crate::resolve::StaticResolver::new()),
+            Arc::new(crate::record::MemoryRecorder::new()),
+        );
+        let n = BODY_BLOCK + 10;
+        let body = relay.read_body(Drip(n), Instant::now()).await.unwrap();
+        assert_eq!(body.len, n);
+        assert_eq!(
+            body.chunks.iter().map(Bytes::len).collect::<Vec<_>>(),
+            [BODY_BLOCK, 10],
+            "one handle per block, not per frame"
+        );
+        assert_eq!(relay.buffered_bytes(), n);
+        drop(body);
+        assert_eq!(relay.buffered_bytes(), 0, "released on drop");
     }
 
     #[test]
