@@ -710,7 +710,7 @@ async fn path_tricks_do_not_reach_the_origin() {
 
 #[tokio::test]
 async fn every_attempt_gets_exactly_one_record() {
-    let r = start_relay_with(|c| c.header_timeout = Duration::from_millis(500)).await;
+    let r = start_relay_with(|c| c.header_timeout = Duration::from_secs(1)).await;
     // positive control: a valid request has exactly one record
     let (status, _, _) = send(&r.sock, post("/v1/messages", &r.placeholder, "{}")).await;
     assert_eq!(status, 200);
@@ -801,7 +801,7 @@ async fn every_attempt_gets_exactly_one_record() {
 
 #[tokio::test]
 async fn a_stalled_body_is_cut_and_recorded() {
-    let r = start_relay_with(|c| c.body_idle_timeout = Duration::from_millis(500)).await;
+    let r = start_relay_with(|c| c.body_idle_timeout = Duration::from_secs(1)).await;
     // positive control: a normal body at normal speed passes
     let (status, _, body) = send(&r.sock, post("/v1/messages", &r.placeholder, "{\"a\":1}")).await;
     assert_eq!(status, 200, "{body}");
