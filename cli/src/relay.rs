@@ -12,11 +12,11 @@ use palisade_egress::relay::{
     Secret,
 };
 use palisade_egress::resolve::SystemResolver;
+use tokio::signal::unix::{SignalKind, signal as on_signal};
 
 use crate::host_policy_file::load_policy;
 use crate::proxy::{
-    StdoutRecorder, address_policy, close_journal, open_journal, runtime, signalled,
-    write_secret_file,
+    StdoutRecorder, address_policy, close_journal, open_journal, runtime, write_secret_file,
 };
 
 /// Arguments of `palisade relay`.
@@ -152,6 +152,12 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         write_secret_file(&args.placeholder_file, placeholder.expose())?;
         let relay = Relay::new(config, Arc::new(SystemResolver), recorder);
         let (shutdown, signal) = shutdown_channel();
+        // Handle SIGINT and SIGTERM before announcing the socket: a stop
+        // sent as soon as `listening` is read must still close the journal.
+        let mut int =
+            on_signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
+        let mut term = on_signal(SignalKind::terminate())
+            .map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
         eprintln!("palisade relay `{}`: listening on {path}", args.name);
         println!(
             "{}",
@@ -159,7 +165,10 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         );
         let task = async { relay.serve(&socket, signal).await };
         let stop = async {
-            signalled().await;
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
             shutdown.trigger();
         };
         let (res, ()) = tokio::join!(task, stop);
