@@ -121,7 +121,8 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     )?)
     .map_err(|e| format!("cannot generate a placeholder: {e}"))?;
     let mut config = RelayConfig::new(&relay.name, origin, routes, credential, placeholder.clone())
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())?
+        .with_limits(&relay.limits);
     if let Some(ca) = &args.upstream_ca {
         config = config
             .with_roots(read_roots(ca)?)

@@ -274,7 +274,7 @@ fn relay_serves_on_a_private_socket_and_stops_cleanly() {
     std::fs::write(
         &policy,
         format!(
-            "[egress]\nallow_addresses = [\"127.0.0.0/8\"]\n[[egress.relay]]\nname = \"model\"\norigin = \"https://127.0.0.1:{closed_port}\"\nroutes = [\"POST /v1/messages\"]\ncredential = {{ header = \"x-api-key\", from_env = \"PALISADE_TEST_KEY\" }}\n"
+            "[egress]\nallow_addresses = [\"127.0.0.0/8\"]\n[[egress.relay]]\nname = \"model\"\norigin = \"https://127.0.0.1:{closed_port}\"\nroutes = [\"POST /v1/messages\"]\ncredential = {{ header = \"x-api-key\", from_env = \"PALISADE_TEST_KEY\" }}\nlimits = {{ max_body = 8 }}\n"
         ),
     )
     .unwrap();
@@ -307,18 +307,23 @@ fn relay_serves_on_a_private_socket_and_stops_cleanly() {
     );
     let placeholder = std::fs::read_to_string(&ph_path).unwrap().trim().to_owned();
     assert!(placeholder.starts_with("palisade-") && placeholder.len() > 30);
-    let ask = |key: &str| {
+    let ask_with = |key: &str, body: &str| {
         let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
-        write!(s, "POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: {key}\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}").unwrap();
+        write!(s, "POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: {key}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).unwrap();
         let mut out = String::new();
         let _ = s.read_to_string(&mut out);
         out
     };
+    let ask = |key: &str| ask_with(key, "{}");
     let refused = ask("wrong");
     assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
     let dialled = ask(&placeholder);
     assert!(dialled.starts_with("HTTP/1.1 502"), "{dialled}");
+    // the policy's `limits.max_body = 8` reaches the running relay
+    let capped = ask_with(&placeholder, "{\"a\":\"0123456789\"}");
+    assert!(capped.starts_with("HTTP/1.1 413"), "{capped}");
+    assert!(capped.contains("body_too_large"), "{capped}");
     assert!(!dialled.contains(&secret));
     sigterm(&child);
     let st = wait(&mut child);

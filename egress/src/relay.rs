@@ -3,29 +3,40 @@
 //! routes. The worker holds a credential-shaped, per-session random
 //! placeholder; the relay checks it in constant time, strips it with every
 //! other inbound credential and hop-by-hop header, injects the host-held
-//! credential, ignores the worker's `Host`, never follows a redirect (502)
-//! and caps the request body (413). Refusals carry a JSON body with a
-//! stable error type. Each request is recorded (method, path without
-//! query, outcome, status, bytes), never a header value.
+//! credential, ignores the worker's `Host`, refuses method, URL and host
+//! override headers (and a `_method` query parameter), never follows a
+//! redirect (502) and redacts the credential from response headers and
+//! trailers. Request bodies are buffered under bounds: a per-request cap
+//! (413), a total across requests (503), an idle and an overall body
+//! deadline (408); connections are capped (503). Refusals carry a JSON body
+//! with a stable error type. Every request attempt gets exactly one record
+//! (method, path without query, outcome, status, bytes), never a header
+//! value, including heads hyper rejects (400, 414, 431), header timeouts and
+//! connections closed mid-head.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt as _, Full, Limited};
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Frame;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use subtle::ConstantTimeEq as _;
 use tokio::net::{TcpStream, UnixListener};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use zeroize::Zeroizing;
 
@@ -38,8 +49,68 @@ use crate::resolve::Resolver;
 /// Default request body cap (32 MiB).
 pub const DEFAULT_MAX_BODY: usize = 32 * 1024 * 1024;
 
-/// Inbound headers never forwarded (credentials, hop-by-hop, forwarding).
-pub const STRIPPED: [&str; 20] = [
+/// Default cap on request body bytes buffered across all of a relay's
+/// requests at once (64 MiB).
+pub const DEFAULT_MAX_BUFFERED: usize = 64 * 1024 * 1024;
+
+/// Default longest wait for the next request body bytes (10 s).
+pub const DEFAULT_BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default deadline for a whole request body, counted from the request's
+/// arrival (60 s).
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Default cap on open worker connections (32); one more gets 503.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 32;
+
+/// Largest request head (request line and headers) and per-connection read
+/// buffer, in bytes; a larger head gets 431.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+
+/// Request bodies are held in blocks of this size (64 KiB): the bytes held
+/// for one request are at most its body plus one block.
+const BODY_BLOCK: usize = 64 * 1024;
+
+/// A response header value holding this many consecutive bytes of the
+/// credential (or all of it, when shorter) is redacted.
+pub const LEAK_WINDOW: usize = 12;
+
+/// What replaces a response header value that carries the credential.
+pub const REDACTED: &str = "[redacted by palisade]";
+
+/// Inbound headers that would make the origin route the request to another
+/// method, path or host than the exact route matched: refused with 400
+/// `override_not_allowed` (as is a `_method` query parameter or a second
+/// `Host`).
+pub const OVERRIDE_HEADERS: [&str; 14] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+    "x-original-method",
+    "x-original-url",
+    "x-original-uri",
+    "x-rewrite-url",
+    "x-envoy-original-path",
+    "x-host",
+    "x-forwarded-host",
+    "x-forwarded-server",
+    "x-forwarded-prefix",
+    "x-forwarded-path",
+    "x-forwarded-uri",
+];
+
+/// Query parameter names refused like [`OVERRIDE_HEADERS`] (compared after
+/// percent-decoding, ignoring ASCII case).
+pub const OVERRIDE_QUERY_KEYS: [&str; 4] = [
+    "_method",
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+/// Inbound headers never forwarded (credentials, hop-by-hop, forwarding);
+/// every other `x-forwarded-*` header is removed too.
+pub const STRIPPED: [&str; 21] = [
     "authorization",
     "x-api-key",
     "api-key",
@@ -59,6 +130,7 @@ pub const STRIPPED: [&str; 20] = [
     "x-forwarded-for",
     "x-forwarded-host",
     "x-forwarded-proto",
+    "x-real-ip",
     "accept-encoding",
 ];
 
@@ -352,8 +424,21 @@ pub struct RelayConfig {
     pub credential: Credential,
     /// The per-session placeholder the worker presents in the credential header.
     pub placeholder: Placeholder,
-    /// Request body cap.
+    /// Request body cap, in bytes ([`DEFAULT_MAX_BODY`]).
     pub max_body: usize,
+    /// Cap on request body bytes buffered across all requests at once
+    /// ([`DEFAULT_MAX_BUFFERED`]); a request that would pass it gets 503
+    /// `relay_busy`.
+    pub max_buffered: usize,
+    /// Longest wait for the next request body bytes
+    /// ([`DEFAULT_BODY_IDLE_TIMEOUT`]); then 408 `body_timeout`.
+    pub body_idle_timeout: Duration,
+    /// Deadline for the whole request body from the request's arrival
+    /// ([`DEFAULT_BODY_TIMEOUT`]); then 408 `body_timeout`.
+    pub body_timeout: Duration,
+    /// Cap on open worker connections ([`DEFAULT_MAX_CONNECTIONS`]); one
+    /// more gets 503 `relay_busy` and is closed.
+    pub max_connections: usize,
     /// TLS client configuration (roots) for the upstream.
     pub tls: Arc<rustls::ClientConfig>,
     /// The address deny set (the relay is an egress path too).
@@ -372,13 +457,19 @@ impl fmt::Debug for RelayConfig {
             .field("routes", &self.routes)
             .field("credential_header", &self.credential.header)
             .field("max_body", &self.max_body)
+            .field("max_buffered", &self.max_buffered)
+            .field("body_idle_timeout", &self.body_idle_timeout)
+            .field("body_timeout", &self.body_timeout)
+            .field("max_connections", &self.max_connections)
             .finish_non_exhaustive()
     }
 }
 
 impl RelayConfig {
-    /// A config with defaults: 32 MiB body cap, webpki roots, the default
-    /// address deny set, 10 s timeouts.
+    /// A config with defaults: 32 MiB body cap, 64 MiB buffered in total,
+    /// webpki roots, the default address deny set, 10 s connect timeout,
+    /// 30 s header timeout, 10 s body idle timeout, 60 s body deadline, 32
+    /// connections.
     pub fn new(
         name: &str,
         origin: Origin,
@@ -399,11 +490,42 @@ impl RelayConfig {
             credential,
             placeholder,
             max_body: DEFAULT_MAX_BODY,
+            max_buffered: DEFAULT_MAX_BUFFERED,
+            body_idle_timeout: DEFAULT_BODY_IDLE_TIMEOUT,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             tls: tls_client_config(roots)?,
             addresses: AddressPolicy::default(),
             connect_timeout: Duration::from_secs(10),
             header_timeout: Duration::from_secs(30),
         })
+    }
+
+    /// Apply a policy's `[[egress.relay]] limits`: each one set replaces
+    /// its default; a `max_body` above the default total raises the total
+    /// to it, so a body within the cap can be relayed.
+    pub fn with_limits(mut self, limits: &palisade_schema::host_policy::RelayLimits) -> Self {
+        let bytes = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        if let Some(n) = limits.max_body {
+            self.max_body = bytes(n);
+            self.max_buffered = self.max_buffered.max(self.max_body);
+        }
+        if let Some(n) = limits.max_buffered {
+            self.max_buffered = bytes(n);
+        }
+        if let Some(n) = limits.connections {
+            self.max_connections = bytes(n);
+        }
+        if let Some(s) = limits.header_timeout {
+            self.header_timeout = Duration::from_secs(s);
+        }
+        if let Some(s) = limits.body_idle_timeout {
+            self.body_idle_timeout = Duration::from_secs(s);
+        }
+        if let Some(s) = limits.body_timeout {
+            self.body_timeout = Duration::from_secs(s);
+        }
+        self
     }
 
     /// Trust exactly these roots for the upstream (tests use an rcgen CA).
@@ -513,6 +635,11 @@ struct Inner {
     config: RelayConfig,
     resolver: Arc<dyn Resolver>,
     recorder: Arc<dyn Recorder>,
+    leaks: Leaks,
+    /// Request body bytes held right now, across requests.
+    buffered: AtomicUsize,
+    /// The most ever held at once.
+    peak_buffered: AtomicUsize,
 }
 
 /// A host relay. Cheap to clone.
@@ -529,32 +656,270 @@ impl fmt::Debug for Relay {
     }
 }
 
-/// Emits the relay record when the response body ends or is dropped.
+/// A refusal: status, stable code, message.
+type Refusal = (StatusCode, &'static str, &'static str);
+
+const BODY_TOO_LARGE: Refusal = (
+    StatusCode::PAYLOAD_TOO_LARGE,
+    "body_too_large",
+    "The request body exceeds the relay limit",
+);
+const BODY_TIMEOUT: Refusal = (
+    StatusCode::REQUEST_TIMEOUT,
+    "body_timeout",
+    "The request body did not arrive in time",
+);
+const RELAY_BUSY: Refusal = (
+    StatusCode::SERVICE_UNAVAILABLE,
+    "relay_busy",
+    "The relay is holding as many request bytes as it may; retry later",
+);
+const BODY_READ_FAILED: Refusal = (
+    StatusCode::BAD_REQUEST,
+    "body_read_failed",
+    "The request body could not be read",
+);
+
+/// Emits the relay record exactly once: when the response body ends or is
+/// dropped, when a refusal is answered, or when the request is cancelled
+/// (the worker went away, the relay stopped) before either.
 struct RecordGuard {
     recorder: Arc<dyn Recorder>,
-    record: Option<RelayRecord>,
+    record: RelayRecord,
     down: Arc<AtomicU64>,
     t0: Instant,
 }
 
 impl Drop for RecordGuard {
     fn drop(&mut self) {
-        if let Some(mut r) = self.record.take() {
-            r.bytes_down = self.down.load(Ordering::Relaxed);
-            r.duration = self.t0.elapsed();
-            let ev = Event::Relay(r);
-            ev.trace();
-            self.recorder.record(&ev);
+        let mut r = self.record.clone();
+        r.bytes_down = self.down.load(Ordering::Relaxed);
+        r.duration = self.t0.elapsed();
+        let ev = Event::Relay(r);
+        ev.trace();
+        self.recorder.record(&ev);
+    }
+}
+
+/// Records a connection whose head never reached the service, once, when
+/// the connection task ends or is cut: with hyper's verdict if it gave one
+/// (`failure`), else as `cancelled` (the relay stopped mid-head). A
+/// connection that never sent a byte is not an attempt and is not recorded
+/// (unless hyper failed it, e.g. on the header timeout).
+struct HeadAttempt {
+    relay: Relay,
+    invoked: Arc<AtomicBool>,
+    read_any: Arc<AtomicBool>,
+    failure: Option<(u16, &'static str)>,
+    started: SystemTime,
+    t0: Instant,
+}
+
+impl Drop for HeadAttempt {
+    fn drop(&mut self) {
+        if self.invoked.load(Ordering::Acquire) {
+            return;
+        }
+        let read_any = self.read_any.load(Ordering::Acquire);
+        let verdict = match self.failure {
+            Some((_, "incomplete_head")) if !read_any => None,
+            Some(f) => Some(f),
+            None if read_any => Some((0, "cancelled")),
+            None => None,
+        };
+        if let Some((status, reason)) = verdict {
+            self.relay
+                .record_attempt(status, reason, self.started, self.t0);
         }
     }
 }
 
-fn json_error(status: StatusCode, code: &str, message: &str) -> Response<RelayBody> {
-    let body = serde_json::json!({
+/// A stream that notes whether the peer ever sent a byte.
+struct NoticeRead<S> {
+    inner: S,
+    read_any: Arc<AtomicBool>,
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for NoticeRead<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let res = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.read_any.store(true, Ordering::Release);
+        }
+        res
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for NoticeRead<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// A share of the relay's total body budget, returned on drop.
+struct BufferPermit {
+    inner: Arc<Inner>,
+    held: usize,
+}
+
+impl BufferPermit {
+    /// Take `n` more bytes of the budget, or refuse if that would pass it.
+    fn grow(&mut self, n: usize) -> bool {
+        let max = self.inner.config.max_buffered;
+        match self
+            .inner
+            .buffered
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                cur.checked_add(n).filter(|t| *t <= max)
+            }) {
+            Ok(prev) => {
+                self.held = self.held.saturating_add(n);
+                self.inner
+                    .peak_buffered
+                    .fetch_max(prev.saturating_add(n), Ordering::AcqRel);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+impl Drop for BufferPermit {
+    fn drop(&mut self) {
+        self.inner.buffered.fetch_sub(self.held, Ordering::AcqRel);
+    }
+}
+
+/// A request body read in full, under the relay's bounds; its budget share
+/// is returned when hyper is done sending it upstream (drops it).
+struct BufferedBody {
+    chunks: VecDeque<Bytes>,
+    len: usize,
+    permit: BufferPermit,
+}
+
+impl hyper::body::Body for BufferedBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.chunks.pop_front().map(|b| Ok(Frame::data(b))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        let left: usize = self.chunks.iter().map(Bytes::len).sum();
+        hyper::body::SizeHint::with_exact(left as u64)
+    }
+}
+
+/// The forms of the credential that must not reach the worker: the secret,
+/// its base64 (standard and URL-safe, unpadded) and, for `Basic`
+/// credentials, the decoded `user:password`.
+struct Leaks {
+    forms: Vec<Zeroizing<Vec<u8>>>,
+}
+
+impl Leaks {
+    fn new(credential: &Credential) -> Self {
+        use base64::Engine as _;
+        use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+        let secret = credential.secret.expose().as_bytes();
+        let mut forms = vec![
+            Zeroizing::new(secret.to_vec()),
+            Zeroizing::new(STANDARD_NO_PAD.encode(secret).into_bytes()),
+            Zeroizing::new(URL_SAFE_NO_PAD.encode(secret).into_bytes()),
+        ];
+        if credential.prefix.trim().eq_ignore_ascii_case("basic")
+            && let Ok(decoded) = STANDARD.decode(secret)
+        {
+            forms.push(Zeroizing::new(decoded));
+        }
+        forms.retain(|f| !f.is_empty());
+        Self { forms }
+    }
+
+    /// Whether `value` holds [`LEAK_WINDOW`] consecutive bytes of any form
+    /// (all of it, when a form is shorter).
+    fn found_in(&self, value: &[u8]) -> bool {
+        self.forms.iter().any(|form| {
+            let w = LEAK_WINDOW.min(form.len());
+            if w == 0 || value.len() < w {
+                return false;
+            }
+            let needles: std::collections::HashSet<&[u8]> = form.windows(w).collect();
+            value.windows(w).any(|hay| needles.contains(hay))
+        })
+    }
+
+    /// Replace every header value that carries the credential with
+    /// [`REDACTED`] and drop every header whose name does; the count.
+    fn redact(&self, headers: &mut http::HeaderMap) -> usize {
+        let mut n = 0;
+        let names: Vec<HeaderName> = headers
+            .keys()
+            .filter(|k| self.found_in(k.as_str().as_bytes()))
+            .cloned()
+            .collect();
+        for name in names {
+            headers.remove(&name);
+            n += 1;
+        }
+        for v in headers.values_mut() {
+            if self.found_in(v.as_bytes()) {
+                *v = HeaderValue::from_static(REDACTED);
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+fn json_error_body(code: &str, message: &str) -> String {
+    serde_json::json!({
         "type": "error",
         "error": { "type": "palisade_relay_refused", "code": code, "message": message }
     })
-    .to_string();
+    .to_string()
+}
+
+fn json_error(status: StatusCode, code: &str, message: &str) -> Response<RelayBody> {
+    let body = json_error_body(code, message);
     let mut resp = Response::new(Full::new(Bytes::from(body)).map_err(|e| match e {}).boxed());
     *resp.status_mut() = status;
     resp.headers_mut().insert(
@@ -564,6 +929,83 @@ fn json_error(status: StatusCode, code: &str, message: &str) -> Response<RelayBo
     resp
 }
 
+/// The status hyper answered (0: none) and the reason code for a request
+/// head that never reached the relay's service.
+fn head_failure(e: &hyper::Error) -> (u16, &'static str) {
+    if e.is_parse_too_large() {
+        if e.to_string().to_ascii_lowercase().contains("uri") {
+            (StatusCode::URI_TOO_LONG.as_u16(), "uri_too_long")
+        } else {
+            (
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE.as_u16(),
+                "head_too_large",
+            )
+        }
+    } else if e.is_parse() {
+        (StatusCode::BAD_REQUEST.as_u16(), "bad_request")
+    } else if e.is_timeout() {
+        (0, "header_timeout")
+    } else if e.is_incomplete_message() {
+        (0, "incomplete_head")
+    } else {
+        (0, "connection_error")
+    }
+}
+
+/// Whether a request would make the origin route it differently from the
+/// exact route it matched: an override header, a second `Host`, or an
+/// override query parameter.
+fn has_override(headers: &http::HeaderMap, uri: &http::Uri) -> bool {
+    headers
+        .keys()
+        .any(|n| OVERRIDE_HEADERS.contains(&n.as_str()))
+        || headers.get_all(http::header::HOST).iter().count() > 1
+        || uri.query().is_some_and(query_has_override)
+}
+
+fn query_has_override(query: &str) -> bool {
+    query.split(['&', ';']).any(|pair| {
+        let key = pair.split('=').next().unwrap_or_default();
+        let key = percent_decode(key.as_bytes());
+        let key = key.trim_ascii();
+        OVERRIDE_QUERY_KEYS
+            .iter()
+            .any(|k| key.eq_ignore_ascii_case(k.as_bytes()))
+    })
+}
+
+/// Decode `%XX` escapes and `+` (a malformed escape stays as written).
+fn percent_decode(s: &[u8]) -> Vec<u8> {
+    let hex = |b: u8| {
+        char::from(b)
+            .to_digit(16)
+            .and_then(|d| u8::try_from(d).ok())
+    };
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while let Some(&b) = s.get(i) {
+        match (
+            b,
+            s.get(i + 1).copied().and_then(hex),
+            s.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push(h << 4 | l);
+                i += 3;
+            }
+            (b'+', _, _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            _ => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
 impl Relay {
     /// A relay with the given seams.
     pub fn new(
@@ -571,11 +1013,15 @@ impl Relay {
         resolver: Arc<dyn Resolver>,
         recorder: Arc<dyn Recorder>,
     ) -> Self {
+        let leaks = Leaks::new(&config.credential);
         Self {
             inner: Arc::new(Inner {
                 config,
                 resolver,
                 recorder,
+                leaks,
+                buffered: AtomicUsize::new(0),
+                peak_buffered: AtomicUsize::new(0),
             }),
         }
     }
@@ -583,6 +1029,17 @@ impl Relay {
     /// The relay's configuration.
     pub fn config(&self) -> &RelayConfig {
         &self.inner.config
+    }
+
+    /// Request body bytes the relay holds right now, across requests.
+    pub fn buffered_bytes(&self) -> usize {
+        self.inner.buffered.load(Ordering::Acquire)
+    }
+
+    /// The most request body bytes the relay ever held at once (never above
+    /// [`RelayConfig::max_buffered`]).
+    pub fn peak_buffered_bytes(&self) -> usize {
+        self.inner.peak_buffered.load(Ordering::Acquire)
     }
 
     /// Serve on `socket` until `signal` fires.
@@ -595,6 +1052,7 @@ impl Relay {
             .listener
             .as_ref()
             .ok_or_else(|| io::Error::other("socket already closed"))?;
+        let slots = Arc::new(Semaphore::new(self.inner.config.max_connections));
         let mut tasks = JoinSet::new();
         loop {
             let stream = tokio::select! {
@@ -606,22 +1064,18 @@ impl Relay {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             };
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                self.refuse_busy(&stream);
+                continue;
+            };
             let this = self.clone();
-            let timeout = self.inner.config.header_timeout;
             tasks.spawn(async move {
-                let svc = hyper::service::service_fn(move |req| {
-                    let this = this.clone();
-                    async move { Ok::<_, Infallible>(this.handle(req).await) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(timeout)
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
+                let _slot = slot;
+                this.serve_connection(stream).await;
             });
         }
         // give in-flight requests a moment, then cut them (their records are
-        // written when their bodies are dropped)
+        // written when their bodies or handlers are dropped)
         let _ = tokio::time::timeout(Duration::from_secs(2), async {
             while tasks.join_next().await.is_some() {}
         })
@@ -629,6 +1083,83 @@ impl Relay {
         tasks.abort_all();
         while tasks.join_next().await.is_some() {}
         Ok(())
+    }
+
+    /// One request per connection (no keep-alive), so that a connection
+    /// whose head never reached [`Relay::handle`] is exactly one attempt to
+    /// record here: when hyper gives up on it, or when the relay stops
+    /// while it is mid-head.
+    async fn serve_connection(&self, stream: tokio::net::UnixStream) {
+        let mut attempt = HeadAttempt {
+            relay: self.clone(),
+            invoked: Arc::new(AtomicBool::new(false)),
+            read_any: Arc::new(AtomicBool::new(false)),
+            failure: None,
+            started: SystemTime::now(),
+            t0: Instant::now(),
+        };
+        let flag = attempt.invoked.clone();
+        let this = self.clone();
+        let svc = hyper::service::service_fn(move |req| {
+            flag.store(true, Ordering::Release);
+            let this = this.clone();
+            async move { Ok::<_, Infallible>(this.handle(req).await) }
+        });
+        let io = NoticeRead {
+            inner: stream,
+            read_any: attempt.read_any.clone(),
+        };
+        let res = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.inner.config.header_timeout)
+            .keep_alive(false)
+            .max_buf_size(MAX_HEAD_BYTES)
+            .serve_connection(TokioIo::new(io), svc)
+            .await;
+        attempt.failure = Some(match res {
+            Err(e) => head_failure(&e),
+            // bytes but no request (blank lines, then a close)
+            Ok(()) => (0, "incomplete_head"),
+        });
+    }
+
+    /// Answer a connection over the cap with 503 without reading it, and
+    /// record it. Never blocks: what the socket does not take is dropped.
+    fn refuse_busy(&self, stream: &tokio::net::UnixStream) {
+        let started = SystemTime::now();
+        let t0 = Instant::now();
+        let body = json_error_body("relay_busy", "The relay has too many open connections");
+        let resp = format!(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = stream.try_write(resp.as_bytes());
+        self.record_attempt(
+            StatusCode::SERVICE_UNAVAILABLE.as_u16(),
+            "relay_busy",
+            started,
+            t0,
+        );
+    }
+
+    /// Record an attempt refused before its head was parsed (method and
+    /// path unknown, left empty).
+    fn record_attempt(&self, status: u16, reason: &str, started_at: SystemTime, t0: Instant) {
+        let ev = Event::Relay(RelayRecord {
+            relay: self.inner.config.name.clone(),
+            method: String::new(),
+            path: String::new(),
+            outcome: RelayOutcome::Refused,
+            status,
+            reason: reason.to_owned(),
+            bytes_up: 0,
+            bytes_down: 0,
+            upstream: None,
+            started_at,
+            duration: t0.elapsed(),
+        });
+        ev.trace();
+        self.inner.recorder.record(&ev);
     }
 
     /// Handle one request (public so it can be driven without a socket).
@@ -639,59 +1170,124 @@ impl Relay {
     {
         let t0 = Instant::now();
         let cfg = &self.inner.config;
-        let mut record = RelayRecord {
-            relay: cfg.name.clone(),
-            method: req.method().to_string(),
-            path: req.uri().path().to_owned(),
-            outcome: RelayOutcome::Refused,
-            status: 0,
-            reason: String::new(),
-            bytes_up: 0,
-            bytes_down: 0,
-            upstream: None,
-            started_at: SystemTime::now(),
-            duration: Duration::ZERO,
+        let mut guard = RecordGuard {
+            recorder: self.inner.recorder.clone(),
+            record: RelayRecord {
+                relay: cfg.name.clone(),
+                method: req.method().to_string(),
+                path: req.uri().path().to_owned(),
+                outcome: RelayOutcome::Refused,
+                status: 0,
+                reason: "cancelled".into(),
+                bytes_up: 0,
+                bytes_down: 0,
+                upstream: None,
+                started_at: SystemTime::now(),
+                duration: Duration::ZERO,
+            },
+            down: Arc::new(AtomicU64::new(0)),
+            t0,
         };
-        match self.forward(req, &mut record).await {
-            Ok((resp, down)) => {
-                record.outcome = RelayOutcome::Forwarded;
-                record.status = resp.status().as_u16();
-                record.reason = "forwarded".into();
-                let mut guard = RecordGuard {
-                    recorder: self.inner.recorder.clone(),
-                    record: Some(record),
-                    down: down.clone(),
-                    t0,
-                };
+        match self.forward(req, &mut guard.record, t0).await {
+            Ok(resp) => {
+                guard.record.outcome = RelayOutcome::Forwarded;
+                guard.record.status = resp.status().as_u16();
+                guard.record.reason = "forwarded".into();
+                let inner = self.inner.clone();
                 let (parts, body) = resp.into_parts();
                 let body = body
                     .map_frame(move |f| {
+                        let f = match f.into_trailers() {
+                            Ok(mut trailers) => {
+                                inner.leaks.redact(&mut trailers);
+                                Frame::trailers(trailers)
+                            }
+                            Err(f) => f,
+                        };
                         if let Some(d) = f.data_ref() {
                             guard.down.fetch_add(d.len() as u64, Ordering::Relaxed);
                         }
-                        let _ = &mut guard;
                         f
                     })
                     .boxed();
                 Response::from_parts(parts, body)
             }
             Err((status, code, message)) => {
-                record.status = status.as_u16();
-                record.reason = code.to_owned();
-                record.duration = t0.elapsed();
-                let ev = Event::Relay(record);
-                ev.trace();
-                self.inner.recorder.record(&ev);
+                guard.record.status = status.as_u16();
+                guard.record.reason = code.to_owned();
+                drop(guard);
                 json_error(status, code, message)
             }
         }
+    }
+
+    /// Read the request body under the relay's bounds: the per-request
+    /// cap, the total budget, the idle timeout and the overall deadline.
+    async fn read_body<B>(&self, body: B, t0: Instant) -> Result<BufferedBody, Refusal>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let cfg = &self.inner.config;
+        let deadline = tokio::time::Instant::from_std(t0) + cfg.body_timeout;
+        let mut body = std::pin::pin!(body);
+        let mut block = BytesMut::new();
+        let mut out = BufferedBody {
+            chunks: VecDeque::new(),
+            len: 0,
+            permit: BufferPermit {
+                inner: self.inner.clone(),
+                held: 0,
+            },
+        };
+        loop {
+            let wait = (tokio::time::Instant::now() + cfg.body_idle_timeout).min(deadline);
+            let frame = match tokio::time::timeout_at(wait, body.as_mut().frame()).await {
+                Err(_) => return Err(BODY_TIMEOUT),
+                Ok(None) => break,
+                Ok(Some(Err(_))) => return Err(BODY_READ_FAILED),
+                Ok(Some(Ok(frame))) => frame,
+            };
+            // request trailers are not forwarded
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            let len = out.len.saturating_add(data.len());
+            if len > cfg.max_body {
+                return Err(BODY_TOO_LARGE);
+            }
+            if !out.permit.grow(data.len()) {
+                return Err(RELAY_BUSY);
+            }
+            out.len = len;
+            // copy into blocks, so that a body sent as many tiny chunks
+            // costs its bytes, not a `Bytes` handle per chunk
+            let mut rest: &[u8] = &data;
+            while !rest.is_empty() {
+                if block.len() == block.capacity() {
+                    let full = std::mem::replace(&mut block, BytesMut::with_capacity(BODY_BLOCK));
+                    if !full.is_empty() {
+                        out.chunks.push_back(full.freeze());
+                    }
+                }
+                let room = block.capacity().saturating_sub(block.len());
+                let (now, later) = rest.split_at(room.min(rest.len()));
+                block.extend_from_slice(now);
+                rest = later;
+            }
+        }
+        if !block.is_empty() {
+            out.chunks.push_back(block.freeze());
+        }
+        Ok(out)
     }
 
     async fn forward<B>(
         &self,
         req: Request<B>,
         record: &mut RelayRecord,
-    ) -> Result<(Response<RelayBody>, Arc<AtomicU64>), (StatusCode, &'static str, &'static str)>
+        t0: Instant,
+    ) -> Result<Response<RelayBody>, Refusal>
     where
         B: hyper::body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<BoxError>,
@@ -727,6 +1323,14 @@ impl Relay {
                 "Requests to the relay must use origin-form",
             ));
         }
+        // 3. nothing that re-routes the request behind the exact route
+        if has_override(req.headers(), req.uri()) {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                "override_not_allowed",
+                "Method, URL and host override headers and parameters are not relayed",
+            ));
+        }
         let path = req.uri().path();
         let method_ok = cfg
             .routes
@@ -746,42 +1350,21 @@ impl Relay {
                 "This path is not an authorized relay route",
             ));
         }
-        // 3. body cap
+        // 4. body: capped per request and in total, with deadlines
         let declared = req
             .headers()
             .get(http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         if declared.is_some_and(|n| n > cfg.max_body as u64) {
-            return Err((
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                "The request body exceeds the relay limit",
-            ));
+            return Err(BODY_TOO_LARGE);
         }
         let (parts, body) = req.into_parts();
-        let body = match Limited::new(body, cfg.max_body).collect().await {
-            Ok(b) => b.to_bytes(),
-            Err(e) => {
-                if e.downcast_ref::<http_body_util::LengthLimitError>()
-                    .is_some()
-                {
-                    return Err((
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        "body_too_large",
-                        "The request body exceeds the relay limit",
-                    ));
-                }
-                return Err((
-                    StatusCode::BAD_REQUEST,
-                    "body_read_failed",
-                    "The request body could not be read",
-                ));
-            }
-        };
-        record.bytes_up = body.len() as u64;
+        let body = self.read_body(body, t0).await?;
+        let body_len = body.len;
+        record.bytes_up = body_len as u64;
 
-        // 4. headers: strip, then inject
+        // 5. headers: strip, then inject
         let listed: Vec<String> = parts
             .headers
             .get_all(http::header::CONNECTION)
@@ -803,6 +1386,7 @@ impl Relay {
             let n = name.as_str();
             if STRIPPED.contains(&n)
                 || n.starts_with("proxy-")
+                || n.starts_with("x-forwarded-")
                 || listed.iter().any(|l| l == n)
                 || name == cfg.credential.header
             {
@@ -831,8 +1415,8 @@ impl Relay {
         })?;
         let mut upstream_req = builder
             .header(http::header::HOST, host)
-            .header(http::header::CONTENT_LENGTH, body.len())
-            .body(Full::new(body))
+            .header(http::header::CONTENT_LENGTH, body_len)
+            .body(body)
             .map_err(|_| {
                 (
                     StatusCode::BAD_REQUEST,
@@ -846,7 +1430,7 @@ impl Relay {
             .headers_mut()
             .insert(cfg.credential.header.clone(), cred);
 
-        // 5. dial the origin through the same address checks as the proxy
+        // 6. dial the origin through the same address checks as the proxy
         let (stream, addr) = self.connect_upstream().await?;
         record.upstream = Some(addr);
         let server_name = match cfg.origin.host() {
@@ -890,7 +1474,7 @@ impl Relay {
             )
         })?;
 
-        // 6. never follow a redirect
+        // 7. never follow a redirect
         if resp.status().is_redirection() {
             return Err((
                 StatusCode::BAD_GATEWAY,
@@ -917,9 +1501,18 @@ impl Relay {
                 parts.headers.remove(&name);
             }
         }
-        let down = Arc::new(AtomicU64::new(0));
+        // 8. the credential never comes back in a header
+        let redacted = self.inner.leaks.redact(&mut parts.headers);
+        if redacted > 0 {
+            tracing::warn!(
+                target: "palisade_egress",
+                relay = %cfg.name,
+                headers = redacted,
+                "relay upstream reflected the credential in response headers; redacted"
+            );
+        }
         let body: RelayBody = body.map_err(|e| Box::new(e) as BoxError).boxed();
-        Ok((Response::from_parts(parts, body), down))
+        Ok(Response::from_parts(parts, body))
     }
 
     async fn connect_upstream(
@@ -1036,6 +1629,161 @@ mod tests {
         assert!(Credential::new("x-api-key", "", s("a\r\nX-Evil: 1")).is_err());
         assert!(Credential::new("x-api-key", "", s("")).is_err());
         assert!(!format!("{:?}", s("hunter2")).contains("hunter2"));
+    }
+
+    #[test]
+    fn leaks_cover_substrings_base64_and_basic_credentials() {
+        use base64::Engine as _;
+        let pair: String = "drowssap-gnol-terces:resu".chars().rev().collect();
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&pair);
+        let basic =
+            Credential::new("authorization", "Basic ", Secret::new(encoded.clone())).unwrap();
+        let leaks = Leaks::new(&basic);
+        assert!(leaks.found_in(format!("echo: Basic {encoded}").as_bytes()));
+        assert!(leaks.found_in(pair.as_bytes()), "decoded user:password");
+        assert!(
+            leaks.found_in(&pair.as_bytes()[3..3 + LEAK_WINDOW]),
+            "a window"
+        );
+        assert!(!leaks.found_in(&pair.as_bytes()[3..3 + LEAK_WINDOW - 1]));
+        assert!(
+            !leaks.found_in(b"req_0123456789abcdefghij"),
+            "positive control"
+        );
+        let short = Credential::new("x-api-key", "", Secret::new("k3y".into())).unwrap();
+        let leaks = Leaks::new(&short);
+        assert!(leaks.found_in(b"is k3y here"));
+        assert!(!leaks.found_in(b"is k3 here"));
+        let mut h = http::HeaderMap::new();
+        h.insert("x-echo", HeaderValue::from_static("k3y"));
+        h.insert("x-other", HeaderValue::from_static("fine"));
+        assert_eq!(leaks.redact(&mut h), 1);
+        assert_eq!(h["x-echo"], REDACTED);
+        assert_eq!(h["x-other"], "fine");
+    }
+
+    #[test]
+    fn policy_limits_replace_the_defaults() {
+        let cfg = || {
+            RelayConfig::new(
+                "r",
+                Origin::parse("https://api.example").unwrap(),
+                vec![Route::parse("POST /v1").unwrap()],
+                Credential::new("x-api-key", "", Secret::new("k".into())).unwrap(),
+                Placeholder::generate(&PlaceholderFormat::generic()).unwrap(),
+            )
+            .unwrap()
+        };
+        let none = cfg().with_limits(&Default::default());
+        assert_eq!(
+            (none.max_body, none.max_buffered, none.max_connections),
+            (
+                DEFAULT_MAX_BODY,
+                DEFAULT_MAX_BUFFERED,
+                DEFAULT_MAX_CONNECTIONS
+            )
+        );
+        assert_eq!(
+            (none.body_idle_timeout, none.body_timeout),
+            (DEFAULT_BODY_IDLE_TIMEOUT, DEFAULT_BODY_TIMEOUT)
+        );
+        let set = cfg().with_limits(&palisade_schema::host_policy::RelayLimits {
+            max_body: Some(1000),
+            max_buffered: Some(5000),
+            connections: Some(3),
+            header_timeout: Some(4),
+            body_idle_timeout: Some(5),
+            body_timeout: Some(6),
+        });
+        assert_eq!(
+            (set.max_body, set.max_buffered, set.max_connections),
+            (1000, 5000, 3)
+        );
+        assert_eq!(
+            (set.header_timeout, set.body_idle_timeout, set.body_timeout),
+            (
+                Duration::from_secs(4),
+                Duration::from_secs(5),
+                Duration::from_secs(6)
+            )
+        );
+        let big = cfg().with_limits(&palisade_schema::host_policy::RelayLimits {
+            max_body: Some(100 << 20),
+            ..Default::default()
+        });
+        assert_eq!(
+            big.max_buffered,
+            100 << 20,
+            "the total follows a larger cap"
+        );
+    }
+
+    /// A body of `n` one-byte frames.
+    struct Drip(usize);
+
+    impl hyper::body::Body for Drip {
+        type Data = Bytes;
+        type Error = Infallible;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            if self.0 == 0 {
+                return Poll::Ready(None);
+            }
+            self.0 -= 1;
+            Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"a")))))
+        }
+    }
+
+    #[tokio::test]
+    async fn tiny_frames_are_held_in_blocks_and_released() {
+        let cfg = RelayConfig::new(
+            "r",
+            Origin::parse("https://api.example").unwrap(),
+            vec![Route::parse("POST /v1").unwrap()],
+            Credential::new("x-api-key", "", Secret::new("k".into())).unwrap(),
+            Placeholder::generate(&PlaceholderFormat::generic()).unwrap(),
+        )
+        .unwrap();
+        let relay = Relay::new(
+            cfg,
+            Arc::new(crate::resolve::StaticResolver::new()),
+            Arc::new(crate::record::MemoryRecorder::new()),
+        );
+        let n = BODY_BLOCK + 10;
+        let body = relay.read_body(Drip(n), Instant::now()).await.unwrap();
+        assert_eq!(body.len, n);
+        assert_eq!(body.chunks.len(), 2, "one handle per block, not per frame");
+        assert_eq!(
+            body.chunks.iter().map(Bytes::len).collect::<Vec<_>>(),
+            [BODY_BLOCK, 10]
+        );
+        assert_eq!(relay.buffered_bytes(), n);
+        drop(body);
+        assert_eq!(relay.buffered_bytes(), 0, "released on drop");
+    }
+
+    #[test]
+    fn override_query_keys_are_found_after_decoding() {
+        for q in [
+            "_method=GET",
+            "a=1&%5Fmethod=PUT",
+            "b;_METHOD",
+            "+_method=x",
+        ] {
+            assert!(query_has_override(q), "{q}");
+        }
+        for q in [
+            "method=GET",
+            "beta=true",
+            "a=_method",
+            "%zz=1",
+            "_methods=1",
+        ] {
+            assert!(!query_has_override(q), "{q}");
+        }
+        assert_eq!(percent_decode(b"%41%2"), b"A%2");
     }
 
     #[test]

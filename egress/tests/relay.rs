@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use base64::Engine as _;
 use bytes::Bytes;
 use common::*;
 use http::{Request, Response, StatusCode};
@@ -30,6 +31,7 @@ use palisade_egress::relay::{
     Secret,
 };
 use palisade_egress::resolve::StaticResolver;
+use tokio::io::AsyncWriteExt as _;
 use tokio::net::{TcpListener, UnixStream};
 
 /// The real credential, stored reversed so a leak scan cannot match this file.
@@ -101,7 +103,23 @@ async fn upstream() -> (
                             headers,
                             body_len: body.len(),
                         });
-                        let resp = if uri.starts_with("/v1/redirect") {
+                        let reflected = headers_of(&seen, &uri);
+                        let resp = if uri.starts_with("/v1/reflect") {
+                            // an origin that echoes the credential back in headers
+                            let key = reflected.unwrap_or_default();
+                            let b64 = base64::engine::general_purpose::STANDARD.encode(&key);
+                            let part = key.get(5..20).unwrap_or_default().to_owned();
+                            Response::builder()
+                                .status(200)
+                                .header("x-echo-key", key.as_str())
+                                .header("x-echo-partial", format!("seen {part} here"))
+                                .header("x-echo-b64", b64)
+                                .header("x-upstream", "yes")
+                                .header("x-request-id", "req_0123456789abcdefghij")
+                                .header("content-type", "application/json")
+                                .body(Full::new(Bytes::from_static(b"{}")))
+                                .unwrap()
+                        } else if uri.starts_with("/v1/redirect") {
                             Response::builder()
                                 .status(302)
                                 .header("location", "https://elsewhere.test/steal")
@@ -130,7 +148,18 @@ async fn upstream() -> (
     (addr, cert, seen)
 }
 
+/// The credential header the upstream saw on its latest request to `uri`.
+fn headers_of(seen: &Mutex<Vec<Seen>>, uri: &str) -> Option<String> {
+    seen.lock()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|s| s.uri == uri)
+        .and_then(|s| s.header("x-api-key").map(str::to_owned))
+}
+
 struct TestRelay {
+    relay: Relay,
     sock: PathBuf,
     dir: PathBuf,
     placeholder: String,
@@ -142,12 +171,21 @@ struct TestRelay {
 }
 
 async fn start_relay(max_body: usize, addresses: AddressPolicy) -> TestRelay {
+    start_relay_with(|c| {
+        c.max_body = max_body;
+        c.addresses = addresses;
+    })
+    .await
+}
+
+async fn start_relay_with(configure: impl FnOnce(&mut RelayConfig)) -> TestRelay {
     let (addr, cert, seen) = upstream().await;
     let origin = Origin::parse(&format!("https://api.test:{}", addr.port())).unwrap();
     let routes = [
         "POST /v1/messages",
         "POST /v1/messages/count_tokens",
         "POST /v1/redirect",
+        "POST /v1/reflect",
     ]
     .iter()
     .map(|r| Route::parse(r).unwrap())
@@ -160,12 +198,13 @@ async fn start_relay(max_body: usize, addresses: AddressPolicy) -> TestRelay {
         .unwrap()
         .with_roots(roots)
         .unwrap();
-    config.max_body = max_body;
-    config.addresses = addresses;
+    config.addresses = loopback();
+    configure(&mut config);
     let recorder = Arc::new(MemoryRecorder::new());
     let resolver =
         Arc::new(StaticResolver::new().with("api.test", &["127.0.0.1".parse().unwrap()]));
     let relay = Relay::new(config, resolver, recorder.clone());
+    let handle = relay.clone();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("relay");
     let sock = dir.join("relay.sock");
@@ -176,6 +215,7 @@ async fn start_relay(max_body: usize, addresses: AddressPolicy) -> TestRelay {
         drop(socket);
     });
     TestRelay {
+        relay: handle,
         sock,
         dir,
         placeholder: placeholder.expose().to_owned(),
@@ -389,6 +429,19 @@ async fn refuses_an_oversized_body_before_forwarding() {
     let resp = sender.send_request(req).await.unwrap();
     assert_eq!(resp.status(), 413);
     assert!(r.seen.lock().unwrap().is_empty());
+    let recs = records_settled(&r, 2).await;
+    assert_eq!(
+        reasons(&recs),
+        [
+            (413, "body_too_large".to_owned()),
+            (413, "body_too_large".to_owned())
+        ]
+    );
+    assert_eq!(
+        r.relay.buffered_bytes(),
+        0,
+        "the refused bodies were released"
+    );
     // positive control: exactly at the limit passes
     let (status, _, body) = send(
         &r.sock,
@@ -479,4 +532,510 @@ async fn the_relay_checks_upstream_addresses_like_the_proxy() {
     let r2 = start_relay(1 << 20, loopback()).await;
     let (status, _, _) = send(&r2.sock, post("/v1/messages", &r2.placeholder, "{}")).await;
     assert_eq!(status, 200);
+}
+
+/// Send raw bytes on a fresh relay connection and read the whole answer.
+async fn raw(sock: &Path, bytes: &[u8]) -> String {
+    let mut s = UnixStream::connect(sock).await.unwrap();
+    let _ = s.write_all(bytes).await;
+    String::from_utf8_lossy(&read_to_end(&mut s).await).into_owned()
+}
+
+/// Read until the relay closes, or give up after `limit` and return what
+/// arrived (so a missing answer fails on the caller's status assertion).
+async fn read_answer(s: &mut UnixStream, limit: Duration) -> String {
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(limit, tokio::io::AsyncReadExt::read_to_end(s, &mut buf)).await;
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// A raw `POST` head with the placeholder and a declared body length.
+fn raw_head(target: &str, key: &str, extra: &str, len: usize) -> String {
+    format!(
+        "POST {target} HTTP/1.1\r\nHost: localhost\r\nx-api-key: {key}\r\n{extra}content-length: {len}\r\n\r\n"
+    )
+}
+
+/// Wait until at least `n` relay records exist, give stragglers a moment,
+/// and return them all (so callers can assert *exactly* `n`).
+async fn records_settled(r: &TestRelay, n: usize) -> Vec<palisade_egress::record::RelayRecord> {
+    for _ in 0..1000 {
+        if r.recorder.relays().len() >= n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    r.recorder.relays()
+}
+
+fn reasons(recs: &[palisade_egress::record::RelayRecord]) -> Vec<(u16, String)> {
+    recs.iter().map(|x| (x.status, x.reason.clone())).collect()
+}
+
+#[tokio::test]
+async fn override_headers_and_parameters_are_refused() {
+    let r = start_relay(1 << 20, loopback()).await;
+    let cases: [(&str, &str); 14] = [
+        ("x-http-method-override", "GET"),
+        ("x-http-method", "DELETE"),
+        ("x-method-override", "PUT"),
+        ("x-original-url", "/v1/files"),
+        ("x-rewrite-url", "/v1/files"),
+        ("x-original-uri", "/v1/files"),
+        ("x-forwarded-host", "evil.example"),
+        ("x-host", "evil.example"),
+        ("x-forwarded-prefix", "/v1/files"),
+        ("x-forwarded-path", "/v1/files"),
+        ("x-forwarded-uri", "/v1/files"),
+        ("x-forwarded-server", "evil.example"),
+        ("x-envoy-original-path", "/v1/files"),
+        ("X-HTTP-Method-Override", "GET"),
+    ];
+    for (name, value) in cases {
+        let mut req = post("/v1/messages", &r.placeholder, "{}");
+        req.headers_mut().insert(
+            http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            http::HeaderValue::from_static(value),
+        );
+        let (status, _, body) = send(&r.sock, req).await;
+        assert_eq!(status, 400, "{name}: {body}");
+        assert!(body.contains("override_not_allowed"), "{name}: {body}");
+    }
+    for query in [
+        "_method=GET",
+        "a=1&_method=DELETE",
+        "%5Fmethod=GET",
+        "%5fMETHOD=GET",
+        "a=1;_method=GET",
+        "x-http-method-override=GET",
+        "_method",
+    ] {
+        let (status, _, body) = send(
+            &r.sock,
+            post(&format!("/v1/messages?{query}"), &r.placeholder, "{}"),
+        )
+        .await;
+        assert_eq!(status, 400, "?{query}: {body}");
+        assert!(body.contains("override_not_allowed"), "?{query}: {body}");
+    }
+    // a second Host header
+    let answer = raw(
+        &r.sock,
+        raw_head("/v1/messages", &r.placeholder, "Host: evil.example\r\n", 2).as_bytes(),
+    )
+    .await;
+    assert_eq!(status_of(&answer), 400, "{answer}");
+    assert!(answer.contains("override_not_allowed"), "{answer}");
+    assert!(
+        r.seen.lock().unwrap().is_empty(),
+        "no override reached the origin"
+    );
+    let recs = records_settled(&r, 22).await;
+    assert_eq!(recs.len(), 22);
+    assert!(
+        recs.iter()
+            .all(|x| x.reason == "override_not_allowed" && x.status == 400),
+        "{:?}",
+        reasons(&recs)
+    );
+    // positive control: the same POST without the header (and with an
+    // ordinary query, and a forwarding header that is only stripped) passes
+    let mut req = post("/v1/messages?beta=true&method=x", &r.placeholder, "{}");
+    req.headers_mut()
+        .insert("x-forwarded-port", http::HeaderValue::from_static("443"));
+    let (status, _, body) = send(&r.sock, req).await;
+    assert_eq!(status, 200, "{body}");
+    let seen = r.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert!(
+        seen[0].header("x-forwarded-port").is_none(),
+        "x-forwarded-* stripped"
+    );
+}
+
+#[tokio::test]
+async fn path_tricks_do_not_reach_the_origin() {
+    let r = start_relay(1 << 20, loopback()).await;
+    let cases: [(&str, u16, &str); 11] = [
+        ("/v1%2Fmessages", 403, "route_not_allowed"),
+        ("/v1/messages%2Fcount_tokens", 403, "route_not_allowed"),
+        ("/v1/%6Dessages", 403, "route_not_allowed"),
+        ("/v1/./messages", 403, "route_not_allowed"),
+        ("/v1/%2e%2e/v1/messages", 403, "route_not_allowed"),
+        ("/v1/x/../messages", 403, "route_not_allowed"),
+        ("//v1/messages", 403, "route_not_allowed"),
+        ("/v1//messages", 403, "route_not_allowed"),
+        ("/v1/messages;x=1", 403, "route_not_allowed"),
+        ("/v1/messages/", 403, "route_not_allowed"),
+        ("https://api.test/v1/messages", 400, "origin_form_required"),
+    ];
+    for (target, want, code) in cases {
+        let answer = raw(
+            &r.sock,
+            format!("{}{{}}", raw_head(target, &r.placeholder, "", 2)).as_bytes(),
+        )
+        .await;
+        assert_eq!(status_of(&answer), want, "{target}: {answer}");
+        assert!(answer.contains(code), "{target}: {answer}");
+    }
+    assert!(r.seen.lock().unwrap().is_empty());
+    let recs = records_settled(&r, cases.len()).await;
+    assert_eq!(recs.len(), cases.len(), "{:?}", reasons(&recs));
+    assert!(recs.iter().all(|x| x.outcome == RelayOutcome::Refused));
+    // positive control: the exact target, raw, is forwarded
+    let answer = raw(
+        &r.sock,
+        format!("{}{{}}", raw_head("/v1/messages", &r.placeholder, "", 2)).as_bytes(),
+    )
+    .await;
+    assert_eq!(status_of(&answer), 200, "{answer}");
+    // a fragment is dropped by the parser: the origin sees the exact route
+    let answer = raw(
+        &r.sock,
+        format!(
+            "{}{{}}",
+            raw_head("/v1/messages#/../files", &r.placeholder, "", 2)
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert_eq!(status_of(&answer), 200, "{answer}");
+    let seen = r.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.iter().map(|s| s.uri.as_str()).collect::<Vec<_>>(),
+        ["/v1/messages", "/v1/messages"]
+    );
+}
+
+#[tokio::test]
+async fn every_attempt_gets_exactly_one_record() {
+    let r = start_relay_with(|c| c.header_timeout = Duration::from_secs(1)).await;
+    // positive control: a valid request has exactly one record
+    let (status, _, _) = send(&r.sock, post("/v1/messages", &r.placeholder, "{}")).await;
+    assert_eq!(status, 200);
+    let recs = records_settled(&r, 1).await;
+    assert_eq!(reasons(&recs), [(200, "forwarded".to_owned())]);
+
+    // a garbage request line: hyper answers 400 before the service runs
+    let answer = raw(&r.sock, b"GARBAGE\r\n\r\n").await;
+    assert_eq!(status_of(&answer), 400, "{answer}");
+    let recs = records_settled(&r, 2).await;
+    assert_eq!(recs.len(), 2, "{:?}", reasons(&recs));
+    assert_eq!(
+        (recs[1].status, recs[1].reason.as_str(), recs[1].outcome),
+        (400, "bad_request", RelayOutcome::Refused)
+    );
+
+    // 200 headers: 431
+    let many: String = (0..200).map(|i| format!("x-h{i}: v\r\n")).collect();
+    let answer = raw(
+        &r.sock,
+        raw_head("/v1/messages", &r.placeholder, &many, 0).as_bytes(),
+    )
+    .await;
+    assert_eq!(status_of(&answer), 431, "{answer}");
+    let recs = records_settled(&r, 3).await;
+    assert_eq!(recs.len(), 3, "{:?}", reasons(&recs));
+    assert_eq!(
+        (recs[2].status, recs[2].reason.as_str()),
+        (431, "head_too_large")
+    );
+
+    // a head that never finishes: the header timeout closes it
+    let mut s = UnixStream::connect(&r.sock).await.unwrap();
+    s.write_all(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let _ = read_to_end(&mut s).await;
+    let recs = records_settled(&r, 4).await;
+    assert_eq!(recs.len(), 4, "{:?}", reasons(&recs));
+    assert_eq!(
+        (recs[3].status, recs[3].reason.as_str()),
+        (0, "header_timeout")
+    );
+
+    // a connection that closes mid-head
+    let mut s = UnixStream::connect(&r.sock).await.unwrap();
+    s.write_all(b"POST /v1/mess").await.unwrap();
+    s.shutdown().await.unwrap();
+    let _ = read_to_end(&mut s).await;
+    let recs = records_settled(&r, 5).await;
+    assert_eq!(recs.len(), 5, "{:?}", reasons(&recs));
+    assert_eq!(
+        (recs[4].status, recs[4].reason.as_str()),
+        (0, "incomplete_head")
+    );
+
+    // blank lines only, then a close: bytes but no head
+    let mut s = UnixStream::connect(&r.sock).await.unwrap();
+    s.write_all(b"\r\n\r\n").await.unwrap();
+    s.shutdown().await.unwrap();
+    let _ = read_to_end(&mut s).await;
+    let recs = records_settled(&r, 6).await;
+    assert_eq!(recs.len(), 6, "{:?}", reasons(&recs));
+    assert_eq!(
+        (recs[5].status, recs[5].reason.as_str()),
+        (0, "incomplete_head")
+    );
+
+    // a connection that closes before sending anything is not an attempt
+    drop(UnixStream::connect(&r.sock).await.unwrap());
+    // a request whose body the worker abandons is recorded once, as refused
+    let mut s = UnixStream::connect(&r.sock).await.unwrap();
+    s.write_all(raw_head("/v1/messages", &r.placeholder, "", 100).as_bytes())
+        .await
+        .unwrap();
+    s.write_all(b"{").await.unwrap();
+    s.shutdown().await.unwrap();
+    let _ = read_to_end(&mut s).await;
+    let recs = records_settled(&r, 7).await;
+    assert_eq!(recs.len(), 7, "{:?}", reasons(&recs));
+    assert_eq!(recs[6].reason, "body_read_failed");
+    assert_eq!(
+        r.seen.lock().unwrap().len(),
+        1,
+        "only the valid request went upstream"
+    );
+}
+
+#[tokio::test]
+async fn a_stalled_body_is_cut_and_recorded() {
+    let r = start_relay_with(|c| c.body_idle_timeout = Duration::from_secs(1)).await;
+    // positive control: a normal body at normal speed passes
+    let (status, _, body) = send(&r.sock, post("/v1/messages", &r.placeholder, "{\"a\":1}")).await;
+    assert_eq!(status, 200, "{body}");
+    // one byte, then nothing
+    let mut s = UnixStream::connect(&r.sock).await.unwrap();
+    s.write_all(raw_head("/v1/messages", &r.placeholder, "", 10).as_bytes())
+        .await
+        .unwrap();
+    s.write_all(b"{").await.unwrap();
+    let answer = read_answer(&mut s, Duration::from_secs(8)).await;
+    assert_eq!(status_of(&answer), 408, "{answer}");
+    assert!(answer.contains("body_timeout"), "{answer}");
+    let recs = records_settled(&r, 2).await;
+    assert_eq!(recs.len(), 2, "{:?}", reasons(&recs));
+    assert_eq!(
+        (recs[1].status, recs[1].reason.as_str()),
+        (408, "body_timeout")
+    );
+    assert_eq!(
+        r.seen.lock().unwrap().len(),
+        1,
+        "the stalled body never went upstream"
+    );
+}
+
+#[tokio::test]
+async fn a_trickled_body_meets_the_overall_deadline() {
+    let r = start_relay_with(|c| {
+        c.body_idle_timeout = Duration::from_secs(20);
+        c.body_timeout = Duration::from_secs(1);
+    })
+    .await;
+    // positive control: a normal body passes under the same deadline
+    let (status, _, body) = send(&r.sock, post("/v1/messages", &r.placeholder, "{}")).await;
+    assert_eq!(status, 200, "{body}");
+    // one byte every 100 ms, never idle for long, but 300 bytes take 30 s
+    let mut s = UnixStream::connect(&r.sock).await.unwrap();
+    s.write_all(raw_head("/v1/messages", &r.placeholder, "", 300).as_bytes())
+        .await
+        .unwrap();
+    let (mut rd, mut wr) = s.into_split();
+    let trickle = tokio::spawn(async move {
+        for _ in 0..300 {
+            if wr.write_all(b"a").await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let answer = tokio::time::timeout(Duration::from_secs(20), async {
+        let mut buf = Vec::new();
+        let _ = tokio::io::AsyncReadExt::read_to_end(&mut rd, &mut buf).await;
+        String::from_utf8_lossy(&buf).into_owned()
+    })
+    .await
+    .expect("the relay cut the body before the trickle ended");
+    trickle.abort();
+    assert_eq!(status_of(&answer), 408, "{answer}");
+    assert!(answer.contains("body_timeout"), "{answer}");
+    let recs = records_settled(&r, 2).await;
+    assert_eq!(recs.len(), 2, "{:?}", reasons(&recs));
+    assert_eq!(
+        (recs[1].status, recs[1].reason.as_str()),
+        (408, "body_timeout")
+    );
+    assert_eq!(r.seen.lock().unwrap().len(), 1);
+}
+
+/// Open a connection, send a head declaring `len` bytes and `first` of them.
+async fn partial_body(r: &TestRelay, len: usize, first: usize) -> UnixStream {
+    let mut s = UnixStream::connect(&r.sock).await.unwrap();
+    s.write_all(raw_head("/v1/messages", &r.placeholder, "", len).as_bytes())
+        .await
+        .unwrap();
+    s.write_all(&vec![b'a'; first]).await.unwrap();
+    s
+}
+
+async fn gauge_reaches(r: &TestRelay, n: usize) {
+    for _ in 0..1000 {
+        if r.relay.buffered_bytes() == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "buffered bytes {} never reached {n}",
+        r.relay.buffered_bytes()
+    );
+}
+
+#[tokio::test]
+async fn the_total_body_budget_holds_across_concurrent_requests() {
+    let r = start_relay_with(|c| {
+        c.max_body = 4096;
+        c.max_buffered = 6000;
+        c.body_idle_timeout = Duration::from_secs(30);
+    })
+    .await;
+    let mut a = partial_body(&r, 3000, 2500).await;
+    gauge_reaches(&r, 2500).await;
+    let mut b = partial_body(&r, 3000, 2500).await;
+    gauge_reaches(&r, 5000).await;
+    // a third request would take the relay past its budget: refused
+    let mut c = partial_body(&r, 3000, 1500).await;
+    let answer = read_answer(&mut c, Duration::from_secs(5)).await;
+    assert_eq!(status_of(&answer), 503, "{answer}");
+    assert!(answer.contains("relay_busy"), "{answer}");
+    assert!(r.relay.peak_buffered_bytes() <= 6000);
+    // positive control: the two within the budget complete and are forwarded
+    a.write_all(&[b'a'; 500]).await.unwrap();
+    let answer = String::from_utf8_lossy(&read_to_end(&mut a).await).into_owned();
+    assert_eq!(status_of(&answer), 200, "{answer}");
+    b.write_all(&[b'a'; 500]).await.unwrap();
+    let answer = String::from_utf8_lossy(&read_to_end(&mut b).await).into_owned();
+    assert_eq!(status_of(&answer), 200, "{answer}");
+    let peak = r.relay.peak_buffered_bytes();
+    assert!(
+        (5000..=6000).contains(&peak),
+        "the gauge saw both bodies and never passed the budget: {peak}"
+    );
+    gauge_reaches(&r, 0).await;
+    let recs = records_settled(&r, 3).await;
+    let mut got = reasons(&recs);
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            (200, "forwarded".to_owned()),
+            (200, "forwarded".to_owned()),
+            (503, "relay_busy".to_owned())
+        ]
+    );
+    let seen = r.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.iter().map(|s| s.body_len).collect::<Vec<_>>(),
+        [3000, 3000]
+    );
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_are_refused_and_recorded() {
+    let r = start_relay_with(|c| c.max_connections = 2).await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut s = UnixStream::connect(&r.sock).await.unwrap();
+        s.write_all(b"POST /v1/mess").await.unwrap();
+        held.push(s);
+    }
+    // the relay accepts in order: the third connection is over the cap
+    let mut third = UnixStream::connect(&r.sock).await.unwrap();
+    let answer = read_answer(&mut third, Duration::from_secs(5)).await;
+    assert_eq!(status_of(&answer), 503, "{answer}");
+    assert!(answer.contains("relay_busy"), "{answer}");
+    let recs = records_settled(&r, 1).await;
+    assert_eq!(reasons(&recs), [(503, "relay_busy".to_owned())]);
+    // positive control: once a slot is free, a request is served
+    drop(held.pop());
+    let mut ok = false;
+    for _ in 0..100 {
+        let (status, _, _) = send(&r.sock, post("/v1/messages", &r.placeholder, "{}")).await;
+        if status == 200 {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(ok, "a freed slot serves again");
+}
+
+#[tokio::test]
+async fn the_credential_is_redacted_from_response_headers() {
+    let r = start_relay(1 << 20, loopback()).await;
+    let mut s = UnixStream::connect(&r.sock).await.unwrap();
+    s.write_all(format!("{}{{}}", raw_head("/v1/reflect", &r.placeholder, "", 2)).as_bytes())
+        .await
+        .unwrap();
+    let answer = String::from_utf8_lossy(&read_to_end(&mut s).await).into_owned();
+    assert_eq!(status_of(&answer), 200, "{answer}");
+    let key = real_key();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&key);
+    assert!(
+        !answer.contains(&key) && !answer.contains(&key[5..20]) && !answer.contains(&b64),
+        "CREDENTIAL_REFLECTED"
+    );
+    let head: Vec<&str> = answer.split("\r\n").collect();
+    for name in ["x-echo-key", "x-echo-partial", "x-echo-b64"] {
+        assert!(
+            head.contains(&format!("{name}: [redacted by palisade]").as_str()),
+            "{name} redacted"
+        );
+    }
+    // positive control: the other headers arrive unchanged, and the origin
+    // did receive (and reflect) the credential
+    assert!(head.contains(&"x-upstream: yes"));
+    assert!(head.contains(&"x-request-id: req_0123456789abcdefghij"));
+    assert!(head.contains(&"content-type: application/json"));
+    assert_eq!(
+        r.seen.lock().unwrap()[0].header("x-api-key"),
+        Some(key.as_str())
+    );
+}
+
+#[tokio::test]
+async fn attempts_cut_by_the_relay_stopping_are_recorded() {
+    let r = start_relay(1 << 20, loopback()).await;
+    // positive control: a valid request first, one record
+    let (status, _, _) = send(&r.sock, post("/v1/messages", &r.placeholder, "{}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(records_settled(&r, 1).await.len(), 1);
+    // one connection mid-head, one mid-body, one idle (not an attempt)
+    let mut mid_head = UnixStream::connect(&r.sock).await.unwrap();
+    mid_head.write_all(b"POST /v1/mess").await.unwrap();
+    let _mid_body = partial_body(&r, 100, 10).await;
+    let _idle = UnixStream::connect(&r.sock).await.unwrap();
+    gauge_reaches(&r, 10).await;
+    r.shutdown.trigger();
+    tokio::time::timeout(Duration::from_secs(20), r.task)
+        .await
+        .unwrap()
+        .unwrap();
+    let recs = r.recorder.relays();
+    let mut got = reasons(&recs[1..]);
+    got.sort();
+    assert_eq!(
+        got,
+        [(0, "cancelled".to_owned()), (0, "cancelled".to_owned())],
+        "{:?}",
+        reasons(&recs)
+    );
+    assert!(
+        recs[1..]
+            .iter()
+            .any(|x| x.method == "POST" && x.path == "/v1/messages"),
+        "the mid-body request keeps its method and path"
+    );
 }

@@ -248,6 +248,26 @@ pub struct Relay {
     pub credential: RelayCredential,
     /// Placeholder variables set in the worker's environment.
     pub worker_env: BTreeMap<String, String>,
+    /// `limits = { … }`: the relay's request bounds.
+    pub limits: RelayLimits,
+}
+
+/// `[[egress.relay]] limits`; `None` means the relay's built-in default
+/// (documented in `docs/policy.md`). Every value is at least 1.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RelayLimits {
+    /// Largest request body, in bytes.
+    pub max_body: Option<u64>,
+    /// Request body bytes held across all of the relay's requests at once.
+    pub max_buffered: Option<u64>,
+    /// Open worker connections.
+    pub connections: Option<u64>,
+    /// Seconds allowed for a request head.
+    pub header_timeout: Option<u64>,
+    /// Longest wait for the next request body bytes, in seconds.
+    pub body_idle_timeout: Option<u64>,
+    /// Seconds allowed for a whole request body, from the request's arrival.
+    pub body_timeout: Option<u64>,
 }
 
 /// `credential = { header, from_env, prefix }` of a relay.
@@ -897,7 +917,14 @@ fn read_egress(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Egress {
 fn read_relay(cx: &mut Cx<'_>, r: &Table<'_, '_>) -> Option<Relay> {
     r.deny_unknown(
         cx,
-        &["name", "origin", "routes", "credential", "worker_env"],
+        &[
+            "name",
+            "origin",
+            "routes",
+            "credential",
+            "worker_env",
+            "limits",
+        ],
     );
     let name = required_str(cx, r, "name");
     if let Some((n, span)) = &name
@@ -1010,13 +1037,72 @@ fn read_relay(cx: &mut Cx<'_>, r: &Table<'_, '_>) -> Option<Relay> {
         }
         worker_env.insert(k, v);
     }
+    let limits = read_relay_limits(cx, r);
     Some(Relay {
         name: name?.0,
         origin: origin?,
         routes,
         credential: credential?,
         worker_env,
+        limits,
     })
+}
+
+fn read_relay_limits(cx: &mut Cx<'_>, r: &Table<'_, '_>) -> RelayLimits {
+    let Some(l) = r.table(cx, "limits") else {
+        return RelayLimits::default();
+    };
+    l.deny_unknown(
+        cx,
+        &[
+            "max_body",
+            "max_buffered",
+            "connections",
+            "header_timeout",
+            "body_idle_timeout",
+            "body_timeout",
+        ],
+    );
+    let mut limits = RelayLimits {
+        max_body: size(cx, &l, "max_body"),
+        max_buffered: size(cx, &l, "max_buffered"),
+        connections: l.uint(cx, "connections"),
+        header_timeout: duration(cx, &l, "header_timeout"),
+        body_idle_timeout: duration(cx, &l, "body_idle_timeout"),
+        body_timeout: duration(cx, &l, "body_timeout"),
+    };
+    for (key, value) in [
+        ("max_body", &mut limits.max_body),
+        ("max_buffered", &mut limits.max_buffered),
+        ("connections", &mut limits.connections),
+        ("header_timeout", &mut limits.header_timeout),
+        ("body_idle_timeout", &mut limits.body_idle_timeout),
+        ("body_timeout", &mut limits.body_timeout),
+    ] {
+        if *value == Some(0)
+            && let Some(item) = l.get(key)
+        {
+            cx.error(
+                "invalid_value",
+                &item.span(),
+                &l.path.key(key),
+                format!("`{key}` must be at least 1 (0 would refuse every request)"),
+            );
+            *value = None;
+        }
+    }
+    if let (Some(body), Some(total)) = (limits.max_body, limits.max_buffered)
+        && body > total
+        && let Some(item) = l.get("max_body")
+    {
+        cx.error(
+            "invalid_value",
+            &item.span(),
+            &l.path.key("max_body"),
+            "`max_body` is larger than `max_buffered`: such a body could never be relayed",
+        );
+    }
+    limits
 }
 
 fn read_outward(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Outward {

@@ -261,7 +261,8 @@ fn build_relays(
         let placeholder = Placeholder::generate(&placeholder_format(r))
             .map_err(|e| format!("relay `{}`: cannot make a placeholder: {e}", r.name))?;
         let mut config = RelayConfig::new(&r.name, origin, routes, credential, placeholder.clone())
-            .map_err(|e| format!("relay `{}`: {e}", r.name))?;
+            .map_err(|e| format!("relay `{}`: {e}", r.name))?
+            .with_limits(&r.limits);
         if let Some(roots) = roots {
             config = config
                 .with_roots(roots.clone())

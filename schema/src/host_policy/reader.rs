@@ -98,7 +98,7 @@ impl<'t, 'i> Table<'t, 'i> {
         }
     }
 
-    fn get(&self, key: &str) -> Option<&'t Spanned<DeValue<'i>>> {
+    pub(crate) fn get(&self, key: &str) -> Option<&'t Spanned<DeValue<'i>>> {
         self.table.get(key)
     }
 

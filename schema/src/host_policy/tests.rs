@@ -424,3 +424,64 @@ fn a_memory_limit_is_flagged_as_not_enforced() {
         vec![]
     );
 }
+
+#[test]
+fn relay_limits_parse_and_bad_ones_are_located() {
+    let relay = "[[egress.relay]]\nname = \"a\"\norigin = \"https://api.example\"\nroutes = [\"POST /v1\"]\ncredential = { header = \"h\", from_env = \"E\" }\n";
+    // positive control: every key, with units
+    let text = format!(
+        "{relay}limits = {{ max_body = \"1MiB\", max_buffered = \"4MiB\", connections = 8, header_timeout = \"5s\", body_idle_timeout = 2, body_timeout = \"1m\" }}\n"
+    );
+    let (policy, d) = parse(&text, "p.toml");
+    assert!(d.iter().all(|d| !d.is_error()), "{d:?}");
+    let l = &policy.unwrap().egress.relays[0].limits;
+    assert_eq!(
+        (
+            l.max_body,
+            l.max_buffered,
+            l.connections,
+            l.header_timeout,
+            l.body_idle_timeout,
+            l.body_timeout
+        ),
+        (
+            Some(1 << 20),
+            Some(4 << 20),
+            Some(8),
+            Some(5),
+            Some(2),
+            Some(60)
+        )
+    );
+    // absent: every limit is the relay's default
+    let (policy, _) = parse(relay, "p.toml");
+    assert_eq!(
+        policy.unwrap().egress.relays[0].limits,
+        RelayLimits::default()
+    );
+    for (limits, path) in [
+        ("{ connections = 0 }", ".egress.relay[0].limits.connections"),
+        (
+            "{ body_timeout = \"0s\" }",
+            ".egress.relay[0].limits.body_timeout",
+        ),
+        (
+            "{ max_body = \"lots\" }",
+            ".egress.relay[0].limits.max_body",
+        ),
+        (
+            "{ max_body = \"8MiB\", max_buffered = \"1MiB\" }",
+            ".egress.relay[0].limits.max_body",
+        ),
+        ("{ body_timout = 3 }", ".egress.relay[0].limits.body_timout"),
+    ] {
+        let text = format!("{relay}limits = {limits}\n");
+        let (policy, d) = parse(&text, "p.toml");
+        assert!(policy.is_none(), "{limits}");
+        let e = d
+            .iter()
+            .find(|d| d.is_error() && d.path.to_string() == path)
+            .unwrap_or_else(|| panic!("{limits}: expected an error at {path}, got {d:?}"));
+        assert_eq!(e.line, 6, "{limits}: located on the limits line");
+    }
+}
