@@ -28,6 +28,7 @@ use tokio::task::JoinSet;
 use zeroize::Zeroizing;
 
 use crate::addr::AddressPolicy;
+use crate::body::{BodyFramer, Framing};
 use crate::decide::Decider;
 use crate::head::{Host, RequestHead, Target, parse_head};
 use crate::record::{CloseReason, ConnectionRecord, Event, Outcome, ProxyKind, Recorder};
@@ -526,6 +527,18 @@ impl Proxy {
             }
         }
 
+        // Plain HTTP: where this request's body ends in what already
+        // arrived (a CONNECT head has no body); a malformed start is
+        // refused before anything is dialled.
+        let mut framer = BodyFramer::new(Framing::of(&head));
+        let in_body = match framer.feed(&leftover) {
+            Ok(n) => n,
+            Err(e) => {
+                let code = format!("bad_request:{}", e.code());
+                refuse(client, rec, 400, &code, &e.to_string()).await;
+                return;
+            }
+        };
         let declared = head
             .header("content-length")
             .and_then(|v| std::str::from_utf8(v).ok())
@@ -554,13 +567,25 @@ impl Proxy {
             self.run_tunnel(client, &mut up, leftover, &host, port, rec, signal)
                 .await;
         } else {
+            // One request per connection: only this request's body follows
+            // its head upstream; a pipelined request after it is dropped
+            // (it would reach the upstream undecided, unrecorded and with
+            // its Proxy-Authorization intact). The upstream is told
+            // `Connection: close`, and so is the client by the close.
             let mut first_up = rewrite_http_head(&head);
-            first_up.extend_from_slice(&leftover);
+            first_up.extend_from_slice(leftover.get(..in_body).unwrap_or_default());
             rec.outcome = Outcome::Allowed;
             rec.reason = "allowed".into();
             self.inner.decider.contacted(&host, port);
-            let (up_bytes, down_bytes, close) =
-                pump(client, &mut up, &first_up, &self.inner, signal).await;
+            let (up_bytes, down_bytes, close) = pump(
+                client,
+                &mut up,
+                &first_up,
+                Some(framer),
+                &self.inner,
+                signal,
+            )
+            .await;
             rec.bytes_up = up_bytes;
             rec.bytes_down = down_bytes;
             rec.close = close;
@@ -610,7 +635,8 @@ impl Proxy {
         rec.reason = "allowed".into();
         self.inner.decider.contacted(host, port);
         // 6. pump with limits
-        let (up_bytes, down_bytes, close) = pump(client, up, &first_up, &self.inner, signal).await;
+        let (up_bytes, down_bytes, close) =
+            pump(client, up, &first_up, None, &self.inner, signal).await;
         rec.bytes_up = up_bytes;
         rec.bytes_down = down_bytes;
         rec.close = close;
@@ -989,16 +1015,12 @@ fn rewrite_http_head(head: &RequestHead) -> Vec<u8> {
     else {
         return Vec::new();
     };
-    let listed: Vec<String> = head
-        .headers
-        .iter()
-        .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
-        .flat_map(|(_, v)| {
-            String::from_utf8_lossy(v)
-                .split(',')
-                .map(|t| t.trim().to_ascii_lowercase())
-                .collect::<Vec<_>>()
-        })
+    // The parser refused a `Connection` header naming a protected header;
+    // never drop one here either (the body is framed by them).
+    let listed: Vec<String> = crate::head::connection_options(head)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|o| !crate::head::CONNECTION_PROTECTED.contains(&o.as_str()))
         .collect();
     let mut out = Vec::with_capacity(512);
     out.extend_from_slice(format!("{} {} HTTP/1.1\r\n", head.method, path_and_query).as_bytes());
