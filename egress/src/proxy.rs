@@ -417,8 +417,19 @@ impl Proxy {
         // 1. request head
         let mut buf: Vec<u8> = Vec::with_capacity(1024);
         let deadline = tokio::time::Instant::now() + limits.header_timeout;
-        // The first byte tells SOCKS5 (0x05) from HTTP.
-        match tokio::time::timeout_at(deadline, fill(client, &mut buf, 1)).await {
+        // The first byte tells SOCKS5 (0x05) from HTTP. Shutdown does not
+        // wait for a client still sending its head.
+        let mut stop = signal.clone();
+        let first = unless_shutdown(
+            &mut stop,
+            tokio::time::timeout_at(deadline, fill(client, &mut buf, 1)),
+        )
+        .await;
+        let Some(first) = first else {
+            refuse_shutdown(client, rec).await;
+            return;
+        };
+        match first {
             Err(_) => {
                 refuse(
                     client,
@@ -440,7 +451,7 @@ impl Proxy {
             self.serve_socks(client, rec, buf, deadline, signal).await;
             return;
         }
-        let parsed = tokio::time::timeout_at(deadline, async {
+        let parsing = tokio::time::timeout_at(deadline, async {
             let mut chunk = [0u8; 2048];
             // Re-parse only when a read brought a line end (or filled the cap),
             // so a client dribbling bytes cannot make parsing quadratic.
@@ -469,8 +480,12 @@ impl Proxy {
                     }
                 }
             }
-        })
-        .await;
+        });
+        let parsed = unless_shutdown(&mut stop, parsing).await;
+        let Some(parsed) = parsed else {
+            refuse_shutdown(client, rec).await;
+            return;
+        };
         let (head, consumed) = match parsed {
             Err(_) => {
                 refuse(
@@ -552,6 +567,19 @@ impl Proxy {
                 return;
             }
         };
+        // No answer and no forwarded byte before the record is accepted.
+        let status = head.is_connect().then_some(200);
+        match self.admit(rec, status, &mut stop).await {
+            Some(true) => {}
+            Some(false) => {
+                refuse_unrecorded(client, rec).await;
+                return;
+            }
+            None => {
+                refuse_shutdown(client, rec).await;
+                return;
+            }
+        }
 
         if head.is_connect() {
             if client
@@ -608,7 +636,18 @@ impl Proxy {
         let cfg = &self.inner.config;
         // 5. SNI check
         if cfg.require_sni_match && cfg.sni_ports.contains(&port) {
-            match read_client_hello(client, &mut first_up, cfg.limits.tls_hello_timeout).await {
+            let mut stop = signal.clone();
+            let hello = unless_shutdown(
+                &mut stop,
+                read_client_hello(client, &mut first_up, cfg.limits.tls_hello_timeout),
+            )
+            .await;
+            let Some(hello) = hello else {
+                deny_after_200(rec, "shutdown");
+                rec.close = CloseReason::Shutdown;
+                return;
+            };
+            match hello {
                 Ok(ClientHello::Sni(sni)) => {
                     rec.sni = Some(sni.clone());
                     let matches = matches!(host, Host::Name(n) if *n == sni);
@@ -654,7 +693,8 @@ impl Proxy {
     ) {
         rec.kind = ProxyKind::Socks5;
         let cfg = &self.inner.config;
-        let handshake = tokio::time::timeout_at(deadline, async {
+        let mut stop = signal.clone();
+        let handshaking = tokio::time::timeout_at(deadline, async {
             // greeting: VER NMETHODS METHODS
             if !fill(client, &mut buf, 2).await {
                 return Err(("socks:client_closed", None));
@@ -743,8 +783,14 @@ impl Proxy {
                 Some(h) if port != 0 => Ok((h, port, buf.get(end..).unwrap_or_default().to_vec())),
                 _ => Err(("socks:bad_target", Some(socks_reply(1)))),
             }
-        })
-        .await;
+        });
+        let handshake = unless_shutdown(&mut stop, handshaking).await;
+        let Some(handshake) = handshake else {
+            let _ = client.shutdown().await;
+            deny_after_200(rec, "shutdown");
+            rec.close = CloseReason::Shutdown;
+            return;
+        };
         let (host, port, leftover) = match handshake {
             Err(_) => {
                 deny_after_200(rec, "header_timeout");
@@ -779,6 +825,18 @@ impl Proxy {
                 return;
             }
         };
+        let admitted = self.admit(rec, None, &mut stop).await;
+        if admitted != Some(true) {
+            let _ = client.write_all(&socks_reply(1)).await;
+            let _ = client.shutdown().await;
+            if admitted.is_some() {
+                deny_after_200(rec, "recording_unavailable");
+            } else {
+                deny_after_200(rec, "shutdown");
+                rec.close = CloseReason::Shutdown;
+            }
+            return;
+        }
         if client.write_all(&socks_reply(0)).await.is_err() {
             rec.reason = "client_closed".into();
             rec.close = CloseReason::ClientError;
@@ -786,6 +844,24 @@ impl Proxy {
         }
         self.run_tunnel(client, &mut up, leftover, &host, port, rec, signal)
             .await;
+    }
+
+    /// Waits until the recorder accepted the admission record of a
+    /// connection about to be let through (`status`: the answer it gets).
+    /// `Some(false)`: the recorder refused it; `None`: shutdown came first.
+    async fn admit(
+        &self,
+        rec: &ConnectionRecord,
+        status: Option<u16>,
+        stop: &mut ShutdownSignal,
+    ) -> Option<bool> {
+        let mut admitted = rec.clone();
+        admitted.outcome = Outcome::Allowed;
+        admitted.status = status;
+        let ev = Event::Admitted(admitted);
+        ev.trace();
+        let acceptance = self.inner.recorder.record_accepted(&ev);
+        unless_shutdown(stop, acceptance.accepted()).await
     }
 
     /// Steps 3–5 shared by every protocol: decide the name, resolve once,
@@ -927,6 +1003,43 @@ impl Refusal {
             close: CloseReason::Refused,
         }
     }
+}
+
+/// Runs `fut` unless the proxy shuts down first (`None`): a connection
+/// still sending its head, handshake or ClientHello, or waiting for its
+/// record to be accepted, is cut at once instead of holding up the
+/// shutdown.
+async fn unless_shutdown<F: Future>(signal: &mut ShutdownSignal, fut: F) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        () = signal.wait() => None,
+        out = fut => Some(out),
+    }
+}
+
+/// Answers 503 to a connection whose admission the recorder refused.
+async fn refuse_unrecorded<S>(client: &mut S, rec: &mut ConnectionRecord)
+where
+    S: AsyncWrite + Unpin,
+{
+    refuse(
+        client,
+        rec,
+        503,
+        "recording_unavailable",
+        "connections cannot be recorded",
+    )
+    .await;
+}
+
+/// Answers 503 to a connection cut by shutdown before it was connected;
+/// its record says `shutdown`.
+async fn refuse_shutdown<S>(client: &mut S, rec: &mut ConnectionRecord)
+where
+    S: AsyncWrite + Unpin,
+{
+    refuse(client, rec, 503, "shutdown", "the proxy is shutting down").await;
+    rec.close = CloseReason::Shutdown;
 }
 
 /// A SOCKS5 reply with a zero bound address.
