@@ -6,10 +6,17 @@
 //! 3. ask the [`Decider`] about the **name**, before any DNS lookup;
 //! 4. resolve on the host, check **every** address against the
 //!    [`AddressPolicy`]; dial the checked address (no second lookup);
-//! 5. for CONNECT to an SNI port, read the ClientHello and require SNI ==
+//! 5. wait until the [`Recorder`] accepted the connection's admission
+//!    record ([`Event::Admitted`]); only then answer `200` or forward a
+//!    byte (503 when it cannot be recorded);
+//! 6. for CONNECT to an SNI port, read the ClientHello and require SNI ==
 //!    CONNECT host;
-//! 6. pump bytes with per-connection and per-session byte limits and an
-//!    idle timeout; record the connection when it ends.
+//! 7. pump bytes with per-connection and per-session byte limits and an
+//!    idle timeout (plain HTTP: only the first request and its body go
+//!    upstream); record the connection when it ends.
+//!
+//! Shutdown cuts open tunnels and connections still sending a head,
+//! handshake or ClientHello; each is recorded as `shutdown`.
 
 use std::collections::VecDeque;
 use std::fmt;
