@@ -277,4 +277,38 @@ mod tests {
         )));
         assert!(!rec.healthy());
     }
+
+    #[test]
+    fn an_accepted_record_is_on_disk_when_its_acceptance_resolves() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("egress.jsonl");
+        let key = JournalKey::generate().unwrap();
+        let writer =
+            JournalWriter::create(&path, &key, &WriterOptions::default(), Timestamp(now_ms()))
+                .unwrap();
+        let (rec, thread) = JournalRecorder::start(writer, "s".into());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let admitted = |id| {
+            let r = ConnectionRecord::new(id, "unix".into(), SystemTime::now());
+            rec.record_accepted(&Event::Admitted(r))
+        };
+        let on_disk = || {
+            std::fs::read_to_string(&path)
+                .unwrap()
+                .matches("\"egress_admitted\"")
+                .count()
+        };
+        assert!(rt.block_on(admitted(7).accepted()));
+        // Accepted means written (and synced): before the thread finishes.
+        assert_eq!(on_disk(), 1);
+        assert!(rt.block_on(admitted(8).accepted()));
+        assert_eq!(on_disk(), 2);
+        thread.finish(&rec).unwrap();
+        // A stopped recorder accepts nothing, and says so at once.
+        assert!(!rt.block_on(admitted(9).accepted()));
+        assert!(!rec.healthy());
+        assert_eq!(on_disk(), 2);
+    }
 }
