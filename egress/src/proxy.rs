@@ -229,7 +229,8 @@ pub struct Shutdown {
 }
 
 impl Shutdown {
-    /// Stop accepting and cut open tunnels (recorded with `shutdown`).
+    /// Stop accepting, cut open tunnels and connections still sending a
+    /// head, handshake or ClientHello (recorded with `shutdown`).
     pub fn trigger(&self) {
         let _ = self.tx.send(true);
     }
@@ -297,8 +298,8 @@ impl Proxy {
         self.inner.session_bytes.load(Ordering::Relaxed)
     }
 
-    /// Serve until `signal` fires, then cut open tunnels and wait for their
-    /// records to be written.
+    /// Serve until `signal` fires, then cut open tunnels and connections
+    /// still setting up, and wait for their records to be written.
     pub async fn serve(&self, listener: Listener, mut signal: ShutdownSignal) -> io::Result<()> {
         if let Listener::Tcp(l) = &listener
             && let (Ok(a), Ok(mut own)) = (l.local_addr(), self.inner.own_listen.lock())
