@@ -6,7 +6,10 @@
 //! `Host`, `Content-Length` together with `Transfer-Encoding`, userinfo,
 //! percent-encoded or non-ASCII hosts, ambiguous IPv4 spellings (`0x7f.1`,
 //! `017.0.0.1`, `2130706433`), unbracketed IPv6, IPv6 zone identifiers,
-//! port 0 or ports with leading zeros.
+//! port 0 or ports with leading zeros, and a `Connection` header that
+//! names a header the proxy relies on (`Content-Length`,
+//! `Transfer-Encoding`, `Host`): dropping it as hop-by-hop would change how
+//! the upstream frames the body.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -17,6 +20,10 @@ pub const DEFAULT_MAX_HEAD_BYTES: usize = 16 * 1024;
 pub const MAX_HEADERS: usize = 100;
 /// Maximum length of a request target.
 pub const MAX_TARGET_BYTES: usize = 8 * 1024;
+/// Headers a `Connection` header must not name: the proxy frames the body
+/// by the first two and regenerates the third, so removing them as
+/// hop-by-hop would let the upstream read the body as another request.
+pub const CONNECTION_PROTECTED: [&str; 3] = ["content-length", "transfer-encoding", "host"];
 
 /// A destination host: a lowercase ASCII name without trailing dot, or an IP.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -142,6 +149,10 @@ pub enum HeadError {
     /// A framing combination used for request smuggling.
     #[error("ambiguous message framing: {0}")]
     Framing(&'static str),
+    /// A `Connection` header that is malformed or names a header the
+    /// proxy relies on ([`CONNECTION_PROTECTED`]).
+    #[error("Connection header not allowed: {0}")]
+    BadConnection(&'static str),
 }
 
 impl HeadError {
@@ -160,6 +171,7 @@ impl HeadError {
             Self::MissingHost => "missing_host",
             Self::HostMismatch => "host_mismatch",
             Self::Framing(_) => "ambiguous_framing",
+            Self::BadConnection(_) => "bad_connection",
         }
     }
 
@@ -480,6 +492,7 @@ fn check_semantics(head: &RequestHead) -> Result<(), HeadError> {
     if head.is_connect() && (te > 0 || cl > 0) {
         return Err(HeadError::Framing("CONNECT with a body"));
     }
+    check_connection(head)?;
     if te > 0 && cl > 0 {
         return Err(HeadError::Framing("Content-Length with Transfer-Encoding"));
     }
@@ -499,6 +512,44 @@ fn check_semantics(head: &RequestHead) -> Result<(), HeadError> {
         let v = head.header("content-length").unwrap_or_default();
         if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
             return Err(HeadError::Framing("invalid Content-Length"));
+        }
+    }
+    Ok(())
+}
+
+/// The options of every `Connection` header, lowercased, in order
+/// (empty list elements skipped). `Err` when an option is not a token.
+pub fn connection_options(head: &RequestHead) -> Result<Vec<String>, HeadError> {
+    let mut out = Vec::new();
+    for (_, value) in head
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
+    {
+        for option in value.split(|b| *b == b',') {
+            let option = trim_ows(option);
+            if option.is_empty() {
+                continue;
+            }
+            if !option.iter().all(|b| is_tchar(*b)) {
+                return Err(HeadError::BadConnection("option is not a token"));
+            }
+            out.push(String::from_utf8_lossy(option).to_ascii_lowercase());
+        }
+    }
+    Ok(out)
+}
+
+/// Refuses a `Connection` header naming a header the proxy relies on.
+fn check_connection(head: &RequestHead) -> Result<(), HeadError> {
+    for option in connection_options(head)? {
+        match option.as_str() {
+            "content-length" => return Err(HeadError::BadConnection("names Content-Length")),
+            "transfer-encoding" => {
+                return Err(HeadError::BadConnection("names Transfer-Encoding"));
+            }
+            "host" => return Err(HeadError::BadConnection("names Host")),
+            _ => {}
         }
     }
     Ok(())
@@ -632,6 +683,45 @@ mod tests {
         ok(
             "POST http://a.example/ HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\n\r\n",
         );
+    }
+
+    #[test]
+    fn a_connection_header_naming_a_header_the_proxy_relies_on_is_refused() {
+        for (value, want) in [
+            ("content-length", "names Content-Length"),
+            ("Keep-Alive, Content-Length", "names Content-Length"),
+            ("close,TRANSFER-ENCODING", "names Transfer-Encoding"),
+            ("host", "names Host"),
+            ("x-a, , host ", "names Host"),
+            ("keep-alive, a b", "option is not a token"),
+            ("\"close\"", "option is not a token"),
+        ] {
+            let s = format!(
+                "POST http://a.example/ HTTP/1.1\r\nHost: a.example\r\nContent-Length: 1\r\nConnection: {value}\r\n\r\nx"
+            );
+            assert_eq!(err(&s), HeadError::BadConnection(want), "{value}");
+            assert_eq!(err(&s).code(), "bad_connection");
+            assert_eq!(err(&s).status(), 400);
+        }
+        // also in a second Connection header, and on CONNECT
+        assert_eq!(
+            err("GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\nConnection: transfer-encoding\r\n\r\n").code(),
+            "bad_connection"
+        );
+        assert_eq!(
+            err(
+                "CONNECT a.example:443 HTTP/1.1\r\nHost: a.example:443\r\nConnection: host\r\n\r\n"
+            )
+            .code(),
+            "bad_connection"
+        );
+        // positive control: ordinary options and custom hop-by-hop tokens
+        for value in ["keep-alive", "close", "Keep-Alive, X-Trace", "x-a,,x-b", ""] {
+            let h = ok(&format!(
+                "POST http://a.example/ HTTP/1.1\r\nHost: a.example\r\nContent-Length: 1\r\nConnection: {value}\r\n\r\n"
+            ));
+            assert!(connection_options(&h).is_ok(), "{value}");
+        }
     }
 
     #[test]

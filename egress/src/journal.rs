@@ -8,6 +8,9 @@
 //! bounded, so a journal that cannot keep up slows the proxy down instead
 //! of dropping records. If a write fails, the recorder reports
 //! itself unhealthy and the proxy refuses new connections (fail closed).
+//! [`Recorder::record_accepted`] resolves once the group holding the
+//! record is synced (in `Synced` mode; written, in `Buffered`), and
+//! `false` when its write or sync failed or any earlier one did.
 
 use std::fmt;
 use std::sync::Arc;
@@ -18,7 +21,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use palisade_evidence::{Anchor, Body, Entry, Flags, JournalError, JournalWriter, Kind, Timestamp};
 
-use crate::record::{Event, Recorder};
+use crate::record::{Acceptance, AcceptanceSender, Event, Recorder};
 
 const QUEUE: usize = 16 * 1024;
 
@@ -29,9 +32,12 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// One queued record: its time, the event, and who waits for it.
+type Queued = (u64, Event, Option<AcceptanceSender>);
+
 /// Sends records to a journal writer thread.
 pub struct JournalRecorder {
-    tx: std::sync::Mutex<Option<SyncSender<(u64, Event)>>>,
+    tx: std::sync::Mutex<Option<SyncSender<Queued>>>,
     failed: Arc<AtomicBool>,
 }
 
@@ -53,7 +59,7 @@ pub struct JournalThread {
 impl JournalRecorder {
     /// Start a writer thread appending to `writer` under `session`.
     pub fn start(writer: JournalWriter, session: String) -> (Arc<Self>, JournalThread) {
-        let (tx, rx) = sync_channel::<(u64, Event)>(QUEUE);
+        let (tx, rx) = sync_channel::<Queued>(QUEUE);
         let failed = Arc::new(AtomicBool::new(false));
         let w = writer.clone();
         let f = failed.clone();
@@ -85,7 +91,7 @@ const GROUP_MAX: usize = 1024;
 fn run(
     writer: &JournalWriter,
     session: &str,
-    rx: &Receiver<(u64, Event)>,
+    rx: &Receiver<Queued>,
     failed: &AtomicBool,
 ) -> Result<(), JournalError> {
     let mut result = Ok(());
@@ -103,25 +109,37 @@ fn run(
             }
         }
         let mut last = None;
-        for (at, event) in group.drain(..) {
+        // Waiters whose record was submitted; settled after the sync.
+        let mut waiting = Vec::new();
+        for (at, event, ack) in group.drain(..) {
             let (kind, flags) = match &event {
                 Event::Connection(_) => (Kind::EgressConnection, Flags::NONE),
                 Event::Relay(_) => (Kind::RelayRequest, Flags::NONE),
                 Event::Taint(_) => (Kind::TaintRaised, Flags::TAINTED),
+                // `egress_admitted`: a valid static name, so never the fallback.
+                other => match Kind::parse(other.kind()) {
+                    Ok(k) => (k, Flags::NONE),
+                    Err(_) => (Kind::EgressConnection, Flags::NONE),
+                },
             };
             let entry = match Body::from_value(&event.to_json()) {
                 Ok(body) => Entry::new(Timestamp(at), session, kind, body).with_flags(flags),
                 Err(e) => {
                     tracing::error!(target: "palisade_egress", error = %e, "record could not be encoded");
                     failed.store(true, Ordering::SeqCst);
+                    settle(ack, false);
                     continue;
                 }
             };
             match writer.submit(&entry) {
-                Ok(ticket) => last = Some(ticket),
+                Ok(ticket) => {
+                    last = Some(ticket);
+                    waiting.extend(ack);
+                }
                 Err(e) => {
                     tracing::error!(target: "palisade_egress", error = %e, "journal append failed");
                     failed.store(true, Ordering::SeqCst);
+                    settle(ack, false);
                     result = Err(e);
                 }
             }
@@ -135,19 +153,48 @@ fn run(
             failed.store(true, Ordering::SeqCst);
             result = Err(e);
         }
+        // A record counts as accepted only while nothing has failed: once
+        // a write failed, no later connection is let through either.
+        let ok = !failed.load(Ordering::SeqCst);
+        for ack in waiting {
+            ack.settle(ok);
+        }
     }
     result
 }
 
-impl Recorder for JournalRecorder {
-    fn record(&self, event: &Event) {
+fn settle(ack: Option<AcceptanceSender>, accepted: bool) {
+    if let Some(a) = ack {
+        a.settle(accepted);
+    }
+}
+
+impl JournalRecorder {
+    fn enqueue(&self, event: &Event, ack: Option<AcceptanceSender>) {
         let sent = self.tx.lock().ok().and_then(|tx| {
             tx.as_ref()
-                .map(|t| t.send((now_ms(), event.clone())).is_ok())
+                .map(|t| t.send((now_ms(), event.clone(), ack)).is_ok())
         });
         if sent != Some(true) {
+            // A record sent to a stopped thread is dropped with its
+            // waiter, which then counts as refused.
             self.failed.store(true, Ordering::SeqCst);
         }
+    }
+}
+
+impl Recorder for JournalRecorder {
+    fn record(&self, event: &Event) {
+        self.enqueue(event, None);
+    }
+
+    fn record_accepted(&self, event: &Event) -> Acceptance {
+        if !self.healthy() {
+            return Acceptance::ready(false);
+        }
+        let (ack, acceptance) = Acceptance::pending();
+        self.enqueue(event, Some(ack));
+        acceptance
     }
 
     fn healthy(&self) -> bool {
@@ -231,5 +278,39 @@ mod tests {
             SystemTime::now(),
         )));
         assert!(!rec.healthy());
+    }
+
+    #[test]
+    fn an_accepted_record_is_on_disk_when_its_acceptance_resolves() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("egress.jsonl");
+        let key = JournalKey::generate().unwrap();
+        let writer =
+            JournalWriter::create(&path, &key, &WriterOptions::default(), Timestamp(now_ms()))
+                .unwrap();
+        let (rec, thread) = JournalRecorder::start(writer, "s".into());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let admitted = |id| {
+            let r = ConnectionRecord::new(id, "unix".into(), SystemTime::now());
+            rec.record_accepted(&Event::Admitted(r))
+        };
+        let on_disk = || {
+            std::fs::read_to_string(&path)
+                .unwrap()
+                .matches("\"egress_admitted\"")
+                .count()
+        };
+        assert!(rt.block_on(admitted(7).accepted()));
+        // Accepted means written (and synced): before the thread finishes.
+        assert_eq!(on_disk(), 1);
+        assert!(rt.block_on(admitted(8).accepted()));
+        assert_eq!(on_disk(), 2);
+        thread.finish(&rec).unwrap();
+        // A stopped recorder accepts nothing, and says so at once.
+        assert!(!rt.block_on(admitted(9).accepted()));
+        assert!(!rec.healthy());
+        assert_eq!(on_disk(), 2);
     }
 }

@@ -11,10 +11,12 @@
 //!   credential in place of a per-session placeholder.
 //! * [`control`]: the session control channel (taint reports, outward
 //!   approvals, session state) between a worker, its session and the host.
-//! * [`head`], [`sni`], [`addr`]: pure, bounded, fuzzed parsers and tables.
+//! * [`head`], [`body`], [`sni`], [`addr`]: pure, bounded, fuzzed parsers and
+//!   tables.
 #![forbid(unsafe_code)]
 
 pub mod addr;
+pub mod body;
 pub mod control;
 pub mod decide;
 pub mod head;
@@ -29,6 +31,7 @@ pub mod sni;
 
 #[doc(hidden)]
 pub mod __fuzz {
+    pub use crate::body::__fuzz::chunked_body;
     pub use crate::head::__fuzz::request_head;
     pub use crate::sni::__fuzz::client_hello;
 }

@@ -8,10 +8,17 @@
 //!    contacted" are recorded in that same step, never after the dial);
 //! 4. resolve on the host, check **every** address against the
 //!    [`AddressPolicy`]; dial the checked address (no second lookup);
-//! 5. for CONNECT to an SNI port, read the ClientHello and require SNI ==
+//! 5. wait until the [`Recorder`] accepted the connection's admission
+//!    record ([`Event::Admitted`]); only then answer `200` or forward a
+//!    byte (503 when it cannot be recorded);
+//! 6. for CONNECT to an SNI port, read the ClientHello and require SNI ==
 //!    CONNECT host;
-//! 6. pump bytes with per-connection and per-session byte limits and an
-//!    idle timeout; record the connection when it ends.
+//! 7. pump bytes with per-connection and per-session byte limits and an
+//!    idle timeout (plain HTTP: only the first request and its body go
+//!    upstream); record the connection when it ends.
+//!
+//! Shutdown cuts open tunnels and connections still sending a head,
+//! handshake or ClientHello; each is recorded as `shutdown`.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -30,6 +37,7 @@ use tokio::task::JoinSet;
 use zeroize::Zeroizing;
 
 use crate::addr::AddressPolicy;
+use crate::body::{BodyFramer, Framing};
 use crate::decide::Decider;
 use crate::head::{Host, RequestHead, Target, parse_head};
 use crate::record::{CloseReason, ConnectionRecord, Event, Outcome, ProxyKind, Recorder};
@@ -223,7 +231,8 @@ pub struct Shutdown {
 }
 
 impl Shutdown {
-    /// Stop accepting and cut open tunnels (recorded with `shutdown`).
+    /// Stop accepting, cut open tunnels and connections still sending a
+    /// head, handshake or ClientHello (recorded with `shutdown`).
     pub fn trigger(&self) {
         let _ = self.tx.send(true);
     }
@@ -291,8 +300,8 @@ impl Proxy {
         self.inner.session_bytes.load(Ordering::Relaxed)
     }
 
-    /// Serve until `signal` fires, then cut open tunnels and wait for their
-    /// records to be written.
+    /// Serve until `signal` fires, then cut open tunnels and connections
+    /// still setting up, and wait for their records to be written.
     pub async fn serve(&self, listener: Listener, mut signal: ShutdownSignal) -> io::Result<()> {
         if let Listener::Tcp(l) = &listener
             && let (Ok(a), Ok(mut own)) = (l.local_addr(), self.inner.own_listen.lock())
@@ -418,8 +427,19 @@ impl Proxy {
         // 1. request head
         let mut buf: Vec<u8> = Vec::with_capacity(1024);
         let deadline = tokio::time::Instant::now() + limits.header_timeout;
-        // The first byte tells SOCKS5 (0x05) from HTTP.
-        match tokio::time::timeout_at(deadline, fill(client, &mut buf, 1)).await {
+        // The first byte tells SOCKS5 (0x05) from HTTP. Shutdown does not
+        // wait for a client still sending its head.
+        let mut stop = signal.clone();
+        let first = unless_shutdown(
+            &mut stop,
+            tokio::time::timeout_at(deadline, fill(client, &mut buf, 1)),
+        )
+        .await;
+        let Some(first) = first else {
+            refuse_shutdown(client, rec).await;
+            return;
+        };
+        match first {
             Err(_) => {
                 refuse(
                     client,
@@ -441,7 +461,7 @@ impl Proxy {
             self.serve_socks(client, rec, buf, deadline, signal).await;
             return;
         }
-        let parsed = tokio::time::timeout_at(deadline, async {
+        let parsing = tokio::time::timeout_at(deadline, async {
             let mut chunk = [0u8; 2048];
             // Re-parse only when a read brought a line end (or filled the cap),
             // so a client dribbling bytes cannot make parsing quadratic.
@@ -470,8 +490,12 @@ impl Proxy {
                     }
                 }
             }
-        })
-        .await;
+        });
+        let parsed = unless_shutdown(&mut stop, parsing).await;
+        let Some(parsed) = parsed else {
+            refuse_shutdown(client, rec).await;
+            return;
+        };
         let (head, consumed) = match parsed {
             Err(_) => {
                 refuse(
@@ -528,6 +552,18 @@ impl Proxy {
             }
         }
 
+        // Plain HTTP: where this request's body ends in what already
+        // arrived (a CONNECT head has no body); a malformed start is
+        // refused before anything is dialled.
+        let mut framer = BodyFramer::new(Framing::of(&head));
+        let in_body = match framer.feed(&leftover) {
+            Ok(n) => n,
+            Err(e) => {
+                let code = format!("bad_request:{}", e.code());
+                refuse(client, rec, 400, &code, &e.to_string()).await;
+                return;
+            }
+        };
         let declared = head
             .header("content-length")
             .and_then(|v| std::str::from_utf8(v).ok())
@@ -541,6 +577,19 @@ impl Proxy {
                 return;
             }
         };
+        // No answer and no forwarded byte before the record is accepted.
+        let status = head.is_connect().then_some(200);
+        match self.admit(rec, status, &mut stop).await {
+            Some(true) => {}
+            Some(false) => {
+                refuse_unrecorded(client, rec).await;
+                return;
+            }
+            None => {
+                refuse_shutdown(client, rec).await;
+                return;
+            }
+        }
 
         if head.is_connect() {
             if client
@@ -556,12 +605,24 @@ impl Proxy {
             self.run_tunnel(client, &mut up, leftover, &host, port, rec, signal)
                 .await;
         } else {
+            // One request per connection: only this request's body follows
+            // its head upstream; a pipelined request after it is dropped
+            // (it would reach the upstream undecided, unrecorded and with
+            // its Proxy-Authorization intact). The upstream is told
+            // `Connection: close`, and so is the client by the close.
             let mut first_up = rewrite_http_head(&head);
-            first_up.extend_from_slice(&leftover);
+            first_up.extend_from_slice(leftover.get(..in_body).unwrap_or_default());
             rec.outcome = Outcome::Allowed;
             rec.reason = "allowed".into();
-            let (up_bytes, down_bytes, close) =
-                pump(client, &mut up, &first_up, &self.inner, signal).await;
+            let (up_bytes, down_bytes, close) = pump(
+                client,
+                &mut up,
+                &first_up,
+                Some(framer),
+                &self.inner,
+                signal,
+            )
+            .await;
             rec.bytes_up = up_bytes;
             rec.bytes_down = down_bytes;
             rec.close = close;
@@ -584,7 +645,18 @@ impl Proxy {
         let cfg = &self.inner.config;
         // 5. SNI check
         if cfg.require_sni_match && cfg.sni_ports.contains(&port) {
-            match read_client_hello(client, &mut first_up, cfg.limits.tls_hello_timeout).await {
+            let mut stop = signal.clone();
+            let hello = unless_shutdown(
+                &mut stop,
+                read_client_hello(client, &mut first_up, cfg.limits.tls_hello_timeout),
+            )
+            .await;
+            let Some(hello) = hello else {
+                deny_after_200(rec, "shutdown");
+                rec.close = CloseReason::Shutdown;
+                return;
+            };
+            match hello {
                 Ok(ClientHello::Sni(sni)) => {
                     rec.sni = Some(sni.clone());
                     let matches = matches!(host, Host::Name(n) if *n == sni);
@@ -610,7 +682,8 @@ impl Proxy {
         rec.outcome = Outcome::Allowed;
         rec.reason = "allowed".into();
         // 6. pump with limits
-        let (up_bytes, down_bytes, close) = pump(client, up, &first_up, &self.inner, signal).await;
+        let (up_bytes, down_bytes, close) =
+            pump(client, up, &first_up, None, &self.inner, signal).await;
         rec.bytes_up = up_bytes;
         rec.bytes_down = down_bytes;
         rec.close = close;
@@ -628,7 +701,8 @@ impl Proxy {
     ) {
         rec.kind = ProxyKind::Socks5;
         let cfg = &self.inner.config;
-        let handshake = tokio::time::timeout_at(deadline, async {
+        let mut stop = signal.clone();
+        let handshaking = tokio::time::timeout_at(deadline, async {
             // greeting: VER NMETHODS METHODS
             if !fill(client, &mut buf, 2).await {
                 return Err(("socks:client_closed", None));
@@ -717,8 +791,14 @@ impl Proxy {
                 Some(h) if port != 0 => Ok((h, port, buf.get(end..).unwrap_or_default().to_vec())),
                 _ => Err(("socks:bad_target", Some(socks_reply(1)))),
             }
-        })
-        .await;
+        });
+        let handshake = unless_shutdown(&mut stop, handshaking).await;
+        let Some(handshake) = handshake else {
+            let _ = client.shutdown().await;
+            deny_after_200(rec, "shutdown");
+            rec.close = CloseReason::Shutdown;
+            return;
+        };
         let (host, port, leftover) = match handshake {
             Err(_) => {
                 deny_after_200(rec, "header_timeout");
@@ -753,6 +833,18 @@ impl Proxy {
                 return;
             }
         };
+        let admitted = self.admit(rec, None, &mut stop).await;
+        if admitted != Some(true) {
+            let _ = client.write_all(&socks_reply(1)).await;
+            let _ = client.shutdown().await;
+            if admitted.is_some() {
+                deny_after_200(rec, "recording_unavailable");
+            } else {
+                deny_after_200(rec, "shutdown");
+                rec.close = CloseReason::Shutdown;
+            }
+            return;
+        }
         if client.write_all(&socks_reply(0)).await.is_err() {
             rec.reason = "client_closed".into();
             rec.close = CloseReason::ClientError;
@@ -760,6 +852,24 @@ impl Proxy {
         }
         self.run_tunnel(client, &mut up, leftover, &host, port, rec, signal)
             .await;
+    }
+
+    /// Waits until the recorder accepted the admission record of a
+    /// connection about to be let through (`status`: the answer it gets).
+    /// `Some(false)`: the recorder refused it; `None`: shutdown came first.
+    async fn admit(
+        &self,
+        rec: &ConnectionRecord,
+        status: Option<u16>,
+        stop: &mut ShutdownSignal,
+    ) -> Option<bool> {
+        let mut admitted = rec.clone();
+        admitted.outcome = Outcome::Allowed;
+        admitted.status = status;
+        let ev = Event::Admitted(admitted);
+        ev.trace();
+        let acceptance = self.inner.recorder.record_accepted(&ev);
+        unless_shutdown(stop, acceptance.accepted()).await
     }
 
     /// Steps 3–5 shared by every protocol: decide the name, resolve once,
@@ -903,6 +1013,43 @@ impl Refusal {
     }
 }
 
+/// Runs `fut` unless the proxy shuts down first (`None`): a connection
+/// still sending its head, handshake or ClientHello, or waiting for its
+/// record to be accepted, is cut at once instead of holding up the
+/// shutdown.
+async fn unless_shutdown<F: Future>(signal: &mut ShutdownSignal, fut: F) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        () = signal.wait() => None,
+        out = fut => Some(out),
+    }
+}
+
+/// Answers 503 to a connection whose admission the recorder refused.
+async fn refuse_unrecorded<S>(client: &mut S, rec: &mut ConnectionRecord)
+where
+    S: AsyncWrite + Unpin,
+{
+    refuse(
+        client,
+        rec,
+        503,
+        "recording_unavailable",
+        "connections cannot be recorded",
+    )
+    .await;
+}
+
+/// Answers 503 to a connection cut by shutdown before it was connected;
+/// its record says `shutdown`.
+async fn refuse_shutdown<S>(client: &mut S, rec: &mut ConnectionRecord)
+where
+    S: AsyncWrite + Unpin,
+{
+    refuse(client, rec, 503, "shutdown", "the proxy is shutting down").await;
+    rec.close = CloseReason::Shutdown;
+}
+
 /// A SOCKS5 reply with a zero bound address.
 fn socks_reply(code: u8) -> Vec<u8> {
     vec![5, code, 0, 1, 0, 0, 0, 0, 0, 0]
@@ -989,16 +1136,12 @@ fn rewrite_http_head(head: &RequestHead) -> Vec<u8> {
     else {
         return Vec::new();
     };
-    let listed: Vec<String> = head
-        .headers
-        .iter()
-        .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
-        .flat_map(|(_, v)| {
-            String::from_utf8_lossy(v)
-                .split(',')
-                .map(|t| t.trim().to_ascii_lowercase())
-                .collect::<Vec<_>>()
-        })
+    // The parser refused a `Connection` header naming a protected header;
+    // never drop one here either (the body is framed by them).
+    let listed: Vec<String> = crate::head::connection_options(head)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|o| !crate::head::CONNECTION_PROTECTED.contains(&o.as_str()))
         .collect();
     let mut out = Vec::with_capacity(512);
     out.extend_from_slice(format!("{} {} HTTP/1.1\r\n", head.method, path_and_query).as_bytes());

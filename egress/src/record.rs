@@ -4,6 +4,12 @@
 //!
 //! Records carry hosts, ports, addresses, decisions, byte counts and
 //! durations; never payload bytes, header values or credentials.
+//!
+//! A connection the proxy lets through has two records: an
+//! [`Event::Admitted`] it waits on ([`Recorder::record_accepted`]) before
+//! the worker gets its `200` or a byte is forwarded, and the
+//! [`Event::Connection`] written when it ends. A recorder that cannot
+//! accept the first turns the connection into a `503`.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -231,6 +237,11 @@ pub struct TaintRecord {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Event {
+    /// A proxy connection that passed every check before its answer: the
+    /// proxy sends `200` (or forwards the request) only once the recorder
+    /// accepted this record. Its [`Self::Connection`] record follows when
+    /// it ends, with the same `id`.
+    Admitted(ConnectionRecord),
     /// A proxy connection attempt.
     Connection(ConnectionRecord),
     /// A relay request.
@@ -246,10 +257,11 @@ fn millis(t: SystemTime) -> u64 {
 }
 
 impl Event {
-    /// The evidence record kind: `egress_connection`, `relay_request` or
-    /// `taint_raised`.
+    /// The evidence record kind: `egress_admitted`, `egress_connection`,
+    /// `relay_request` or `taint_raised`.
     pub fn kind(&self) -> &'static str {
         match self {
+            Self::Admitted(_) => "egress_admitted",
             Self::Connection(_) => "egress_connection",
             Self::Relay(_) => "relay_request",
             Self::Taint(_) => "taint_raised",
@@ -259,6 +271,18 @@ impl Event {
     /// The JSON body for the evidence journal.
     pub fn to_json(&self) -> Value {
         match self {
+            Self::Admitted(r) => json!({
+                "id": r.id,
+                "peer": r.peer,
+                "started_ms": millis(r.started_at),
+                "proxy_type": r.kind.as_str(),
+                "host": r.host,
+                "port": r.port,
+                "resolved": r.resolved.map(|a| a.to_string()),
+                "decision": r.outcome.as_str(),
+                "rule": r.rule,
+                "status": r.status,
+            }),
             Self::Connection(r) => json!({
                 "id": r.id,
                 "peer": r.peer,
@@ -304,6 +328,14 @@ impl Event {
     /// Emit this record as a `tracing` event (target `palisade_egress`).
     pub fn trace(&self) {
         match self {
+            Self::Admitted(r) => tracing::debug!(
+                target: "palisade_egress",
+                kind = "egress_admitted",
+                id = r.id,
+                proxy_type = r.kind.as_str(),
+                host = r.host.as_deref().unwrap_or(""),
+                port = r.port.unwrap_or(0),
+            ),
             Self::Connection(r) => tracing::info!(
                 target: "palisade_egress",
                 kind = "egress_connection",
@@ -343,12 +375,68 @@ impl Event {
     }
 }
 
+/// Whether a recorder accepted one record ([`Recorder::record_accepted`]).
+#[derive(Debug)]
+pub struct Acceptance(AcceptanceState);
+
+#[derive(Debug)]
+enum AcceptanceState {
+    Ready(bool),
+    Waiting(tokio::sync::oneshot::Receiver<bool>),
+}
+
+impl Acceptance {
+    /// Already settled: `true` accepted, `false` refused.
+    pub fn ready(accepted: bool) -> Self {
+        Self(AcceptanceState::Ready(accepted))
+    }
+
+    /// Settled later through the returned [`AcceptanceSender`]; a sender
+    /// dropped unsettled counts as refused.
+    pub fn pending() -> (AcceptanceSender, Self) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (AcceptanceSender(tx), Self(AcceptanceState::Waiting(rx)))
+    }
+
+    /// Resolves once settled: whether the record was accepted.
+    pub async fn accepted(self) -> bool {
+        match self.0 {
+            AcceptanceState::Ready(ok) => ok,
+            AcceptanceState::Waiting(rx) => rx.await.unwrap_or(false),
+        }
+    }
+}
+
+/// Settles a pending [`Acceptance`].
+#[derive(Debug)]
+pub struct AcceptanceSender(tokio::sync::oneshot::Sender<bool>);
+
+impl AcceptanceSender {
+    /// Reports whether the record was accepted (durably written, for a
+    /// recorder that syncs).
+    pub fn settle(self, accepted: bool) {
+        let _ = self.0.send(accepted);
+    }
+}
+
 /// Where records go. Implementations must not block for long: the proxy
 /// calls this on its IO tasks (a journal with group commit hands the
 /// record to its writer thread).
 pub trait Recorder: Send + Sync + fmt::Debug {
     /// Record one event.
     fn record(&self, event: &Event);
+
+    /// Record one event and report when it is accepted. The proxy awaits
+    /// this for [`Event::Admitted`] before it answers `200` or forwards a
+    /// byte, and answers `503` when it resolves `false`. A recorder that
+    /// writes durably must resolve only once the record is (the journal
+    /// recorder: after the `fdatasync` of its group, in `Synced` mode),
+    /// and `false` for this and every later record once a write failed.
+    /// The default records and reports [`Self::healthy`] afterwards.
+    fn record_accepted(&self, event: &Event) -> Acceptance {
+        self.record(event);
+        Acceptance::ready(self.healthy())
+    }
 
     /// Whether records can still be written. The proxy and the relays
     /// refuse new work while this is `false` (fail closed).
@@ -380,6 +468,17 @@ impl MemoryRecorder {
             .into_iter()
             .filter_map(|e| match e {
                 Event::Connection(c) => Some(c),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Only the admission records.
+    pub fn admitted(&self) -> Vec<ConnectionRecord> {
+        self.events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Admitted(c) => Some(c),
                 _ => None,
             })
             .collect()

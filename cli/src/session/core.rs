@@ -18,7 +18,7 @@ use palisade_egress::control::{
 };
 use palisade_egress::decide::{Decider, Verdict as ProxyVerdict};
 use palisade_egress::head::Host;
-use palisade_egress::record::{Event as ProxyEvent, Recorder};
+use palisade_egress::record::{Acceptance, Event as ProxyEvent, Recorder};
 use palisade_evidence::{Body, Entry, Flags, JournalWriter, Kind, Timestamp};
 use palisade_policy::egress::{ConnectRequest, decide as decide_egress};
 use palisade_policy::outward::{OutwardRequest, OutwardTable};
@@ -84,8 +84,10 @@ impl Journal {
         }
     }
 
-    /// Appends one record now; errors mark the journal failed.
-    pub(crate) fn record(&self, kind: Kind, body: &Value, flags: Flags) {
+    /// Appends one record now; errors mark the journal failed. Whether it
+    /// was appended (durably, as the writer is configured) while nothing
+    /// had failed before.
+    pub(crate) fn record(&self, kind: Kind, body: &Value, flags: Flags) -> bool {
         let res = Body::from_value(body)
             .map_err(|e| e.to_string())
             .and_then(|b| {
@@ -96,11 +98,12 @@ impl Journal {
                     .map(|_| ())
                     .map_err(|e| e.to_string())
             });
-        if let Err(e) = res
+        if let Err(e) = &res
             && !self.failed.swap(true, Ordering::SeqCst)
         {
             eprintln!("palisade: journal write failed, stopping the session: {e}");
         }
+        res.is_ok() && !self.failed()
     }
 
     /// Whether a write failed.
@@ -362,19 +365,40 @@ impl Decider for SessionCore {
     }
 }
 
-impl Recorder for SessionCore {
-    fn record(&self, event: &ProxyEvent) {
+impl SessionCore {
+    /// Appends a proxy or relay record now; whether it was accepted.
+    fn append_event(&self, event: &ProxyEvent) -> bool {
         let kind = match event {
             ProxyEvent::Relay(_) => Kind::RelayRequest,
             ProxyEvent::Taint(_) => Kind::TaintRaised,
-            _ => Kind::EgressConnection,
+            ProxyEvent::Connection(_) => Kind::EgressConnection,
+            other => Kind::parse(other.kind()).unwrap_or(Kind::EgressConnection),
         };
         let flags = if self.is_tainted() {
             Flags::TAINTED
         } else {
             Flags::NONE
         };
-        self.journal.record(kind, &event.to_json(), flags);
+        self.journal.record(kind, &event.to_json(), flags)
+    }
+}
+
+impl Recorder for SessionCore {
+    fn record(&self, event: &ProxyEvent) {
+        let _ = self.append_event(event);
+    }
+
+    /// The journal appends synchronously, so the answer is final: the
+    /// proxy lets a connection through only once its admission is on disk.
+    fn record_accepted(&self, event: &ProxyEvent) -> Acceptance {
+        if self.journal.failed() {
+            return Acceptance::ready(false);
+        }
+        Acceptance::ready(self.append_event(event))
+    }
+
+    fn healthy(&self) -> bool {
+        !self.journal.failed()
     }
 }
 

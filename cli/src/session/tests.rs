@@ -448,3 +448,39 @@ async fn a_burst_in_a_session_without_a_taint_source_is_allowed_whole() {
     let lines = journal_lines(&r).await;
     assert!(!lines.iter().any(|l| l["kind"] == "taint_raised"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_that_stops_taking_records_turns_new_connections_into_503() {
+    use palisade_egress::record::Recorder as _;
+    let r = rig().await;
+    let a = origin();
+    let pp = r.proxy_port;
+    // positive control: admitted, recorded, answered
+    let (st, line) = blocking(move || connect(pp, "alpha.test", a)).await;
+    assert!(st.contains(" 200"), "{st}");
+    assert_eq!(line, "hello from origin\n");
+    assert!(r.core.healthy());
+    // The journal takes no more records (as on a full disk, every append
+    // now fails).
+    r.core.journal().close().unwrap();
+    let (st, line) = blocking(move || connect(pp, "alpha.test", a)).await;
+    assert!(st.contains(" 503"), "{st}");
+    assert!(line.is_empty(), "no tunnel without a record: {line:?}");
+    assert!(!r.core.healthy());
+    // Every later connection too (answered at once, before its head).
+    let later = blocking(move || {
+        let mut s = TcpStream::connect(("127.0.0.1", pp)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = write!(
+            s,
+            "CONNECT alpha.test:{a} HTTP/1.1\r\nHost: alpha.test:{a}\r\n\r\n"
+        );
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    })
+    .await;
+    assert!(later.starts_with("HTTP/1.1 503"), "{later}");
+    let text = std::fs::read_to_string(&r.journal).unwrap();
+    assert_eq!(text.matches("\"egress_admitted\"").count(), 1, "{text}");
+}

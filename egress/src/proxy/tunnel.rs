@@ -23,6 +23,7 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, In
 use tokio::net::{TcpStream, UnixStream};
 
 use super::{Inner, ShutdownSignal};
+use crate::body::BodyFramer;
 use crate::record::CloseReason;
 
 /// A client connection; the ones accepted by [`super::Proxy::serve`] are
@@ -497,19 +498,24 @@ async fn splice_dir(
 
 /// Pump bytes both ways until both directions end, a limit is crossed,
 /// the tunnel idles out or the proxy shuts down. `first_up` (a peeked
-/// ClientHello, a rewritten request head) is sent upstream first.
+/// ClientHello, a rewritten request head) is sent upstream first. With a
+/// `body` framer (plain HTTP) the client's bytes are forwarded only up to
+/// the end of that request's body; later bytes (a pipelined request) are
+/// read and dropped, never forwarded.
 pub(super) async fn pump<S: Conn>(
     client: &mut S,
     upstream: &mut Upstream,
     first_up: &[u8],
+    body: Option<BodyFramer>,
     inner: &Inner,
     signal: ShutdownSignal,
 ) -> (u64, u64, CloseReason) {
     let near = upstream.near;
-    pump_with(
+    pump_inner(
         client,
         (&mut upstream.stream, near),
         first_up,
+        body,
         inner,
         signal,
         Mode::Adaptive,
@@ -517,10 +523,23 @@ pub(super) async fn pump<S: Conn>(
     .await
 }
 
+#[cfg(test)]
 pub(super) async fn pump_with<S: Conn>(
+    client: &mut S,
+    upstream: (&mut TcpStream, bool),
+    first_up: &[u8],
+    inner: &Inner,
+    signal: ShutdownSignal,
+    mode: Mode,
+) -> (u64, u64, CloseReason) {
+    pump_inner(client, upstream, first_up, None, inner, signal, mode).await
+}
+
+async fn pump_inner<S: Conn>(
     client: &mut S,
     (upstream, upstream_near): (&mut TcpStream, bool),
     first_up: &[u8],
+    body: Option<BodyFramer>,
     inner: &Inner,
     signal: ShutdownSignal,
     mode: Mode,
@@ -555,13 +574,25 @@ pub(super) async fn pump_with<S: Conn>(
         let u = (Sock::Tcp(upstream), upstream_near);
         // A TCP client on loopback is as near as it gets.
         let c = (c, c.loopback_peer());
-        let up = sock_dir(c, u, &meter, &up_flow, mode);
+        let up = async {
+            match body {
+                Some(mut framer) => framed_sock_dir(c.0, u.0, &mut framer, &meter, &up_flow).await,
+                None => sock_dir(c, u, &meter, &up_flow, mode).await,
+            }
+        };
         let down = sock_dir(u, c, &meter, &down_flow, mode);
         drive((up, &up_flow), (down, &down_flow), &meter, idle, signal).await
     } else {
         let (mut cr, mut cw) = tokio::io::split(client);
         let (mut ur, mut uw) = upstream.split();
-        let up = copy_dir(&mut cr, &mut uw, &meter, &up_flow);
+        let up = async {
+            match body {
+                Some(mut framer) => {
+                    framed_copy_dir(&mut cr, &mut uw, &mut framer, &meter, &up_flow).await
+                }
+                None => copy_dir(&mut cr, &mut uw, &meter, &up_flow).await,
+            }
+        };
         let down = copy_dir(&mut ur, &mut cw, &meter, &down_flow);
         drive((up, &up_flow), (down, &down_flow), &meter, idle, signal).await
     };
@@ -570,6 +601,102 @@ pub(super) async fn pump_with<S: Conn>(
         down_flow.moved.load(Ordering::Relaxed),
         close,
     )
+}
+
+/// How much of `buf` the next read of a framed body may fill: never past
+/// a known end, so a `Content-Length` body is read exactly.
+fn framed_room(framer: &BodyFramer, buf: &[u8]) -> usize {
+    framer
+        .remaining_hint()
+        .and_then(|r| usize::try_from(r).ok())
+        .map_or(buf.len(), |r| r.clamp(1, buf.len()))
+}
+
+/// The client → upstream direction of a plain-HTTP request between two
+/// sockets: the body up to its end, metered; then the client's later bytes
+/// are drained (so closing does not reset the connection under the
+/// response) and dropped.
+async fn framed_sock_dir(
+    src: Sock<'_>,
+    dst: Sock<'_>,
+    framer: &mut BodyFramer,
+    meter: &Meter<'_>,
+    flow: &Flow,
+) -> Result<(), DirEnd> {
+    let mut buf = vec![0u8; SMALL_BUF];
+    while !framer.is_done() {
+        meter.check()?;
+        let room = framed_room(framer, &buf);
+        let slot = buf.get_mut(..room).unwrap_or_default();
+        let n = src.read(slot).await.map_err(|_| DirEnd::ReadErr)?;
+        if n == 0 {
+            dst.shutdown_write();
+            return Ok(());
+        }
+        let got = slot.get(..n).unwrap_or_default();
+        let body = framer.feed(got).map_err(|_| DirEnd::ReadErr)?;
+        flow.start();
+        let allowed = meter.take(body as u64);
+        let pass = usize::try_from(allowed).unwrap_or(body).min(body);
+        dst.write_all(got.get(..pass).unwrap_or_default())
+            .await
+            .map_err(|_| DirEnd::WriteErr)?;
+        flow.done(pass as u64);
+        if pass < body {
+            return Err(DirEnd::Limit);
+        }
+    }
+    loop {
+        meter.check()?;
+        match src.read(&mut buf).await {
+            Ok(0) | Err(_) => return Ok(()),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// [`framed_sock_dir`] for streams that are not sockets.
+async fn framed_copy_dir<R, W>(
+    r: &mut R,
+    w: &mut W,
+    framer: &mut BodyFramer,
+    meter: &Meter<'_>,
+    flow: &Flow,
+) -> Result<(), DirEnd>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; SMALL_BUF];
+    while !framer.is_done() {
+        meter.check()?;
+        let room = framed_room(framer, &buf);
+        let slot = buf.get_mut(..room).unwrap_or_default();
+        let n = r.read(slot).await.map_err(|_| DirEnd::ReadErr)?;
+        if n == 0 {
+            let _ = w.shutdown().await;
+            return Ok(());
+        }
+        let got = slot.get(..n).unwrap_or_default();
+        let body = framer.feed(got).map_err(|_| DirEnd::ReadErr)?;
+        flow.start();
+        let allowed = meter.take(body as u64);
+        let pass = usize::try_from(allowed).unwrap_or(body).min(body);
+        w.write_all(got.get(..pass).unwrap_or_default())
+            .await
+            .map_err(|_| DirEnd::WriteErr)?;
+        flow.done(pass as u64);
+        if pass < body {
+            return Err(DirEnd::Limit);
+        }
+    }
+    loop {
+        meter.check()?;
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return Ok(()),
+            Ok(_) => {}
+        }
+    }
 }
 
 /// How long a direction may take to finish writing bytes it metered
