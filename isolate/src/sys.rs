@@ -419,6 +419,20 @@ pub(crate) mod attempt {
         Ok(())
     }
 
+    /// `socket(domain, type, protocol)`: the descriptor.
+    pub(crate) fn socket_proto(
+        domain: libc::c_int,
+        ty: libc::c_int,
+        protocol: libc::c_int,
+    ) -> SysResult<std::os::fd::OwnedFd> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: integer arguments only.
+        let fd = check_int(unsafe { libc::socket(domain, ty, protocol) })?;
+        // SAFETY: `fd` is a new descriptor this process owns and nothing
+        // else closes.
+        Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+    }
+
     /// `socketpair(domain, type, 0)`; closes both ends on success.
     pub(crate) fn socketpair(domain: libc::c_int, ty: libc::c_int) -> SysResult<()> {
         let mut fds = [0 as libc::c_int; 2];

@@ -1331,6 +1331,110 @@ fn g16_tcp_fast_open() {
     );
 }
 
+// 16d'. Landlock's TCP rule covers sockets of the TCP protocol only: an
+// MPTCP socket (which falls back to plain TCP with any TCP peer), SCTP and
+// the other stream protocols connect wherever they like. Only TCP and UDP
+// (and ping) sockets can be made.
+#[test]
+fn g16_no_tcp_without_the_tcp_protocol() {
+    if skip_unless_root() {
+        return;
+    }
+    let root = Root::new();
+    // MPTCP 262, SCTP 132, SMC 256; SOCK_SEQPACKET with protocol 0 is SCTP.
+    let others = [
+        ("stream", "262"),
+        ("stream", "132"),
+        ("stream", "256"),
+        ("seqpacket", "0"),
+    ];
+    for profile in ["strict", "governed"] {
+        let sb = sandbox(profile, &root);
+        for (ty, proto) in others {
+            assert_eq!(
+                inside(&sb, &["connect-proto", ty, proto, "127.0.0.1", "self"]),
+                EPERM,
+                "{profile}: {ty} protocol {proto}"
+            );
+        }
+        // Twins: TCP by protocol 0 and by IPPROTO_TCP reaches Landlock,
+        // which refuses the port; UDP sockets are made.
+        for proto in ["0", "6"] {
+            assert_eq!(
+                inside(
+                    &sb,
+                    &["connect-proto", "stream", proto, "127.0.0.1", "self"]
+                ),
+                EACCES,
+                "{profile}: TCP protocol {proto}"
+            );
+        }
+        assert_eq!(inside(&sb, &["socket", "2", "dgram"]), "ok", "{profile}");
+    }
+    // Control: this kernel's MPTCP gets past Landlock without the filter,
+    // inside the network namespace and on the host's loopback.
+    let mptcp =
+        std::fs::read_to_string("/proc/sys/net/mptcp/enabled").is_ok_and(|v| v.trim() == "1");
+    let bypass = if mptcp { "ok" } else { "err 93" };
+    let weak = without("governed", &root, Layer::Seccomp);
+    assert_eq!(
+        inside(
+            &weak,
+            &["connect-proto", "stream", "262", "127.0.0.1", "self"]
+        ),
+        bypass,
+        "control: MPTCP without seccomp"
+    );
+    assert_eq!(
+        inside(
+            &weak,
+            &["connect-proto", "stream", "6", "127.0.0.1", "self"]
+        ),
+        EACCES,
+        "control: TCP without seccomp"
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let mut shared = sandbox("governed", &root);
+    shared.dangerous().disable(Layer::NetworkNamespace).unwrap();
+    assert_eq!(
+        inside(
+            &shared,
+            &["connect-proto", "stream", "262", "127.0.0.1", &port]
+        ),
+        EPERM,
+        "shared netns: MPTCP"
+    );
+    shared.dangerous().disable(Layer::Seccomp).unwrap();
+    assert_eq!(
+        inside(
+            &shared,
+            &["connect-proto", "stream", "262", "127.0.0.1", &port]
+        ),
+        bypass,
+        "control: shared netns, MPTCP without seccomp"
+    );
+    drop(listener);
+    // Positive control: an explicit IPPROTO_TCP socket reaches an allowed
+    // port (a bridge).
+    let sockdir = tempfile::tempdir().unwrap();
+    let sock = sockdir.path().join("proxy.sock");
+    let server = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    std::thread::spawn(move || for _conn in server.incoming().flatten() {});
+    let mut bridged = sandbox("governed", &root);
+    bridged.bridge(palisade_isolate::Bridge {
+        port: 3128,
+        target: sock,
+    });
+    assert_eq!(
+        inside(
+            &bridged,
+            &["connect-proto", "stream", "6", "127.0.0.1", "3128"]
+        ),
+        "ok"
+    );
+}
+
 // 16e. Set-id artifacts: the worker cannot leave a setuid or setgid file in
 // a writable root for the host to run later, by changing a mode or by
 // creating a file with one; the writable roots are nosuid,nodev inside.
