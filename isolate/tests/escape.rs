@@ -20,7 +20,9 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use palisade_isolate::{Command, Layer, Profile, Sandbox, SandboxError, SocketPolicy, Stdio};
+use palisade_isolate::{
+    Command, Layer, Profile, Sandbox, SandboxError, SocketPolicy, Stdio, WorkerIdentity,
+};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_palisade-escape-probe");
 const WORKER: u32 = palisade_isolate::DEFAULT_WORKER_UID;
@@ -1550,6 +1552,23 @@ fn g16_fresh_session_keyring() {
     assert_eq!(inside(&weak, &["key-own", "palisade-worker-key"]), "ok");
     // With seccomp, keyctl is refused outright.
     assert_eq!(inside(&sandbox("governed", &root), &["keyring"]), EPERM);
+    // Nor are the launcher's keys listed: /proc/keys shows every key the
+    // reader's uid owns, in whatever keyring, so a worker with the
+    // launcher's uid (an unprivileged launcher, or a worker uid of 0) read
+    // their descriptions there, seccomp or not.
+    let own = tempfile::tempdir().unwrap();
+    let mut same_uid = Sandbox::new(Profile::by_name("governed").unwrap());
+    same_uid
+        .writable(own.path())
+        .cwd(own.path())
+        .read_only(probe_dir())
+        .identity(WorkerIdentity::Invoker);
+    assert!(outside(&["cat", "/proc/keys"]).contains(&desc), "control");
+    for file in ["/proc/keys", "/proc/key-users"] {
+        assert_eq!(inside(&same_uid, &["cat", file]), "ok", "{file}");
+    }
+    // Twin: the rest of /proc reads as usual.
+    assert!(inside(&same_uid, &["cat", "/proc/self/status"]).contains("Seccomp:"));
 }
 
 // 17. UID separation.
