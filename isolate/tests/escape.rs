@@ -1178,6 +1178,9 @@ fn g16_surface_held_only_by_capabilities() {
         ("listmount", 458),
         ("open_tree_attr", 467),
         ("quotactl_fd", libc::SYS_quotactl_fd),
+        // Sets the clock like the denied clock_adjtime (a NULL buffer:
+        // EFAULT once allowed).
+        ("adjtimex", libc::SYS_adjtimex),
     ];
     #[cfg(target_arch = "x86_64")]
     calls.push(("modify_ldt", libc::SYS_modify_ldt));
