@@ -581,6 +581,24 @@ pub fn run(args: &[String]) -> String {
         }
         "fastopen" => fastopen(a(1), a(2), a(3)),
         "connect-proto" => connect_proto(a(1), a(2), a(3), a(4)),
+        #[cfg(target_arch = "x86_64")]
+        "i386-getpid" => {
+            // In a child, which the filter kills (SIGSYS): `ok` and its wait
+            // status, 128 + the signal when killed; 0 when the call answered
+            // a pid, 1 when it failed.
+            match crate::sys::fork() {
+                Ok(crate::sys::Forked::Child) => {
+                    crate::sys::exit_now(i32::from(attempt::i386_getpid() <= 0))
+                }
+                Ok(crate::sys::Forked::Parent(pid)) => {
+                    match crate::spawn::wait_code(nix::unistd::Pid::from_raw(pid)) {
+                        Ok(code) => format!("ok {code}"),
+                        Err(e) => io::<()>(Err(e)),
+                    }
+                }
+                Err(e) => format!("err {e}"),
+            }
+        }
         "mountopts" => match std::fs::read_to_string("/proc/self/mountinfo") {
             // The per-mount options of the last mount at a path.
             Ok(s) => s

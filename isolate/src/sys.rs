@@ -590,6 +590,27 @@ pub(crate) mod attempt {
         check(unsafe { libc::syscall(nr, 0usize, 0usize, 0usize, 0usize, 0usize, 0usize) })
     }
 
+    /// `getpid` through the i386 ABI (`int 0x80`, number 20) from 64-bit
+    /// code: the raw return value.
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn i386_getpid() -> libc::c_long {
+        let ret: libc::c_long;
+        // SAFETY: the i386 getpid takes no arguments and touches no memory;
+        // the compat entry may clobber r8-r11, declared as outputs.
+        unsafe {
+            std::arch::asm!(
+                "int 0x80",
+                inlateout("rax") 20_i64 => ret,
+                out("r8") _,
+                out("r9") _,
+                out("r10") _,
+                out("r11") _,
+                options(nostack),
+            );
+        }
+        ret
+    }
+
     /// `personality(persona)`.
     pub(crate) fn personality(persona: libc::c_ulong) -> SysResult<libc::c_int> {
         // SAFETY: integer argument only.

@@ -1140,6 +1140,31 @@ fn g16_x32_and_kernel_surface() {
         assert!(inside(&sb, &["syscall", &libc::SYS_getpid.to_string()]).starts_with("ok "));
         assert!(inside(&sb, &["personality", "0xffffffff"]).starts_with("ok"));
     }
+    // The i386 ABI (int 0x80 from 64-bit code, the way to socketcall and
+    // to every 32-bit syscall number) is killed, not answered.
+    #[cfg(target_arch = "x86_64")]
+    {
+        let sigsys = format!("ok {}", 128 + libc::SIGSYS);
+        for profile in ["strict", "governed"] {
+            assert_eq!(
+                inside(&sandbox(profile, &root), &["i386-getpid"]),
+                sigsys,
+                "{profile}"
+            );
+        }
+        // Control: this kernel runs i386 syscalls, and with only seccomp
+        // removed the call answers.
+        let emulated = outside(&["i386-getpid"]);
+        assert_ne!(emulated, sigsys, "control");
+        assert_eq!(
+            inside(
+                &without("governed", &root, Layer::Seccomp),
+                &["i386-getpid"]
+            ),
+            emulated,
+            "control without seccomp"
+        );
+    }
     // Controls: this kernel has no x32 ABI (ENOSYS without the filter);
     // outside, the other calls reach the kernel and fail its own way.
     assert_eq!(outside(&["syscall", &x32_getpid]), ENOSYS);
