@@ -581,6 +581,30 @@ pub fn run(args: &[String]) -> String {
         }
         "fastopen" => fastopen(a(1), a(2), a(3)),
         "connect-proto" => connect_proto(a(1), a(2), a(3), a(4)),
+        "tcp-sockopt" => {
+            // `tcp-sockopt ulp NAME` (`TCP_ULP`, which turns a TCP socket
+            // into another protocol's, as `smc` does) or `tcp-sockopt
+            // nodelay` on a new, unconnected TCP socket.
+            use std::os::fd::AsRawFd;
+            match attempt::socket_proto(libc::AF_INET, libc::SOCK_STREAM, 0) {
+                Ok(sock) => res(match a(1) {
+                    "ulp" => attempt::setsockopt_bytes(
+                        sock.as_raw_fd(),
+                        libc::IPPROTO_TCP,
+                        libc::TCP_ULP,
+                        a(2).as_bytes(),
+                    ),
+                    "nodelay" => attempt::setsockopt_int(
+                        sock.as_raw_fd(),
+                        libc::IPPROTO_TCP,
+                        libc::TCP_NODELAY,
+                        1,
+                    ),
+                    _ => Err(libc::EINVAL),
+                }),
+                Err(e) => format!("err {e}"),
+            }
+        }
         #[cfg(target_arch = "x86_64")]
         "i386-getpid" => {
             // In a child, which the filter kills (SIGSYS): `ok` and its wait

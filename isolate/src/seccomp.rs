@@ -232,7 +232,11 @@ enum ArgRule {
     /// this argument: a TCP Fast Open send connects without `connect()`,
     /// where Landlock's TCP rule is checked.
     SendFlags(u32),
-    /// `setsockopt(IPPROTO_TCP, TCP_FASTOPEN_CONNECT)`.
+    /// `setsockopt(IPPROTO_TCP, TCP_FASTOPEN_CONNECT)`, and
+    /// `setsockopt(IPPROTO_TCP, TCP_ULP)`: the `smc` upper layer turns an
+    /// unconnected TCP socket into an SMC one, which Landlock's TCP rule
+    /// does not check (the filter cannot read the name, so kTLS, `tls`, is
+    /// refused too).
     Setsockopt,
     /// `S_ISUID` or `S_ISGID` in the mode at this argument (`chmod`,
     /// `fchmod`, `fchmodat`, `fchmodat2`, `creat`, `mknod`, `mknodat`).
@@ -533,6 +537,7 @@ fn block(asm: &mut Asm, rule: ArgRule, allow: usize, eperm: usize) -> Result<(),
             asm.jump(BPF_JEQ_K, af(libc::IPPROTO_TCP)?, no, Target::Label(allow));
             asm.push(Item::Ld(off_arg(2)));
             asm.jump(BPF_JEQ_K, af(libc::TCP_FASTOPEN_CONNECT)?, yes, no);
+            asm.jump(BPF_JEQ_K, af(libc::TCP_ULP)?, yes, no);
             asm.push(Item::Ret(RET_ALLOW));
         }
         ArgRule::SetidMode(arg) => {
@@ -754,10 +759,17 @@ mod tests {
         }
         deny.insert(
             libc::SYS_setsockopt,
-            vec![rule(vec![
-                cond(1, SeccompCmpOp::Eq, 6)?,
-                cond(2, SeccompCmpOp::Eq, 30)?,
-            ])?],
+            vec![
+                rule(vec![
+                    cond(1, SeccompCmpOp::Eq, 6)?,
+                    cond(2, SeccompCmpOp::Eq, 30)?,
+                ])?,
+                // TCP_ULP.
+                rule(vec![
+                    cond(1, SeccompCmpOp::Eq, 6)?,
+                    cond(2, SeccompCmpOp::Eq, 31)?,
+                ])?,
+            ],
         );
         // Set-id modes (systemd's RestrictSUIDSGID=), each bit on its own.
         let setid = |arg: u8| -> Result<Vec<SeccompRule>, String> {
@@ -935,6 +947,10 @@ mod tests {
             run(&f.program, setsockopt, arch, [3, 6, 30, 0, 4, 0]),
             eperm
         );
+        assert_eq!(
+            run(&f.program, setsockopt, arch, [3, 6, 31, 0, 4, 0]),
+            eperm
+        );
         assert_eq!(run(&f.program, setsockopt, arch, [3, 6, 1, 0, 4, 0]), allow);
         assert_eq!(
             run(&f.program, setsockopt, arch, [3, 1, 30, 0, 4, 0]),
@@ -1106,9 +1122,9 @@ mod tests {
             libc::FIONREAD,
         ]);
         // Send flags and socket options: IPPROTO_TCP is 6, TCP_FASTOPEN 23,
-        // TCP_FASTOPEN_CONNECT 30; SOCK_PACKET is 10 (above). Protocols:
+        // TCP_FASTOPEN_CONNECT 30, TCP_ULP 31; SOCK_PACKET is 10 (above). Protocols:
         // UDP 17, ICMPv6 58, SCTP 132, UDP-Lite 136, SMC 256, MPTCP 262.
-        v.extend([6, 23, 30, 17, 58, 132, 136, 256, 262]);
+        v.extend([6, 23, 30, 31, 17, 58, 132, 136, 256, 262]);
         for f in [0, libc::MSG_NOSIGNAL, libc::MSG_DONTWAIT] {
             v.push(f as u64);
             v.push((f | libc::MSG_FASTOPEN) as u64);

@@ -664,6 +664,20 @@ pub(crate) mod attempt {
             .map(|_| ())
     }
 
+    /// `setsockopt(fd, level, name, value, len(value))`, a byte string
+    /// option (`TCP_ULP`).
+    pub(crate) fn setsockopt_bytes(
+        fd: libc::c_int,
+        level: libc::c_int,
+        name: libc::c_int,
+        value: &[u8],
+    ) -> SysResult<()> {
+        let len = libc::socklen_t::try_from(value.len()).map_err(|_| libc::EINVAL)?;
+        // SAFETY: the option value points at `len` valid bytes.
+        check_int(unsafe { libc::setsockopt(fd, level, name, value.as_ptr().cast(), len) })
+            .map(|_| ())
+    }
+
     /// How [`fastopen_send`] sends with `MSG_FASTOPEN`.
     #[derive(Debug, Clone, Copy)]
     pub(crate) enum Send {

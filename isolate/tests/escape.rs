@@ -1400,6 +1400,26 @@ fn g16_no_tcp_without_the_tcp_protocol() {
             );
         }
         assert_eq!(inside(&sb, &["socket", "2", "dgram"]), "ok", "{profile}");
+        // A TCP socket cannot become another protocol's either: TCP_ULP
+        // "smc" turns it into an SMC socket, which Landlock does not check
+        // (kernels with SMC); kTLS ("tls") goes with it.
+        for ulp in ["smc", "tls"] {
+            assert_eq!(
+                inside(&sb, &["tcp-sockopt", "ulp", ulp]),
+                EPERM,
+                "{profile}: TCP_ULP {ulp}"
+            );
+        }
+        assert_eq!(inside(&sb, &["tcp-sockopt", "nodelay"]), "ok", "{profile}");
+    }
+    // Control: outside, the kernel answers TCP_ULP its own way (no such
+    // module, or not connected).
+    for ulp in ["smc", "tls"] {
+        assert_ne!(
+            outside(&["tcp-sockopt", "ulp", ulp]),
+            EPERM,
+            "control {ulp}"
+        );
     }
     // Control: this kernel's MPTCP gets past Landlock without the filter,
     // inside the network namespace and on the host's loopback.
