@@ -257,6 +257,51 @@ pub fn pending_input_for_tests(fd: std::os::fd::BorrowedFd<'_>) -> i64 {
         .unwrap_or(-1)
 }
 
+/// A TCP-like connect through a socket of another IP protocol:
+/// `socket(AF_INET, type, protocol)` (`type` `stream` or `seqpacket`), then
+/// `connect()` to `host:port` (`port` `self`: a TCP listener this probe opens
+/// on 127.0.0.1). An MPTCP socket (protocol 262) falls back to plain TCP
+/// with a TCP peer. `ok` once connected (and, to its own listener, accepted).
+fn connect_proto(ty: &str, protocol: &str, host: &str, port: &str) -> String {
+    let own = if port == "self" {
+        match std::net::TcpListener::bind("127.0.0.1:0") {
+            Ok(l) => Some(l),
+            Err(e) => return io::<()>(Err(e)),
+        }
+    } else {
+        None
+    };
+    let port = match &own {
+        Some(l) => l.local_addr().map(|a| a.port()).unwrap_or(0),
+        None => port.parse().unwrap_or(0),
+    };
+    let (Ok(ip), Ok(protocol)) = (host.parse::<std::net::Ipv4Addr>(), protocol.parse::<i32>())
+    else {
+        return String::from("err 22");
+    };
+    let ty = if ty == "seqpacket" {
+        libc::SOCK_SEQPACKET
+    } else {
+        libc::SOCK_STREAM
+    };
+    let sock = match attempt::socket_proto(libc::AF_INET, ty | libc::SOCK_CLOEXEC, protocol) {
+        Ok(s) => s,
+        Err(e) => return format!("err {e}"),
+    };
+    use std::os::fd::AsRawFd;
+    let addr = std::net::SocketAddrV4::new(ip, port);
+    if let Err(e) = attempt::connect_v4(sock.as_raw_fd(), addr) {
+        return format!("err {e}");
+    }
+    let Some(listener) = own else {
+        return String::from("ok");
+    };
+    match listener.accept() {
+        Ok(_) => String::from("ok"),
+        Err(e) => io::<()>(Err(e)),
+    }
+}
+
 /// Run one attempt named by `args[0]`.
 /// The number the next descriptor this (single-threaded) probe opens gets.
 fn lowest_free_fd() -> std::io::Result<i64> {
@@ -670,6 +715,49 @@ pub fn run(args: &[String]) -> String {
             res(attempt::set_mode(a(1), &c(a(2)), mode))
         }
         "fastopen" => fastopen(a(1), a(2), a(3)),
+        "connect-proto" => connect_proto(a(1), a(2), a(3), a(4)),
+        "tcp-sockopt" => {
+            // `tcp-sockopt ulp NAME` (`TCP_ULP`, which turns a TCP socket
+            // into another protocol's, as `smc` does) or `tcp-sockopt
+            // nodelay` on a new, unconnected TCP socket.
+            use std::os::fd::AsRawFd;
+            match attempt::socket_proto(libc::AF_INET, libc::SOCK_STREAM, 0) {
+                Ok(sock) => res(match a(1) {
+                    "ulp" => attempt::setsockopt_bytes(
+                        sock.as_raw_fd(),
+                        libc::IPPROTO_TCP,
+                        libc::TCP_ULP,
+                        a(2).as_bytes(),
+                    ),
+                    "nodelay" => attempt::setsockopt_int(
+                        sock.as_raw_fd(),
+                        libc::IPPROTO_TCP,
+                        libc::TCP_NODELAY,
+                        1,
+                    ),
+                    _ => Err(libc::EINVAL),
+                }),
+                Err(e) => format!("err {e}"),
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        "i386-getpid" => {
+            // In a child, which the filter kills (SIGSYS): `ok` and its wait
+            // status, 128 + the signal when killed; 0 when the call answered
+            // a pid, 1 when it failed.
+            match crate::sys::fork() {
+                Ok(crate::sys::Forked::Child) => {
+                    crate::sys::exit_now(i32::from(attempt::i386_getpid() <= 0))
+                }
+                Ok(crate::sys::Forked::Parent(pid)) => {
+                    match crate::spawn::wait_code(nix::unistd::Pid::from_raw(pid)) {
+                        Ok(code) => format!("ok {code}"),
+                        Err(e) => io::<()>(Err(e)),
+                    }
+                }
+                Err(e) => format!("err {e}"),
+            }
+        }
         "mountopts" => match std::fs::read_to_string("/proc/self/mountinfo") {
             // The per-mount options of the last mount at a path.
             Ok(s) => s

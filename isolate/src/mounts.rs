@@ -233,6 +233,25 @@ fn mount_proc() -> MountResult {
         .map_err(e(format!("bind /proc/{sub}")))?;
         remount_ro(&p, MsFlags::MS_NOEXEC)?;
     }
+    // The kernel's key lists are not per namespace: /proc/keys shows every
+    // key the reader's uid owns (the launcher's, when the worker has its
+    // uid), whatever keyring holds it, and /proc/key-users every uid's key
+    // counts. Both are covered by the empty file.
+    for sub in ["keys", "key-users"] {
+        let p = proc.join(sub);
+        if std::fs::symlink_metadata(&p).is_err() {
+            continue;
+        }
+        mount(
+            Some(EMPTY),
+            &p,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(e(format!("mask /proc/{sub}")))?;
+        remount_ro(&p, MsFlags::MS_NOEXEC)?;
+    }
     Ok(())
 }
 

@@ -99,11 +99,21 @@ const SYS_OPEN_TREE_ATTR: libc::c_long = 467;
 /// `fchmodat2` (Linux 6.6), 452 in both tables: `libc` names it for x86-64
 /// only.
 pub(crate) const SYS_FCHMODAT2: libc::c_long = 452;
-/// `SOCK_PACKET` (`include/linux/net.h`): on `AF_INET` the kernel turns such
-/// a socket into a `PF_PACKET` one. Not exported by `libc` for glibc.
-const SOCK_PACKET: u32 = 10;
 /// The file-type mask of a socket type (`SOCK_TYPE_MASK`).
 const SOCK_TYPE_MASK: u32 = 0xf;
+/// The protocols an `AF_INET`/`AF_INET6` stream socket may name: the
+/// default (TCP) and TCP. Landlock's TCP rule checks only sockets of the
+/// TCP protocol, so `IPPROTO_MPTCP` (which falls back to TCP with any TCP
+/// peer), `IPPROTO_SCTP` and `IPPROTO_SMC` would connect past it.
+const STREAM_PROTOCOLS: [libc::c_int; 2] = [0, libc::IPPROTO_TCP];
+/// The protocols a datagram socket may name: the default (UDP), UDP, and
+/// the ping sockets (`ping_group_range` decides). Not UDP-Lite.
+const DGRAM_PROTOCOLS: [libc::c_int; 4] = [
+    0,
+    libc::IPPROTO_UDP,
+    libc::IPPROTO_ICMP,
+    libc::IPPROTO_ICMPV6,
+];
 /// `S_ISUID | S_ISGID`.
 const SETID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
 
@@ -151,6 +161,10 @@ fn denied_outright() -> Vec<libc::c_long> {
         libc::SYS_settimeofday,
         libc::SYS_clock_settime,
         libc::SYS_clock_adjtime,
+        // Sets the clock like clock_adjtime (with CAP_SYS_TIME); glibc's
+        // adjtimex() calls clock_adjtime (2.36), so only a raw syscall
+        // reaches this one.
+        libc::SYS_adjtimex,
         libc::SYS_name_to_handle_at,
         libc::SYS_open_by_handle_at,
         libc::SYS_fanotify_init,
@@ -196,8 +210,11 @@ enum Verdict {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ArgRule {
     /// `socket()`: only `AF_INET` and `AF_INET6` (no `AF_UNIX`,
-    /// `AF_NETLINK`, `AF_PACKET`, `AF_VSOCK`, ...), and no `SOCK_PACKET`
-    /// type, which the kernel turns into a packet socket.
+    /// `AF_NETLINK`, `AF_PACKET`, `AF_VSOCK`, ...), only the stream and
+    /// datagram types (no `SOCK_PACKET`, which the kernel turns into a
+    /// packet socket, no `SOCK_SEQPACKET`, which is SCTP there, no
+    /// `SOCK_RAW`), and only the protocols of [`STREAM_PROTOCOLS`] and
+    /// [`DGRAM_PROTOCOLS`].
     Socket,
     /// `socketpair()`: `AF_UNIX` stream pairs only (datagram ends can be
     /// re-pointed at pathname sockets).
@@ -215,7 +232,11 @@ enum ArgRule {
     /// this argument: a TCP Fast Open send connects without `connect()`,
     /// where Landlock's TCP rule is checked.
     SendFlags(u32),
-    /// `setsockopt(IPPROTO_TCP, TCP_FASTOPEN_CONNECT)`.
+    /// `setsockopt(IPPROTO_TCP, TCP_FASTOPEN_CONNECT)`, and
+    /// `setsockopt(IPPROTO_TCP, TCP_ULP)`: the `smc` upper layer turns an
+    /// unconnected TCP socket into an SMC one, which Landlock's TCP rule
+    /// does not check (the filter cannot read the name, so kTLS, `tls`, is
+    /// refused too).
     Setsockopt,
     /// `S_ISUID` or `S_ISGID` in the mode at this argument (`chmod`,
     /// `fchmod`, `fchmodat`, `fchmodat2`, `creat`, `mknod`, `mknodat`).
@@ -443,7 +464,7 @@ fn block(asm: &mut Asm, rule: ArgRule, allow: usize, eperm: usize) -> Result<(),
     let af = |v: libc::c_int| u32::try_from(v).map_err(|_| String::from("negative constant"));
     match rule {
         ArgRule::Socket => {
-            let inet = asm.label();
+            let (inet, stream, dgram) = (asm.label(), asm.label(), asm.label());
             asm.push(Item::Ld(off_arg(0)));
             asm.jump(BPF_JEQ_K, af(libc::AF_INET)?, Target::Label(inet), no);
             asm.jump(BPF_JEQ_K, af(libc::AF_INET6)?, Target::Label(inet), no);
@@ -452,8 +473,20 @@ fn block(asm: &mut Asm, rule: ArgRule, allow: usize, eperm: usize) -> Result<(),
             asm.push(Item::Label(inet));
             asm.push(Item::Ld(off_arg(1)));
             asm.push(Item::And(SOCK_TYPE_MASK));
-            asm.jump(BPF_JEQ_K, SOCK_PACKET, yes, no);
-            asm.push(Item::Ret(RET_ALLOW));
+            asm.jump(BPF_JEQ_K, af(libc::SOCK_STREAM)?, Target::Label(stream), no);
+            asm.jump(BPF_JEQ_K, af(libc::SOCK_DGRAM)?, Target::Label(dgram), no);
+            asm.push(Item::Ret(RET_EPERM));
+            for (label, protocols) in [
+                (stream, &STREAM_PROTOCOLS[..]),
+                (dgram, &DGRAM_PROTOCOLS[..]),
+            ] {
+                asm.push(Item::Label(label));
+                asm.push(Item::Ld(off_arg(2)));
+                for p in protocols {
+                    asm.jump(BPF_JEQ_K, af(*p)?, Target::Label(allow), no);
+                }
+                asm.push(Item::Ret(RET_EPERM));
+            }
         }
         ArgRule::Socketpair => {
             asm.push(Item::Ld(off_arg(0)));
@@ -504,6 +537,7 @@ fn block(asm: &mut Asm, rule: ArgRule, allow: usize, eperm: usize) -> Result<(),
             asm.jump(BPF_JEQ_K, af(libc::IPPROTO_TCP)?, no, Target::Label(allow));
             asm.push(Item::Ld(off_arg(2)));
             asm.jump(BPF_JEQ_K, af(libc::TCP_FASTOPEN_CONNECT)?, yes, no);
+            asm.jump(BPF_JEQ_K, af(libc::TCP_ULP)?, yes, no);
             asm.push(Item::Ret(RET_ALLOW));
         }
         ArgRule::SetidMode(arg) => {
@@ -639,15 +673,27 @@ mod tests {
         // domain argument do not help.
         deny.insert(
             libc::SYS_socket,
-            vec![
-                rule(vec![
-                    cond(0, SeccompCmpOp::Ne, libc::AF_INET as u64)?,
-                    cond(0, SeccompCmpOp::Ne, libc::AF_INET6 as u64)?,
-                ])?,
-                // SOCK_PACKET (10), whatever the flags.
-                rule(vec![cond(1, SeccompCmpOp::MaskedEq(0xf), 10)?])?,
-            ],
+            vec![rule(vec![
+                cond(0, SeccompCmpOp::Ne, libc::AF_INET as u64)?,
+                cond(0, SeccompCmpOp::Ne, libc::AF_INET6 as u64)?,
+            ])?],
         );
+        // Only the stream and datagram types (SOCK_PACKET is 10, whatever
+        // the flags), each with its protocols.
+        let socket_rules = deny.entry(libc::SYS_socket).or_default();
+        for t in (0..16).filter(|t| ![libc::SOCK_STREAM, libc::SOCK_DGRAM].contains(t)) {
+            socket_rules.push(rule(vec![cond(1, SeccompCmpOp::MaskedEq(0xf), t as u64)?])?);
+        }
+        for (t, protocols) in [
+            (libc::SOCK_STREAM, &STREAM_PROTOCOLS[..]),
+            (libc::SOCK_DGRAM, &DGRAM_PROTOCOLS[..]),
+        ] {
+            let mut conds = vec![cond(1, SeccompCmpOp::MaskedEq(0xf), t as u64)?];
+            for p in protocols {
+                conds.push(cond(2, SeccompCmpOp::Ne, *p as u64)?);
+            }
+            socket_rules.push(rule(conds)?);
+        }
         // socketpair(AF_UNIX): stream only (datagram ends can be re-pointed at
         // pathname sockets).
         let type_mask = 0xf;
@@ -713,10 +759,17 @@ mod tests {
         }
         deny.insert(
             libc::SYS_setsockopt,
-            vec![rule(vec![
-                cond(1, SeccompCmpOp::Eq, 6)?,
-                cond(2, SeccompCmpOp::Eq, 30)?,
-            ])?],
+            vec![
+                rule(vec![
+                    cond(1, SeccompCmpOp::Eq, 6)?,
+                    cond(2, SeccompCmpOp::Eq, 30)?,
+                ])?,
+                // TCP_ULP.
+                rule(vec![
+                    cond(1, SeccompCmpOp::Eq, 6)?,
+                    cond(2, SeccompCmpOp::Eq, 31)?,
+                ])?,
+            ],
         );
         // Set-id modes (systemd's RestrictSUIDSGID=), each bit on its own.
         let setid = |arg: u8| -> Result<Vec<SeccompRule>, String> {
@@ -894,6 +947,10 @@ mod tests {
             run(&f.program, setsockopt, arch, [3, 6, 30, 0, 4, 0]),
             eperm
         );
+        assert_eq!(
+            run(&f.program, setsockopt, arch, [3, 6, 31, 0, 4, 0]),
+            eperm
+        );
         assert_eq!(run(&f.program, setsockopt, arch, [3, 6, 1, 0, 4, 0]), allow);
         assert_eq!(
             run(&f.program, setsockopt, arch, [3, 1, 30, 0, 4, 0]),
@@ -902,6 +959,50 @@ mod tests {
         let socket = nr(libc::SYS_socket);
         assert_eq!(run(&f.program, socket, arch, [2, 10, 0, 0, 0, 0]), eperm);
         assert_eq!(run(&f.program, socket, arch, [2, 0x80a, 0, 0, 0, 0]), eperm);
+        // Only TCP streams and UDP (and ping) datagrams: no MPTCP (262),
+        // SCTP (132, and SOCK_SEQPACKET's default), SMC (256), UDP-Lite
+        // (136), raw sockets; high bits do not change the protocol.
+        for (ty, proto) in [
+            (1, 262),
+            (1, 132),
+            (1, 256),
+            (5, 0),
+            (3, 0),
+            (2, 136),
+            (1, 17),
+        ] {
+            for domain in [2, 10] {
+                assert_eq!(
+                    run(&f.program, socket, arch, [domain, ty, proto, 0, 0, 0]),
+                    eperm,
+                    "socket({domain}, {ty}, {proto})"
+                );
+            }
+        }
+        assert_eq!(
+            run(
+                &f.program,
+                socket,
+                arch,
+                [2, 0x80001, 262 | (1 << 32), 0, 0, 0]
+            ),
+            eperm
+        );
+        for (ty, proto) in [
+            (1, 0),
+            (1, 6),
+            (0x80801, 6 | (1 << 32)),
+            (2, 0),
+            (2, 17),
+            (2, 1),
+            (2, 58),
+        ] {
+            assert_eq!(
+                run(&f.program, socket, arch, [10, ty, proto, 0, 0, 0]),
+                allow,
+                "socket(10, {ty:#x}, {proto:#x})"
+            );
+        }
         let ioctl = nr(libc::SYS_ioctl);
         assert_eq!(
             run(&f.program, ioctl, arch, [0, libc::TIOCSETD, 0, 0, 0, 0]),
@@ -1021,8 +1122,9 @@ mod tests {
             libc::FIONREAD,
         ]);
         // Send flags and socket options: IPPROTO_TCP is 6, TCP_FASTOPEN 23,
-        // TCP_FASTOPEN_CONNECT 30; SOCK_PACKET is 10 (above).
-        v.extend([6, 23, 30]);
+        // TCP_FASTOPEN_CONNECT 30, TCP_ULP 31; SOCK_PACKET is 10 (above). Protocols:
+        // UDP 17, ICMPv6 58, SCTP 132, UDP-Lite 136, SMC 256, MPTCP 262.
+        v.extend([6, 23, 30, 31, 17, 58, 132, 136, 256, 262]);
         for f in [0, libc::MSG_NOSIGNAL, libc::MSG_DONTWAIT] {
             v.push(f as u64);
             v.push((f | libc::MSG_FASTOPEN) as u64);
@@ -1078,6 +1180,35 @@ mod tests {
             }
         }
         assert!(compared > 100_000, "only {compared} cases compared");
+    }
+
+    #[test]
+    fn the_socket_rule_answers_like_the_linear_chain() {
+        // The grid above repeats the domain as the protocol; here every
+        // domain, type and protocol of interest is combined.
+        let new = build().unwrap().program;
+        let old = reference().unwrap();
+        let arch = audit_arch().unwrap();
+        let socket = u32::try_from(libc::SYS_socket).unwrap();
+        let domains = [0, 1, 2, 10, 16, 17, 40, 44, (1 << 32) | 2, u64::MAX];
+        let mut types: Vec<u64> = (0..16).collect();
+        types.extend([0x80001, 0x802, 0x8000a, (1 << 32) | 1, u64::MAX]);
+        let mut protocols: Vec<u64> = vec![0, 1, 6, 17, 58, 115, 132, 136, 255, 256, 262];
+        protocols.extend([(1 << 32) | 6, (1 << 32) | 262, 0xffff_ffff, u64::MAX]);
+        let mut allowed = 0;
+        for &d in &domains {
+            for &t in &types {
+                for &p in &protocols {
+                    let args = [d, t, p, 0, 0, 0];
+                    let answer = run(&new, socket, arch, args);
+                    assert_eq!(answer, run(&old, socket, arch, args), "socket{args:x?}");
+                    allowed += usize::from(answer == RET_ALLOW);
+                }
+            }
+        }
+        // 2 domains (and one with high bits) x 2 plain types (and their
+        // flagged forms) x the allowed protocols (and their high-bit forms).
+        assert!(allowed > 20, "only {allowed} socket calls allowed");
     }
 
     /// `(libc::SYS_x, "SYS_x")` pairs.
@@ -1252,7 +1383,6 @@ mod tests {
             SYS__sysctl,
             SYS_prctl,
             SYS_arch_prctl,
-            SYS_adjtimex,
             SYS_setrlimit,
             SYS_sync,
             SYS_sethostname,
@@ -1587,7 +1717,6 @@ mod tests {
             SYS_prctl,
             SYS_getcpu,
             SYS_gettimeofday,
-            SYS_adjtimex,
             SYS_getpid,
             SYS_getppid,
             SYS_getuid,

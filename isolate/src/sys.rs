@@ -477,6 +477,20 @@ pub(crate) mod attempt {
         Ok(())
     }
 
+    /// `socket(domain, type, protocol)`: the descriptor.
+    pub(crate) fn socket_proto(
+        domain: libc::c_int,
+        ty: libc::c_int,
+        protocol: libc::c_int,
+    ) -> SysResult<std::os::fd::OwnedFd> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: integer arguments only.
+        let fd = check_int(unsafe { libc::socket(domain, ty, protocol) })?;
+        // SAFETY: `fd` is a new descriptor this process owns and nothing
+        // else closes.
+        Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+    }
+
     /// `socketpair(domain, type, 0)`; closes both ends on success.
     pub(crate) fn socketpair(domain: libc::c_int, ty: libc::c_int) -> SysResult<()> {
         let mut fds = [0 as libc::c_int; 2];
@@ -634,6 +648,27 @@ pub(crate) mod attempt {
         check(unsafe { libc::syscall(nr, 0usize, 0usize, 0usize, 0usize, 0usize, 0usize) })
     }
 
+    /// `getpid` through the i386 ABI (`int 0x80`, number 20) from 64-bit
+    /// code: the raw return value.
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn i386_getpid() -> libc::c_long {
+        let ret: libc::c_long;
+        // SAFETY: the i386 getpid takes no arguments and touches no memory;
+        // the compat entry may clobber r8-r11, declared as outputs.
+        unsafe {
+            std::arch::asm!(
+                "int 0x80",
+                inlateout("rax") 20_i64 => ret,
+                out("r8") _,
+                out("r9") _,
+                out("r10") _,
+                out("r11") _,
+                options(nostack),
+            );
+        }
+        ret
+    }
+
     /// `personality(persona)`.
     pub(crate) fn personality(persona: libc::c_ulong) -> SysResult<libc::c_int> {
         // SAFETY: integer argument only.
@@ -684,6 +719,20 @@ pub(crate) mod attempt {
         let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
         // SAFETY: the option value points at one valid int of `len` bytes.
         check_int(unsafe { libc::setsockopt(fd, level, name, (&raw const value).cast(), len) })
+            .map(|_| ())
+    }
+
+    /// `setsockopt(fd, level, name, value, len(value))`, a byte string
+    /// option (`TCP_ULP`).
+    pub(crate) fn setsockopt_bytes(
+        fd: libc::c_int,
+        level: libc::c_int,
+        name: libc::c_int,
+        value: &[u8],
+    ) -> SysResult<()> {
+        let len = libc::socklen_t::try_from(value.len()).map_err(|_| libc::EINVAL)?;
+        // SAFETY: the option value points at `len` valid bytes.
+        check_int(unsafe { libc::setsockopt(fd, level, name, value.as_ptr().cast(), len) })
             .map(|_| ())
     }
 

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use palisade_isolate::{
     Command, Layer, Limit, Profile, RootView, Sandbox, SandboxError, SocketPolicy, Stdio,
+    WorkerIdentity,
 };
 
 const PROBE: &str = env!("CARGO_BIN_EXE_palisade-escape-probe");
@@ -1243,6 +1244,31 @@ fn g16_x32_and_kernel_surface() {
         assert!(inside(&sb, &["syscall", &libc::SYS_getpid.to_string()]).starts_with("ok "));
         assert!(inside(&sb, &["personality", "0xffffffff"]).starts_with("ok"));
     }
+    // The i386 ABI (int 0x80 from 64-bit code, the way to socketcall and
+    // to every 32-bit syscall number) is killed, not answered.
+    #[cfg(target_arch = "x86_64")]
+    {
+        let sigsys = format!("ok {}", 128 + libc::SIGSYS);
+        for profile in ["strict", "governed"] {
+            assert_eq!(
+                inside(&sandbox(profile, &root), &["i386-getpid"]),
+                sigsys,
+                "{profile}"
+            );
+        }
+        // Control: this kernel runs i386 syscalls, and with only seccomp
+        // removed the call answers.
+        let emulated = outside(&["i386-getpid"]);
+        assert_ne!(emulated, sigsys, "control");
+        assert_eq!(
+            inside(
+                &without("governed", &root, Layer::Seccomp),
+                &["i386-getpid"]
+            ),
+            emulated,
+            "control without seccomp"
+        );
+    }
     // Controls: this kernel has no x32 ABI (ENOSYS without the filter);
     // outside, the other calls reach the kernel and fail its own way.
     assert_eq!(outside(&["syscall", &x32_getpid]), ENOSYS);
@@ -1281,6 +1307,9 @@ fn g16_surface_held_only_by_capabilities() {
         ("listmount", 458),
         ("open_tree_attr", 467),
         ("quotactl_fd", libc::SYS_quotactl_fd),
+        // Sets the clock like the denied clock_adjtime (a NULL buffer:
+        // EFAULT once allowed).
+        ("adjtimex", libc::SYS_adjtimex),
     ];
     #[cfg(target_arch = "x86_64")]
     calls.push(("modify_ldt", libc::SYS_modify_ldt));
@@ -1436,6 +1465,130 @@ fn g16_tcp_fast_open() {
     );
 }
 
+// 16d'. Landlock's TCP rule covers sockets of the TCP protocol only: an
+// MPTCP socket (which falls back to plain TCP with any TCP peer), SCTP and
+// the other stream protocols connect wherever they like. Only TCP and UDP
+// (and ping) sockets can be made.
+#[test]
+fn g16_no_tcp_without_the_tcp_protocol() {
+    if skip_unless_root() {
+        return;
+    }
+    let root = Root::new();
+    // MPTCP 262, SCTP 132, SMC 256; SOCK_SEQPACKET with protocol 0 is SCTP.
+    let others = [
+        ("stream", "262"),
+        ("stream", "132"),
+        ("stream", "256"),
+        ("seqpacket", "0"),
+    ];
+    for profile in ["strict", "governed"] {
+        let sb = sandbox(profile, &root);
+        for (ty, proto) in others {
+            assert_eq!(
+                inside(&sb, &["connect-proto", ty, proto, "127.0.0.1", "self"]),
+                EPERM,
+                "{profile}: {ty} protocol {proto}"
+            );
+        }
+        // Twins: TCP by protocol 0 and by IPPROTO_TCP reaches Landlock,
+        // which refuses the port; UDP sockets are made.
+        for proto in ["0", "6"] {
+            assert_eq!(
+                inside(
+                    &sb,
+                    &["connect-proto", "stream", proto, "127.0.0.1", "self"]
+                ),
+                EACCES,
+                "{profile}: TCP protocol {proto}"
+            );
+        }
+        assert_eq!(inside(&sb, &["socket", "2", "dgram"]), "ok", "{profile}");
+        // A TCP socket cannot become another protocol's either: TCP_ULP
+        // "smc" turns it into an SMC socket, which Landlock does not check
+        // (kernels with SMC); kTLS ("tls") goes with it.
+        for ulp in ["smc", "tls"] {
+            assert_eq!(
+                inside(&sb, &["tcp-sockopt", "ulp", ulp]),
+                EPERM,
+                "{profile}: TCP_ULP {ulp}"
+            );
+        }
+        assert_eq!(inside(&sb, &["tcp-sockopt", "nodelay"]), "ok", "{profile}");
+    }
+    // Control: outside, the kernel answers TCP_ULP its own way (no such
+    // module, or not connected).
+    for ulp in ["smc", "tls"] {
+        assert_ne!(
+            outside(&["tcp-sockopt", "ulp", ulp]),
+            EPERM,
+            "control {ulp}"
+        );
+    }
+    // Control: this kernel's MPTCP gets past Landlock without the filter,
+    // inside the network namespace and on the host's loopback.
+    let mptcp =
+        std::fs::read_to_string("/proc/sys/net/mptcp/enabled").is_ok_and(|v| v.trim() == "1");
+    let bypass = if mptcp { "ok" } else { "err 93" };
+    let weak = without("governed", &root, Layer::Seccomp);
+    assert_eq!(
+        inside(
+            &weak,
+            &["connect-proto", "stream", "262", "127.0.0.1", "self"]
+        ),
+        bypass,
+        "control: MPTCP without seccomp"
+    );
+    assert_eq!(
+        inside(
+            &weak,
+            &["connect-proto", "stream", "6", "127.0.0.1", "self"]
+        ),
+        EACCES,
+        "control: TCP without seccomp"
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let mut shared = sandbox("governed", &root);
+    shared.dangerous().disable(Layer::NetworkNamespace).unwrap();
+    assert_eq!(
+        inside(
+            &shared,
+            &["connect-proto", "stream", "262", "127.0.0.1", &port]
+        ),
+        EPERM,
+        "shared netns: MPTCP"
+    );
+    shared.dangerous().disable(Layer::Seccomp).unwrap();
+    assert_eq!(
+        inside(
+            &shared,
+            &["connect-proto", "stream", "262", "127.0.0.1", &port]
+        ),
+        bypass,
+        "control: shared netns, MPTCP without seccomp"
+    );
+    drop(listener);
+    // Positive control: an explicit IPPROTO_TCP socket reaches an allowed
+    // port (a bridge).
+    let sockdir = tempfile::tempdir().unwrap();
+    let sock = sockdir.path().join("proxy.sock");
+    let server = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    std::thread::spawn(move || for _conn in server.incoming().flatten() {});
+    let mut bridged = sandbox("governed", &root);
+    bridged.bridge(palisade_isolate::Bridge {
+        port: 3128,
+        target: sock,
+    });
+    assert_eq!(
+        inside(
+            &bridged,
+            &["connect-proto", "stream", "6", "127.0.0.1", "3128"]
+        ),
+        "ok"
+    );
+}
+
 // 16e. Set-id artifacts: the worker cannot leave a setuid or setgid file in
 // a writable root for the host to run later, by changing a mode or by
 // creating a file with one; the writable roots are nosuid,nodev inside.
@@ -1551,6 +1704,29 @@ fn g16_fresh_session_keyring() {
     assert_eq!(inside(&weak, &["key-own", "palisade-worker-key"]), "ok");
     // With seccomp, keyctl is refused outright.
     assert_eq!(inside(&sandbox("governed", &root), &["keyring"]), EPERM);
+    // Nor are the launcher's keys listed: /proc/keys shows every key the
+    // reader's uid owns, in whatever keyring, so a worker with the
+    // launcher's uid (an unprivileged launcher, or a worker uid of 0) read
+    // their descriptions there, seccomp or not.
+    let own = tempfile::tempdir().unwrap();
+    let mut same_uid = Sandbox::new(Profile::by_name("governed").unwrap());
+    same_uid
+        .writable(own.path())
+        .cwd(own.path())
+        .read_only(probe_dir())
+        .identity(WorkerIdentity::Invoker);
+    // The invoker is root here: that takes the root-worker door, and no
+    // process limit (the kernel applies none to root).
+    same_uid
+        .dangerous()
+        .allow_root_worker()
+        .set_limit(Limit::Processes, None);
+    assert!(outside(&["cat", "/proc/keys"]).contains(&desc), "control");
+    for file in ["/proc/keys", "/proc/key-users"] {
+        assert_eq!(inside(&same_uid, &["cat", file]), "ok", "{file}");
+    }
+    // Twin: the rest of /proc reads as usual.
+    assert!(inside(&same_uid, &["cat", "/proc/self/status"]).contains("Seccomp:"));
 }
 
 // 17. UID separation.
