@@ -263,6 +263,31 @@ pub(crate) fn canonical(path: &Path) -> Result<PathBuf, SandboxError> {
     })
 }
 
+/// Refuses a bind `given` that resolves to `resolved` inside a hidden path
+/// (a host mask or a secret store, as given and resolved) that `given`
+/// itself does not name: a symlink on the way leads the bind into what the
+/// mask hides, and the bind, mounted after the masks, would show it.
+fn check_redirect(
+    given: &Path,
+    resolved: &Path,
+    hidden: &[(PathBuf, PathBuf)],
+) -> Result<(), SandboxError> {
+    for (m, mc) in hidden {
+        if resolved.starts_with(mc) && !given.starts_with(m) && !given.starts_with(mc) {
+            return Err(SandboxError::InvalidPath {
+                path: given.to_owned(),
+                reason: format!(
+                    "mask_redirected: it resolves through a symlink to `{}`, inside the host mask `{}`, which the bind would show; a worker may have planted the symlink in a writable root. Remove it, or name `{}` itself if that is what the worker should see",
+                    resolved.display(),
+                    m.display(),
+                    resolved.display()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 fn under(path: &Path, roots: &[PathBuf]) -> bool {
     roots.iter().any(|r| path.starts_with(r))
 }
@@ -790,6 +815,20 @@ pub(crate) fn build(
         .iter()
         .map(|r| canonical(r))
         .collect::<Result<Vec<_>, _>>()?;
+    // A bind reached through a symlink into what a mask or a secret store
+    // hides would show it; a worker can plant such a symlink in a writable
+    // root for a later launch to bind.
+    let mut hidden: Vec<(PathBuf, PathBuf)> = Vec::new();
+    if profile.root == RootView::HostReadOnly {
+        for m in &profile.host_masks {
+            let resolved = std::fs::canonicalize(m).unwrap_or_else(|_| m.clone());
+            hidden.push((m.clone(), resolved));
+        }
+    }
+    hidden.extend(secret_stores().into_iter().map(|s| (s.clone(), s)));
+    for given in profile.read_paths.iter().chain(&profile.writable) {
+        check_redirect(given, &canonical(given)?, &hidden)?;
+    }
     // The secret stores the view would show. One that an explicit read
     // path or a writable root reaches into is masked before the binds (the
     // bind then shows through, as into a host mask); every other one after
@@ -1249,6 +1288,57 @@ mod tests {
             "removed a placeholder that was written to"
         );
         std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_bind_through_a_symlink_into_a_mask_is_refused() {
+        // Outside /tmp (a mount of its own), as the mask tests.
+        let target =
+            std::fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join("../target")).unwrap();
+        let t = tempfile::tempdir_in(target).unwrap();
+        let hidden = t.path().join("hidden");
+        let repo = t.path().join("repo");
+        std::fs::create_dir_all(hidden.join("inner")).unwrap();
+        std::fs::create_dir_all(&repo).unwrap();
+        // What a worker leaves in its writable root for a later launch.
+        std::os::unix::fs::symlink(hidden.join("inner"), repo.join("build")).unwrap();
+        let profile = |f: &dyn Fn(&mut Profile)| {
+            let mut p = Profile::governed();
+            p.add_mask(&hidden);
+            f(&mut p);
+            p
+        };
+        // Positive controls: the bind named inside the mask itself (as a
+        // project under the `/home` mask), and the repository, are planned.
+        for ok in [hidden.join("inner"), repo.clone()] {
+            build(
+                &profile(&|p| {
+                    p.add_writable(&ok);
+                }),
+                &PlanInput::default(),
+            )
+            .unwrap();
+            build(
+                &profile(&|p| {
+                    p.add_read_only(&ok);
+                }),
+                &PlanInput::default(),
+            )
+            .unwrap();
+        }
+        let link = repo.join("build");
+        for writable in [true, false] {
+            let p = profile(&|p| {
+                if writable {
+                    p.add_writable(&link);
+                } else {
+                    p.add_read_only(&link);
+                }
+            });
+            let e = build(&p, &PlanInput::default()).unwrap_err().to_string();
+            assert!(e.contains("mask_redirected"), "writable {writable}: {e}");
+            assert!(e.contains(&hidden.display().to_string()), "{e}");
+        }
     }
 
     #[test]
