@@ -730,6 +730,24 @@ pub(crate) fn build(
     let mut ops = Vec::new();
     let mut read_paths = Vec::new();
     let mut writable = Vec::new();
+    // A protected name is joined to each writable root, and a placeholder is
+    // made there when it is absent: an absolute name or one with `..` would
+    // have the launcher create files outside the roots.
+    for name in profile
+        .protected_names
+        .iter()
+        .chain(&profile.protected_if_present)
+    {
+        let p = Path::new(name);
+        if name.is_empty() || !p.components().all(|c| matches!(c, Component::Normal(_))) {
+            return Err(SandboxError::InvalidPath {
+                path: p.to_owned(),
+                reason: String::from(
+                    "a protected name must be relative to the writable roots, without `.` or `..`",
+                ),
+            });
+        }
+    }
     for w in &profile.writable {
         let c = canonical(w)?;
         if c == Path::new("/") {
@@ -1339,6 +1357,37 @@ mod tests {
             assert!(e.contains("mask_redirected"), "writable {writable}: {e}");
             assert!(e.contains(&hidden.display().to_string()), "{e}");
         }
+    }
+
+    #[test]
+    fn a_protected_name_outside_the_writable_roots_is_refused() {
+        let target =
+            std::fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join("../target")).unwrap();
+        let t = tempfile::tempdir_in(target).unwrap();
+        let root = t.path().join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let outside = t.path().join("outside");
+        let plan_with = |name: &str| {
+            let mut p = Profile::governed();
+            p.add_writable(&root).protect_name(name);
+            build(&p, &PlanInput::default())
+        };
+        // Positive control: a name inside the root gets its placeholder there.
+        let (plan, _) = plan_with(".cursorrules").unwrap();
+        assert!(plan.placeholders.contains(&root.join(".cursorrules")));
+        for bad in [
+            "../outside".to_owned(),
+            outside.display().to_string(),
+            "a/../../outside".to_owned(),
+            "./x".to_owned(),
+            String::new(),
+        ] {
+            match plan_with(&bad) {
+                Err(e) => assert!(e.to_string().contains("protected name"), "{bad}: {e}"),
+                Ok((plan, _)) => panic!("{bad}: planned {:?}", plan.placeholders),
+            }
+        }
+        assert!(!outside.exists());
     }
 
     #[test]
