@@ -222,3 +222,48 @@ fn a_bind_a_worker_redirected_into_a_mask_is_refused() {
         }
     }
 }
+
+#[test]
+fn a_governed_run_of_a_profile_without_network_is_refused_by_name() {
+    if !is_root() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run this test as root"
+        );
+        eprintln!("skipped: the sandbox end-to-end tests run as root (CI does)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let custom = "[profiles.offline]\nbase = \"governed\"\nnetwork = \"none\"\n\n";
+    // Positive control: the governed base runs.
+    let (code, _, err) = run_policy(
+        dir.path(),
+        &work,
+        "online",
+        &format!("{custom}[worker]\nprofile = \"governed\"\n"),
+        &["/bin/true"],
+    );
+    assert_eq!(code, 0, "{err}");
+    for (tag, profile) in [("strict", "strict"), ("offline", "offline")] {
+        let (code, _, err) = run_policy(
+            dir.path(),
+            &work,
+            tag,
+            &format!("{custom}[worker]\nprofile = \"{profile}\"\n"),
+            &["/bin/true"],
+        );
+        assert_eq!(code, 125, "{tag}: {err}");
+        assert!(
+            err.contains(&format!("profile `{profile}` has no network"))
+                && err.contains("reaches its worker only through bridges"),
+            "{tag}: {err}"
+        );
+        assert!(
+            !dir.path().join(format!("{tag}.journal")).exists(),
+            "{tag}: a journal was left"
+        );
+    }
+}

@@ -411,6 +411,12 @@ pub(crate) fn run(
     if let Err(e) = check_session_env(&sb, &policy, &policy_path) {
         return setup_failure(e);
     }
+    if sb.profile().network() == palisade_isolate::NetworkMode::None {
+        return setup_failure(format!(
+            "profile `{}` has no network (`strict`, or `network = \"none\"`), but a governed session reaches its worker only through bridges (the recording proxy, `palisade ctl`, the relays); use a profile with the proxy network, or run the strict profile without --policy",
+            sb.profile().name()
+        ));
+    }
     // The policy file stays read-only for the worker when it lies inside a
     // writable root (elsewhere the host view is read-only already).
     if let Ok(abs) = std::fs::canonicalize(&policy_path)
