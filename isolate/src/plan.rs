@@ -263,29 +263,36 @@ pub(crate) fn canonical(path: &Path) -> Result<PathBuf, SandboxError> {
     })
 }
 
-/// Refuses a bind `given` that resolves to `resolved` inside a hidden path
-/// (a host mask or a secret store, as given and resolved) that `given`
-/// itself does not name: a symlink on the way leads the bind into what the
-/// mask hides, and the bind, mounted after the masks, would show it.
+/// Refuses a bind `given` that a symlink on its way leads to `resolved`
+/// inside a hidden path (a host mask or a secret store, each as given and
+/// resolved): the bind, mounted after the masks, would show what the mask
+/// hides, at a path nobody named. Only a mask that is itself a symlink
+/// (`/home -> /data/home`) may be resolved on the way.
 fn check_redirect(
     given: &Path,
     resolved: &Path,
     hidden: &[(PathBuf, PathBuf)],
 ) -> Result<(), SandboxError> {
-    for (m, mc) in hidden {
-        if resolved.starts_with(mc) && !given.starts_with(m) && !given.starts_with(mc) {
-            return Err(SandboxError::InvalidPath {
-                path: given.to_owned(),
-                reason: format!(
-                    "mask_redirected: it resolves through a symlink to `{}`, inside the host mask `{}`, which the bind would show; a worker may have planted the symlink in a writable root. Remove it, or name `{}` itself if that is what the worker should see",
-                    resolved.display(),
-                    m.display(),
-                    resolved.display()
-                ),
-            });
-        }
+    let expected = hidden
+        .iter()
+        .filter(|(m, mc)| m != mc)
+        .find_map(|(m, mc)| given.strip_prefix(m).ok().map(|rest| mc.join(rest)))
+        .unwrap_or_else(|| given.to_owned());
+    if resolved == expected {
+        return Ok(());
     }
-    Ok(())
+    match hidden.iter().find(|(_, mc)| resolved.starts_with(mc)) {
+        Some((m, _)) => Err(SandboxError::InvalidPath {
+            path: given.to_owned(),
+            reason: format!(
+                "mask_redirected: it resolves through a symlink to `{}`, inside the host mask `{}`, which the bind would show; a worker may have planted the symlink in a writable root. Remove it, or name `{}` itself if that is what the worker should see",
+                resolved.display(),
+                m.display(),
+                resolved.display()
+            ),
+        }),
+        None => Ok(()),
+    }
 }
 
 fn under(path: &Path, roots: &[PathBuf]) -> bool {
@@ -836,12 +843,12 @@ pub(crate) fn build(
     // A bind reached through a symlink into what a mask or a secret store
     // hides would show it; a worker can plant such a symlink in a writable
     // root for a later launch to bind.
+    // The host masks count under an empty root too: what they hide is not
+    // there, and a symlink must not bring it in.
     let mut hidden: Vec<(PathBuf, PathBuf)> = Vec::new();
-    if profile.root == RootView::HostReadOnly {
-        for m in &profile.host_masks {
-            let resolved = std::fs::canonicalize(m).unwrap_or_else(|_| m.clone());
-            hidden.push((m.clone(), resolved));
-        }
+    for m in &profile.host_masks {
+        let resolved = std::fs::canonicalize(m).unwrap_or_else(|_| m.clone());
+        hidden.push((m.clone(), resolved));
     }
     hidden.extend(secret_stores().into_iter().map(|s| (s.clone(), s)));
     for given in profile.read_paths.iter().chain(&profile.writable) {
@@ -1344,6 +1351,36 @@ mod tests {
             )
             .unwrap();
         }
+        // A mask that is itself a symlink is resolved: named through it, the
+        // bind is where it says.
+        std::os::unix::fs::symlink(&hidden, t.path().join("masklink")).unwrap();
+        let mut p = profile(&|p| {
+            p.add_writable(t.path().join("masklink/inner"));
+        });
+        p.add_mask(t.path().join("masklink"));
+        build(&p, &PlanInput::default()).unwrap();
+        // Through a symlink inside the mask itself (`~/proj/build -> ~/.ssh`
+        // under the `/home` mask) as well as from outside it.
+        std::os::unix::fs::symlink(hidden.join("inner"), hidden.join("link")).unwrap();
+        for link in [repo.join("build"), hidden.join("link")] {
+            for writable in [true, false] {
+                let p = profile(&|p| {
+                    if writable {
+                        p.add_writable(&link);
+                    } else {
+                        p.add_read_only(&link);
+                    }
+                });
+                let e = build(&p, &PlanInput::default()).unwrap_err().to_string();
+                assert!(e.contains("mask_redirected"), "{}: {e}", link.display());
+                assert!(e.contains(&hidden.display().to_string()), "{e}");
+            }
+        }
+        // Under an empty root the host masks count too.
+        let mut p = Profile::strict();
+        p.add_mask(&hidden).add_read_only(repo.join("build"));
+        let e = build(&p, &PlanInput::default()).unwrap_err().to_string();
+        assert!(e.contains("mask_redirected"), "{e}");
         let link = repo.join("build");
         for writable in [true, false] {
             let p = profile(&|p| {
