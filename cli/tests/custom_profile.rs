@@ -112,3 +112,158 @@ fn custom_profile_mask_hides_a_path_its_base_shows() {
     );
     assert!(!out.contains(&marker), "the masked file leaked: {out}");
 }
+
+/// Runs `palisade run --policy` with `policy` in `work` (the working
+/// directory), `argv` inside; returns (status, stdout, stderr).
+fn run_policy(
+    dir: &Path,
+    work: &Path,
+    tag: &str,
+    policy: &str,
+    argv: &[&str],
+) -> (i32, String, String) {
+    let file = work.join(format!("{tag}.toml"));
+    std::fs::write(&file, policy).unwrap();
+    let key = dir.join(format!("{tag}.key"));
+    let k = palisade_evidence::JournalKey::generate().unwrap();
+    std::fs::write(&key, k.expose_text().as_bytes()).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .arg("run")
+        .arg("--cwd")
+        .arg(work)
+        .arg("--policy")
+        .arg(&file)
+        .arg("--journal")
+        .arg(dir.join(format!("{tag}.journal")))
+        .arg("--key")
+        .arg(&key)
+        .arg("--")
+        .args(argv)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_bind_a_worker_redirected_into_a_mask_is_refused() {
+    if !is_root() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run this test as root"
+        );
+        eprintln!("skipped: the sandbox end-to-end tests run as root (CI does)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let hidden = std::path::PathBuf::from(format!(
+        "/opt/palisade-redirect-test-{}",
+        std::process::id()
+    ));
+    let _planted = Planted(hidden.clone());
+    std::fs::create_dir_all(hidden.join("inner")).unwrap();
+    for d in [&hidden, &hidden.join("inner")] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let marker: String = "NEDDIH-TSOH".chars().rev().collect();
+    std::fs::write(hidden.join("inner/secret.txt"), &marker).unwrap();
+    std::fs::set_permissions(
+        hidden.join("inner/secret.txt"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(work.join("real")).unwrap();
+    for d in [&work, &work.join("real")] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    // What a worker of an earlier launch leaves in its working directory.
+    std::os::unix::fs::symlink(hidden.join("inner"), work.join("build")).unwrap();
+    let read = format!("/bin/cat {}/inner/secret.txt", hidden.display());
+    let argv = ["/bin/sh", "-c", read.as_str()];
+    // A custom profile's writable root and a `[worker]` read-only path, each
+    // once through the planted symlink and once (the positive control) at a
+    // real directory of the working directory.
+    for (tag, key, table) in [
+        ("custom", "writable", "profiles.ci"),
+        ("worker", "read_only", "worker"),
+    ] {
+        for (sub, refused) in [("real", false), ("build", true)] {
+            let body = format!("{key} = [\"{}\"]\n", work.join(sub).display());
+            let policy = match table {
+                "worker" => format!(
+                    "[profiles.ci]\nbase = \"governed\"\nmasks = [\"{h}\"]\n\n[worker]\nprofile = \"ci\"\n{body}",
+                    h = hidden.display()
+                ),
+                _ => format!(
+                    "[profiles.ci]\nbase = \"governed\"\nmasks = [\"{h}\"]\n{body}\n[worker]\nprofile = \"ci\"\n",
+                    h = hidden.display()
+                ),
+            };
+            let (code, out, err) =
+                run_policy(dir.path(), &work, &format!("{tag}-{sub}"), &policy, &argv);
+            eprintln!("{tag} {sub}: status {code}, stderr: {err}");
+            assert!(
+                !out.contains(&marker),
+                "{tag} {sub}: the masked file leaked"
+            );
+            if refused {
+                assert_eq!(code, 125, "{tag} {sub}: {err}");
+                assert!(err.contains("mask_redirected"), "{tag} {sub}: {err}");
+            } else {
+                // Launched: the cat fails on the mask, not the setup.
+                assert_ne!(code, 125, "{tag} {sub}: {err}");
+                assert_ne!(code, 0, "{tag} {sub}: the mask must hide the file");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_governed_run_of_a_profile_without_network_is_refused_by_name() {
+    if !is_root() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run this test as root"
+        );
+        eprintln!("skipped: the sandbox end-to-end tests run as root (CI does)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let custom = "[profiles.offline]\nbase = \"governed\"\nnetwork = \"none\"\n\n";
+    // Positive control: the governed base runs.
+    let (code, _, err) = run_policy(
+        dir.path(),
+        &work,
+        "online",
+        &format!("{custom}[worker]\nprofile = \"governed\"\n"),
+        &["/bin/true"],
+    );
+    assert_eq!(code, 0, "{err}");
+    for (tag, profile) in [("strict", "strict"), ("offline", "offline")] {
+        let (code, _, err) = run_policy(
+            dir.path(),
+            &work,
+            tag,
+            &format!("{custom}[worker]\nprofile = \"{profile}\"\n"),
+            &["/bin/true"],
+        );
+        assert_eq!(code, 125, "{tag}: {err}");
+        assert!(
+            err.contains(&format!("profile `{profile}` has no network"))
+                && err.contains("reaches its worker only through bridges"),
+            "{tag}: {err}"
+        );
+        assert!(
+            !dir.path().join(format!("{tag}.journal")).exists(),
+            "{tag}: a journal was left"
+        );
+    }
+}

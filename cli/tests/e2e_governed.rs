@@ -1377,6 +1377,48 @@ fn worker_env_pass_passes_only_the_named_variable_and_cwd_is_the_workers() {
 }
 
 #[test]
+fn worker_env_the_session_sets_over_is_refused() {
+    if skip() {
+        return;
+    }
+    let s = session();
+    // Positive control: a variable of the operator's own is set.
+    s.reset_policy("env = { set = { E2E_SECTION_SET = \"set-value\" } }");
+    let (code, r, err) = s.probe_section(&serde_json::json!({}));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        r["env"],
+        serde_json::json!({"E2E_SECTION_SET": "set-value"}),
+        "{r}"
+    );
+    // The session's proxy, control and relay variables would be set over
+    // these: refused, not silently replaced.
+    for (section, name) in [
+        (
+            "env = { set = { HTTPS_PROXY = \"http://127.0.0.1:9\" } }",
+            "HTTPS_PROXY",
+        ),
+        ("env = { pass = [\"NO_PROXY\"] }", "NO_PROXY"),
+        (
+            "env = { set = { ANTHROPIC_BASE_URL = \"http://127.0.0.1:9\" } }",
+            "ANTHROPIC_BASE_URL",
+        ),
+        (
+            "env = { set = { PALISADE_RELAY_ANTHROPIC_URL = \"x\" } }",
+            "PALISADE_RELAY_ANTHROPIC_URL",
+        ),
+    ] {
+        s.reset_policy(section);
+        let (code, _, err) = s.probe_section(&serde_json::json!({}));
+        assert_eq!(code, 125, "{section}: {err}");
+        assert!(
+            err.contains(&format!("`{name}`")) && err.contains("set by the governed session"),
+            "{section}: {err}"
+        );
+    }
+}
+
+#[test]
 fn a_refused_run_leaves_no_files_and_the_retry_succeeds() {
     if skip() {
         return;

@@ -682,3 +682,43 @@ fn placeholders_a_killed_launch_left_are_removed_later_and_only_those() {
     assert!(left.is_empty(), "left behind: {left:?}");
     assert!(records(state.path()).is_empty(), "a record stays");
 }
+
+#[test]
+fn a_state_dir_inside_the_writable_root_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs as root)");
+        return;
+    }
+    // The worker could write the socket-walk cache and the placeholder
+    // records there: a forged cache entry skips a directory holding a socket,
+    // a forged record has a later cleanup remove a file.
+    let run = |cwd: &std::path::Path, state: &std::path::Path| {
+        Command::new(BIN)
+            .args(["run", "--profile", "governed", "--", "/bin/true"])
+            .current_dir(cwd)
+            .env("XDG_RUNTIME_DIR", state)
+            .output()
+            .unwrap()
+    };
+    let work = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = run(work.path(), work.path());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("state_dir_writable"), "{err}");
+    assert!(
+        !work.path().join("palisade").exists(),
+        "the refused launch made its state directory"
+    );
+    // Positive control: the same launch with the state directory elsewhere.
+    let state = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(state.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = run(work.path(), state.path());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

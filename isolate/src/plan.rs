@@ -263,6 +263,38 @@ pub(crate) fn canonical(path: &Path) -> Result<PathBuf, SandboxError> {
     })
 }
 
+/// Refuses a bind `given` that a symlink on its way leads to `resolved`
+/// inside a hidden path (a host mask or a secret store, each as given and
+/// resolved): the bind, mounted after the masks, would show what the mask
+/// hides, at a path nobody named. Only a mask that is itself a symlink
+/// (`/home -> /data/home`) may be resolved on the way.
+fn check_redirect(
+    given: &Path,
+    resolved: &Path,
+    hidden: &[(PathBuf, PathBuf)],
+) -> Result<(), SandboxError> {
+    let expected = hidden
+        .iter()
+        .filter(|(m, mc)| m != mc)
+        .find_map(|(m, mc)| given.strip_prefix(m).ok().map(|rest| mc.join(rest)))
+        .unwrap_or_else(|| given.to_owned());
+    if resolved == expected {
+        return Ok(());
+    }
+    match hidden.iter().find(|(_, mc)| resolved.starts_with(mc)) {
+        Some((m, _)) => Err(SandboxError::InvalidPath {
+            path: given.to_owned(),
+            reason: format!(
+                "mask_redirected: it resolves through a symlink to `{}`, inside the host mask `{}`, which the bind would show; a worker may have planted the symlink in a writable root. Remove it, or name `{}` itself if that is what the worker should see",
+                resolved.display(),
+                m.display(),
+                resolved.display()
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
 fn under(path: &Path, roots: &[PathBuf]) -> bool {
     roots.iter().any(|r| path.starts_with(r))
 }
@@ -705,6 +737,24 @@ pub(crate) fn build(
     let mut ops = Vec::new();
     let mut read_paths = Vec::new();
     let mut writable = Vec::new();
+    // A protected name is joined to each writable root, and a placeholder is
+    // made there when it is absent: an absolute name or one with `..` would
+    // have the launcher create files outside the roots.
+    for name in profile
+        .protected_names
+        .iter()
+        .chain(&profile.protected_if_present)
+    {
+        let p = Path::new(name);
+        if name.is_empty() || !p.components().all(|c| matches!(c, Component::Normal(_))) {
+            return Err(SandboxError::InvalidPath {
+                path: p.to_owned(),
+                reason: String::from(
+                    "a protected name must be relative to the writable roots, without `.` or `..`",
+                ),
+            });
+        }
+    }
     for w in &profile.writable {
         let c = canonical(w)?;
         if c == Path::new("/") {
@@ -790,6 +840,20 @@ pub(crate) fn build(
         .iter()
         .map(|r| canonical(r))
         .collect::<Result<Vec<_>, _>>()?;
+    // A bind reached through a symlink into what a mask or a secret store
+    // hides would show it; a worker can plant such a symlink in a writable
+    // root for a later launch to bind.
+    // The host masks count under an empty root too: what they hide is not
+    // there, and a symlink must not bring it in.
+    let mut hidden: Vec<(PathBuf, PathBuf)> = Vec::new();
+    for m in &profile.host_masks {
+        let resolved = std::fs::canonicalize(m).unwrap_or_else(|_| m.clone());
+        hidden.push((m.clone(), resolved));
+    }
+    hidden.extend(secret_stores().into_iter().map(|s| (s.clone(), s)));
+    for given in profile.read_paths.iter().chain(&profile.writable) {
+        check_redirect(given, &canonical(given)?, &hidden)?;
+    }
     // The secret stores the view would show. One that an explicit read
     // path or a writable root reaches into is masked before the binds (the
     // bind then shows through, as into a host mask); every other one after
@@ -1249,6 +1313,118 @@ mod tests {
             "removed a placeholder that was written to"
         );
         std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_bind_through_a_symlink_into_a_mask_is_refused() {
+        // Outside /tmp (a mount of its own), as the mask tests.
+        let target =
+            std::fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join("../target")).unwrap();
+        let t = tempfile::tempdir_in(target).unwrap();
+        let hidden = t.path().join("hidden");
+        let repo = t.path().join("repo");
+        std::fs::create_dir_all(hidden.join("inner")).unwrap();
+        std::fs::create_dir_all(&repo).unwrap();
+        // What a worker leaves in its writable root for a later launch.
+        std::os::unix::fs::symlink(hidden.join("inner"), repo.join("build")).unwrap();
+        let profile = |f: &dyn Fn(&mut Profile)| {
+            let mut p = Profile::governed();
+            p.add_mask(&hidden);
+            f(&mut p);
+            p
+        };
+        // Positive controls: the bind named inside the mask itself (as a
+        // project under the `/home` mask), and the repository, are planned.
+        for ok in [hidden.join("inner"), repo.clone()] {
+            build(
+                &profile(&|p| {
+                    p.add_writable(&ok);
+                }),
+                &PlanInput::default(),
+            )
+            .unwrap();
+            build(
+                &profile(&|p| {
+                    p.add_read_only(&ok);
+                }),
+                &PlanInput::default(),
+            )
+            .unwrap();
+        }
+        // A mask that is itself a symlink is resolved: named through it, the
+        // bind is where it says.
+        std::os::unix::fs::symlink(&hidden, t.path().join("masklink")).unwrap();
+        let mut p = profile(&|p| {
+            p.add_writable(t.path().join("masklink/inner"));
+        });
+        p.add_mask(t.path().join("masklink"));
+        build(&p, &PlanInput::default()).unwrap();
+        // Through a symlink inside the mask itself (`~/proj/build -> ~/.ssh`
+        // under the `/home` mask) as well as from outside it.
+        std::os::unix::fs::symlink(hidden.join("inner"), hidden.join("link")).unwrap();
+        for link in [repo.join("build"), hidden.join("link")] {
+            for writable in [true, false] {
+                let p = profile(&|p| {
+                    if writable {
+                        p.add_writable(&link);
+                    } else {
+                        p.add_read_only(&link);
+                    }
+                });
+                let e = build(&p, &PlanInput::default()).unwrap_err().to_string();
+                assert!(e.contains("mask_redirected"), "{}: {e}", link.display());
+                assert!(e.contains(&hidden.display().to_string()), "{e}");
+            }
+        }
+        // Under an empty root the host masks count too.
+        let mut p = Profile::strict();
+        p.add_mask(&hidden).add_read_only(repo.join("build"));
+        let e = build(&p, &PlanInput::default()).unwrap_err().to_string();
+        assert!(e.contains("mask_redirected"), "{e}");
+        let link = repo.join("build");
+        for writable in [true, false] {
+            let p = profile(&|p| {
+                if writable {
+                    p.add_writable(&link);
+                } else {
+                    p.add_read_only(&link);
+                }
+            });
+            let e = build(&p, &PlanInput::default()).unwrap_err().to_string();
+            assert!(e.contains("mask_redirected"), "writable {writable}: {e}");
+            assert!(e.contains(&hidden.display().to_string()), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_protected_name_outside_the_writable_roots_is_refused() {
+        let target =
+            std::fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join("../target")).unwrap();
+        let t = tempfile::tempdir_in(target).unwrap();
+        let root = t.path().join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let outside = t.path().join("outside");
+        let plan_with = |name: &str| {
+            let mut p = Profile::governed();
+            p.add_writable(&root).protect_name(name);
+            build(&p, &PlanInput::default())
+        };
+        // Positive control: a name inside the root gets its placeholder there.
+        let (plan, _) = plan_with(".cursorrules").unwrap();
+        assert!(plan.placeholders.contains(&root.join(".cursorrules")));
+        for bad in [
+            "../outside".to_owned(),
+            outside.display().to_string(),
+            "a/../../outside".to_owned(),
+            "./x".to_owned(),
+            String::new(),
+        ] {
+            match plan_with(&bad) {
+                Err(e) => assert!(e.to_string().contains("protected name"), "{bad}: {e}"),
+                Ok((plan, _)) => panic!("{bad}: planned {:?}", plan.placeholders),
+            }
+        }
+        assert!(!outside.exists());
     }
 
     #[test]

@@ -470,7 +470,10 @@ impl Profile {
     }
 
     /// Keep `name` read-only inside every writable root (created as a
-    /// placeholder when absent), like the built-in protected names.
+    /// placeholder when absent), like the built-in protected names. A name
+    /// that is empty, absolute or has `.` or `..` components is refused at
+    /// launch ([`SandboxError::InvalidPath`]): its placeholder would be made
+    /// outside the roots.
     pub fn protect_name(&mut self, name: &str) -> &mut Self {
         if !self.protected_names.iter().any(|n| n == name) {
             self.protected_names.push(name.to_owned());

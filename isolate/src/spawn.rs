@@ -668,6 +668,7 @@ impl Sandbox {
         }
         self.profile
             .check_identity(uid, nix::unistd::getuid().as_raw())?;
+        self.check_state_dirs()?;
         // What killed launchers left goes first: a stale placeholder would
         // otherwise be taken for an existing protected file, and stay.
         if let Some(dir) = &self.placeholder_records {
@@ -761,6 +762,38 @@ impl Sandbox {
         Ok(child)
     }
 
+    /// Refuses a state directory (the socket-walk cache, the placeholder
+    /// records) at or inside a writable root: the worker could write there
+    /// and forge what later launches trust, a cache entry that skips a
+    /// directory holding a socket, or a record that has a cleanup remove a
+    /// file. A directory not made yet is judged by its nearest existing
+    /// ancestor.
+    fn check_state_dirs(&self) -> Result<(), SandboxError> {
+        let roots: Vec<PathBuf> = self
+            .profile
+            .writable
+            .iter()
+            .filter_map(|w| std::fs::canonicalize(w).ok())
+            .collect();
+        for (what, dir) in [
+            ("socket-walk cache", &self.walk_cache),
+            ("placeholder records", &self.placeholder_records),
+        ] {
+            let Some(dir) = dir else { continue };
+            let resolved = resolve_existing(dir);
+            if let Some(root) = roots.iter().find(|r| resolved.starts_with(r)) {
+                return Err(SandboxError::InvalidPath {
+                    path: dir.clone(),
+                    reason: format!(
+                        "state_dir_writable: the {what} directory lies inside the writable root `{}`, where the worker could forge what later launches trust; keep the state directory outside every writable root (for `palisade run`: point XDG_RUNTIME_DIR elsewhere, or bind less)",
+                        root.display()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
     fn environment(&self) -> Result<Vec<CString>, SandboxError> {
         let mut vars: Vec<(OsString, OsString)> = vec![
             (OsString::from("PATH"), OsString::from(DEFAULT_PATH)),
@@ -789,6 +822,25 @@ impl Sandbox {
             .map_err(|_| {
                 SandboxError::InvalidCommand(String::from("environment contains a NUL byte"))
             })
+    }
+}
+
+/// `path` with symlinks resolved as far as it exists: the canonical form of
+/// its nearest existing ancestor, with the rest appended.
+fn resolve_existing(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = path;
+    loop {
+        if let Ok(c) = std::fs::canonicalize(at) {
+            return rest.iter().rev().fold(c, |acc, n| acc.join(n));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                at = parent;
+            }
+            _ => return path.to_owned(),
+        }
     }
 }
 
@@ -1507,6 +1559,44 @@ pub(crate) fn run_in_child(f: impl FnOnce() -> i32) -> std::io::Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_state_dir_inside_a_writable_root_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("root");
+        let beside = t.path().join("beside");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::create_dir_all(&beside).unwrap();
+        std::os::unix::fs::symlink(root.join("sub"), t.path().join("link")).unwrap();
+        let sandbox = |dir: &Path, records: bool| {
+            let mut sb = Sandbox::new(crate::Profile::governed());
+            sb.writable(&root);
+            if records {
+                sb.placeholder_records(dir);
+            } else {
+                sb.walk_cache(dir);
+            }
+            sb
+        };
+        for records in [false, true] {
+            // Positive controls: beside the root, made yet or not.
+            for dir in [beside.clone(), beside.join("palisade")] {
+                sandbox(&dir, records).check_state_dirs().unwrap();
+            }
+            // Inside the root: at it, below it (not made yet), through a symlink.
+            for dir in [
+                root.clone(),
+                root.join("sub/palisade"),
+                t.path().join("link/palisade"),
+            ] {
+                let e = sandbox(&dir, records)
+                    .check_state_dirs()
+                    .unwrap_err()
+                    .to_string();
+                assert!(e.contains("state_dir_writable"), "{}: {e}", dir.display());
+            }
+        }
+    }
 
     #[test]
     fn sensitive_names_are_stripped() {

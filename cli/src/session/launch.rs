@@ -216,6 +216,63 @@ fn placeholder_format(relay: &palisade_schema::host_policy::Relay) -> Placeholde
     }
 }
 
+/// The variable that gives the worker relay `name`'s base URL.
+fn relay_url_var(name: &str) -> String {
+    let upper: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("PALISADE_RELAY_{upper}_URL")
+}
+
+/// The variables the governed session sets in the worker itself, over
+/// whatever the flags or the policy's `[worker] env` gave.
+const SESSION_ENV: &[&str] = &[
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "PALISADE_CONTROL",
+    "PALISADE_SESSION",
+    "PALISADE_BIN",
+    "PALISADE_STEP_GRANT",
+];
+
+/// Refuses a variable that `--env` or `[worker] env` sets or passes but the
+/// session would set over it (its proxy, control and relay variables): the
+/// setting would be silently not applied.
+fn check_session_env(sb: &Sandbox, policy: &HostPolicy, policy_path: &Path) -> Result<(), String> {
+    let mut ours: Vec<String> = SESSION_ENV.iter().map(|s| (*s).to_owned()).collect();
+    for r in &policy.egress.relays {
+        ours.push(relay_url_var(&r.name));
+        ours.extend(r.worker_env.keys().cloned());
+    }
+    let given = sb
+        .env_vars()
+        .iter()
+        .map(|(k, _)| k.to_string_lossy().into_owned())
+        .chain(sb.profile().env_allow().iter().cloned());
+    for name in given {
+        if ours.contains(&name) {
+            return Err(format!(
+                "{}: the variable `{name}` (from --env or [worker] env) is set by the governed session itself (its proxy, control or relay variables), so the value given would not reach the worker; remove it",
+                policy_path.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A relay ready to serve, with what the worker needs to reach it.
 struct ReadyRelay {
     relay: Relay,
@@ -272,20 +329,7 @@ fn build_relays(
         let socket = PrivateSocket::bind(&dir.join(format!("relay-{i}.sock")))
             .map_err(|e| format!("relay `{}`: cannot bind its socket: {e}", r.name))?;
         let base_url = format!("http://127.0.0.1:{port}");
-        let mut env = vec![(
-            format!(
-                "PALISADE_RELAY_{}_URL",
-                r.name
-                    .chars()
-                    .map(|c| if c.is_ascii_alphanumeric() {
-                        c.to_ascii_uppercase()
-                    } else {
-                        '_'
-                    })
-                    .collect::<String>()
-            ),
-            base_url.clone(),
-        )];
+        let mut env = vec![(relay_url_var(&r.name), base_url.clone())];
         for (k, v) in &r.worker_env {
             let value = match v.as_str() {
                 "placeholder" => placeholder.expose().to_owned(),
@@ -363,6 +407,15 @@ pub(crate) fn run(
     // or an error before anything starts.
     if let Err(e) = crate::custom_profile::apply_worker(&mut sb, &policy.worker, &policy_path) {
         return setup_failure(e);
+    }
+    if let Err(e) = check_session_env(&sb, &policy, &policy_path) {
+        return setup_failure(e);
+    }
+    if sb.profile().network() == palisade_isolate::NetworkMode::None {
+        return setup_failure(format!(
+            "profile `{}` has no network (`strict`, or `network = \"none\"`), but a governed session reaches its worker only through bridges (the recording proxy, `palisade ctl`, the relays); use a profile with the proxy network, or run the strict profile without --policy",
+            sb.profile().name()
+        ));
     }
     // The policy file stays read-only for the worker when it lies inside a
     // writable root (elsewhere the host view is read-only already).
