@@ -430,7 +430,14 @@ fn the_launchers_command_line_and_environment_are_not_visible_inside() {
         sh -c 'sleep 60; :' "$SEEN" & c=$!
         i=0
         while [ $i -lt 600 ]; do
-            case "$(tr '\0' ' ' < /proc/$c/cmdline)" in *"$SEEN"*) break;; esac
+            # Ready once the control shows the marker and its `sleep` has
+            # been exec'd: until then the forked child shows the control's
+            # command line too.
+            case "$(tr '\0' ' ' < /proc/$c/cmdline)" in *"$SEEN"*)
+                for p in /proc/[0-9]*/cmdline; do
+                    case "$(tr '\0' ' ' 2>/dev/null < "$p")" in "sleep 60 ") break 2;; esac
+                done;;
+            esac
             sleep 0.05; i=$((i+1))
         done
         echo "control $c"
