@@ -46,6 +46,8 @@ use crate::proxy::ShutdownSignal;
 use crate::record::{Event, Recorder, RelayOutcome, RelayRecord};
 use crate::resolve::Resolver;
 
+mod overrides;
+
 /// Default request body cap (32 MiB).
 pub const DEFAULT_MAX_BODY: usize = 32 * 1024 * 1024;
 
@@ -659,6 +661,11 @@ impl fmt::Debug for Relay {
 /// A refusal: status, stable code, message.
 type Refusal = (StatusCode, &'static str, &'static str);
 
+const OVERRIDE_REFUSED: Refusal = (
+    StatusCode::BAD_REQUEST,
+    "override_not_allowed",
+    "Method, URL and host override headers and parameters are not relayed",
+);
 const BODY_TOO_LARGE: Refusal = (
     StatusCode::PAYLOAD_TOO_LARGE,
     "body_too_large",
@@ -958,7 +965,7 @@ fn head_failure(e: &hyper::Error) -> (u16, &'static str) {
 fn has_override(headers: &http::HeaderMap, uri: &http::Uri) -> bool {
     headers
         .keys()
-        .any(|n| OVERRIDE_HEADERS.contains(&n.as_str()))
+        .any(|n| overrides::is_override_header(n.as_str()))
         || headers.get_all(http::header::HOST).iter().count() > 1
         || uri.query().is_some_and(query_has_override)
 }
@@ -966,11 +973,7 @@ fn has_override(headers: &http::HeaderMap, uri: &http::Uri) -> bool {
 fn query_has_override(query: &str) -> bool {
     query.split(['&', ';']).any(|pair| {
         let key = pair.split('=').next().unwrap_or_default();
-        let key = percent_decode(key.as_bytes());
-        let key = key.trim_ascii();
-        OVERRIDE_QUERY_KEYS
-            .iter()
-            .any(|k| key.eq_ignore_ascii_case(k.as_bytes()))
+        overrides::is_override_key(&percent_decode(key.as_bytes()))
     })
 }
 
@@ -1325,11 +1328,7 @@ impl Relay {
         }
         // 3. nothing that re-routes the request behind the exact route
         if has_override(req.headers(), req.uri()) {
-            return Err((
-                StatusCode::BAD_REQUEST,
-                "override_not_allowed",
-                "Method, URL and host override headers and parameters are not relayed",
-            ));
+            return Err(OVERRIDE_REFUSED);
         }
         let path = req.uri().path();
         let method_ok = cfg
@@ -1363,6 +1362,13 @@ impl Relay {
         let body = self.read_body(body, t0).await?;
         let body_len = body.len;
         record.bytes_up = body_len as u64;
+        let content_type = parts
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .map(HeaderValue::as_bytes);
+        if overrides::body_has_override(content_type, &body.chunks) {
+            return Err(OVERRIDE_REFUSED);
+        }
 
         // 5. headers: strip, then inject
         let listed: Vec<String> = parts
@@ -1384,11 +1390,15 @@ impl Relay {
         );
         for (name, value) in &parts.headers {
             let n = name.as_str();
+            // compared as CGI, WSGI and PHP read names (`x_real_ip` is `x-real-ip`)
+            let loose = String::from_utf8(overrides::loose(n.as_bytes())).unwrap_or_default();
             if STRIPPED.contains(&n)
-                || n.starts_with("proxy-")
-                || n.starts_with("x-forwarded-")
+                || STRIPPED.contains(&loose.as_str())
+                || loose.starts_with("proxy-")
+                || loose.starts_with("x-forwarded-")
                 || listed.iter().any(|l| l == n)
                 || name == cfg.credential.header
+                || loose == cfg.credential.header.as_str()
             {
                 continue;
             }

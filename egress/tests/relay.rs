@@ -1039,3 +1039,145 @@ async fn attempts_cut_by_the_relay_stopping_are_recorded() {
         "the mid-body request keeps its method and path"
     );
 }
+
+/// A `POST /v1/messages` with the placeholder, this content type and body.
+fn post_typed(r: &TestRelay, path: &str, content_type: &str, body: &str) -> Request<Full<Bytes>> {
+    let mut req = post(path, &r.placeholder, body);
+    req.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_str(content_type).unwrap(),
+    );
+    req
+}
+
+#[tokio::test]
+async fn override_spellings_a_cgi_or_php_origin_reads_alike_are_refused() {
+    let r = start_relay(1 << 20, loopback()).await;
+    // CGI, WSGI and PHP map `-` and `_` (PHP also `.` and space) to one
+    // name: each of these reaches such an origin as the override.
+    for name in [
+        "x_http_method_override",
+        "X_HTTP_Method_Override",
+        "x-http_method-override",
+        "x_original_url",
+        "x_forwarded_host",
+        "x.http.method.override",
+    ] {
+        let mut req = post("/v1/messages", &r.placeholder, "{}");
+        req.headers_mut().insert(
+            http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            http::HeaderValue::from_static("DELETE"),
+        );
+        let (status, _, body) = send(&r.sock, req).await;
+        assert_eq!(status, 400, "{name}: {body}");
+        assert!(body.contains("override_not_allowed"), "{name}: {body}");
+    }
+    for query in [
+        ".method=DELETE",
+        "%2Emethod=DELETE",
+        "+_method=GET",
+        "x.http.method=GET",
+    ] {
+        let (status, _, body) = send(
+            &r.sock,
+            post(&format!("/v1/messages?{query}"), &r.placeholder, "{}"),
+        )
+        .await;
+        assert_eq!(status, 400, "?{query}: {body}");
+        assert!(body.contains("override_not_allowed"), "?{query}: {body}");
+    }
+    assert!(
+        r.seen.lock().unwrap().is_empty(),
+        "no override reached the origin"
+    );
+    // forwarding and credential headers in that spelling are stripped
+    let mut req = post("/v1/messages?methods=1", &r.placeholder, "{}");
+    for (name, value) in [
+        ("x_forwarded_for", "10.0.0.1"),
+        ("x_real_ip", "10.0.0.1"),
+        ("x_api_key", "worker-own-key"),
+        ("x_trace_id", "kept"),
+    ] {
+        req.headers_mut().insert(
+            http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            http::HeaderValue::from_static(value),
+        );
+    }
+    let (status, _, body) = send(&r.sock, req).await;
+    // positive control: an ordinary underscore header and query key pass
+    assert_eq!(status, 200, "{body}");
+    let seen = r.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    for gone in ["x_forwarded_for", "x_real_ip", "x_api_key"] {
+        assert!(seen[0].header(gone).is_none(), "{gone} must be stripped");
+    }
+    assert_eq!(seen[0].header("x_trace_id"), Some("kept"));
+    assert_eq!(seen[0].header("x-api-key"), Some(real_key().as_str()));
+}
+
+#[tokio::test]
+async fn a_method_override_in_the_request_body_is_refused() {
+    let r = start_relay(1 << 20, loopback()).await;
+    let form = "application/x-www-form-urlencoded";
+    let multipart = "multipart/form-data; boundary=XyZ";
+    let part = |name: &str| {
+        format!("--XyZ\r\nContent-Disposition: form-data; {name}\r\n\r\nDELETE\r\n--XyZ--\r\n")
+    };
+    let cases = [
+        (form, "_method=DELETE".to_owned()),
+        (
+            "Application/X-WWW-Form-Urlencoded; charset=utf-8",
+            "a=1&_method=DELETE".to_owned(),
+        ),
+        (form, "a=1&%5Fmethod=DELETE".to_owned()),
+        (form, format!("{}_method=DELETE", "+".repeat(3000))),
+        (form, ".method=DELETE".to_owned()),
+        (form, "x-http-method-override=GET".to_owned()),
+        (multipart, part("name=\"_method\"")),
+        (multipart, part("NAME=_method")),
+        (
+            "application/json",
+            r#"{"model":"m","_method":"DELETE"}"#.to_owned(),
+        ),
+        (
+            "application/json",
+            r#"{"\u005fmethod":"DELETE"}"#.to_owned(),
+        ),
+        (
+            "application/vnd.api+json",
+            r#"{"_METHOD":"DELETE"}"#.to_owned(),
+        ),
+    ];
+    for (ct, body) in &cases {
+        let (status, _, answer) = send(&r.sock, post_typed(&r, "/v1/messages", ct, body)).await;
+        assert_eq!(status, 400, "{ct} {body:.80}: {answer}");
+        assert!(answer.contains("override_not_allowed"), "{ct}: {answer}");
+    }
+    assert!(
+        r.seen.lock().unwrap().is_empty(),
+        "no override reached the origin"
+    );
+    let recs = records_settled(&r, cases.len()).await;
+    assert!(
+        recs.iter()
+            .all(|x| x.reason == "override_not_allowed" && x.status == 400),
+        "{:?}",
+        reasons(&recs)
+    );
+    // positive controls: the same types without an override key pass,
+    // even when `_method` is a value or nested deeper
+    let fine = [
+        (form, "a=1&method=x&note=_method".to_owned()),
+        (multipart, part("name=\"file\"; filename=\"a.txt\"")),
+        (
+            "application/json",
+            r#"{"model":"m","meta":{"_method":"x"},"text":"_method"}"#.to_owned(),
+        ),
+        ("text/plain", "_method=DELETE".to_owned()),
+    ];
+    for (ct, body) in &fine {
+        let (status, _, answer) = send(&r.sock, post_typed(&r, "/v1/messages", ct, body)).await;
+        assert_eq!(status, 200, "{ct} {body}: {answer}");
+    }
+    assert_eq!(r.seen.lock().unwrap().len(), fine.len());
+}
