@@ -1362,11 +1362,12 @@ impl Relay {
         let body = self.read_body(body, t0).await?;
         let body_len = body.len;
         record.bytes_up = body_len as u64;
-        let content_type = parts
+        let content_types = parts
             .headers
-            .get(http::header::CONTENT_TYPE)
+            .get_all(http::header::CONTENT_TYPE)
+            .into_iter()
             .map(HeaderValue::as_bytes);
-        if overrides::body_has_override(content_type, &body.chunks) {
+        if overrides::body_has_override(content_types, &body.chunks) {
             return Err(OVERRIDE_REFUSED);
         }
 

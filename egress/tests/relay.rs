@@ -1181,3 +1181,62 @@ async fn a_method_override_in_the_request_body_is_refused() {
     }
     assert_eq!(r.seen.lock().unwrap().len(), fine.len());
 }
+
+#[tokio::test]
+async fn a_body_override_hidden_behind_the_content_type_is_refused() {
+    let r = start_relay(1 << 20, loopback()).await;
+    let body = "a=1&_method=DELETE";
+    // Rack reads a POST without Content-Type as a form; PHP splits the
+    // type at `,`; Laravel reads any `/json` type as JSON; a second
+    // Content-Type may be the one the origin reads.
+    let mut no_type = post("/v1/messages", &r.placeholder, body);
+    no_type.headers_mut().remove(http::header::CONTENT_TYPE);
+    let mut empty_type = post("/v1/messages", &r.placeholder, body);
+    empty_type.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(""),
+    );
+    let mut second = post_typed(&r, "/v1/messages", "text/plain", body);
+    second.headers_mut().append(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/x-www-form-urlencoded"),
+    );
+    let cases = [
+        ("none", no_type),
+        ("empty", empty_type),
+        ("second", second),
+        (
+            "list",
+            post_typed(
+                &r,
+                "/v1/messages",
+                "text/plain, application/x-www-form-urlencoded",
+                body,
+            ),
+        ),
+        (
+            "text/json",
+            post_typed(&r, "/v1/messages", "text/json", r#"{"_method":"DELETE"}"#),
+        ),
+    ];
+    let n = cases.len();
+    for (what, req) in cases {
+        let (status, _, answer) = send(&r.sock, req).await;
+        assert_eq!(status, 400, "{what}: {answer}");
+        assert!(answer.contains("override_not_allowed"), "{what}: {answer}");
+    }
+    assert!(
+        r.seen.lock().unwrap().is_empty(),
+        "no override reached the origin"
+    );
+    assert_eq!(records_settled(&r, n).await.len(), n);
+    // positive control: the same body as text/plain, and JSON without the key
+    let (status, _, answer) =
+        send(&r.sock, post_typed(&r, "/v1/messages", "text/plain", body)).await;
+    assert_eq!(status, 200, "{answer}");
+    let mut plain = post("/v1/messages", &r.placeholder, r#"{"model":"m"}"#);
+    plain.headers_mut().remove(http::header::CONTENT_TYPE);
+    let (status, _, answer) = send(&r.sock, plain).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(r.seen.lock().unwrap().len(), 2);
+}

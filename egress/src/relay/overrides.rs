@@ -48,27 +48,67 @@ pub(super) fn is_override_key(key: &[u8]) -> bool {
     OVERRIDE_QUERY_KEYS.iter().any(|o| loose(o.as_bytes()) == k)
 }
 
-/// Whether a buffered request body of this `Content-Type` names an
-/// override key: any key of an `application/x-www-form-urlencoded` body,
-/// any part name of a `multipart/form-data` body, any top-level key of a
-/// JSON body (`application/json`, `*+json`). Other types are not parsed.
-pub(super) fn body_has_override(content_type: Option<&[u8]>, chunks: &VecDeque<Bytes>) -> bool {
-    let Some(ct) = content_type else {
-        return false;
-    };
-    let mime = ct.split(|b| *b == b';').next().unwrap_or_default();
-    let mime = mime.trim_ascii().to_ascii_lowercase();
-    let bytes = || chunks.iter().flat_map(|c| c.iter().copied());
-    match mime.as_slice() {
-        b"application/x-www-form-urlencoded" => form_has_override(bytes()),
-        b"multipart/form-data" => multipart_has_override(bytes()),
-        m if m == b"application/json"
-            || (m.starts_with(b"application/") && m.ends_with(b"+json")) =>
-        {
-            json_has_override(chunks)
-        }
-        _ => false,
+/// How an origin may parse a request body for parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BodyKind {
+    Form,
+    Multipart,
+    Json,
+}
+
+/// How the most lenient common origin reads one media type: a form also
+/// when the type is empty (Rack reads a `POST` without a type as a form),
+/// any `multipart/*` as multipart (Rack parses `mixed` and `related` too),
+/// any type containing `/json` or `+json` as JSON (Laravel's rule).
+fn kind_of(media_type: &[u8]) -> Option<BodyKind> {
+    let mime = media_type
+        .split(|b| *b == b';')
+        .next()
+        .unwrap_or_default()
+        .trim_ascii()
+        .to_ascii_lowercase();
+    let contains = |n: &[u8]| mime.windows(n.len()).any(|w| w == n);
+    if mime.is_empty() || mime.starts_with(b"application/x-www-form-urlencoded") {
+        Some(BodyKind::Form)
+    } else if mime.starts_with(b"multipart/") {
+        Some(BodyKind::Multipart)
+    } else if contains(b"/json") || contains(b"+json") {
+        Some(BodyKind::Json)
+    } else {
+        None
     }
+}
+
+/// Whether a buffered request body names an override key, read as every
+/// `Content-Type` it carries could make an origin read it (each value, and
+/// each `,`-separated type in it, as PHP splits them; none at all counts as
+/// a form): any key of a form, any `name=` of a multipart body, any
+/// top-level key of a JSON body. Other types are not parsed.
+pub(super) fn body_has_override<'a>(
+    content_types: impl Iterator<Item = &'a [u8]>,
+    chunks: &VecDeque<Bytes>,
+) -> bool {
+    let mut kinds: Vec<BodyKind> = Vec::new();
+    let mut typed = false;
+    for value in content_types {
+        typed = true;
+        for media_type in value.split(|b| *b == b',') {
+            if let Some(k) = kind_of(media_type)
+                && !kinds.contains(&k)
+            {
+                kinds.push(k);
+            }
+        }
+    }
+    if !typed {
+        kinds.push(BodyKind::Form);
+    }
+    let bytes = || chunks.iter().flat_map(|c| c.iter().copied());
+    kinds.iter().any(|k| match k {
+        BodyKind::Form => form_has_override(bytes()),
+        BodyKind::Multipart => multipart_has_override(bytes()),
+        BodyKind::Json => json_has_override(chunks),
+    })
 }
 
 /// A key being collected: decoded bytes after the leading whitespace, up
@@ -309,42 +349,47 @@ mod tests {
 
     #[test]
     fn keys_split_across_blocks_are_found() {
-        let form = Some(&b"application/x-www-form-urlencoded"[..]);
+        let form = || [&b"application/x-www-form-urlencoded"[..]].into_iter();
         assert!(body_has_override(
-            form,
+            form(),
             &blocks(&["a=1&_me", "thod=DELETE"])
         ));
         assert!(body_has_override(
-            form,
+            form(),
             &blocks(&["a=1&%5", "Fmethod=DELETE"])
         ));
-        assert!(body_has_override(form, &blocks(&["_method"])));
-        assert!(!body_has_override(form, &blocks(&["a=_method&b=%", "5"])));
-        let json = Some(&b"application/json"[..]);
+        assert!(body_has_override(form(), &blocks(&["_method"])));
+        assert!(!body_has_override(form(), &blocks(&["a=_method&b=%", "5"])));
+        let json = || [&b"application/json"[..]].into_iter();
         assert!(body_has_override(
-            json,
+            json(),
             &blocks(&["{\"a\":[1,{\"_method\":1}],\"_me", "thod\":2}"])
         ));
         assert!(!body_has_override(
-            json,
+            json(),
             &blocks(&["{\"a\":{\"_method\":1}}"])
         ));
-        assert!(!body_has_override(json, &blocks(&["not json _method"])));
-        let mp = Some(&b"multipart/form-data; boundary=b"[..]);
+        assert!(!body_has_override(json(), &blocks(&["not json _method"])));
+        let mp = || [&b"multipart/form-data; boundary=b"[..]].into_iter();
         assert!(body_has_override(
-            mp,
+            mp(),
             &blocks(&[
                 "--b\r\nContent-Disposition: form-data; na",
                 "me=\"_method\"\r\n"
             ])
         ));
         assert!(!body_has_override(
-            mp,
+            mp(),
             &blocks(&[
                 "--b\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\n_method\r\n--b--"
             ])
         ));
-        assert!(!body_has_override(None, &blocks(&["_method=DELETE"])));
+        assert!(body_has_override(
+            std::iter::empty(),
+            &blocks(&["_method=DELETE"])
+        ));
+        let text = || [&b"text/plain"[..]].into_iter();
+        assert!(!body_has_override(text(), &blocks(&["_method=DELETE"])));
     }
 
     #[test]
