@@ -856,8 +856,11 @@ impl hyper::body::Body for BufferedBody {
 }
 
 /// The forms of the credential that must not reach the worker: the secret,
-/// its base64 (standard and URL-safe, unpadded) and, for `Basic`
-/// credentials, the decoded `user:password`.
+/// its hex and its every-byte percent-encoding, its base64 (standard and
+/// URL-safe, unpadded) at each of the three alignments a prefix can give it
+/// (`base64("key: " + secret)` shares no run with `base64(secret)`) and,
+/// for `Basic` credentials, the decoded `user:password`. Compared ignoring
+/// ASCII case.
 struct Leaks {
     forms: Vec<Zeroizing<Vec<u8>>>,
 }
@@ -869,21 +872,48 @@ impl Leaks {
         let secret = credential.secret.expose().as_bytes();
         let mut forms = vec![
             Zeroizing::new(secret.to_vec()),
-            Zeroizing::new(STANDARD_NO_PAD.encode(secret).into_bytes()),
-            Zeroizing::new(URL_SAFE_NO_PAD.encode(secret).into_bytes()),
+            Zeroizing::new(
+                secret
+                    .iter()
+                    .flat_map(|b| format!("{b:02x}").into_bytes())
+                    .collect(),
+            ),
+            Zeroizing::new(
+                secret
+                    .iter()
+                    .flat_map(|b| format!("%{b:02x}").into_bytes())
+                    .collect(),
+            ),
         ];
+        for shift in 0..3usize {
+            // `shift` bytes before the secret; the first 4 characters also
+            // encode those bytes, so they are left out
+            let mut shifted = Zeroizing::new(vec![0u8; shift]);
+            shifted.extend_from_slice(secret);
+            let skip = if shift == 0 { 0 } else { 4 };
+            for engine in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+                let encoded = Zeroizing::new(engine.encode(shifted.as_slice()).into_bytes());
+                forms.push(Zeroizing::new(
+                    encoded.get(skip..).unwrap_or_default().to_vec(),
+                ));
+            }
+        }
         if credential.prefix.trim().eq_ignore_ascii_case("basic")
             && let Ok(decoded) = STANDARD.decode(secret)
         {
             forms.push(Zeroizing::new(decoded));
+        }
+        for f in &mut forms {
+            f.make_ascii_lowercase();
         }
         forms.retain(|f| !f.is_empty());
         Self { forms }
     }
 
     /// Whether `value` holds [`LEAK_WINDOW`] consecutive bytes of any form
-    /// (all of it, when a form is shorter).
+    /// (all of it, when a form is shorter), ignoring ASCII case.
     fn found_in(&self, value: &[u8]) -> bool {
+        let value = Zeroizing::new(value.to_ascii_lowercase());
         self.forms.iter().any(|form| {
             let w = LEAK_WINDOW.min(form.len());
             if w == 0 || value.len() < w {

@@ -114,6 +114,19 @@ async fn upstream() -> (
                                 .header("x-echo-key", key.as_str())
                                 .header("x-echo-partial", format!("seen {part} here"))
                                 .header("x-echo-b64", b64)
+                                .header("x-echo-upper", key.to_ascii_uppercase())
+                                .header("x-echo-hex", hex_of(key.as_bytes()))
+                                .header(
+                                    "x-echo-b64-shifted",
+                                    base64::engine::general_purpose::STANDARD
+                                        .encode(format!("key: {key}")),
+                                )
+                                .header(
+                                    "x-echo-b64-shifted-1",
+                                    base64::engine::general_purpose::URL_SAFE
+                                        .encode(format!("k={key}")),
+                                )
+                                .header("x-echo-pct", pct_all(key.as_bytes()))
                                 .header("x-upstream", "yes")
                                 .header("x-request-id", "req_0123456789abcdefghij")
                                 .header("content-type", "application/json")
@@ -146,6 +159,16 @@ async fn upstream() -> (
         }
     });
     (addr, cert, seen)
+}
+
+/// Lowercase hex of every byte.
+fn hex_of(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Every byte percent-encoded.
+fn pct_all(b: &[u8]) -> String {
+    b.iter().map(|x| format!("%{x:02X}")).collect()
 }
 
 /// The credential header the upstream saw on its latest request to `uri`.
@@ -1239,4 +1262,38 @@ async fn a_body_override_hidden_behind_the_content_type_is_refused() {
     let (status, _, answer) = send(&r.sock, plain).await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(r.seen.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn the_credential_is_redacted_in_other_spellings_too() {
+    let r = start_relay(1 << 20, loopback()).await;
+    let mut s = UnixStream::connect(&r.sock).await.unwrap();
+    s.write_all(format!("{}{{}}", raw_head("/v1/reflect", &r.placeholder, "", 2)).as_bytes())
+        .await
+        .unwrap();
+    let answer = String::from_utf8_lossy(&read_to_end(&mut s).await).into_owned();
+    assert_eq!(status_of(&answer), 200, "{answer}");
+    let head: Vec<&str> = answer.split("\r\n").collect();
+    // case changed, hex, percent-encoded, and base64 of the credential
+    // behind a prefix (another alignment than the credential's own base64)
+    for name in [
+        "x-echo-upper",
+        "x-echo-hex",
+        "x-echo-pct",
+        "x-echo-b64-shifted",
+        "x-echo-b64-shifted-1",
+    ] {
+        assert!(
+            head.contains(&format!("{name}: [redacted by palisade]").as_str()),
+            "{name} must be redacted"
+        );
+    }
+    let key = real_key();
+    assert!(
+        !answer.contains(&key.to_ascii_uppercase()) && !answer.contains(&hex_of(key.as_bytes())),
+        "CREDENTIAL_REFLECTED"
+    );
+    // positive control: unrelated headers arrive unchanged
+    assert!(head.contains(&"x-upstream: yes"));
+    assert!(head.contains(&"x-request-id: req_0123456789abcdefghij"));
 }
