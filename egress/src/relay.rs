@@ -62,6 +62,10 @@ pub const DEFAULT_BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// arrival (60 s).
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Timeouts are capped at this (30 years): a longer one, which could not
+/// be added to a clock reading, means no timeout.
+const NO_TIMEOUT: Duration = Duration::from_secs(86_400 * 365 * 30);
+
 /// Default cap on open worker connections (32); one more gets 503.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 32;
 
@@ -1085,7 +1089,13 @@ impl Relay {
             .listener
             .as_ref()
             .ok_or_else(|| io::Error::other("socket already closed"))?;
-        let slots = Arc::new(Semaphore::new(self.inner.config.max_connections));
+        // a cap above what a semaphore counts means no cap (never a panic)
+        let cap = self
+            .inner
+            .config
+            .max_connections
+            .min(Semaphore::MAX_PERMITS);
+        let slots = Arc::new(Semaphore::new(cap));
         let mut tasks = JoinSet::new();
         loop {
             let stream = tokio::select! {
@@ -1144,7 +1154,7 @@ impl Relay {
         };
         let res = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
-            .header_read_timeout(self.inner.config.header_timeout)
+            .header_read_timeout(self.inner.config.header_timeout.min(NO_TIMEOUT))
             .keep_alive(false)
             .max_buf_size(MAX_HEAD_BYTES)
             .serve_connection(TokioIo::new(io), svc)
@@ -1262,7 +1272,9 @@ impl Relay {
         B::Error: Into<BoxError>,
     {
         let cfg = &self.inner.config;
-        let deadline = tokio::time::Instant::from_std(t0) + cfg.body_timeout;
+        // a timeout too long to add is no timeout (never an overflow panic)
+        let after = |from: tokio::time::Instant, d: Duration| from + d.min(NO_TIMEOUT);
+        let deadline = after(tokio::time::Instant::from_std(t0), cfg.body_timeout);
         let mut body = std::pin::pin!(body);
         let mut block = BytesMut::new();
         let mut out = BufferedBody {
@@ -1274,7 +1286,7 @@ impl Relay {
             },
         };
         loop {
-            let wait = (tokio::time::Instant::now() + cfg.body_idle_timeout).min(deadline);
+            let wait = after(tokio::time::Instant::now(), cfg.body_idle_timeout).min(deadline);
             let frame = match tokio::time::timeout_at(wait, body.as_mut().frame()).await {
                 Err(_) => return Err(BODY_TIMEOUT),
                 Ok(None) => break,

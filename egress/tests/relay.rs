@@ -1297,3 +1297,19 @@ async fn the_credential_is_redacted_in_other_spellings_too() {
     assert!(head.contains(&"x-upstream: yes"));
     assert!(head.contains(&"x-request-id: req_0123456789abcdefghij"));
 }
+
+#[tokio::test]
+async fn limits_too_large_to_count_mean_unlimited_not_a_panic() {
+    let r = start_relay_with(|c| {
+        c.addresses = loopback();
+        c.max_connections = usize::MAX;
+        c.header_timeout = Duration::MAX;
+        c.body_idle_timeout = Duration::MAX;
+        c.body_timeout = Duration::MAX;
+    })
+    .await;
+    let (status, _, body) = send(&r.sock, post("/v1/messages", &r.placeholder, "{}")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(r.seen.lock().unwrap().len(), 1);
+    assert!(!r.task.is_finished(), "the relay still serves");
+}
