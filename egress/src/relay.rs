@@ -9,7 +9,8 @@
 //! trailers. Request bodies are buffered under bounds: a per-request cap
 //! (413), a total across requests (503), an idle and an overall body
 //! deadline (408); connections are capped (503). Refusals carry a JSON body
-//! with a stable error type. Every request attempt gets exactly one record
+//! with a stable error type. A request reaches the origin only once its
+//! admission record was accepted. Every request attempt gets exactly one record
 //! (method, path without query, outcome, status, bytes), never a header
 //! value, including heads hyper rejects (400, 414, 431), header timeouts and
 //! connections closed mid-head.
@@ -665,6 +666,11 @@ impl fmt::Debug for Relay {
 /// A refusal: status, stable code, message.
 type Refusal = (StatusCode, &'static str, &'static str);
 
+const RECORDING_UNAVAILABLE: Refusal = (
+    StatusCode::SERVICE_UNAVAILABLE,
+    "recording_unavailable",
+    "Relay requests cannot be recorded",
+);
 const OVERRIDE_REFUSED: Refusal = (
     StatusCode::BAD_REQUEST,
     "override_not_allowed",
@@ -1339,11 +1345,7 @@ impl Relay {
     {
         let cfg = &self.inner.config;
         if !self.inner.recorder.healthy() {
-            return Err((
-                StatusCode::SERVICE_UNAVAILABLE,
-                "recording_unavailable",
-                "Relay requests cannot be recorded",
-            ));
+            return Err(RECORDING_UNAVAILABLE);
         }
         // 1. placeholder, compared in constant time
         let presented = req
@@ -1519,6 +1521,19 @@ impl Relay {
         tokio::spawn(async move {
             let _ = conn.await;
         });
+        // 6b. nothing reaches the origin before the journal accepted the
+        // admission record (a disk that fills now refuses this request)
+        let admitted = Event::RelayAdmitted(record.clone());
+        admitted.trace();
+        if !self
+            .inner
+            .recorder
+            .record_accepted(&admitted)
+            .accepted()
+            .await
+        {
+            return Err(RECORDING_UNAVAILABLE);
+        }
         let resp = sender.send_request(upstream_req).await.map_err(|_| {
             (
                 StatusCode::BAD_GATEWAY,

@@ -25,7 +25,7 @@ use hyper::body::Frame;
 use hyper_util::rt::TokioIo;
 use palisade_egress::addr::AddressPolicy;
 use palisade_egress::proxy::{Shutdown, shutdown_channel};
-use palisade_egress::record::{MemoryRecorder, RelayOutcome};
+use palisade_egress::record::{Acceptance, Event, MemoryRecorder, Recorder, RelayOutcome};
 use palisade_egress::relay::{
     Credential, Origin, Placeholder, PlaceholderFormat, PrivateSocket, Relay, RelayConfig, Route,
     Secret,
@@ -202,6 +202,14 @@ async fn start_relay(max_body: usize, addresses: AddressPolicy) -> TestRelay {
 }
 
 async fn start_relay_with(configure: impl FnOnce(&mut RelayConfig)) -> TestRelay {
+    start_relay_recorded(configure, |m| m).await
+}
+
+/// A relay whose records go through `wrap` (to the kept memory recorder).
+async fn start_relay_recorded(
+    configure: impl FnOnce(&mut RelayConfig),
+    wrap: impl FnOnce(Arc<MemoryRecorder>) -> Arc<dyn Recorder>,
+) -> TestRelay {
     let (addr, cert, seen) = upstream().await;
     let origin = Origin::parse(&format!("https://api.test:{}", addr.port())).unwrap();
     let routes = [
@@ -226,7 +234,7 @@ async fn start_relay_with(configure: impl FnOnce(&mut RelayConfig)) -> TestRelay
     let recorder = Arc::new(MemoryRecorder::new());
     let resolver =
         Arc::new(StaticResolver::new().with("api.test", &["127.0.0.1".parse().unwrap()]));
-    let relay = Relay::new(config, resolver, recorder.clone());
+    let relay = Relay::new(config, resolver, wrap(recorder.clone()));
     let handle = relay.clone();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("relay");
@@ -1312,4 +1320,71 @@ async fn limits_too_large_to_count_mean_unlimited_not_a_panic() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(r.seen.lock().unwrap().len(), 1);
     assert!(!r.task.is_finished(), "the relay still serves");
+}
+
+/// Records into memory but refuses relay admission records while `refuse`
+/// is set (a disk that fills between the health check and the write).
+#[derive(Debug)]
+struct RefusesAdmission {
+    mem: Arc<MemoryRecorder>,
+    refuse: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Recorder for RefusesAdmission {
+    fn record(&self, event: &Event) {
+        self.mem.record(event);
+    }
+
+    fn record_accepted(&self, event: &Event) -> Acceptance {
+        let refuse = matches!(event, Event::RelayAdmitted(_))
+            && self.refuse.load(std::sync::atomic::Ordering::SeqCst);
+        if !refuse {
+            self.mem.record(event);
+        }
+        Acceptance::ready(!refuse)
+    }
+}
+
+#[tokio::test]
+async fn nothing_reaches_the_origin_before_its_admission_is_recorded() {
+    let refuse = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let flag = refuse.clone();
+    let r = start_relay_recorded(
+        |c| c.addresses = loopback(),
+        move |mem| Arc::new(RefusesAdmission { mem, refuse: flag }),
+    )
+    .await;
+    let (status, _, body) = send(&r.sock, post("/v1/messages", &r.placeholder, "{}")).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("recording_unavailable"), "{body}");
+    assert!(
+        r.seen.lock().unwrap().is_empty(),
+        "an unrecorded request never reaches the origin"
+    );
+    let recs = records_settled(&r, 1).await;
+    assert_eq!(
+        reasons(&recs),
+        vec![(503, "recording_unavailable".to_owned())]
+    );
+    // positive control: once admissions are accepted, the request passes,
+    // and its admission was recorded before the origin answered
+    refuse.store(false, std::sync::atomic::Ordering::SeqCst);
+    let (status, _, body) = send(&r.sock, post("/v1/messages", &r.placeholder, "{}")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(r.seen.lock().unwrap().len(), 1);
+    let admitted = r.recorder.relay_admitted();
+    assert_eq!(admitted.len(), 1);
+    assert_eq!(
+        (admitted[0].method.as_str(), admitted[0].path.as_str()),
+        ("POST", "/v1/messages")
+    );
+    let events = r.recorder.events();
+    let first_admit = events
+        .iter()
+        .position(|e| matches!(e, Event::RelayAdmitted(_)));
+    let last_relay = events.iter().rposition(|e| matches!(e, Event::Relay(_)));
+    assert!(
+        first_admit < last_relay,
+        "admission before the request's record"
+    );
 }
