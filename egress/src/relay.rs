@@ -1406,14 +1406,6 @@ impl Relay {
         let body = self.read_body(body, t0).await?;
         let body_len = body.len;
         record.bytes_up = body_len as u64;
-        let content_types = parts
-            .headers
-            .get_all(http::header::CONTENT_TYPE)
-            .into_iter()
-            .map(HeaderValue::as_bytes);
-        if overrides::body_has_override(content_types, &body.chunks) {
-            return Err(OVERRIDE_REFUSED);
-        }
 
         // 5. headers: strip, then inject
         let listed: Vec<String> = parts
@@ -1479,6 +1471,16 @@ impl Relay {
                     "The request could not be rebuilt",
                 )
             })?;
+        // the body as the origin will read it: under the Content-Type
+        // headers actually forwarded (one named in `Connection` is dropped)
+        let content_types = upstream_req
+            .headers()
+            .get_all(http::header::CONTENT_TYPE)
+            .into_iter()
+            .map(HeaderValue::as_bytes);
+        if overrides::body_has_override(content_types, &upstream_req.body().chunks) {
+            return Err(OVERRIDE_REFUSED);
+        }
         let mut cred = cred;
         cred.set_sensitive(true);
         upstream_req
