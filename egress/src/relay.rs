@@ -1571,7 +1571,9 @@ impl Relay {
                 parts.headers.remove(&name);
             }
         }
-        // 8. the credential never comes back in a header
+        // 8. the credential never comes back in a header, nor in the status
+        // line: hyper would repeat the origin's own reason phrase
+        parts.extensions.remove::<hyper::ext::ReasonPhrase>();
         let redacted = self.inner.leaks.redact(&mut parts.headers);
         if redacted > 0 {
             tracing::warn!(

@@ -127,6 +127,10 @@ async fn upstream() -> (
                                         .encode(format!("k={key}")),
                                 )
                                 .header("x-echo-pct", pct_all(key.as_bytes()))
+                                .extension(
+                                    hyper::ext::ReasonPhrase::try_from(format!("OK {key}"))
+                                        .unwrap(),
+                                )
                                 .header("x-upstream", "yes")
                                 .header("x-request-id", "req_0123456789abcdefghij")
                                 .header("content-type", "application/json")
@@ -1309,10 +1313,19 @@ async fn the_credential_is_redacted_in_other_spellings_too() {
         !answer.contains(&key.to_ascii_uppercase()) && !answer.contains(&hex_of(key.as_bytes())),
         "CREDENTIAL_REFLECTED"
     );
+    // nor in the status line's reason phrase (hyper passes a custom one on)
+    assert!(head[0].starts_with("HTTP/1.1 200"), "{}", head[0]);
+    assert!(
+        !head[0].contains(&key[..LEAK]),
+        "CREDENTIAL_REFLECTED in the reason phrase"
+    );
     // positive control: unrelated headers arrive unchanged
     assert!(head.contains(&"x-upstream: yes"));
     assert!(head.contains(&"x-request-id: req_0123456789abcdefghij"));
 }
+
+/// A run of the credential the relay must never pass back.
+const LEAK: usize = 12;
 
 #[tokio::test]
 async fn limits_too_large_to_count_mean_unlimited_not_a_panic() {
