@@ -12,7 +12,8 @@
 //!    record ([`Event::Admitted`]); only then answer `200` or forward a
 //!    byte (503 when it cannot be recorded);
 //! 6. for CONNECT to an SNI port, read the ClientHello and require SNI ==
-//!    CONNECT host;
+//!    CONNECT host; on any other port, the same when the client speaks
+//!    first with a TLS record;
 //! 7. pump bytes with per-connection and per-session byte limits and an
 //!    idle timeout (plain HTTP: only the first request and its body go
 //!    upstream); record the connection when it ends.
@@ -643,8 +644,23 @@ impl Proxy {
         signal: ShutdownSignal,
     ) {
         let cfg = &self.inner.config;
-        // 5. SNI check
-        if cfg.require_sni_match && cfg.sni_ports.contains(&port) {
+        // 5. SNI check: required on the SNI ports; on any other port, done
+        // when the client speaks first with a TLS record (a CDN routes by
+        // SNI on 8443 as on 443). A server that speaks first is no TLS one.
+        let check = if !cfg.require_sni_match {
+            false
+        } else if cfg.sni_ports.contains(&port) {
+            true
+        } else {
+            match self
+                .client_opens_with_tls(client, up, &mut first_up, rec, &signal)
+                .await
+            {
+                Some(tls) => tls,
+                None => return,
+            }
+        };
+        if check {
             let mut stop = signal.clone();
             let hello = unless_shutdown(
                 &mut stop,
@@ -687,6 +703,54 @@ impl Proxy {
         rec.bytes_up = up_bytes;
         rec.bytes_down = down_bytes;
         rec.close = close;
+    }
+
+    /// On a port outside [`ProxyConfig::sni_ports`]: waits (up to the idle
+    /// timeout) for the first bytes of either side; `Some(true)` when the
+    /// client spoke first and its bytes start a TLS handshake record
+    /// (they are kept in `first_up`). `None` with the record closed when
+    /// shutdown came first or the client went away.
+    async fn client_opens_with_tls<S: Conn>(
+        &self,
+        client: &mut S,
+        up: &mut Upstream,
+        first_up: &mut Vec<u8>,
+        rec: &mut ConnectionRecord,
+        signal: &ShutdownSignal,
+    ) -> Option<bool> {
+        let mut chunk = [0u8; 4096];
+        let mut peek = [0u8; 1];
+        if first_up.is_empty() {
+            let mut stop = signal.clone();
+            let first = unless_shutdown(
+                &mut stop,
+                tokio::time::timeout(self.inner.config.limits.idle_timeout, async {
+                    tokio::select! {
+                        r = client.read(&mut chunk) => Some(r),
+                        _ = up.stream.peek(&mut peek) => None,
+                    }
+                }),
+            )
+            .await;
+            match first {
+                None => {
+                    deny_after_200(rec, "shutdown");
+                    rec.close = CloseReason::Shutdown;
+                    return None;
+                }
+                // idle, or the server spoke first: not a TLS client
+                Some(Err(_) | Ok(None)) => return Some(false),
+                Some(Ok(Some(Ok(n)))) if n > 0 => {
+                    first_up.extend_from_slice(chunk.get(..n).unwrap_or_default());
+                }
+                Some(Ok(Some(_))) => {
+                    rec.reason = "client_closed".into();
+                    rec.close = CloseReason::ClientError;
+                    return None;
+                }
+            }
+        }
+        Some(first_up.first() == Some(&0x16))
     }
 
     /// SOCKS5 (RFC 1928) with CONNECT only; username/password (RFC 1929)

@@ -244,6 +244,11 @@ pub enum Event {
     Admitted(ConnectionRecord),
     /// A proxy connection attempt.
     Connection(ConnectionRecord),
+    /// A relay request about to be sent upstream: the relay sends it only
+    /// once the recorder accepted this record (its `outcome`, `status`,
+    /// `reason` and byte counts are not known yet and not written). Its
+    /// [`Self::Relay`] record follows when the request ends.
+    RelayAdmitted(RelayRecord),
     /// A relay request.
     Relay(RelayRecord),
     /// The decider's session took in a new taint source.
@@ -258,10 +263,11 @@ fn millis(t: SystemTime) -> u64 {
 
 impl Event {
     /// The evidence record kind: `egress_admitted`, `egress_connection`,
-    /// `relay_request` or `taint_raised`.
+    /// `relay_admitted`, `relay_request` or `taint_raised`.
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Admitted(_) => "egress_admitted",
+            Self::RelayAdmitted(_) => "relay_admitted",
             Self::Connection(_) => "egress_connection",
             Self::Relay(_) => "relay_request",
             Self::Taint(_) => "taint_raised",
@@ -300,6 +306,14 @@ impl Event {
                 "bytes_down": r.bytes_down,
                 "duration_ms": u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
                 "close": r.close.as_str(),
+            }),
+            Self::RelayAdmitted(r) => json!({
+                "relay": r.relay,
+                "method": r.method,
+                "path": r.path,
+                "bytes_up": r.bytes_up,
+                "upstream": r.upstream.map(|a| a.to_string()),
+                "started_ms": millis(r.started_at),
             }),
             Self::Relay(r) => json!({
                 "relay": r.relay,
@@ -351,6 +365,13 @@ impl Event {
                 bytes_down = r.bytes_down,
                 duration_ms = u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
                 close = r.close.as_str(),
+            ),
+            Self::RelayAdmitted(r) => tracing::debug!(
+                target: "palisade_egress",
+                kind = "relay_admitted",
+                relay = %r.relay,
+                method = %r.method,
+                path = %r.path,
             ),
             Self::Relay(r) => tracing::info!(
                 target: "palisade_egress",
@@ -479,6 +500,17 @@ impl MemoryRecorder {
             .into_iter()
             .filter_map(|e| match e {
                 Event::Admitted(c) => Some(c),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Only the relay admission records.
+    pub fn relay_admitted(&self) -> Vec<RelayRecord> {
+        self.events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::RelayAdmitted(r) => Some(r),
                 _ => None,
             })
             .collect()

@@ -9,7 +9,8 @@
 //! trailers. Request bodies are buffered under bounds: a per-request cap
 //! (413), a total across requests (503), an idle and an overall body
 //! deadline (408); connections are capped (503). Refusals carry a JSON body
-//! with a stable error type. Every request attempt gets exactly one record
+//! with a stable error type. A request reaches the origin only once its
+//! admission record was accepted. Every request attempt gets exactly one record
 //! (method, path without query, outcome, status, bytes), never a header
 //! value, including heads hyper rejects (400, 414, 431), header timeouts and
 //! connections closed mid-head.
@@ -46,6 +47,8 @@ use crate::proxy::ShutdownSignal;
 use crate::record::{Event, Recorder, RelayOutcome, RelayRecord};
 use crate::resolve::Resolver;
 
+mod overrides;
+
 /// Default request body cap (32 MiB).
 pub const DEFAULT_MAX_BODY: usize = 32 * 1024 * 1024;
 
@@ -59,6 +62,10 @@ pub const DEFAULT_BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default deadline for a whole request body, counted from the request's
 /// arrival (60 s).
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Timeouts are capped at this (30 years): a longer one, which could not
+/// be added to a clock reading, means no timeout.
+const NO_TIMEOUT: Duration = Duration::from_secs(86_400 * 365 * 30);
 
 /// Default cap on open worker connections (32); one more gets 503.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 32;
@@ -659,6 +666,16 @@ impl fmt::Debug for Relay {
 /// A refusal: status, stable code, message.
 type Refusal = (StatusCode, &'static str, &'static str);
 
+const RECORDING_UNAVAILABLE: Refusal = (
+    StatusCode::SERVICE_UNAVAILABLE,
+    "recording_unavailable",
+    "Relay requests cannot be recorded",
+);
+const OVERRIDE_REFUSED: Refusal = (
+    StatusCode::BAD_REQUEST,
+    "override_not_allowed",
+    "Method, URL and host override headers and parameters are not relayed",
+);
 const BODY_TOO_LARGE: Refusal = (
     StatusCode::PAYLOAD_TOO_LARGE,
     "body_too_large",
@@ -849,8 +866,11 @@ impl hyper::body::Body for BufferedBody {
 }
 
 /// The forms of the credential that must not reach the worker: the secret,
-/// its base64 (standard and URL-safe, unpadded) and, for `Basic`
-/// credentials, the decoded `user:password`.
+/// its hex and its every-byte percent-encoding, its base64 (standard and
+/// URL-safe, unpadded) at each of the three alignments a prefix can give it
+/// (`base64("key: " + secret)` shares no run with `base64(secret)`) and,
+/// for `Basic` credentials, the decoded `user:password`. Compared ignoring
+/// ASCII case.
 struct Leaks {
     forms: Vec<Zeroizing<Vec<u8>>>,
 }
@@ -862,21 +882,48 @@ impl Leaks {
         let secret = credential.secret.expose().as_bytes();
         let mut forms = vec![
             Zeroizing::new(secret.to_vec()),
-            Zeroizing::new(STANDARD_NO_PAD.encode(secret).into_bytes()),
-            Zeroizing::new(URL_SAFE_NO_PAD.encode(secret).into_bytes()),
+            Zeroizing::new(
+                secret
+                    .iter()
+                    .flat_map(|b| format!("{b:02x}").into_bytes())
+                    .collect(),
+            ),
+            Zeroizing::new(
+                secret
+                    .iter()
+                    .flat_map(|b| format!("%{b:02x}").into_bytes())
+                    .collect(),
+            ),
         ];
+        for shift in 0..3usize {
+            // `shift` bytes before the secret; the first 4 characters also
+            // encode those bytes, so they are left out
+            let mut shifted = Zeroizing::new(vec![0u8; shift]);
+            shifted.extend_from_slice(secret);
+            let skip = if shift == 0 { 0 } else { 4 };
+            for engine in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+                let encoded = Zeroizing::new(engine.encode(shifted.as_slice()).into_bytes());
+                forms.push(Zeroizing::new(
+                    encoded.get(skip..).unwrap_or_default().to_vec(),
+                ));
+            }
+        }
         if credential.prefix.trim().eq_ignore_ascii_case("basic")
             && let Ok(decoded) = STANDARD.decode(secret)
         {
             forms.push(Zeroizing::new(decoded));
+        }
+        for f in &mut forms {
+            f.make_ascii_lowercase();
         }
         forms.retain(|f| !f.is_empty());
         Self { forms }
     }
 
     /// Whether `value` holds [`LEAK_WINDOW`] consecutive bytes of any form
-    /// (all of it, when a form is shorter).
+    /// (all of it, when a form is shorter), ignoring ASCII case.
     fn found_in(&self, value: &[u8]) -> bool {
+        let value = Zeroizing::new(value.to_ascii_lowercase());
         self.forms.iter().any(|form| {
             let w = LEAK_WINDOW.min(form.len());
             if w == 0 || value.len() < w {
@@ -958,7 +1005,7 @@ fn head_failure(e: &hyper::Error) -> (u16, &'static str) {
 fn has_override(headers: &http::HeaderMap, uri: &http::Uri) -> bool {
     headers
         .keys()
-        .any(|n| OVERRIDE_HEADERS.contains(&n.as_str()))
+        .any(|n| overrides::is_override_header(n.as_str()))
         || headers.get_all(http::header::HOST).iter().count() > 1
         || uri.query().is_some_and(query_has_override)
 }
@@ -966,11 +1013,7 @@ fn has_override(headers: &http::HeaderMap, uri: &http::Uri) -> bool {
 fn query_has_override(query: &str) -> bool {
     query.split(['&', ';']).any(|pair| {
         let key = pair.split('=').next().unwrap_or_default();
-        let key = percent_decode(key.as_bytes());
-        let key = key.trim_ascii();
-        OVERRIDE_QUERY_KEYS
-            .iter()
-            .any(|k| key.eq_ignore_ascii_case(k.as_bytes()))
+        overrides::is_override_key(&percent_decode(key.as_bytes()))
     })
 }
 
@@ -1052,7 +1095,13 @@ impl Relay {
             .listener
             .as_ref()
             .ok_or_else(|| io::Error::other("socket already closed"))?;
-        let slots = Arc::new(Semaphore::new(self.inner.config.max_connections));
+        // a cap above what a semaphore counts means no cap (never a panic)
+        let cap = self
+            .inner
+            .config
+            .max_connections
+            .min(Semaphore::MAX_PERMITS);
+        let slots = Arc::new(Semaphore::new(cap));
         let mut tasks = JoinSet::new();
         loop {
             let stream = tokio::select! {
@@ -1111,7 +1160,7 @@ impl Relay {
         };
         let res = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
-            .header_read_timeout(self.inner.config.header_timeout)
+            .header_read_timeout(self.inner.config.header_timeout.min(NO_TIMEOUT))
             .keep_alive(false)
             .max_buf_size(MAX_HEAD_BYTES)
             .serve_connection(TokioIo::new(io), svc)
@@ -1229,7 +1278,9 @@ impl Relay {
         B::Error: Into<BoxError>,
     {
         let cfg = &self.inner.config;
-        let deadline = tokio::time::Instant::from_std(t0) + cfg.body_timeout;
+        // a timeout too long to add is no timeout (never an overflow panic)
+        let after = |from: tokio::time::Instant, d: Duration| from + d.min(NO_TIMEOUT);
+        let deadline = after(tokio::time::Instant::from_std(t0), cfg.body_timeout);
         let mut body = std::pin::pin!(body);
         let mut block = BytesMut::new();
         let mut out = BufferedBody {
@@ -1241,7 +1292,7 @@ impl Relay {
             },
         };
         loop {
-            let wait = (tokio::time::Instant::now() + cfg.body_idle_timeout).min(deadline);
+            let wait = after(tokio::time::Instant::now(), cfg.body_idle_timeout).min(deadline);
             let frame = match tokio::time::timeout_at(wait, body.as_mut().frame()).await {
                 Err(_) => return Err(BODY_TIMEOUT),
                 Ok(None) => break,
@@ -1294,11 +1345,7 @@ impl Relay {
     {
         let cfg = &self.inner.config;
         if !self.inner.recorder.healthy() {
-            return Err((
-                StatusCode::SERVICE_UNAVAILABLE,
-                "recording_unavailable",
-                "Relay requests cannot be recorded",
-            ));
+            return Err(RECORDING_UNAVAILABLE);
         }
         // 1. placeholder, compared in constant time
         let presented = req
@@ -1325,11 +1372,7 @@ impl Relay {
         }
         // 3. nothing that re-routes the request behind the exact route
         if has_override(req.headers(), req.uri()) {
-            return Err((
-                StatusCode::BAD_REQUEST,
-                "override_not_allowed",
-                "Method, URL and host override headers and parameters are not relayed",
-            ));
+            return Err(OVERRIDE_REFUSED);
         }
         let path = req.uri().path();
         let method_ok = cfg
@@ -1384,11 +1427,15 @@ impl Relay {
         );
         for (name, value) in &parts.headers {
             let n = name.as_str();
+            // compared as CGI, WSGI and PHP read names (`x_real_ip` is `x-real-ip`)
+            let loose = String::from_utf8(overrides::loose(n.as_bytes())).unwrap_or_default();
             if STRIPPED.contains(&n)
-                || n.starts_with("proxy-")
-                || n.starts_with("x-forwarded-")
+                || STRIPPED.contains(&loose.as_str())
+                || loose.starts_with("proxy-")
+                || loose.starts_with("x-forwarded-")
                 || listed.iter().any(|l| l == n)
                 || name == cfg.credential.header
+                || loose == cfg.credential.header.as_str()
             {
                 continue;
             }
@@ -1424,6 +1471,16 @@ impl Relay {
                     "The request could not be rebuilt",
                 )
             })?;
+        // the body as the origin will read it: under the Content-Type
+        // headers actually forwarded (one named in `Connection` is dropped)
+        let content_types = upstream_req
+            .headers()
+            .get_all(http::header::CONTENT_TYPE)
+            .into_iter()
+            .map(HeaderValue::as_bytes);
+        if overrides::body_has_override(content_types, &upstream_req.body().chunks) {
+            return Err(OVERRIDE_REFUSED);
+        }
         let mut cred = cred;
         cred.set_sensitive(true);
         upstream_req
@@ -1466,6 +1523,19 @@ impl Relay {
         tokio::spawn(async move {
             let _ = conn.await;
         });
+        // 6b. nothing reaches the origin before the journal accepted the
+        // admission record (a disk that fills now refuses this request)
+        let admitted = Event::RelayAdmitted(record.clone());
+        admitted.trace();
+        if !self
+            .inner
+            .recorder
+            .record_accepted(&admitted)
+            .accepted()
+            .await
+        {
+            return Err(RECORDING_UNAVAILABLE);
+        }
         let resp = sender.send_request(upstream_req).await.map_err(|_| {
             (
                 StatusCode::BAD_GATEWAY,
@@ -1501,7 +1571,9 @@ impl Relay {
                 parts.headers.remove(&name);
             }
         }
-        // 8. the credential never comes back in a header
+        // 8. the credential never comes back in a header, nor in the status
+        // line: hyper would repeat the origin's own reason phrase
+        parts.extensions.remove::<hyper::ext::ReasonPhrase>();
         let redacted = self.inner.leaks.redact(&mut parts.headers);
         if redacted > 0 {
             tracing::warn!(

@@ -919,3 +919,48 @@ async fn socks5_with_domain_names_uses_the_same_rules_and_token() {
         "{recs:?}"
     );
 }
+
+#[tokio::test]
+async fn a_tls_tunnel_on_a_port_outside_sni_ports_is_checked_too() {
+    // The default configuration inspects port 443 only; an allow rule
+    // without a port also opens 8443, 2053, … where a CDN routes by SNI.
+    let (origin, cert) = tls_origin("origin.test").await;
+    let config = cfg();
+    assert_eq!(config.sni_ports, vec![443]);
+    assert_ne!(origin.port(), 443);
+    let p = TestProxy::start(
+        config,
+        &["origin.test"],
+        &[] as &[&str],
+        StaticResolver::new()
+            .with("origin.test", &[lo()])
+            .with("echo.test", &[lo()])
+            .with("banner.test", &[lo()]),
+    )
+    .await;
+    assert!(!tls_through(&p, origin, &cert, server_name("other.test")).await);
+    let r = p.last_record(1).await;
+    assert_eq!(
+        (r.outcome, r.reason.as_str()),
+        (Outcome::Denied, "sni_mismatch"),
+        "fronting on another port"
+    );
+    assert_eq!(r.bytes_up, 0, "nothing reached the upstream");
+    // positive controls: the matching SNI passes on that port, and so do a
+    // client-first and a server-first protocol that are not TLS
+    assert!(tls_through(&p, origin, &cert, server_name("origin.test")).await);
+    assert_eq!(p.last_record(2).await.outcome, Outcome::Allowed);
+    let echo = echo_origin().await;
+    let (mut s, h) = connect_tunnel(p.addr, &format!("origin.test:{}", echo.port()), "").await;
+    assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+    assert!(tunnel_works(&mut s).await, "a client-first plain protocol");
+    drop(s);
+    let banner = firehose_origin(300).await;
+    let (mut s, h) = connect_tunnel(p.addr, &format!("origin.test:{}", banner.port()), "").await;
+    assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+    assert_eq!(
+        read_to_end(&mut s).await.len(),
+        300,
+        "a server-first protocol"
+    );
+}

@@ -25,7 +25,7 @@ use hyper::body::Frame;
 use hyper_util::rt::TokioIo;
 use palisade_egress::addr::AddressPolicy;
 use palisade_egress::proxy::{Shutdown, shutdown_channel};
-use palisade_egress::record::{MemoryRecorder, RelayOutcome};
+use palisade_egress::record::{Acceptance, Event, MemoryRecorder, Recorder, RelayOutcome};
 use palisade_egress::relay::{
     Credential, Origin, Placeholder, PlaceholderFormat, PrivateSocket, Relay, RelayConfig, Route,
     Secret,
@@ -114,6 +114,23 @@ async fn upstream() -> (
                                 .header("x-echo-key", key.as_str())
                                 .header("x-echo-partial", format!("seen {part} here"))
                                 .header("x-echo-b64", b64)
+                                .header("x-echo-upper", key.to_ascii_uppercase())
+                                .header("x-echo-hex", hex_of(key.as_bytes()))
+                                .header(
+                                    "x-echo-b64-shifted",
+                                    base64::engine::general_purpose::STANDARD
+                                        .encode(format!("key: {key}")),
+                                )
+                                .header(
+                                    "x-echo-b64-shifted-1",
+                                    base64::engine::general_purpose::URL_SAFE
+                                        .encode(format!("k={key}")),
+                                )
+                                .header("x-echo-pct", pct_all(key.as_bytes()))
+                                .extension(
+                                    hyper::ext::ReasonPhrase::try_from(format!("OK {key}"))
+                                        .unwrap(),
+                                )
                                 .header("x-upstream", "yes")
                                 .header("x-request-id", "req_0123456789abcdefghij")
                                 .header("content-type", "application/json")
@@ -148,6 +165,16 @@ async fn upstream() -> (
     (addr, cert, seen)
 }
 
+/// Lowercase hex of every byte.
+fn hex_of(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Every byte percent-encoded.
+fn pct_all(b: &[u8]) -> String {
+    b.iter().map(|x| format!("%{x:02X}")).collect()
+}
+
 /// The credential header the upstream saw on its latest request to `uri`.
 fn headers_of(seen: &Mutex<Vec<Seen>>, uri: &str) -> Option<String> {
     seen.lock()
@@ -179,6 +206,14 @@ async fn start_relay(max_body: usize, addresses: AddressPolicy) -> TestRelay {
 }
 
 async fn start_relay_with(configure: impl FnOnce(&mut RelayConfig)) -> TestRelay {
+    start_relay_recorded(configure, |m| m).await
+}
+
+/// A relay whose records go through `wrap` (to the kept memory recorder).
+async fn start_relay_recorded(
+    configure: impl FnOnce(&mut RelayConfig),
+    wrap: impl FnOnce(Arc<MemoryRecorder>) -> Arc<dyn Recorder>,
+) -> TestRelay {
     let (addr, cert, seen) = upstream().await;
     let origin = Origin::parse(&format!("https://api.test:{}", addr.port())).unwrap();
     let routes = [
@@ -203,7 +238,7 @@ async fn start_relay_with(configure: impl FnOnce(&mut RelayConfig)) -> TestRelay
     let recorder = Arc::new(MemoryRecorder::new());
     let resolver =
         Arc::new(StaticResolver::new().with("api.test", &["127.0.0.1".parse().unwrap()]));
-    let relay = Relay::new(config, resolver, recorder.clone());
+    let relay = Relay::new(config, resolver, wrap(recorder.clone()));
     let handle = relay.clone();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("relay");
@@ -1037,5 +1072,340 @@ async fn attempts_cut_by_the_relay_stopping_are_recorded() {
             .iter()
             .any(|x| x.method == "POST" && x.path == "/v1/messages"),
         "the mid-body request keeps its method and path"
+    );
+}
+
+/// A `POST /v1/messages` with the placeholder, this content type and body.
+fn post_typed(r: &TestRelay, path: &str, content_type: &str, body: &str) -> Request<Full<Bytes>> {
+    let mut req = post(path, &r.placeholder, body);
+    req.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_str(content_type).unwrap(),
+    );
+    req
+}
+
+#[tokio::test]
+async fn override_spellings_a_cgi_or_php_origin_reads_alike_are_refused() {
+    let r = start_relay(1 << 20, loopback()).await;
+    // CGI, WSGI and PHP map `-` and `_` (PHP also `.` and space) to one
+    // name: each of these reaches such an origin as the override.
+    for name in [
+        "x_http_method_override",
+        "X_HTTP_Method_Override",
+        "x-http_method-override",
+        "x_original_url",
+        "x_forwarded_host",
+        "x.http.method.override",
+    ] {
+        let mut req = post("/v1/messages", &r.placeholder, "{}");
+        req.headers_mut().insert(
+            http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            http::HeaderValue::from_static("DELETE"),
+        );
+        let (status, _, body) = send(&r.sock, req).await;
+        assert_eq!(status, 400, "{name}: {body}");
+        assert!(body.contains("override_not_allowed"), "{name}: {body}");
+    }
+    for query in [
+        ".method=DELETE",
+        "%2Emethod=DELETE",
+        "+_method=GET",
+        "x.http.method=GET",
+    ] {
+        let (status, _, body) = send(
+            &r.sock,
+            post(&format!("/v1/messages?{query}"), &r.placeholder, "{}"),
+        )
+        .await;
+        assert_eq!(status, 400, "?{query}: {body}");
+        assert!(body.contains("override_not_allowed"), "?{query}: {body}");
+    }
+    assert!(
+        r.seen.lock().unwrap().is_empty(),
+        "no override reached the origin"
+    );
+    // forwarding and credential headers in that spelling are stripped
+    let mut req = post("/v1/messages?methods=1", &r.placeholder, "{}");
+    for (name, value) in [
+        ("x_forwarded_for", "10.0.0.1"),
+        ("x_real_ip", "10.0.0.1"),
+        ("x_api_key", "worker-own-key"),
+        ("x_trace_id", "kept"),
+    ] {
+        req.headers_mut().insert(
+            http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            http::HeaderValue::from_static(value),
+        );
+    }
+    let (status, _, body) = send(&r.sock, req).await;
+    // positive control: an ordinary underscore header and query key pass
+    assert_eq!(status, 200, "{body}");
+    let seen = r.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    for gone in ["x_forwarded_for", "x_real_ip", "x_api_key"] {
+        assert!(seen[0].header(gone).is_none(), "{gone} must be stripped");
+    }
+    assert_eq!(seen[0].header("x_trace_id"), Some("kept"));
+    assert_eq!(seen[0].header("x-api-key"), Some(real_key().as_str()));
+}
+
+#[tokio::test]
+async fn a_method_override_in_the_request_body_is_refused() {
+    let r = start_relay(1 << 20, loopback()).await;
+    let form = "application/x-www-form-urlencoded";
+    let multipart = "multipart/form-data; boundary=XyZ";
+    let part = |name: &str| {
+        format!("--XyZ\r\nContent-Disposition: form-data; {name}\r\n\r\nDELETE\r\n--XyZ--\r\n")
+    };
+    let cases = [
+        (form, "_method=DELETE".to_owned()),
+        (
+            "Application/X-WWW-Form-Urlencoded; charset=utf-8",
+            "a=1&_method=DELETE".to_owned(),
+        ),
+        (form, "a=1&%5Fmethod=DELETE".to_owned()),
+        (form, format!("{}_method=DELETE", "+".repeat(3000))),
+        (form, ".method=DELETE".to_owned()),
+        (form, "x-http-method-override=GET".to_owned()),
+        (multipart, part("name=\"_method\"")),
+        (multipart, part("NAME=_method")),
+        (
+            "application/json",
+            r#"{"model":"m","_method":"DELETE"}"#.to_owned(),
+        ),
+        (
+            "application/json",
+            r#"{"\u005fmethod":"DELETE"}"#.to_owned(),
+        ),
+        (
+            "application/vnd.api+json",
+            r#"{"_METHOD":"DELETE"}"#.to_owned(),
+        ),
+    ];
+    for (ct, body) in &cases {
+        let (status, _, answer) = send(&r.sock, post_typed(&r, "/v1/messages", ct, body)).await;
+        assert_eq!(status, 400, "{ct} {body:.80}: {answer}");
+        assert!(answer.contains("override_not_allowed"), "{ct}: {answer}");
+    }
+    assert!(
+        r.seen.lock().unwrap().is_empty(),
+        "no override reached the origin"
+    );
+    let recs = records_settled(&r, cases.len()).await;
+    assert!(
+        recs.iter()
+            .all(|x| x.reason == "override_not_allowed" && x.status == 400),
+        "{:?}",
+        reasons(&recs)
+    );
+    // positive controls: the same types without an override key pass,
+    // even when `_method` is a value or nested deeper
+    let fine = [
+        (form, "a=1&method=x&note=_method".to_owned()),
+        (multipart, part("name=\"file\"; filename=\"a.txt\"")),
+        (
+            "application/json",
+            r#"{"model":"m","meta":{"_method":"x"},"text":"_method"}"#.to_owned(),
+        ),
+        ("text/plain", "_method=DELETE".to_owned()),
+    ];
+    for (ct, body) in &fine {
+        let (status, _, answer) = send(&r.sock, post_typed(&r, "/v1/messages", ct, body)).await;
+        assert_eq!(status, 200, "{ct} {body}: {answer}");
+    }
+    assert_eq!(r.seen.lock().unwrap().len(), fine.len());
+}
+
+#[tokio::test]
+async fn a_body_override_hidden_behind_the_content_type_is_refused() {
+    let r = start_relay(1 << 20, loopback()).await;
+    let body = "a=1&_method=DELETE";
+    // Rack reads a POST without Content-Type as a form; PHP splits the
+    // type at `,`; Laravel reads any `/json` type as JSON; a second
+    // Content-Type may be the one the origin reads.
+    let mut no_type = post("/v1/messages", &r.placeholder, body);
+    no_type.headers_mut().remove(http::header::CONTENT_TYPE);
+    let mut empty_type = post("/v1/messages", &r.placeholder, body);
+    empty_type.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(""),
+    );
+    let mut second = post_typed(&r, "/v1/messages", "text/plain", body);
+    second.headers_mut().append(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/x-www-form-urlencoded"),
+    );
+    // the worker names Content-Type in Connection: the relay drops it, and
+    // the origin sees a typeless body
+    let mut dropped = post_typed(&r, "/v1/messages", "text/plain", body);
+    dropped.headers_mut().insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("content-type"),
+    );
+    let cases = [
+        ("dropped by Connection", dropped),
+        ("none", no_type),
+        ("empty", empty_type),
+        ("second", second),
+        (
+            "list",
+            post_typed(
+                &r,
+                "/v1/messages",
+                "text/plain, application/x-www-form-urlencoded",
+                body,
+            ),
+        ),
+        (
+            "text/json",
+            post_typed(&r, "/v1/messages", "text/json", r#"{"_method":"DELETE"}"#),
+        ),
+    ];
+    let n = cases.len();
+    for (what, req) in cases {
+        let (status, _, answer) = send(&r.sock, req).await;
+        assert_eq!(status, 400, "{what}: {answer}");
+        assert!(answer.contains("override_not_allowed"), "{what}: {answer}");
+    }
+    assert!(
+        r.seen.lock().unwrap().is_empty(),
+        "no override reached the origin"
+    );
+    assert_eq!(records_settled(&r, n).await.len(), n);
+    // positive control: the same body as text/plain, and JSON without the key
+    let (status, _, answer) =
+        send(&r.sock, post_typed(&r, "/v1/messages", "text/plain", body)).await;
+    assert_eq!(status, 200, "{answer}");
+    let mut plain = post("/v1/messages", &r.placeholder, r#"{"model":"m"}"#);
+    plain.headers_mut().remove(http::header::CONTENT_TYPE);
+    let (status, _, answer) = send(&r.sock, plain).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(r.seen.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn the_credential_is_redacted_in_other_spellings_too() {
+    let r = start_relay(1 << 20, loopback()).await;
+    let mut s = UnixStream::connect(&r.sock).await.unwrap();
+    s.write_all(format!("{}{{}}", raw_head("/v1/reflect", &r.placeholder, "", 2)).as_bytes())
+        .await
+        .unwrap();
+    let answer = String::from_utf8_lossy(&read_to_end(&mut s).await).into_owned();
+    assert_eq!(status_of(&answer), 200, "{answer}");
+    let head: Vec<&str> = answer.split("\r\n").collect();
+    // case changed, hex, percent-encoded, and base64 of the credential
+    // behind a prefix (another alignment than the credential's own base64)
+    for name in [
+        "x-echo-upper",
+        "x-echo-hex",
+        "x-echo-pct",
+        "x-echo-b64-shifted",
+        "x-echo-b64-shifted-1",
+    ] {
+        assert!(
+            head.contains(&format!("{name}: [redacted by palisade]").as_str()),
+            "{name} must be redacted"
+        );
+    }
+    let key = real_key();
+    assert!(
+        !answer.contains(&key.to_ascii_uppercase()) && !answer.contains(&hex_of(key.as_bytes())),
+        "CREDENTIAL_REFLECTED"
+    );
+    // nor in the status line's reason phrase (hyper passes a custom one on)
+    assert!(head[0].starts_with("HTTP/1.1 200"), "{}", head[0]);
+    assert!(
+        !head[0].contains(&key[..LEAK]),
+        "CREDENTIAL_REFLECTED in the reason phrase"
+    );
+    // positive control: unrelated headers arrive unchanged
+    assert!(head.contains(&"x-upstream: yes"));
+    assert!(head.contains(&"x-request-id: req_0123456789abcdefghij"));
+}
+
+/// A run of the credential the relay must never pass back.
+const LEAK: usize = 12;
+
+#[tokio::test]
+async fn limits_too_large_to_count_mean_unlimited_not_a_panic() {
+    let r = start_relay_with(|c| {
+        c.addresses = loopback();
+        c.max_connections = usize::MAX;
+        c.header_timeout = Duration::MAX;
+        c.body_idle_timeout = Duration::MAX;
+        c.body_timeout = Duration::MAX;
+    })
+    .await;
+    let (status, _, body) = send(&r.sock, post("/v1/messages", &r.placeholder, "{}")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(r.seen.lock().unwrap().len(), 1);
+    assert!(!r.task.is_finished(), "the relay still serves");
+}
+
+/// Records into memory but refuses relay admission records while `refuse`
+/// is set (a disk that fills between the health check and the write).
+#[derive(Debug)]
+struct RefusesAdmission {
+    mem: Arc<MemoryRecorder>,
+    refuse: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Recorder for RefusesAdmission {
+    fn record(&self, event: &Event) {
+        self.mem.record(event);
+    }
+
+    fn record_accepted(&self, event: &Event) -> Acceptance {
+        let refuse = matches!(event, Event::RelayAdmitted(_))
+            && self.refuse.load(std::sync::atomic::Ordering::SeqCst);
+        if !refuse {
+            self.mem.record(event);
+        }
+        Acceptance::ready(!refuse)
+    }
+}
+
+#[tokio::test]
+async fn nothing_reaches_the_origin_before_its_admission_is_recorded() {
+    let refuse = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let flag = refuse.clone();
+    let r = start_relay_recorded(
+        |c| c.addresses = loopback(),
+        move |mem| Arc::new(RefusesAdmission { mem, refuse: flag }),
+    )
+    .await;
+    let (status, _, body) = send(&r.sock, post("/v1/messages", &r.placeholder, "{}")).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("recording_unavailable"), "{body}");
+    assert!(
+        r.seen.lock().unwrap().is_empty(),
+        "an unrecorded request never reaches the origin"
+    );
+    let recs = records_settled(&r, 1).await;
+    assert_eq!(
+        reasons(&recs),
+        vec![(503, "recording_unavailable".to_owned())]
+    );
+    // positive control: once admissions are accepted, the request passes,
+    // and its admission was recorded before the origin answered
+    refuse.store(false, std::sync::atomic::Ordering::SeqCst);
+    let (status, _, body) = send(&r.sock, post("/v1/messages", &r.placeholder, "{}")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(r.seen.lock().unwrap().len(), 1);
+    let admitted = r.recorder.relay_admitted();
+    assert_eq!(admitted.len(), 1);
+    assert_eq!(
+        (admitted[0].method.as_str(), admitted[0].path.as_str()),
+        ("POST", "/v1/messages")
+    );
+    let events = r.recorder.events();
+    let first_admit = events
+        .iter()
+        .position(|e| matches!(e, Event::RelayAdmitted(_)));
+    let last_relay = events.iter().rposition(|e| matches!(e, Event::Relay(_)));
+    assert!(
+        first_admit < last_relay,
+        "admission before the request's record"
     );
 }
