@@ -1193,10 +1193,16 @@ impl Session {
     }
 }
 
-/// A host directory the governed view shows (under the target directory,
-/// outside `/tmp`, which is private in the sandbox), readable by the worker uid.
+/// A host directory the governed view shows, readable by the worker uid:
+/// directly under `/`, never under `/tmp` (private in the sandbox) or a
+/// masked tree, wherever the build tree happens to live (a clone under
+/// `/tmp` would hide it). These tests run as root; the directory is
+/// removed when the test ends.
 fn visible_host_dir() -> tempfile::TempDir {
-    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let d = tempfile::Builder::new()
+        .prefix(".palisade-e2e-host-")
+        .tempdir_in("/")
+        .unwrap();
     std::fs::set_permissions(
         d.path(),
         std::os::unix::fs::PermissionsExt::from_mode(0o755),

@@ -2186,8 +2186,7 @@ fn dangerous_weakenings_are_listed_in_the_launch_report() {
         return;
     }
     let root = Root::new();
-    let host = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    std::fs::set_permissions(host.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let host = host_scratch();
     let secret = host.path().join("secret.txt");
     let marker: String = "KRAM-TSOH-DEREKAEW".chars().rev().collect();
     std::fs::write(&secret, &marker).unwrap();
