@@ -814,9 +814,19 @@ mod tests {
 
     #[test]
     fn a_mask_inside_a_later_bind_is_refused() {
-        // Outside /tmp, which is a mount of its own in the sandbox.
+        // Outside /tmp, which is a mount of its own in the sandbox: the
+        // build tree, unless it lies under /tmp itself (a clone there), then
+        // directly under `/` (CI runs as root).
         let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
-        let dir = tempfile::tempdir_in(target).unwrap();
+        let target = if target.starts_with("/tmp") {
+            PathBuf::from("/")
+        } else {
+            target
+        };
+        let dir = tempfile::Builder::new()
+            .prefix(".palisade-mask-test-")
+            .tempdir_in(target)
+            .unwrap();
         let inner = dir.path().join("inner");
         std::fs::create_dir(&inner).unwrap();
         // Positive control: a mask beside the binds (and one above a bind) is fine.
