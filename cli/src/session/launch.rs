@@ -231,17 +231,22 @@ fn relay_url_var(name: &str) -> String {
     format!("PALISADE_RELAY_{upper}_URL")
 }
 
-/// The variables the governed session sets in the worker itself, over
-/// whatever the flags or the policy's `[worker] env` gave.
-const SESSION_ENV: &[&str] = &[
+/// The proxy variables the governed session points at its proxy.
+const PROXY_VARS: &[&str] = &[
     "HTTP_PROXY",
     "HTTPS_PROXY",
     "ALL_PROXY",
     "http_proxy",
     "https_proxy",
     "all_proxy",
-    "NO_PROXY",
-    "no_proxy",
+];
+
+/// The variables that keep loopback off the proxy.
+const NO_PROXY_VARS: &[&str] = &["NO_PROXY", "no_proxy"];
+
+/// The session's own variables (control channel, session id, `palisade`
+/// binary, step grant).
+const PALISADE_VARS: &[&str] = &[
     "PALISADE_CONTROL",
     "PALISADE_SESSION",
     "PALISADE_BIN",
@@ -252,7 +257,13 @@ const SESSION_ENV: &[&str] = &[
 /// session would set over it (its proxy, control and relay variables): the
 /// setting would be silently not applied.
 fn check_session_env(sb: &Sandbox, policy: &HostPolicy, policy_path: &Path) -> Result<(), String> {
-    let mut ours: Vec<String> = SESSION_ENV.iter().map(|s| (*s).to_owned()).collect();
+    // Every variable the session sets in the worker itself, over whatever
+    // the flags or the policy's `[worker] env` gave.
+    let mut ours: Vec<String> = [PROXY_VARS, NO_PROXY_VARS, PALISADE_VARS]
+        .concat()
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
     for r in &policy.egress.relays {
         ours.push(relay_url_var(&r.name));
         ours.extend(r.worker_env.keys().cloned());
@@ -833,17 +844,10 @@ async fn supervise(
         "http://palisade:{}@127.0.0.1:{PROXY_PORT}",
         s.token.expose()
     );
-    for k in [
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "ALL_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "all_proxy",
-    ] {
+    for k in PROXY_VARS {
         sb.env(k, &proxy_url);
     }
-    for k in ["NO_PROXY", "no_proxy"] {
+    for k in NO_PROXY_VARS {
         sb.env(k, "127.0.0.1,localhost,::1");
     }
     sb.env("PALISADE_CONTROL", format!("tcp:127.0.0.1:{CONTROL_PORT}"));
