@@ -112,15 +112,11 @@ fn run(
         // Waiters whose record was submitted; settled after the sync.
         let mut waiting = Vec::new();
         for (at, event, ack) in group.drain(..) {
-            let (kind, flags) = match &event {
-                Event::Connection(_) => (Kind::EgressConnection, Flags::NONE),
-                Event::Relay(_) => (Kind::RelayRequest, Flags::NONE),
-                Event::Taint(_) => (Kind::TaintRaised, Flags::TAINTED),
-                // `egress_admitted`: a valid static name, so never the fallback.
-                other => match Kind::parse(other.kind()) {
-                    Ok(k) => (k, Flags::NONE),
-                    Err(_) => (Kind::EgressConnection, Flags::NONE),
-                },
+            let kind = evidence_kind(&event);
+            let flags = if matches!(event, Event::Taint(_)) {
+                Flags::TAINTED
+            } else {
+                Flags::NONE
             };
             let entry = match Body::from_value(&event.to_json()) {
                 Ok(body) => Entry::new(Timestamp(at), session, kind, body).with_flags(flags),
@@ -210,6 +206,19 @@ impl JournalThread {
         let res = self.handle.join().unwrap_or(Ok(()));
         let anchor = self.writer.close(Timestamp(now_ms()));
         res.and(anchor)
+    }
+}
+
+/// The evidence record kind of a proxy or relay event, for every journal
+/// that takes them (this recorder and the governed session's).
+pub fn evidence_kind(event: &Event) -> Kind {
+    match event {
+        Event::Connection(_) => Kind::EgressConnection,
+        Event::Relay(_) => Kind::RelayRequest,
+        Event::Taint(_) => Kind::TaintRaised,
+        // `egress_admitted`, `relay_admitted`: valid static names, so never
+        // the fallback.
+        other => Kind::parse(other.kind()).unwrap_or(Kind::EgressConnection),
     }
 }
 

@@ -368,12 +368,7 @@ impl Decider for SessionCore {
 impl SessionCore {
     /// Appends a proxy or relay record now; whether it was accepted.
     fn append_event(&self, event: &ProxyEvent) -> bool {
-        let kind = match event {
-            ProxyEvent::Relay(_) => Kind::RelayRequest,
-            ProxyEvent::Taint(_) => Kind::TaintRaised,
-            ProxyEvent::Connection(_) => Kind::EgressConnection,
-            other => Kind::parse(other.kind()).unwrap_or(Kind::EgressConnection),
-        };
+        let kind = palisade_egress::journal::evidence_kind(event);
         let flags = if self.is_tainted() {
             Flags::TAINTED
         } else {
