@@ -30,6 +30,7 @@
 
 mod caps_drop;
 mod error;
+mod from_policy;
 mod init;
 mod landlock_rules;
 mod layer;
@@ -48,6 +49,7 @@ mod sys;
 mod walk_cache;
 
 pub use error::{SandboxError, Step};
+pub use from_policy::{ResolveError, WorkerError};
 pub use layer::{Layer, LayerStatus, ProbeReport, probe, probe_thorough};
 pub use placeholder_log::{StaleCleanup, clean_stale as clean_stale_placeholders};
 pub use plan::{MountOp, MountPlan, SECRET_STORES};

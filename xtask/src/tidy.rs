@@ -25,7 +25,7 @@ mod tests {
                 "palisade-evidence",
             ],
         ),
-        ("palisade-isolate", &[]),
+        ("palisade-isolate", &["palisade-schema"]),
         (
             "palisade-cli",
             &[
