@@ -13,7 +13,6 @@ mod bundle;
 mod check;
 mod cleanup;
 mod ctl;
-mod custom_profile;
 mod decide;
 mod explain;
 mod host_policy_file;

@@ -164,7 +164,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
                 .profile
                 .clone()
                 .unwrap_or_else(|| policy.worker.profile_name().to_owned());
-            match crate::custom_profile::resolve(policy, &name) {
+            match Profile::resolve(policy, &name) {
                 Ok(p) => p,
                 Err(e) => return setup_failure(e),
             }

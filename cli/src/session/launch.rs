@@ -416,8 +416,15 @@ pub(crate) fn run(
 
     // The policy's worker section adds to what the flags gave: every key,
     // or an error before anything starts.
-    if let Err(e) = crate::custom_profile::apply_worker(&mut sb, &policy.worker, &policy_path) {
-        return setup_failure(e);
+    if let Err(e) = sb.apply_worker(&policy.worker) {
+        // The keys are named as in the file; a profile mismatch comes
+        // from the flags, so it says which flag fixes it.
+        return setup_failure(match &e {
+            palisade_isolate::WorkerError::ProfileMismatch { policy, .. } => {
+                format!("{e}: pass --profile {policy}")
+            }
+            _ => format!("{}: {e}", policy_path.display()),
+        });
     }
     if let Err(e) = check_session_env(&sb, &policy, &policy_path) {
         return setup_failure(e);
