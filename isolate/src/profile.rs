@@ -64,8 +64,11 @@ pub enum SocketPolicy {
 }
 
 /// Resource limits applied with `setrlimit` (soft = hard). `None` keeps the
-/// launcher's limit.
+/// launcher's limit. Read through [`Profile::rlimits`]; set through
+/// [`Profile::limit`] (and [`crate::DangerousSandbox::set_limit`]). More
+/// limits may be added, so it cannot be built by a struct literal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Rlimits {
     /// `RLIMIT_AS` in bytes.
     pub address_space: Option<u64>,
