@@ -122,6 +122,18 @@ fn run_policy(
     policy: &str,
     argv: &[&str],
 ) -> (i32, String, String) {
+    run_policy_flags(dir, work, tag, policy, &[], argv)
+}
+
+/// [`run_policy`] with more `palisade run` flags before the command.
+fn run_policy_flags(
+    dir: &Path,
+    work: &Path,
+    tag: &str,
+    policy: &str,
+    flags: &[&str],
+    argv: &[&str],
+) -> (i32, String, String) {
     let file = work.join(format!("{tag}.toml"));
     std::fs::write(&file, policy).unwrap();
     let key = dir.join(format!("{tag}.key"));
@@ -138,6 +150,7 @@ fn run_policy(
         .arg(dir.join(format!("{tag}.journal")))
         .arg("--key")
         .arg(&key)
+        .args(flags)
         .arg("--")
         .args(argv)
         .output()
@@ -266,4 +279,80 @@ fn a_governed_run_of_a_profile_without_network_is_refused_by_name() {
             "{tag}: a journal was left"
         );
     }
+}
+
+/// `palisade run` resolves and applies the policy through isolate's
+/// `Profile::resolve` and `Sandbox::apply_worker`: a refusal names the
+/// policy file and the policy key, and a `--profile` that disagrees with
+/// `worker.profile` says which flag fixes it.
+#[test]
+fn a_refused_worker_key_is_named_by_its_policy_key() {
+    if !is_root() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run this test as root"
+        );
+        eprintln!("skipped: the sandbox end-to-end tests run as root (CI does)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let custom = "[profiles.ci]\nbase = \"governed\"\n\n";
+    // Positive controls: a lower limit, and a --profile that agrees, run.
+    let (code, _, err) = run_policy(
+        dir.path(),
+        &work,
+        "low",
+        &format!("{custom}[worker]\nprofile = \"ci\"\nlimits = {{ pids = 64 }}\n"),
+        &["/bin/true"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run_policy_flags(
+        dir.path(),
+        &work,
+        "agree",
+        &format!("{custom}[worker]\nprofile = \"governed\"\n"),
+        &["--profile", "governed"],
+        &["/bin/true"],
+    );
+    assert_eq!(code, 0, "{err}");
+
+    let (code, _, err) = run_policy(
+        dir.path(),
+        &work,
+        "high",
+        &format!("{custom}[worker]\nprofile = \"ci\"\nlimits = {{ pids = 5000 }}\n"),
+        &["/bin/true"],
+    );
+    assert_eq!(code, 125, "{err}");
+    let file = work.join("high.toml");
+    assert!(
+        err.contains(&format!(
+            "{}: worker.limits.pids = 5000: profile_weakened: RLIMIT_NPROC = 5000 is above the profile's 4096",
+            file.display()
+        )),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("high.journal").exists(),
+        "a refused run keeps no journal"
+    );
+
+    let (code, _, err) = run_policy_flags(
+        dir.path(),
+        &work,
+        "disagree",
+        &format!("{custom}[worker]\nprofile = \"governed\"\n"),
+        &["--profile", "ci"],
+        &["/bin/true"],
+    );
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains(
+            "the policy asks for the `governed` profile but the sandbox uses `ci`: pass --profile governed"
+        ),
+        "{err}"
+    );
 }
