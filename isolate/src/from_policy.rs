@@ -150,6 +150,17 @@ pub enum WorkerError {
         /// The profile the sandbox was built with.
         sandbox: String,
     },
+    /// A path of the section is relative or has `.` or `..` components.
+    /// The parser refuses those; a hand-built [`Worker`] is refused here,
+    /// since such a mask or bind would be resolved against the launcher's
+    /// working directory, or not applied at all.
+    #[error("worker.{key} `{path}` must be an absolute path without `.` or `..` components")]
+    InvalidPath {
+        /// The key in `[worker]`: `cwd`, `writable`, `read_only` or `masks`.
+        key: &'static str,
+        /// The path as written.
+        path: String,
+    },
     /// `worker.limits.memory`: the sandbox has no memory limit to apply.
     #[error(
         "worker.limits.memory = {0}: the sandbox cannot enforce a memory limit (it needs a delegated cgroup with the memory controller, which palisade does not manage); remove it, or cap each process's address space with `limits.address_space` (RLIMIT_AS) in a `[profiles.<name>]` profile"
@@ -179,12 +190,14 @@ pub enum WorkerError {
 
 impl WorkerError {
     /// A stable code for the kind of refusal: `profile_mismatch`,
-    /// `memory_not_enforced` (as `palisade-schema`'s lint of the same key),
+    /// `invalid_path`, `memory_not_enforced` (as `palisade-schema`'s lint of
+    /// the same key),
     /// or `profile_weakened` (a variable or a limit that would weaken the
     /// profile, as [`SandboxError::Weakens`]).
     pub fn code(&self) -> &'static str {
         match self {
             WorkerError::ProfileMismatch { .. } => "profile_mismatch",
+            WorkerError::InvalidPath { .. } => "invalid_path",
             WorkerError::MemoryNotEnforced(_) => "memory_not_enforced",
             WorkerError::EnvPass { .. } | WorkerError::LimitRaised { .. } => "profile_weakened",
         }
@@ -407,7 +420,8 @@ impl Sandbox {
     /// | `worker.limits.memory` | refused: [`WorkerError::MemoryNotEnforced`] | bytes |
     ///
     /// Refused, never clamped: a limit above the profile's, a
-    /// credential-like, `PATH` or `HOME` name in `env.pass`. Checked at
+    /// credential-like, `PATH` or `HOME` name in `env.pass`, a path that is
+    /// relative or has `.` or `..` components ([`WorkerError::InvalidPath`]). Checked at
     /// [`Sandbox::spawn`], as for any mask and bind: a mask inside a bind
     /// (`mask_uncovered`), a bind a symlink leads into a mask
     /// (`mask_redirected`), and (with a worker that is host root) a
@@ -461,6 +475,19 @@ impl Sandbox {
                 policy: named.to_owned(),
                 sandbox: self.profile.name().to_owned(),
             });
+        }
+        for (key, paths) in [
+            ("cwd", cwd.as_slice()),
+            ("writable", writable.as_slice()),
+            ("read_only", read_only.as_slice()),
+            ("masks", masks.as_slice()),
+        ] {
+            if let Some(bad) = paths.iter().find(|p| !plain_absolute(Path::new(p))) {
+                return Err(WorkerError::InvalidPath {
+                    key,
+                    path: bad.clone(),
+                });
+            }
         }
         if let Some(m) = *memory {
             return Err(WorkerError::MemoryNotEnforced(m));
@@ -754,6 +781,38 @@ mod tests {
             "profile_mismatch",
             "asks for the `strict` profile but the sandbox uses `governed`",
         );
+        // A hand-built section is held to the parser's path rules: a
+        // relative mask would be resolved against the launcher's directory.
+        let hand = |key: &str, path: &str| {
+            let mut w = Worker::default();
+            match key {
+                "cwd" => w.cwd = Some(path.to_owned()),
+                "writable" => w.writable = vec![path.to_owned()],
+                "read_only" => w.read_only = vec![path.to_owned()],
+                _ => w.masks = vec![path.to_owned()],
+            }
+            let mut sb = Sandbox::new(Profile::governed());
+            sb.apply_worker(&w)
+                .map(|_| ())
+                .map_err(|e| (e.code(), e.to_string()))
+        };
+        for (key, bad) in [
+            ("masks", "opt/m"),
+            ("writable", "/opt/../var"),
+            ("read_only", "/opt/./r"),
+            ("cwd", "work"),
+        ] {
+            // Positive control: the same key with a plain absolute path applies.
+            hand(key, "/opt/x").unwrap();
+            let (code, e) = hand(key, bad).unwrap_err();
+            assert_eq!(code, "invalid_path", "{key}: {e}");
+            assert_eq!(
+                e,
+                format!(
+                    "worker.{key} `{bad}` must be an absolute path without `.` or `..` components"
+                )
+            );
+        }
         // A refusal late in the section leaves the earlier keys unapplied.
         refuse(
             "cwd = \"/opt/w\"\nwritable = [\"/opt/w\"]\nmasks = [\"/opt/m\"]\nenv = { pass = [\"E2E_OK\"], set = { CI = \"1\" } }\nlimits = { pids = 5, wall = \"2s\", file_size = \"8GiB\" }",
