@@ -18,6 +18,11 @@
 //! protect against kernel bugs, side channels, or what the worker does with
 //! data it is allowed to read. See `docs/sandbox.md`.
 //!
+//! From a host policy (`palisade.toml`, parsed by `palisade-schema`),
+//! [`Profile::resolve`] gives the profile it names and
+//! [`Sandbox::apply_worker`] applies its `[worker]` section, exactly as
+//! `palisade run` does; both only tighten and name the policy key they refuse.
+//!
 //! ```no_run
 //! use palisade_isolate::{Command, Profile, Sandbox};
 //! let mut sb = Sandbox::new(Profile::governed());
