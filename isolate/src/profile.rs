@@ -593,8 +593,26 @@ impl Profile {
     /// masks there are not mounted at all). Such a mask would hide nothing
     /// while the launch looked configured. Missing masks and binds are left
     /// to the plan (a missing mask hides nothing there is; a missing bind is
-    /// an error of its own).
+    /// an error of its own). A mask that is relative or has `..` components
+    /// is refused too: the plan would look it up from the launcher's working
+    /// directory, or skip it as missing, and hide nothing it was meant to.
     pub(crate) fn check_masks(&self) -> Result<(), SandboxError> {
+        for m in &self.host_masks {
+            let reason = if !m.is_absolute() {
+                "a mask must be absolute"
+            } else if m
+                .components()
+                .any(|c| matches!(c, std::path::Component::ParentDir))
+            {
+                "a mask must not contain `..`"
+            } else {
+                continue;
+            };
+            return Err(SandboxError::InvalidPath {
+                path: m.clone(),
+                reason: reason.to_owned(),
+            });
+        }
         let resolve = |p: &PathBuf| std::fs::canonicalize(p).ok();
         let mut binds: Vec<PathBuf> = self
             .read_paths
@@ -820,7 +838,10 @@ mod tests {
         // Outside /tmp, which is a mount of its own in the sandbox: the
         // build tree, unless it lies under /tmp itself (a clone there), then
         // directly under `/` (CI runs as root).
-        let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
+        let target = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../target")
+            .canonicalize()
+            .unwrap();
         let target = if target.starts_with("/tmp") {
             PathBuf::from("/")
         } else {
@@ -856,5 +877,25 @@ mod tests {
         p.check_masks().unwrap();
         p.host_masks.push(PathBuf::from("/usr/bin"));
         assert!(p.check_masks().is_err());
+    }
+
+    #[test]
+    fn a_mask_that_is_relative_or_climbs_is_refused() {
+        // Positive control: an absolute mask, present or not, passes.
+        let mut p = Profile::governed();
+        p.add_mask("/opt/palisade-absent-mask");
+        p.check_masks().unwrap();
+        // `target` exists relative to the tests' working directory, so
+        // the plan would find it there and mount it at the wrong place.
+        for (bad, why) in [
+            ("target", "a mask must be absolute"),
+            ("", "a mask must be absolute"),
+            ("/opt/../var/x", "a mask must not contain `..`"),
+        ] {
+            let mut p = Profile::governed();
+            p.add_mask(bad);
+            let e = p.check_masks().unwrap_err().to_string();
+            assert_eq!(e, format!("invalid sandbox path `{bad}`: {why}"));
+        }
     }
 }
