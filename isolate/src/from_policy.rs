@@ -161,6 +161,10 @@ pub enum WorkerError {
         /// The path as written.
         path: String,
     },
+    /// A `worker.env.set` name that is not a variable name (empty, or with
+    /// `=` or NUL): the worker would get another variable than the one named.
+    #[error("worker.env.set `{0}` is not an environment variable name")]
+    InvalidEnvName(String),
     /// `worker.limits.memory`: the sandbox has no memory limit to apply.
     #[error(
         "worker.limits.memory = {0}: the sandbox cannot enforce a memory limit (it needs a delegated cgroup with the memory controller, which palisade does not manage); remove it, or cap each process's address space with `limits.address_space` (RLIMIT_AS) in a `[profiles.<name>]` profile"
@@ -190,14 +194,15 @@ pub enum WorkerError {
 
 impl WorkerError {
     /// A stable code for the kind of refusal: `profile_mismatch`,
-    /// `invalid_path`, `memory_not_enforced` (as `palisade-schema`'s lint of
-    /// the same key),
+    /// `invalid_path`, `invalid_name`, `memory_not_enforced` (as
+    /// `palisade-schema`'s lint of the same key),
     /// or `profile_weakened` (a variable or a limit that would weaken the
     /// profile, as [`SandboxError::Weakens`]).
     pub fn code(&self) -> &'static str {
         match self {
             WorkerError::ProfileMismatch { .. } => "profile_mismatch",
             WorkerError::InvalidPath { .. } => "invalid_path",
+            WorkerError::InvalidEnvName(_) => "invalid_name",
             WorkerError::MemoryNotEnforced(_) => "memory_not_enforced",
             WorkerError::EnvPass { .. } | WorkerError::LimitRaised { .. } => "profile_weakened",
         }
@@ -488,6 +493,9 @@ impl Sandbox {
                     path: bad.clone(),
                 });
             }
+        }
+        if let Some(bad) = set.keys().find(|k| k.is_empty() || k.contains(['=', '\0'])) {
+            return Err(WorkerError::InvalidEnvName(bad.clone()));
         }
         if let Some(m) = *memory {
             return Err(WorkerError::MemoryNotEnforced(m));
@@ -812,6 +820,17 @@ mod tests {
                     "worker.{key} `{bad}` must be an absolute path without `.` or `..` components"
                 )
             );
+        }
+        // So is an `env.set` name that would set another variable.
+        for bad in ["PATH=/opt/evil:", "", "A\0B"] {
+            let mut w = Worker::default();
+            w.env.set.insert(bad.to_owned(), "v".to_owned());
+            let e = Sandbox::new(Profile::governed())
+                .apply_worker(&w)
+                .map(|_| ())
+                .unwrap_err();
+            assert_eq!(e.code(), "invalid_name", "{e}");
+            assert!(e.to_string().starts_with("worker.env.set `"), "{e}");
         }
         // A refusal late in the section leaves the earlier keys unapplied.
         refuse(
