@@ -426,8 +426,10 @@ impl Sandbox {
     ///
     /// Refused, never clamped: a limit above the profile's, a
     /// credential-like, `PATH` or `HOME` name in `env.pass`, a path that is
-    /// relative or has `.` or `..` components ([`WorkerError::InvalidPath`]). Checked at
-    /// [`Sandbox::spawn`], as for any mask and bind: a mask inside a bind
+    /// relative or has `.` or `..` components ([`WorkerError::InvalidPath`])
+    /// and an `env.set` name with `=` or NUL (the parser refuses those two
+    /// already; a hand-built [`Worker`] is held to the same rules). Checked
+    /// at [`Sandbox::spawn`], as for any mask and bind: a mask inside a bind
     /// (`mask_uncovered`), a bind a symlink leads into a mask
     /// (`mask_redirected`), and (with a worker that is host root) a
     /// `pids` limit the kernel would not apply.
