@@ -2,7 +2,8 @@
 //! nothing but cargo.
 //!
 //! - `cargo xtask ci` runs every gate CI runs: rustfmt, clippy, the test
-//!   suite, and a short smoke run of every fuzz target.
+//!   suite, the orchestrator example, and a short smoke run of every fuzz
+//!   target.
 //! - `cargo xtask fuzz [TARGET] [--time SECONDS]` runs fuzz targets.
 //! - `cargo xtask bench [--quick] [SUITE…]` measures palisade against its
 //!   peers and regenerates `docs/benchmarks.md` (see `bench.rs`).
@@ -53,6 +54,9 @@ fn ci() -> Result<(), String> {
     ]))?;
     // The README's test command, exactly.
     run(cargo(&root).args(["test", "--workspace"]))?;
+    // The orchestrator example: the public API end to end, a real sandbox
+    // included when run as root (CI is); it exits non-zero on any surprise.
+    run(cargo(&root).args(["run", "--quiet", "-p", "palisade-example-orchestrator"]))?;
     // An unoptimised build compiles in about half the time, which matters
     // more than execution speed for a 10-second smoke run.
     fuzz_smoke(&root, FUZZ_SMOKE_SECONDS, FuzzBuild::Dev)?;
