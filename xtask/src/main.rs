@@ -7,10 +7,13 @@
 //! - `cargo xtask fuzz [TARGET] [--time SECONDS]` runs fuzz targets.
 //! - `cargo xtask bench [--quick] [SUITE…]` measures palisade against its
 //!   peers and regenerates `docs/benchmarks.md` (see `bench.rs`).
+//! - `cargo xtask api [--bless]` checks (or rewrites) the public-API
+//!   snapshots under `api/` (see `api.rs`).
 
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout, reason = "a command-line tool")]
 
+mod api;
 mod bench;
 mod tidy;
 
@@ -23,6 +26,7 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("fuzz") => fuzz(args.get(1..).unwrap_or_default()),
         Some("bench") => bench::bench(args.get(1..).unwrap_or_default()),
+        Some("api") => api::api(args.get(1..).unwrap_or_default()),
         _ => Err(USAGE.to_owned()),
     };
     match res {
@@ -34,8 +38,7 @@ fn main() -> ExitCode {
     }
 }
 
-const USAGE: &str =
-    "usage: cargo xtask ci | fuzz [TARGET] [--time SECONDS] | bench [--quick] [SUITE…]";
+const USAGE: &str = "usage: cargo xtask ci | fuzz [TARGET] [--time SECONDS] | bench [--quick] [SUITE…] | api [--bless]";
 
 /// Seconds each fuzz target runs during `cargo xtask ci`.
 const FUZZ_SMOKE_SECONDS: u32 = 10;
@@ -52,6 +55,8 @@ fn ci() -> Result<(), String> {
         "-D",
         "warnings",
     ]))?;
+    // The public API of every library crate matches its snapshot in api/.
+    api::api(&[])?;
     // The README's test command, exactly.
     run(cargo(&root).args(["test", "--workspace"]))?;
     // The orchestrator example: the public API end to end, a real sandbox
