@@ -29,6 +29,7 @@
 
 use std::error::Error;
 use std::io::{BufRead as _, BufReader, Read as _};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -38,7 +39,7 @@ use palisade_evidence::{
     Body, Entry, FailureKind, JournalKey, JournalWriter, Kind, Timestamp,
     Verdict as JournalVerdict, VerifiedLines, WriterOptions, verify,
 };
-use palisade_isolate::{Command, Limit, Profile, Sandbox, Stdio};
+use palisade_isolate::{Command, Limit, Profile, Sandbox, SandboxChild, Stdio};
 use palisade_policy::admission::{self, Decision as Admission, Event as TriggerEvent};
 use palisade_policy::capability::CapabilityRegistry;
 use palisade_policy::egress::ConnectRequest;
@@ -93,8 +94,11 @@ fn run() -> Result<()> {
         .build()?;
     let (session, records) = runtime.block_on(shared_taint(&policy))?;
     journal(&policy, &session, &records)?;
-    runtime.block_on(sandbox(&policy))?;
-    Ok(())
+    let sandboxed = runtime.block_on(sandbox(&policy));
+    // A wait that timed out still occupies a blocking thread: do not let
+    // the runtime's drop wait for it.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    sandboxed
 }
 
 /// Milliseconds since the Unix epoch: the crates take the time from their
@@ -466,13 +470,8 @@ fn journal(policy: &HostPolicy, live: &Session, records: &[Record]) -> Result<()
 /// a wall limit, and a signal. Skipped, saying so, when not root (CI runs as
 /// root; the sandbox needs user namespaces, Landlock and seccomp).
 async fn sandbox(policy: &HostPolicy) -> Result<()> {
-    // workaround: no public "am I root" check in the crates; the example
-    // reads the effective uid the way a shell would.
-    let uid = std::fs::read_to_string("/proc/self/status")?
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned));
-    if uid.as_deref() != Some("0") {
+    // `/proc/self` belongs to the process's effective uid.
+    if std::fs::metadata("/proc/self")?.uid() != 0 {
         println!("sandbox: skipped (not root; CI runs this step as root)");
         return Ok(());
     }
@@ -488,10 +487,7 @@ async fn sandbox(policy: &HostPolicy) -> Result<()> {
     cmd.stdout = Stdio::Fd(writer.into());
     let child = base.spawn(cmd)?;
     let report = child.report().clone();
-    // workaround: `wait` blocks and `SandboxChild` has no pidfd (`AsFd`), so
-    // an async orchestrator parks it on a blocking thread. Intended: the
-    // `tokio` feature's `child.wait().await`.
-    let code = tokio::task::spawn_blocking(move || child.wait()).await??;
+    let code = wait(child).await?;
     let mut out = String::new();
     BufReader::new(reader).read_to_string(&mut out)?;
     let cwd = workspace.path().display().to_string();
@@ -511,11 +507,7 @@ async fn sandbox(policy: &HostPolicy) -> Result<()> {
     let mut limited = base.clone();
     limited.limit_wall(Duration::from_secs(1))?;
     let child = limited.spawn(Command::new(["/bin/sleep", "60"]))?;
-    let code = tokio::time::timeout(
-        Duration::from_secs(60),
-        tokio::task::spawn_blocking(move || child.wait()),
-    )
-    .await???;
+    let code = wait(child).await?;
     // workaround: a wall-limit kill is reported as 137 (128 + SIGKILL), the
     // same as any other SIGKILL. Intended: `Exit::WallLimit`.
     ensure(code == 137, format!("wall-limited worker exited {code}"))?;
@@ -530,16 +522,27 @@ async fn sandbox(policy: &HostPolicy) -> Result<()> {
     BufReader::new(reader).read_line(&mut line)?;
     ensure(line == "ready\n", format!("worker said {line:?}"))?;
     // workaround: signals are a raw `i32` (15 is SIGTERM) with no typed enum.
-    // Intended: `child.kill(Signal::Term)` and `wait_timeout`.
+    // Intended: `child.kill(Signal::Term)`.
     child.signal(15)?;
-    let code = tokio::time::timeout(
-        Duration::from_secs(60),
-        tokio::task::spawn_blocking(move || child.wait()),
-    )
-    .await???;
+    let code = wait(child).await?;
     ensure(code == 128 + 15, format!("signalled worker exited {code}"))?;
     println!("sandbox: SIGTERM ended the worker ({code})");
     Ok(())
+}
+
+/// The worker's exit code (`128 + n` when signal `n` ended it), within a
+/// generous bound so that a stuck worker fails the example instead of
+/// hanging it.
+// workaround: `SandboxChild::wait` blocks and the child has no pidfd
+// (`AsFd`), so an async orchestrator parks the wait on a blocking thread
+// (and cannot cancel it). Intended: `wait_timeout`, and the `tokio`
+// feature's `child.wait().await`.
+async fn wait(child: SandboxChild) -> Result<i32> {
+    let waiting = tokio::task::spawn_blocking(move || child.wait());
+    let joined = tokio::time::timeout(Duration::from_secs(120), waiting)
+        .await
+        .map_err(|_| "the worker did not end within 120 s")?;
+    Ok(joined??)
 }
 
 /// The sandbox for the policy's `[worker]`: its profile, environment and
