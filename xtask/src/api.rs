@@ -269,6 +269,17 @@ mod tests {
     }
 
     #[test]
+    fn ci_installs_the_pinned_cargo_public_api() {
+        let script = std::fs::read_to_string(workspace_root().join(".ci").join("run")).unwrap();
+        let pin = format!("CARGO_PUBLIC_API_VERSION={CARGO_PUBLIC_API_VERSION}\n");
+        assert!(
+            script.contains(&pin),
+            ".ci/run does not install cargo-public-api {CARGO_PUBLIC_API_VERSION} (expected a line `{}`)",
+            pin.trim()
+        );
+    }
+
+    #[test]
     fn internals_in_a_listing_are_refused() {
         let clean = "pub mod palisade_policy\npub fn palisade_policy::egress::decide()\n";
         assert!(refuse_internals("palisade-policy", clean).is_ok());

@@ -1,9 +1,9 @@
 //! `cargo xtask`: the project's automation, written in Rust so that it needs
 //! nothing but cargo.
 //!
-//! - `cargo xtask ci` runs every gate CI runs: rustfmt, clippy, the test
-//!   suite, the orchestrator example, and a short smoke run of every fuzz
-//!   target.
+//! - `cargo xtask ci` runs every gate CI runs: rustfmt, clippy, the
+//!   public-API snapshots, the test suite, the orchestrator example, and a
+//!   short smoke run of every fuzz target.
 //! - `cargo xtask fuzz [TARGET] [--time SECONDS]` runs fuzz targets.
 //! - `cargo xtask bench [--quick] [SUITE…]` measures palisade against its
 //!   peers and regenerates `docs/benchmarks.md` (see `bench.rs`).
