@@ -1,15 +1,19 @@
 //! `cargo xtask`: the project's automation, written in Rust so that it needs
 //! nothing but cargo.
 //!
-//! - `cargo xtask ci` runs every gate CI runs: rustfmt, clippy, the test
-//!   suite, and a short smoke run of every fuzz target.
+//! - `cargo xtask ci` runs every gate CI runs: rustfmt, clippy, the
+//!   public-API snapshots, the test suite, the orchestrator example, and a
+//!   short smoke run of every fuzz target.
 //! - `cargo xtask fuzz [TARGET] [--time SECONDS]` runs fuzz targets.
 //! - `cargo xtask bench [--quick] [SUITE…]` measures palisade against its
 //!   peers and regenerates `docs/benchmarks.md` (see `bench.rs`).
+//! - `cargo xtask api [--bless]` checks (or rewrites) the public-API
+//!   snapshots under `api/` (see `api.rs`).
 
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout, reason = "a command-line tool")]
 
+mod api;
 mod bench;
 mod tidy;
 
@@ -22,6 +26,7 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("fuzz") => fuzz(args.get(1..).unwrap_or_default()),
         Some("bench") => bench::bench(args.get(1..).unwrap_or_default()),
+        Some("api") => api::api(args.get(1..).unwrap_or_default()),
         _ => Err(USAGE.to_owned()),
     };
     match res {
@@ -33,8 +38,7 @@ fn main() -> ExitCode {
     }
 }
 
-const USAGE: &str =
-    "usage: cargo xtask ci | fuzz [TARGET] [--time SECONDS] | bench [--quick] [SUITE…]";
+const USAGE: &str = "usage: cargo xtask ci | fuzz [TARGET] [--time SECONDS] | bench [--quick] [SUITE…] | api [--bless]";
 
 /// Seconds each fuzz target runs during `cargo xtask ci`.
 const FUZZ_SMOKE_SECONDS: u32 = 10;
@@ -51,8 +55,13 @@ fn ci() -> Result<(), String> {
         "-D",
         "warnings",
     ]))?;
+    // The public API of every library crate matches its snapshot in api/.
+    api::api(&[])?;
     // The README's test command, exactly.
     run(cargo(&root).args(["test", "--workspace"]))?;
+    // The orchestrator example: the public API end to end, a real sandbox
+    // included when run as root (CI is); it exits non-zero on any surprise.
+    run(cargo(&root).args(["run", "--quiet", "-p", "palisade-example-orchestrator"]))?;
     // An unoptimised build compiles in about half the time, which matters
     // more than execution speed for a 10-second smoke run.
     fuzz_smoke(&root, FUZZ_SMOKE_SECONDS, FuzzBuild::Dev)?;

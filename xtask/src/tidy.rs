@@ -38,6 +38,18 @@ mod tests {
             ],
         ),
         ("palisade-xtask", &[]),
+        // examples/orchestrator: an embedder of every library crate but
+        // egress (it decides egress through policy and runs no proxy).
+        (
+            "palisade-example-orchestrator",
+            &[
+                "palisade-schema",
+                "palisade-policy",
+                "palisade-taint",
+                "palisade-evidence",
+                "palisade-isolate",
+            ],
+        ),
     ];
 
     /// External crates that would break a crate's invariant if they ever
