@@ -71,6 +71,50 @@ pub use spawn::{
 #[doc(hidden)]
 pub mod __escape;
 
+/// Benchmark entry points (`isolate/benches/launch.rs`). Not part of the
+/// public API; no semver guarantee.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod __bench {
+    /// The seccomp program every profile installs, as the bytes of its
+    /// `struct sock_filter` array in native byte order (8 bytes per
+    /// instruction: `code` u16, `jt` u8, `jf` u8, `k` u32), the format
+    /// `bwrap --seccomp FD` reads, so a peer can run with the same filter.
+    pub fn seccomp_program() -> Result<Vec<u8>, String> {
+        let filters = crate::seccomp::build()?;
+        let mut out = Vec::with_capacity(filters.program.len() * 8);
+        for insn in &filters.program {
+            out.extend_from_slice(&insn.code.to_ne_bytes());
+            out.push(insn.jt);
+            out.push(insn.jf);
+            out.extend_from_slice(&insn.k.to_ne_bytes());
+        }
+        Ok(out)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn the_bytes_are_the_installed_program_in_sock_filter_layout() {
+            let program = crate::seccomp::build().unwrap().program;
+            let bytes = super::seccomp_program().unwrap();
+            assert_eq!(bytes.len(), program.len() * 8);
+            for (chunk, insn) in bytes.chunks_exact(8).zip(&program) {
+                let code = u16::from_ne_bytes([chunk[0], chunk[1]]);
+                let k = u32::from_ne_bytes([chunk[4], chunk[5], chunk[6], chunk[7]]);
+                assert_eq!(
+                    (code, chunk[2], chunk[3], k),
+                    (insn.code, insn.jt, insn.jf, insn.k)
+                );
+            }
+            // The program starts by loading seccomp_data.arch (offset 4):
+            // BPF_LD | BPF_W | BPF_ABS.
+            assert_eq!(bytes[..2], 0x20u16.to_ne_bytes());
+            assert_eq!(bytes[4..8], 4u32.to_ne_bytes());
+        }
+    }
+}
+
 /// Fuzzing entry points (`fuzz/fuzz_targets/isolate_proc_tables.rs`).
 #[doc(hidden)]
 pub mod __fuzz {

@@ -43,6 +43,7 @@ pub(crate) const PEERS: &[(&str, &str, &str)] = &[
         "npm install -g @anthropic-ai/sandbox-runtime (needs bubblewrap, socat, ripgrep)",
     ),
     ("socat", "spawn (srt)", "apt-get install socat"),
+    ("codex", "spawn", "npm install -g @openai/codex@0.171.0"),
     ("rg", "spawn (srt)", "apt-get install ripgrep"),
     ("tinyproxy", "proxy", "apt-get install tinyproxy"),
     ("squid", "proxy", "apt-get install squid"),

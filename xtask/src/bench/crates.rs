@@ -113,10 +113,34 @@ impl CrateBenches {
             .collect()
     }
 
+    /// The bench executable `name` of `package`, if it was built: the
+    /// suites also use some bench binaries as helpers (the proxy floor, the
+    /// seccomp program for bwrap).
+    pub(crate) fn find(&self, package: &str, name: &str) -> Option<CrateBench> {
+        self.benches
+            .iter()
+            .map(|(_, b)| b)
+            .find(|b| b.package == package && b.name == name)
+            .cloned()
+    }
+
     /// Runs one bench executable and returns its figures for `suite`.
     pub(crate) fn run(&self, bench: &CrateBench, suite: &str) -> Result<Vec<Figure>, String> {
+        self.run_with_env(bench, suite, &[])
+    }
+
+    /// [`CrateBenches::run`] with extra environment variables.
+    pub(crate) fn run_with_env(
+        &self,
+        bench: &CrateBench,
+        suite: &str,
+        env: &[(&str, String)],
+    ) -> Result<Vec<Figure>, String> {
         let mut cmd = Command::new(&bench.exe);
         cmd.arg("--bench");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
         if self.quick {
             cmd.env("PALISADE_BENCH_QUICK", "1");
         }

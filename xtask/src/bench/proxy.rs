@@ -1,6 +1,8 @@
 //! The proxy suite: a local origin server, then bulk throughput through a
 //! CONNECT tunnel, new-connection latency and many concurrent idle tunnels,
-//! each for a direct connection, `palisade proxy`, tinyproxy and squid.
+//! each for a direct connection, `palisade proxy`, the floor (a minimal
+//! tokio relay, `palisade-egress`'s `floor` bench binary), tinyproxy and
+//! squid.
 //!
 //! Everything stays on 127.0.0.1: the origin is a thread in this process,
 //! the proxies get generated config files in a scratch directory and are
@@ -18,6 +20,8 @@ use super::stats::{self, Better, Cmp, GoalCheck, Row};
 use super::{Ctx, SuiteResult, sys};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
+/// The floor subject: the least a CONNECT relay on tokio does.
+const FLOOR: &str = "floor";
 const CHUNK: usize = 256 * 1024;
 
 /// Sizes of one run of the suite.
@@ -102,6 +106,13 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SuiteResult, String> {
         Ok(t) => targets.push(t),
         Err(e) => res.unavailable("palisade proxy", e),
     }
+    match start_floor(ctx, &dir, want_fds) {
+        Ok(mut t) => {
+            t.connect_to.clone_from(&connect_to);
+            targets.push(t);
+        }
+        Err(e) => res.unavailable(FLOOR, e),
+    }
     for (name, start) in [
         ("tinyproxy", start_tinyproxy as StartFn),
         ("squid", start_squid as StartFn),
@@ -141,6 +152,7 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SuiteResult, String> {
         "Origin: a thread-per-connection TCP server in the harness on {origin_ip}, reached by the proxies as `{host}` (resolved by each proxy). Bulk: {} MiB downloaded through one tunnel per run, {} runs. \
          Latency: connect to the proxy, CONNECT, 200, one echoed byte, close; {} rounds × {} connections = {} per target. \
          Idle: {} tunnels held open at once (each proven live by an echo), {} runs; memory per tunnel is the proxy's VmRSS with all tunnels open minus its VmRSS before its first idle run, divided by the tunnel count. \
+         Floor: `palisade-egress`'s `floor` bench binary, a tokio relay that reads the CONNECT head, resolves the name with `getaddrinfo`, dials, answers 200 and runs `copy_bidirectional` (no decisions, no records, no token). \
          Load generator, origin and proxy share the same {} cores.",
         sizes.bulk_bytes >> 20,
         sizes.bulk_runs,
@@ -325,6 +337,24 @@ fn policy_text(connect_to: &str) -> Result<String, String> {
          # default to 256, fewer than the idle-tunnel case holds open.\n\
          limits = {{ connections = 65536 }}\n"
     ))
+}
+
+/// Starts the floor: `palisade-egress`'s `floor` bench binary, a minimal
+/// CONNECT relay (`tokio::io::copy_bidirectional`, no decisions, no records).
+fn start_floor(ctx: &Ctx, dir: &Path, nofile: u64) -> Result<Target, String> {
+    let bench = ctx
+        .crates
+        .find("palisade-egress", "floor")
+        .ok_or("palisade-egress has no floor bench binary in this build")?;
+    let port = sys::free_port()?;
+    let log = dir.join("floor.log");
+    let argv = [
+        bench.exe.display().to_string(),
+        "--listen".to_owned(),
+        format!("127.0.0.1:{port}"),
+    ];
+    let guard = spawn_logged(FLOOR, &argv, &log, nofile)?;
+    started(FLOOR, guard, port, &log)
 }
 
 fn start_palisade(ctx: &Ctx, dir: &Path, connect_to: &str, nofile: u64) -> Result<Target, String> {
@@ -674,6 +704,7 @@ fn goals(res: &mut SuiteResult, sizes: Sizes) {
     if let Some(p) = median("bulk throughput", "palisade proxy") {
         for (peer, cmp, target) in [
             ("direct", Cmp::Ge, 0.8),
+            (FLOOR, Cmp::Ge, 0.9),
             ("tinyproxy", Cmp::Gt, 1.0),
             ("squid", Cmp::Gt, 1.0),
         ] {
@@ -693,8 +724,9 @@ fn goals(res: &mut SuiteResult, sizes: Sizes) {
             }
         }
     }
-    // The goal uses the pooled p50s (all connections of the run), which a
-    // stall of one round cannot move much.
+    // The latency goals use the pooled p50s (all connections of the run),
+    // which a stall of one round cannot move much: palisade's added latency
+    // against the floor's and tinyproxy's.
     let pooled = |subject: &str| {
         res.rows
             .iter()
@@ -703,15 +735,21 @@ fn goals(res: &mut SuiteResult, sizes: Sizes) {
             .map(|(_, v)| *v)
     };
     if let (Some(p), Some(d)) = (pooled("palisade proxy"), pooled("direct")) {
-        let added = p - d;
-        goals.push(GoalCheck {
-            what: "added latency per new connection, pooled p50 (palisade proxy − direct)"
-                .to_owned(),
-            value: added,
-            unit: "µs".to_owned(),
-            cmp: Cmp::Le,
-            target: 100.0,
-        });
+        for (peer, target) in [(FLOOR, 2.0), ("tinyproxy", 0.8)] {
+            if let Some(q) = pooled(peer)
+                && q - d > 0.0
+            {
+                goals.push(GoalCheck {
+                    what: format!(
+                        "added latency per new connection, pooled p50 − direct: palisade proxy / {peer}"
+                    ),
+                    value: (p - d) / (q - d),
+                    unit: "×".to_owned(),
+                    cmp: Cmp::Le,
+                    target,
+                });
+            }
+        }
     }
     res.goals.extend(goals);
 }
@@ -843,6 +881,76 @@ mod tests {
             c.write_all(head).unwrap();
         });
         (addr, h)
+    }
+
+    fn latency_row(subject: &str, pooled_p50: f64) -> Row {
+        let mut r = Row::new(
+            "new connection + 1-byte echo, p50 per round",
+            subject,
+            "µs",
+            Better::Lower,
+            &[pooled_p50],
+        )
+        .unwrap();
+        r.extra.push(("pooled_p50_us".to_owned(), pooled_p50));
+        r
+    }
+
+    fn bulk_row(subject: &str, mbps: f64) -> Row {
+        Row::new(
+            "bulk throughput, 16 MiB per tunnel",
+            subject,
+            "MB/s",
+            Better::Higher,
+            &[mbps],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_proxy_goals_are_relative_to_the_floor_and_tinyproxy() {
+        let sizes = Sizes {
+            bulk_bytes: 16 << 20,
+            bulk_runs: 1,
+            latency_rounds: 1,
+            latency_per_round: 1,
+            idle_tunnels: 1,
+            idle_runs: 1,
+        };
+        let mut res = SuiteResult::default();
+        // Added latency: palisade 120 µs, floor 50 µs, tinyproxy 160 µs.
+        for (s, v) in [
+            ("direct", 30.0),
+            ("palisade proxy", 150.0),
+            (FLOOR, 80.0),
+            ("tinyproxy", 190.0),
+        ] {
+            res.rows.push(latency_row(s, v));
+        }
+        for (s, v) in [
+            ("direct", 4000.0),
+            ("palisade proxy", 3500.0),
+            (FLOOR, 3000.0),
+        ] {
+            res.rows.push(bulk_row(s, v));
+        }
+        goals(&mut res, sizes);
+        let goal = |what: &str| {
+            res.goals
+                .iter()
+                .find(|g| g.what.contains(what))
+                .unwrap_or_else(|| panic!("no goal {what}: {:?}", res.goals))
+        };
+        let floor = goal("direct: palisade proxy / floor");
+        assert!(floor.what.starts_with("added latency"));
+        assert!((floor.value - 120.0 / 50.0).abs() < 1e-9 && floor.target == 2.0);
+        assert!(!floor.met(), "2.4× misses ≤ 2.0×");
+        let tiny = goal("direct: palisade proxy / tinyproxy");
+        assert!((tiny.value - 0.75).abs() < 1e-9 && tiny.met());
+        let bulk = goal("bulk throughput palisade proxy / floor");
+        assert!((bulk.value - 3500.0 / 3000.0).abs() < 1e-9 && bulk.target == 0.9);
+        // The absolute 100 µs goal is gone.
+        assert!(res.goals.iter().all(|g| g.unit != "µs"), "{:?}", res.goals);
     }
 
     #[test]

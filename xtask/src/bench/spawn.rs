@@ -1,14 +1,36 @@
 //! The spawn suite: the wall time of starting a command and waiting for it,
-//! bare and under each sandbox, for `/bin/true` and a small real command.
+//! bare and under each sandbox, for `/bin/true` and a small real command,
+//! and the in-process launch (`Sandbox::spawn` from a Rust harness, against
+//! bwrap started from that same harness) from `palisade-isolate`'s `launch`
+//! bench target.
+//!
+//! The CLI's peer of record is bwrap with the same layers **and** the same
+//! seccomp filter: palisade's own compiled program, written by the launch
+//! bench (`--write-seccomp`) and handed to `bwrap --seccomp 0` on its
+//! standard input, as sandbox-runtime and Codex deploy bwrap. Bare bwrap
+//! stays as a reference row.
 
 use std::fs::File;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::crates::Figure;
 use super::stats::{Better, Cmp, GoalCheck, Row};
 use super::{Ctx, SuiteResult, sys};
+
+/// The CLI goal's peer: bwrap with the same layers and palisade's filter.
+const BWRAP_SECCOMP: &str = "bwrap + seccomp";
+
+/// The in-process case and its two subjects.
+const IN_PROCESS_CASE: &str = "/bin/true, in process (spawn + wait from a Rust harness)";
+const IN_PROCESS_PALISADE: &str = "palisade Sandbox::spawn strict";
+const IN_PROCESS_BWRAP: &str = "bwrap via std::process::Command";
+/// The launch bench's figure names for them.
+const FIG_SPAWN: &str = "launch_sandbox_spawn_strict";
+const FIG_BWRAP: &str = "reference_bwrap_command";
+const FIG_PROBE: &str = "launch_probe";
 
 /// The commands measured, as (case label, argv).
 const CASES: &[(&str, &[&str])] = &[
@@ -51,6 +73,8 @@ struct Subject {
     name: String,
     /// The argv before the command.
     prefix: Vec<String>,
+    /// A file for the command's standard input (bwrap's `--seccomp 0`).
+    stdin: Option<PathBuf>,
     samples: Vec<f64>,
     failed: Option<String>,
 }
@@ -60,7 +84,7 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SuiteResult, String> {
     let cwd = ctx.tmp.join("spawn-cwd");
     std::fs::create_dir_all(&cwd).map_err(|e| format!("{}: {e}", cwd.display()))?;
     let cwd = cwd.canonicalize().map_err(|e| e.to_string())?;
-    let subjects = subjects(ctx, &cwd, &mut res)?;
+    let (subjects, bwrap_argv) = subjects(ctx, &cwd, &mut res)?;
     let stderr_log = ctx.tmp.join("spawn-stderr.log");
 
     let mut survivors: Vec<Subject> = Vec::new();
@@ -117,17 +141,24 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SuiteResult, String> {
         current_uid(),
         cwd.display()
     ));
-    crate_figures(ctx, &mut res);
+    crate_figures(ctx, bwrap_argv.as_deref(), &mut res);
     Ok(res)
 }
 
-fn subjects(ctx: &Ctx, cwd: &Path, res: &mut SuiteResult) -> Result<Vec<Subject>, String> {
+/// The subjects, and the bare bwrap argv (for the in-process bench).
+fn subjects(
+    ctx: &Ctx,
+    cwd: &Path,
+    res: &mut SuiteResult,
+) -> Result<(Vec<Subject>, Option<Vec<String>>), String> {
     let mk = |name: &str, prefix: Vec<String>| Subject {
         name: name.to_owned(),
         prefix,
+        stdin: None,
         samples: Vec::new(),
         failed: None,
     };
+    let mut bwrap_argv = None;
     let mut subs = vec![mk("bare exec", Vec::new())];
     match ctx.palisade_with("run", "isolate") {
         Ok(bin) => {
@@ -166,9 +197,58 @@ fn subjects(ctx: &Ctx, cwd: &Path, res: &mut SuiteResult) -> Result<Vec<Subject>
                 "bwrap flags: `{}` ({masks} tmpfs masks).",
                 args.get(1..).unwrap_or_default().join(" ")
             ));
+            match seccomp_program(ctx).and_then(|bpf| {
+                // The filter must be in force in the worker, or the row
+                // would be bare bwrap under another name.
+                let mode = seccomp_mode_under(&with_seccomp(&args), Some(&bpf), cwd)?;
+                if mode == "2" {
+                    Ok(bpf)
+                } else {
+                    Err(format!(
+                        "the filter is not in force under `bwrap --seccomp 0` (Seccomp: {mode} in /proc/self/status)"
+                    ))
+                }
+            }) {
+                Ok(bpf) => {
+                    res.notes.push(format!(
+                        "{BWRAP_SECCOMP}: the same flags plus `--seccomp 0`, standard input \
+                         open on palisade's compiled seccomp program ({} instructions, written \
+                         by `palisade-isolate`'s launch bench), the filter `palisade run` installs.",
+                        std::fs::metadata(&bpf).map_or(0, |m| m.len() / 8)
+                    ));
+                    subs.push(Subject {
+                        stdin: Some(bpf),
+                        ..mk(BWRAP_SECCOMP, with_seccomp(&args))
+                    });
+                }
+                Err(e) => res.unavailable(BWRAP_SECCOMP, e),
+            }
+            bwrap_argv = Some(args.clone());
             subs.push(mk("bwrap", args));
         }
-        None => res.unavailable("bwrap", "not installed (apt-get install bubblewrap)"),
+        None => {
+            res.unavailable("bwrap", "not installed (apt-get install bubblewrap)");
+            res.unavailable(
+                BWRAP_SECCOMP,
+                "bwrap not installed (apt-get install bubblewrap)",
+            );
+        }
+    }
+    match Ctx::peer("codex") {
+        Some(codex) => match codex_prefix(&codex) {
+            Ok(prefix) => {
+                res.notes.push(format!(
+                    "codex sandbox: `{}` (Codex's own Linux sandbox with its default policy).",
+                    prefix.get(1..).unwrap_or_default().join(" ")
+                ));
+                subs.push(mk("codex sandbox", prefix));
+            }
+            Err(e) => res.unavailable("codex sandbox", e),
+        },
+        None => res.unavailable(
+            "codex sandbox",
+            "not installed (npm install -g @openai/codex@0.171.0)",
+        ),
     }
     match Ctx::peer("srt") {
         Some(srt) => {
@@ -206,7 +286,117 @@ fn subjects(ctx: &Ctx, cwd: &Path, res: &mut SuiteResult) -> Result<Vec<Subject>
             "not installed (apt-get install firejail)",
         ),
     }
-    Ok(subs)
+    Ok((subs, bwrap_argv))
+}
+
+/// The bwrap argv with `--seccomp 0` before the final `--`.
+fn with_seccomp(args: &[String]) -> Vec<String> {
+    let mut out = args.to_vec();
+    let at = out.iter().rposition(|a| a == "--").unwrap_or(out.len());
+    out.splice(at..at, ["--seccomp".to_owned(), "0".to_owned()]);
+    out
+}
+
+/// Writes palisade's seccomp program with the launch bench and returns
+/// the file.
+fn seccomp_program(ctx: &Ctx) -> Result<PathBuf, String> {
+    let bench = ctx.crates.find("palisade-isolate", "launch").ok_or(
+        "palisade-isolate's launch bench is not built, so there is no seccomp program to hand over",
+    )?;
+    let file = ctx.tmp.join("palisade-seccomp.bpf");
+    let out = sys::output_within(
+        Command::new(&bench.exe).arg("--write-seccomp").arg(&file),
+        Duration::from_secs(60),
+    )?;
+    if !out.status.success() {
+        return Err(format!(
+            "the launch bench wrote no seccomp program: {}",
+            sys::first_line(&out.stderr)
+        ));
+    }
+    match std::fs::metadata(&file) {
+        Ok(m) if m.len() > 0 && m.len() % 8 == 0 => Ok(file),
+        Ok(m) => Err(format!(
+            "{}: {} bytes is not a sock_filter array",
+            file.display(),
+            m.len()
+        )),
+        Err(e) => Err(format!("{}: {e}", file.display())),
+    }
+}
+
+/// The `Seccomp:` field of `/proc/self/status` of a shell run under
+/// `prefix` (`0` none, `2` a filter).
+fn seccomp_mode_under(
+    prefix: &[String],
+    stdin: Option<&Path>,
+    cwd: &Path,
+) -> Result<String, String> {
+    let (program, rest) = prefix.split_first().ok_or("empty command")?;
+    let mut cmd = Command::new(program);
+    cmd.args(rest)
+        .args(["/bin/sh", "-c", "cat /proc/self/status"])
+        .current_dir(cwd);
+    let input = match stdin {
+        Some(f) => Stdio::from(File::open(f).map_err(|e| format!("{}: {e}", f.display()))?),
+        None => Stdio::null(),
+    };
+    let out = sys::output_within_from(&mut cmd, input, Duration::from_secs(60))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{program} exited with {}: {}",
+            out.status,
+            sys::first_line(&out.stderr)
+        ));
+    }
+    seccomp_field(&String::from_utf8_lossy(&out.stdout))
+        .ok_or_else(|| "no Seccomp: line in /proc/self/status".to_owned())
+}
+
+/// The value of the `Seccomp:` line of a `/proc/<pid>/status` text.
+fn seccomp_field(status: &str) -> Option<String> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Seccomp:"))
+        .map(|v| v.trim().to_owned())
+}
+
+/// `codex sandbox [linux] --`, whichever the installed version takes
+/// (0.171 runs the Linux sandbox directly; older versions had a `linux`
+/// subcommand).
+fn codex_prefix(codex: &Path) -> Result<Vec<String>, String> {
+    let out = sys::output_within(
+        Command::new(codex).args(["sandbox", "--help"]),
+        Duration::from_secs(30),
+    )?;
+    if !out.status.success() {
+        return Err(format!(
+            "`codex sandbox --help` failed: {}",
+            sys::first_line(&out.stderr)
+        ));
+    }
+    let help = String::from_utf8_lossy(&out.stdout);
+    let codex = codex.display().to_string();
+    Ok(if has_linux_subcommand(&help) {
+        strings(&[&codex, "sandbox", "linux", "--"])
+    } else {
+        strings(&[&codex, "sandbox", "--"])
+    })
+}
+
+/// Whether a `codex sandbox --help` text lists a `linux` subcommand.
+fn has_linux_subcommand(help: &str) -> bool {
+    let mut in_commands = false;
+    for line in help.lines() {
+        if line.starts_with("Commands:") {
+            in_commands = true;
+        } else if !line.starts_with(' ') && !line.is_empty() {
+            in_commands = false;
+        } else if in_commands && line.split_whitespace().next() == Some("linux") {
+            return true;
+        }
+    }
+    false
 }
 
 /// bwrap with the layers palisade's `strict` profile has: user, PID, net,
@@ -258,12 +448,16 @@ fn once(s: &Subject, argv: &[&str], cwd: &Path, log: &Path, warmup: bool) -> Res
         .collect();
     let (program, rest) = full.split_first().ok_or("empty command")?;
     let err = File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let stdin = match &s.stdin {
+        Some(f) => Stdio::from(File::open(f).map_err(|e| format!("{}: {e}", f.display()))?),
+        None => Stdio::null(),
+    };
     let mut cmd = Command::new(program);
     // Its own process group, drained below once the time is taken.
     cmd.process_group(0)
         .args(rest)
         .current_dir(cwd)
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::null())
         .stderr(err);
     let start = Instant::now();
@@ -291,31 +485,123 @@ fn goals(res: &mut SuiteResult) {
             .find(|r| r.case == case && r.subject == subject)
             .map(|r| r.summary.median)
     };
+    // The CLI against bwrap with the same layers and the same filter.
     let mut goals = Vec::new();
-    for (case, _) in CASES {
-        if let (Some(p), Some(b)) = (median(case, "palisade strict"), median(case, "bwrap"))
-            && b > 0.0
-        {
-            goals.push(GoalCheck {
-                what: format!("median wall time palisade strict / bwrap, `{case}`"),
-                value: p / b,
-                unit: "×".to_owned(),
-                cmp: Cmp::Le,
-                target: 1.0,
-            });
-        }
+    if let Some((case, _)) = CASES.first()
+        && let (Some(p), Some(b)) = (median(case, "palisade strict"), median(case, BWRAP_SECCOMP))
+        && b > 0.0
+    {
+        goals.push(GoalCheck {
+            what: format!("CLI: median wall time palisade strict / {BWRAP_SECCOMP}, `{case}`"),
+            value: p / b,
+            unit: "×".to_owned(),
+            cmp: Cmp::Le,
+            target: 1.0,
+        });
     }
     res.goals.extend(goals);
 }
 
-/// Figures from `palisade-isolate`'s own bench target, when it has one.
-fn crate_figures(ctx: &Ctx, res: &mut SuiteResult) {
-    for b in ctx.crates.for_suite("spawn") {
-        match ctx.crates.run(&b, "spawn") {
-            Ok(figs) => super::journal::push_figures(res, &figs),
+/// The in-process goal: `Sandbox::spawn` against bwrap from the same harness.
+fn in_process_goal(res: &mut SuiteResult) {
+    let median = |subject: &str| {
+        res.rows
+            .iter()
+            .find(|r| r.case == IN_PROCESS_CASE && r.subject == subject)
+            .map(|r| r.summary.median)
+    };
+    if let (Some(p), Some(b)) = (median(IN_PROCESS_PALISADE), median(IN_PROCESS_BWRAP))
+        && b > 0.0
+    {
+        res.goals.push(GoalCheck {
+            what: format!(
+                "in process: median {IN_PROCESS_PALISADE} / {IN_PROCESS_BWRAP}, `/bin/true`"
+            ),
+            value: p / b,
+            unit: "×".to_owned(),
+            cmp: Cmp::Le,
+            target: 0.8,
+        });
+    }
+}
+
+/// Figures from `palisade-isolate`'s bench targets: the in-process launch
+/// against bwrap with the very argv of the bwrap row, and any other figure.
+fn crate_figures(ctx: &Ctx, bwrap_argv: Option<&[String]>, res: &mut SuiteResult) {
+    let benches = ctx.crates.for_suite("spawn");
+    if benches.is_empty() {
+        res.unavailable(
+            IN_PROCESS_PALISADE,
+            "palisade-isolate has no launch bench target in this build",
+        );
+    }
+    let mut env = Vec::new();
+    if let Some(argv) = bwrap_argv {
+        env.push(("PALISADE_BENCH_BWRAP", argv.join("\n")));
+    }
+    if !ctx.opts.quick {
+        // Cheap runs: three times the CLI's count.
+        env.push(("PALISADE_BENCH_RUNS", (ctx.opts.runs * 3).to_string()));
+    }
+    for b in benches {
+        match ctx.crates.run_with_env(&b, "spawn", &env) {
+            Ok(figs) => push_launch_figures(res, &figs),
             Err(e) => res.unavailable(&format!("{} bench", b.package), e),
         }
     }
+    in_process_goal(res);
+    if res.rows.iter().any(|r| r.case == IN_PROCESS_CASE) {
+        res.notes.push(
+            "In process: `palisade-isolate`'s launch bench spawns `/bin/true` with one `Sandbox` \
+             under `strict` (the working directory bound writable and entered, the socket-walk \
+             cache and placeholder records in a state directory, as `palisade run` sets them up) \
+             and waits for it (`SandboxChild::wait`, which returns once the namespaces are torn \
+             down), alternated A B A B with the bare bwrap row's argv spawned by \
+             `std::process::Command` from the same process and waited for. `Sandbox::spawn` \
+             probes the host's layers on every launch (the API takes no earlier probe); the \
+             `probe()` row is that cost alone."
+                .to_owned(),
+        );
+    }
+}
+
+/// Rows from the launch bench's figures: the in-process pair in one case,
+/// `probe()` in its own, anything else under its own name.
+fn push_launch_figures(res: &mut SuiteResult, figs: &[Figure]) {
+    let mut rest = Vec::new();
+    for f in figs {
+        let (case, subject) = match f.name.as_str() {
+            FIG_SPAWN => (IN_PROCESS_CASE, IN_PROCESS_PALISADE),
+            FIG_BWRAP => (IN_PROCESS_CASE, IN_PROCESS_BWRAP),
+            FIG_PROBE => (
+                "probe() of the host's layers, per launch",
+                "palisade probe()",
+            ),
+            _ => {
+                rest.push(f.clone());
+                continue;
+            }
+        };
+        if let Some(row) = ns_row(case, subject, f) {
+            res.rows.push(row);
+        }
+    }
+    super::journal::push_figures(res, &rest);
+}
+
+/// A row in ms (µs below 1 ms) from a `*_ns` figure.
+fn ns_row(case: &str, subject: &str, f: &Figure) -> Option<Row> {
+    let (min, max, runs) = f.spread?;
+    let (unit, div) = if f.value >= 1e6 {
+        ("ms", 1e6)
+    } else {
+        ("µs", 1e3)
+    };
+    let mut row = Row::new(case, subject, unit, Better::Lower, &[f.value / div])?;
+    row.summary.min = min / div;
+    row.summary.max = max / div;
+    row.summary.runs = usize::try_from(runs).unwrap_or(0);
+    Some(row)
 }
 
 /// An independent cross-check of the first case with hyperfine (`-N`, no
@@ -346,7 +632,8 @@ fn hyperfine(ctx: &Ctx, subjects: &[Subject], cwd: &Path, res: &mut SuiteResult)
         "--export-json",
         &json.display().to_string(),
     ]);
-    for s in subjects {
+    // hyperfine cannot open a file on a command's standard input here.
+    for s in subjects.iter().filter(|s| s.stdin.is_none()) {
         let words: Vec<String> = s
             .prefix
             .iter()
@@ -452,6 +739,109 @@ mod tests {
     }
 
     #[test]
+    fn the_seccomp_flag_goes_before_the_command() {
+        let (args, _) = bwrap_args(Path::new("/usr/bin/bwrap"), Path::new("/w"));
+        let with = with_seccomp(&args);
+        assert_eq!(with.len(), args.len() + 2);
+        let tail: Vec<&str> = with
+            .iter()
+            .rev()
+            .take(3)
+            .rev()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(tail, ["--seccomp", "0", "--"]);
+        // Nothing else moved.
+        assert_eq!(with.get(..args.len() - 1), args.get(..args.len() - 1));
+    }
+
+    #[test]
+    fn the_seccomp_mode_is_read_from_the_status_text() {
+        let text = "Name:\tsh\nNoNewPrivs:\t1\nSeccomp:\t2\nSeccomp_filters:\t1\n";
+        assert_eq!(seccomp_field(text).as_deref(), Some("2"));
+        assert_eq!(seccomp_field("Name:\tsh\n"), None);
+        // Live: this harness itself runs without a filter.
+        let dir = std::env::temp_dir();
+        let mode = seccomp_mode_under(&strings(&["/usr/bin/env"]), None, &dir).unwrap();
+        assert_eq!(mode, "0");
+    }
+
+    #[test]
+    fn codex_syntax_follows_its_help() {
+        let new = "Run commands within a Codex-provided sandbox\n\nUsage: codex sandbox [OPTIONS] [COMMAND]...\n\n\
+                   Commands:\n  uninstall  Remove the legacy Windows sandbox\n  help       Print this message\n\n\
+                   Arguments:\n  [COMMAND]...\n";
+        let old = "Usage: codex sandbox <COMMAND>\n\nCommands:\n  macos  Run under Seatbelt\n  \
+                   linux  Run under Landlock+seccomp\n  help   Print this message\n\nOptions:\n  -h, --help\n";
+        assert!(!has_linux_subcommand(new));
+        assert!(has_linux_subcommand(old));
+        // `linux` in prose outside the command list is not a subcommand.
+        assert!(!has_linux_subcommand(
+            "Options:\n  linux is mentioned here\n"
+        ));
+    }
+
+    fn row(case: &str, subject: &str, median: f64) -> Row {
+        Row::new(case, subject, "ms", Better::Lower, &[median]).unwrap()
+    }
+
+    #[test]
+    fn the_cli_goal_is_against_bwrap_with_the_same_filter() {
+        let mut res = SuiteResult::default();
+        res.rows.push(row("/bin/true", "palisade strict", 5.0));
+        res.rows.push(row("/bin/true", "bwrap", 4.0));
+        res.rows.push(row("/bin/true", BWRAP_SECCOMP, 5.5));
+        goals(&mut res);
+        assert_eq!(res.goals.len(), 1, "{:?}", res.goals);
+        let g = &res.goals[0];
+        assert!(g.what.contains(BWRAP_SECCOMP), "{}", g.what);
+        assert!((g.value - 5.0 / 5.5).abs() < 1e-9);
+        assert!(g.met());
+        // Without the seccomp row there is no CLI goal (bare bwrap is a reference only).
+        let mut bare = SuiteResult::default();
+        bare.rows.push(row("/bin/true", "palisade strict", 5.0));
+        bare.rows.push(row("/bin/true", "bwrap", 4.0));
+        goals(&mut bare);
+        assert!(bare.goals.is_empty(), "{:?}", bare.goals);
+    }
+
+    #[test]
+    fn the_in_process_goal_is_at_most_0_8_of_bwrap() {
+        let figs = super::super::crates::parse_lines(
+            "{\"suite\":\"spawn\",\"name\":\"launch_sandbox_spawn_strict\",\"min_ns\":3000000,\"median_ns\":3600000,\"max_ns\":5000000,\"runs\":60}\n\
+             {\"suite\":\"spawn\",\"name\":\"reference_bwrap_command\",\"min_ns\":4000000,\"median_ns\":4000000,\"max_ns\":6000000,\"runs\":60}\n\
+             {\"suite\":\"spawn\",\"name\":\"launch_probe\",\"min_ns\":90000,\"median_ns\":100000,\"max_ns\":300000,\"runs\":60}\n",
+        );
+        let mut res = SuiteResult::default();
+        push_launch_figures(&mut res, &figs);
+        in_process_goal(&mut res);
+        let ours = res
+            .rows
+            .iter()
+            .find(|r| r.subject == IN_PROCESS_PALISADE)
+            .unwrap();
+        assert_eq!((ours.unit.as_str(), ours.summary.median), ("ms", 3.6));
+        assert_eq!((ours.summary.min, ours.summary.runs), (3.0, 60));
+        assert!(ours.palisade);
+        let peer = res
+            .rows
+            .iter()
+            .find(|r| r.subject == IN_PROCESS_BWRAP)
+            .unwrap();
+        assert!(!peer.palisade && peer.case == ours.case);
+        let probe = res
+            .rows
+            .iter()
+            .find(|r| r.subject == "palisade probe()")
+            .unwrap();
+        assert_eq!((probe.unit.as_str(), probe.summary.median), ("µs", 100.0));
+        assert_eq!(res.goals.len(), 1);
+        let g = &res.goals[0];
+        assert!((g.value - 0.9).abs() < 1e-9 && g.target == 0.8);
+        assert!(!g.met(), "0.9× misses ≤ 0.8×");
+    }
+
+    #[test]
     fn a_failing_subject_is_reported_with_its_stderr() {
         let dir = std::env::temp_dir().join(format!("xtask-spawn-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -459,6 +849,7 @@ mod tests {
         let s = Subject {
             name: "fails".into(),
             prefix: strings(&["/bin/sh", "-c", "echo nope >&2; exit 3", "x"]),
+            stdin: None,
             samples: Vec::new(),
             failed: None,
         };

@@ -24,8 +24,17 @@ pub(crate) fn which(name: &str) -> Option<PathBuf> {
 /// Runs `cmd` to completion with a deadline, capturing stdout and stderr.
 /// A command still running at the deadline is killed and reported.
 pub(crate) fn output_within(cmd: &mut Command, limit: Duration) -> Result<Output, String> {
+    output_within_from(cmd, Stdio::null(), limit)
+}
+
+/// [`output_within`] with `stdin` as the command's standard input.
+pub(crate) fn output_within_from(
+    cmd: &mut Command,
+    stdin: Stdio,
+    limit: Duration,
+) -> Result<Output, String> {
     let mut child = cmd
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
