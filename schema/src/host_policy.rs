@@ -7,10 +7,11 @@
 //! do (`[taint]`), and which providers may receive which files
 //! (`[[routing]]`). Every key is documented in `docs/policy.md`.
 //!
-//! [`parse`] reads the text and returns the model plus [`Diagnostic`]s:
-//! unknown keys, wrong types and invalid values are errors with the authored
-//! path, line and column; risky but valid choices are warnings (lints). A
-//! policy with any error is refused: [`parse`] returns `None` for it.
+//! [`parse`] reads the text and returns the model with its warnings, or
+//! every [`Diagnostic`]: unknown keys, wrong types and invalid values are
+//! errors with the authored path, line and column; risky but valid choices
+//! are warnings (lints). A policy with any error is refused: [`parse`]
+//! returns no model for it.
 //!
 //! This module does no IO: the caller reads the file.
 
@@ -26,12 +27,16 @@ pub use host_pattern::{HostError, HostPattern, RequestHost, split_authority};
 use reader::{Cx, Table};
 pub use values::{Cidr, Origin, PathGlob, RelayRoute, parse_duration, parse_size};
 
-use crate::{Diagnostic, Path};
+use crate::{Diagnostic, Diagnostics, Parsed, Path};
 
 /// Largest policy file accepted, in bytes.
 pub const MAX_POLICY_BYTES: usize = 1 << 20;
 
 /// A parsed, validated `palisade.toml`.
+///
+/// [`HostPolicy::default()`] is exactly what an empty file parses to (every
+/// section's `Default` is its empty table), so a policy built in code by
+/// changing fields of the default is never looser than the file would be.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HostPolicy {
     /// `[worker]`: profile, filesystem view, environment and limits.
@@ -202,8 +207,9 @@ pub struct WorkerLimits {
     pub file_size: Option<u64>,
 }
 
-/// `[egress]`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// `[egress]`. Its [`Default`] is an absent (or empty) `[egress]` table:
+/// no host allowed, SNI matching required.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Egress {
     /// Host patterns a worker may connect to through the proxy.
     pub allow: Vec<HostPattern>,
@@ -220,6 +226,19 @@ pub struct Egress {
     /// Whether the proxy refuses a TLS ClientHello whose SNI differs from the
     /// CONNECT host. Default `true`.
     pub require_sni_match: bool,
+}
+
+impl Default for Egress {
+    fn default() -> Self {
+        Self {
+            allow: Vec::new(),
+            deny: Vec::new(),
+            allow_addresses: Vec::new(),
+            limits: EgressLimits::default(),
+            relays: Vec::new(),
+            require_sni_match: true,
+        }
+    }
 }
 
 /// `[egress.limits]`; `None` means unlimited for that dimension.
@@ -529,11 +548,34 @@ pub struct RoutingRule {
     pub providers: BTreeSet<String>,
 }
 
-/// Parses `palisade.toml` text named `file` (used in diagnostics only).
+/// Parses `palisade.toml` text; `file` names it in diagnostics only.
 ///
-/// Returns the policy when there is no error, and every diagnostic (errors
-/// and warnings) in document order.
-pub fn parse(text: &str, file: &str) -> (Option<HostPolicy>, Vec<Diagnostic>) {
+/// Returns the policy with its warnings (lints) when there is no error, else
+/// every finding, errors first. Empty text is the default policy:
+/// `parse("p.toml", "")` yields [`HostPolicy::default()`].
+///
+/// ```rust
+/// use palisade_schema::host_policy::{self, HostPolicy};
+///
+/// let text = "[egress]\nallow = [\"api.github.com:443\"]\n";
+/// let policy = host_policy::parse("palisade.toml", text).map_err(|d| d.to_string())?;
+/// assert_eq!(policy.value().egress.allow[0].to_string(), "api.github.com:443");
+/// assert!(policy.warnings().is_empty());
+///
+/// assert_eq!(host_policy::parse("p.toml", "").map_err(|d| d.to_string())?.into_value(), HostPolicy::default());
+///
+/// let refused = host_policy::parse("palisade.toml", "[egress]\nallow = [\"*\"]\n").unwrap_err();
+/// assert_eq!(refused.first().code, "invalid_host_pattern");
+/// assert_eq!((refused.first().line, refused.first().column), (2, 10));
+/// # Ok::<(), String>(())
+/// ```
+pub fn parse(file: &str, text: &str) -> Result<Parsed<HostPolicy>, Diagnostics> {
+    let (policy, diags) = findings(file, text);
+    crate::diagnostic::outcome(file, policy, diags)
+}
+
+/// The policy when there is no error, and every finding in document order.
+fn findings(file: &str, text: &str) -> (Option<HostPolicy>, Vec<Diagnostic>) {
     if text.len() > MAX_POLICY_BYTES {
         return (
             None,
@@ -573,18 +615,6 @@ pub fn parse(text: &str, file: &str) -> (Option<HostPolicy>, Vec<Diagnostic>) {
     (ok.then_some(policy), diags)
 }
 
-/// Parses and returns the policy with its warnings, or every diagnostic when
-/// there is an error.
-pub fn parse_strict(
-    text: &str,
-    file: &str,
-) -> Result<(HostPolicy, Vec<Diagnostic>), Vec<Diagnostic>> {
-    match parse(text, file) {
-        (Some(p), d) => Ok((p, d)),
-        (None, d) => Err(d),
-    }
-}
-
 fn read_policy(cx: &mut Cx<'_>, root: &Table<'_, '_>) -> HostPolicy {
     root.deny_unknown(
         cx,
@@ -601,8 +631,6 @@ fn read_policy(cx: &mut Cx<'_>, root: &Table<'_, '_>) -> HostPolicy {
     }
     if let Some(t) = root.table(cx, "egress") {
         policy.egress = read_egress(cx, &t);
-    } else {
-        policy.egress.require_sni_match = true;
     }
     if let Some(t) = root.table(cx, "outward") {
         policy.outward = read_outward(cx, &t);
@@ -871,7 +899,9 @@ fn read_egress(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Egress {
     let mut e = Egress {
         allow: host_patterns(cx, t, "allow"),
         deny: host_patterns(cx, t, "deny"),
-        require_sni_match: t.bool(cx, "require_sni_match").unwrap_or(true),
+        require_sni_match: t
+            .bool(cx, "require_sni_match")
+            .unwrap_or(Egress::default().require_sni_match),
         ..Egress::default()
     };
     for (text, span, path) in t.str_array(cx, "allow_addresses") {
@@ -1615,14 +1645,16 @@ fn is_name(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }
 
+#[cfg(any(fuzzing, feature = "testing"))]
 #[doc(hidden)]
 pub mod __fuzz {
-    //! Fuzz entry points; not a stable API.
+    //! Fuzz entry points; not part of the public API, no semver guarantee
+    //! (feature `testing`).
 
     /// Parses arbitrary bytes as a policy; must never panic.
     pub fn parse(data: &[u8]) {
         if let Ok(text) = std::str::from_utf8(data) {
-            let _ = super::parse(text, "fuzz.toml");
+            let _ = super::parse("fuzz.toml", text);
         }
     }
 

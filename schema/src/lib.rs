@@ -28,11 +28,12 @@ mod lazy_path;
 mod lints;
 pub mod model;
 pub mod options;
+pub mod render;
 mod semantic;
 pub mod yaml;
 
 pub use bundle::{decode, parse_bundle};
-pub use diagnostic::{Diagnostic, LineIndex, Path, PathSegment, Severity};
+pub use diagnostic::{Diagnostic, Diagnostics, LineIndex, Parsed, Path, PathSegment, Severity};
 pub use hub::{is_event_name, is_identifier, is_slug};
 pub use lints::{KNOWN_EVENTS, KNOWN_OUTPUTS};
 pub use model::*;
@@ -45,10 +46,29 @@ use crate::yaml::{Node, Value as Y};
 /// Parses a single-file workflow: a mapping with `environments` (a list of
 /// environments with `name`) and `triggers` (a list of triggers).
 ///
-/// Returns the model only when there are no errors; warnings (lints) do
-/// not suppress it. All findings are returned, sorted by position.
-pub fn parse_workflow(file: &str, text: &str) -> (Option<HubConfig>, Vec<Diagnostic>) {
-    let (node, mut diags) = yaml::parse(file, text);
+/// Returns the model with its warnings (lints) when there is no error, else
+/// every finding, errors first. `file` names the document in diagnostics.
+///
+/// ```rust
+/// let text = "environments:\n  - {name: project, kind: daemon, daemon: host, cwd: /w}\n\
+///             triggers:\n  - name: hello\n    on: manual\n    steps:\n      \
+///             - id: greet\n        environment: project\n        max_runtime: 5m\n        \
+///             idle_timeout: 1m\n        agent: {provider: codex}\n        \
+///             prompt: [{text: Say hello.}]\n";
+/// let parsed = palisade_schema::parse_workflow("hello.yml", text).map_err(|d| d.to_string())?;
+/// assert_eq!(parsed.value().triggers[0].steps[0].id, "greet");
+///
+/// let refused = palisade_schema::parse_workflow("bad.yml", "triggers: {}\n").unwrap_err();
+/// assert_eq!(refused.first().code, "invalid_type");
+/// # Ok::<(), String>(())
+/// ```
+pub fn parse_workflow(file: &str, text: &str) -> Result<Parsed<HubConfig>, Diagnostics> {
+    let (config, diags) = workflow_findings(file, text);
+    diagnostic::outcome(file, config, diags)
+}
+
+fn workflow_findings(file: &str, text: &str) -> (Option<HubConfig>, Vec<Diagnostic>) {
+    let (node, mut diags) = yaml::load(file, text);
     let Some(root) = node else {
         return (None, diags);
     };
@@ -60,11 +80,8 @@ pub fn parse_workflow(file: &str, text: &str) -> (Option<HubConfig>, Vec<Diagnos
 
 /// [`parse_workflow`] over raw bytes: invalid UTF-8 is an `invalid_utf8`
 /// error at the first bad byte.
-pub fn parse_workflow_bytes(file: &str, bytes: &[u8]) -> (Option<HubConfig>, Vec<Diagnostic>) {
-    match decode(file, bytes) {
-        Ok(text) => parse_workflow(file, text),
-        Err(d) => (None, vec![*d]),
-    }
+pub fn parse_workflow_bytes(file: &str, bytes: &[u8]) -> Result<Parsed<HubConfig>, Diagnostics> {
+    parse_workflow(file, decode(file, bytes)?)
 }
 
 fn sort(diags: &mut [Diagnostic]) {
@@ -204,11 +221,9 @@ fn single_file(
 
 /// Parses a bundle from `(path, text)` pairs; a convenience over
 /// [`parse_bundle`] for callers holding strings.
-pub fn parse_bundle_str(files: &[(&str, &str)]) -> (Option<HubConfig>, Vec<Diagnostic>) {
+pub fn parse_bundle_str(files: &[(&str, &str)]) -> Result<Parsed<HubConfig>, Diagnostics> {
     let bytes: Vec<(&str, &[u8])> = files.iter().map(|(p, t)| (*p, t.as_bytes())).collect();
-    let (c, mut d) = parse_bundle(&bytes);
-    sort(&mut d);
-    (c, d)
+    parse_bundle(&bytes)
 }
 
 /// The sections [`parse_fragment`] accepts at the top level of a fragment.
@@ -224,9 +239,14 @@ pub const FRAGMENT_SECTIONS: &[&str] = &[
 /// (`agent`, `filters`, `allow_outputs`, `environments`, `triggers`), each
 /// checked as that section would be inside a full workflow. References to
 /// things outside the fragment (named agents, environments) are not
-/// resolved.
-pub fn parse_fragment(file: &str, text: &str) -> Vec<Diagnostic> {
-    let (node, mut diags) = yaml::parse(file, text);
+/// resolved. A fragment yields no model: `Ok` carries its warnings.
+pub fn parse_fragment(file: &str, text: &str) -> Result<Parsed<()>, Diagnostics> {
+    let diags = fragment_findings(file, text);
+    diagnostic::outcome(file, Some(()), diags)
+}
+
+fn fragment_findings(file: &str, text: &str) -> Vec<Diagnostic> {
+    let (node, mut diags) = yaml::load(file, text);
     let Some(root) = node else {
         return diags;
     };
@@ -281,7 +301,9 @@ pub fn parse_fragment(file: &str, text: &str) -> Vec<Diagnostic> {
     diags
 }
 
-/// Inputs shared by the crates' bench targets; not a stable API.
+/// Inputs shared by the crates' bench targets; not part of the public API,
+/// no semver guarantee (feature `testing`).
+#[cfg(any(fuzzing, feature = "testing"))]
 #[doc(hidden)]
 pub mod __bench {
     use std::fmt::Write as _;
@@ -331,13 +353,16 @@ pub mod __bench {
             .map(|(p, t)| (p.as_str(), t.as_bytes()))
             .collect();
         match crate::parse_bundle(&refs) {
-            (Some(config), diags) if diags.is_empty() => config,
-            (_, diags) => panic!("the bench bundle is refused: {diags:#?}"),
+            Ok(parsed) if parsed.warnings().is_empty() => parsed.into_value(),
+            Ok(parsed) => panic!("the bench bundle has warnings: {:#?}", parsed.warnings()),
+            Err(diags) => panic!("the bench bundle is refused: {diags:#?}"),
         }
     }
 }
 
-/// Entry points for the fuzz targets under `fuzz/`; not a stable API.
+/// Entry points for the fuzz targets under `fuzz/`; not part of the public
+/// API, no semver guarantee (feature `testing`).
+#[cfg(any(fuzzing, feature = "testing"))]
 #[doc(hidden)]
 pub mod __fuzz {
     /// Feeds arbitrary bytes to every parser: the first byte picks the
@@ -382,11 +407,12 @@ pub mod __fuzz {
             }
             _ => {
                 if let Ok(text) = std::str::from_utf8(rest)
-                    && let (Some(node), _) = crate::yaml::parse("fuzz.yml", text)
+                    && let Ok(parsed) = crate::yaml::parse("fuzz.yml", text)
                 {
+                    let node = parsed.value();
                     for p in crate::options::PROVIDERS {
-                        let _ =
-                            crate::options::validate(p, &node, &crate::Path::root(), "fuzz.yml");
+                        let _ = crate::options::validate("fuzz.yml", p, node, &crate::Path::root());
+                        let _ = crate::options::validate_json(p, &node.to_json());
                     }
                 }
             }
