@@ -382,8 +382,11 @@ pub(crate) fn outcome<T>(
             Some(value) => return Ok(Parsed::new(value, diags)),
             None => diags.insert(
                 0,
-                Diagnostic::error("internal", "the parser returned neither a value nor an error")
-                    .in_file(file),
+                Diagnostic::error(
+                    "internal",
+                    "the parser returned neither a value nor an error",
+                )
+                .in_file(file),
             ),
         }
     }

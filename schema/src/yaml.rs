@@ -93,7 +93,9 @@ impl<'a> Node<'a> {
             serde_json::Value::Bool(b) => Value::Bool(*b),
             serde_json::Value::Number(n) => Value::Number(n.clone()),
             serde_json::Value::String(s) => Value::String(Cow::Borrowed(s)),
-            serde_json::Value::Array(items) => Value::Seq(items.iter().map(Node::from_json).collect()),
+            serde_json::Value::Array(items) => {
+                Value::Seq(items.iter().map(Node::from_json).collect())
+            }
             serde_json::Value::Object(entries) => Value::Map(
                 entries
                     .iter()

@@ -67,7 +67,10 @@ fn assert_same(parsed: &HostPolicy, default: &HostPolicy, text: &str) {
         t.0.steering_paths, t.1.steering_paths,
         "{text:?}: taint.steering_paths"
     );
-    assert_eq!(t.0.egress_allow, t.1.egress_allow, "{text:?}: taint.egress_allow");
+    assert_eq!(
+        t.0.egress_allow, t.1.egress_allow,
+        "{text:?}: taint.egress_allow"
+    );
     assert_eq!(parsed.routing, default.routing, "{text:?}: routing");
     assert_eq!(parsed.profiles, default.profiles, "{text:?}: profiles");
     // And as a whole, so a field added later and missed above still counts.
@@ -92,9 +95,15 @@ fn host_policy_default_is_the_empty_file() {
 fn every_section_default_is_its_empty_table() {
     assert_eq!(policy("[worker]").worker, Worker::default());
     assert_eq!(policy("[worker.env]").worker.env, WorkerEnv::default());
-    assert_eq!(policy("[worker.limits]").worker.limits, WorkerLimits::default());
+    assert_eq!(
+        policy("[worker.limits]").worker.limits,
+        WorkerLimits::default()
+    );
     assert_eq!(policy("[egress]").egress, Egress::default());
-    assert_eq!(policy("[egress.limits]").egress.limits, EgressLimits::default());
+    assert_eq!(
+        policy("[egress.limits]").egress.limits,
+        EgressLimits::default()
+    );
     assert_eq!(policy("[outward]").outward, Outward::default());
     assert_eq!(policy("[taint]").taint, Taint::default());
     let custom = policy("[profiles.ci]\nbase = \"governed\"\n");

@@ -55,7 +55,11 @@ fn seed_fragments_validate_as_their_section() {
         let text = std::fs::read_to_string(&path).unwrap();
         let parsed = parse_fragment(&path.display().to_string(), &text)
             .unwrap_or_else(|d| panic!("{}: {d:#?}", path.display()));
-        assert!(parsed.warnings().is_empty(), "{}: {parsed:#?}", path.display());
+        assert!(
+            parsed.warnings().is_empty(),
+            "{}: {parsed:#?}",
+            path.display()
+        );
     }
     // Positive control: the same machinery rejects a broken fragment.
     let diags = parse_fragment(
@@ -89,8 +93,8 @@ fn warnings_do_not_drop_the_model() {
     assert_eq!(config.triggers[0].steps.len(), 1);
     // Positive control: the same workflow with an error has no model, and
     // its findings list the error first, then the warnings.
-    let refused = parse_workflow("w.yml", &text.replace("max_runtime: 1m", "max_runtime: 0m"))
-        .unwrap_err();
+    let refused =
+        parse_workflow("w.yml", &text.replace("max_runtime: 1m", "max_runtime: 0m")).unwrap_err();
     let codes: Vec<&str> = refused.iter().map(|d| d.code).collect();
     assert_eq!(codes, ["invalid_duration", "unsupported_provider"]);
     assert_eq!((refused.error_count(), refused.warning_count()), (1, 1));
