@@ -205,9 +205,9 @@ mod tests {
 
     fn policy(profile: &str) -> HostPolicy {
         let text = format!("[profiles.ci]\nbase = \"governed\"\n{profile}\n");
-        palisade_schema::host_policy::parse_strict(&text, "palisade.toml")
+        palisade_schema::host_policy::parse("palisade.toml", &text)
             .unwrap()
-            .0
+            .into_value()
     }
 
     #[test]
@@ -262,9 +262,9 @@ mod tests {
 
     fn worker(section: &str) -> Worker {
         let text = format!("[worker]\n{section}\n");
-        palisade_schema::host_policy::parse_strict(&text, "palisade.toml")
+        palisade_schema::host_policy::parse("palisade.toml", &text)
             .unwrap()
-            .0
+            .into_value()
             .worker
     }
 

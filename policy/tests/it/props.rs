@@ -719,7 +719,13 @@ proptest! {
             "environments": [{"name": "dev", "kind": "daemon", "daemon": "d", "cwd": "/repo"}],
             "triggers": [{"name": "t", "on": on, "max_runtime": "1h", "filters": {"from_users": ["U1"]}, "steps": step_docs}],
         });
-        let (config, diags) = palisade_schema::parse_workflow("gen.yml", &serde_json::to_string_pretty(&doc).unwrap());
+        let (config, diags) = match palisade_schema::parse_workflow("gen.yml", &serde_json::to_string_pretty(&doc).unwrap()) {
+            Ok(parsed) => {
+                let (config, warnings) = parsed.into_parts();
+                (Some(config), warnings)
+            }
+            Err(refused) => (None, refused.into_vec()),
+        };
         // A required output no registered capability can provide for this trigger is rejected while parsing.
         let statically_rejected = diags.iter().any(|d| d.is_error() && d.code == "required_output_unavailable");
         prop_assume!(!statically_rejected);
