@@ -38,6 +38,7 @@ pub const MAX_POLICY_BYTES: usize = 1 << 20;
 /// section's `Default` is its empty table), so a policy built in code by
 /// changing fields of the default is never looser than the file would be.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HostPolicy {
     /// `[worker]`: profile, filesystem view, environment and limits.
     pub worker: Worker,
@@ -60,6 +61,11 @@ pub struct HostPolicy {
 /// Nothing here can turn off a layer (namespaces, Landlock, seccomp,
 /// capabilities) or remove a built-in mask; keys that would are refused
 /// with `weakens_base`.
+///
+/// Deliberately not `#[non_exhaustive]`: the code that applies it to the
+/// sandbox destructures it field by field, so a key added here fails to
+/// compile there until it is applied, instead of being parsed and silently
+/// ignored. A new field is a breaking change on purpose.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CustomProfile {
     /// The built-in profile it refines.
@@ -88,6 +94,11 @@ pub enum ProfileNetwork {
 }
 
 /// `[profiles.<name>.limits]`: resource limits (soft = hard).
+///
+/// Deliberately not `#[non_exhaustive]`: the code that applies it to the
+/// sandbox destructures it field by field, so a key added here fails to
+/// compile there until it is applied, instead of being parsed and silently
+/// ignored. A new field is a breaking change on purpose.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProfileLimits {
     /// `RLIMIT_AS` in bytes.
@@ -118,6 +129,11 @@ const WEAKENING_KEYS: &[&str] = &[
 ];
 
 /// `[worker]`.
+///
+/// Deliberately not `#[non_exhaustive]`: the code that applies it to the
+/// sandbox destructures it field by field, so a key added here fails to
+/// compile there until it is applied, instead of being parsed and silently
+/// ignored. A new field is a breaking change on purpose.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Worker {
     /// The base of the sandbox profile: the built-in one named, or the
@@ -184,6 +200,11 @@ impl Profile {
 }
 
 /// `[worker.env]`.
+///
+/// Deliberately not `#[non_exhaustive]`: the code that applies it to the
+/// sandbox destructures it field by field, so a key added here fails to
+/// compile there until it is applied, instead of being parsed and silently
+/// ignored. A new field is a breaking change on purpose.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorkerEnv {
     /// Host variables passed through by name.
@@ -193,6 +214,11 @@ pub struct WorkerEnv {
 }
 
 /// `[worker.limits]`; `None` means the sandbox's built-in default.
+///
+/// Deliberately not `#[non_exhaustive]`: the code that applies it to the
+/// sandbox destructures it field by field, so a key added here fails to
+/// compile there until it is applied, instead of being parsed and silently
+/// ignored. A new field is a breaking change on purpose.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorkerLimits {
     /// Memory in bytes.
@@ -210,6 +236,7 @@ pub struct WorkerLimits {
 /// `[egress]`. Its [`Default`] is an absent (or empty) `[egress]` table:
 /// no host allowed, SNI matching required.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Egress {
     /// Host patterns a worker may connect to through the proxy.
     pub allow: Vec<HostPattern>,
@@ -243,6 +270,7 @@ impl Default for Egress {
 
 /// `[egress.limits]`; `None` means unlimited for that dimension.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EgressLimits {
     /// Bytes (both directions) per connection.
     pub bytes_per_connection: Option<u64>,
@@ -256,6 +284,7 @@ pub struct EgressLimits {
 
 /// `[[egress.relay]]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Relay {
     /// Unique name, also usable as a routing provider.
     pub name: String,
@@ -274,6 +303,7 @@ pub struct Relay {
 /// `[[egress.relay]] limits`; `None` means the relay's built-in default
 /// (documented in `docs/policy.md`). Every value is at least 1.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RelayLimits {
     /// Largest request body, in bytes.
     pub max_body: Option<u64>,
@@ -291,6 +321,7 @@ pub struct RelayLimits {
 
 /// `credential = { header, from_env, prefix }` of a relay.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RelayCredential {
     /// Header the relay sets (lowercase), after stripping any the worker sent.
     pub header: String,
@@ -302,6 +333,7 @@ pub struct RelayCredential {
 
 /// `[outward]`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Outward {
     /// Decision when no rule matches: ask (default) or deny.
     pub default: OutwardDefault,
@@ -323,11 +355,19 @@ pub enum OutwardDefault {
 
 /// One `{ kind, target }` outward rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OutwardRule {
     /// The kind, or a prefix of kinds (`github.post` covers `github.post.comment`), or `*`.
     pub kind: OutwardKind,
     /// Target glob; `None` matches every target.
     pub target: Option<TargetGlob>,
+}
+
+impl OutwardRule {
+    /// A rule for `kind`, matching every target when `target` is `None`.
+    pub fn new(kind: OutwardKind, target: Option<TargetGlob>) -> Self {
+        Self { kind, target }
+    }
 }
 
 /// A dotted outward-action kind such as `git.push` or `github.post.review`.
@@ -453,6 +493,7 @@ impl fmt::Display for TargetGlob {
 
 /// `[taint]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Taint {
     /// Which event classes taint a session.
     pub sources: BTreeSet<TaintSourceKind>,
@@ -487,6 +528,7 @@ impl Default for Taint {
 
 /// A configurable class of taint source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum TaintSourceKind {
     /// Results of web fetch and web search tools.
     Web,
@@ -541,11 +583,19 @@ impl TaintSourceKind {
 
 /// One `[[routing]]` rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RoutingRule {
     /// Paths this rule restricts.
     pub paths: Vec<PathGlob>,
     /// Providers that may receive content read from those paths.
     pub providers: BTreeSet<String>,
+}
+
+impl RoutingRule {
+    /// A rule letting only `providers` receive content read from `paths`.
+    pub fn new(paths: Vec<PathGlob>, providers: BTreeSet<String>) -> Self {
+        Self { paths, providers }
+    }
 }
 
 /// Parses `palisade.toml` text; `file` names it in diagnostics only.

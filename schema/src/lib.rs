@@ -29,6 +29,8 @@ mod lints;
 pub mod model;
 pub mod options;
 pub mod render;
+#[cfg(test)]
+mod roundtrip;
 mod semantic;
 pub mod yaml;
 
@@ -50,16 +52,29 @@ use crate::yaml::{Node, Value as Y};
 /// every finding, errors first. `file` names the document in diagnostics.
 ///
 /// ```rust
-/// let text = "environments:\n  - {name: project, kind: daemon, daemon: host, cwd: /w}\n\
-///             triggers:\n  - name: hello\n    on: manual\n    steps:\n      \
-///             - id: greet\n        environment: project\n        max_runtime: 5m\n        \
-///             idle_timeout: 1m\n        agent: {provider: codex}\n        \
-///             prompt: [{text: Say hello.}]\n";
+/// let text = r#"
+/// environments:
+///   - {name: project, kind: daemon, daemon: host, cwd: /w}
+/// triggers:
+///   - name: hello
+///     on: manual.run
+///     max_runtime: 10m
+///     steps:
+///       - id: greet
+///         environment: project
+///         max_runtime: 5m
+///         idle_timeout: 1m
+///         agent: {provider: codex}
+///         prompt: [{text: Say hello.}]
+/// "#;
 /// let parsed = palisade_schema::parse_workflow("hello.yml", text).map_err(|d| d.to_string())?;
 /// assert_eq!(parsed.value().triggers[0].steps[0].id, "greet");
 ///
-/// let refused = palisade_schema::parse_workflow("bad.yml", "triggers: {}\n").unwrap_err();
-/// assert_eq!(refused.first().code, "invalid_type");
+/// let refused = palisade_schema::parse_workflow("bad.yml", &text.replace("5m", "5 minutes"))
+///     .unwrap_err();
+/// assert_eq!(refused.error_count(), 1);
+/// assert_eq!(refused.first().code, "invalid_duration");
+/// assert_eq!((refused.first().line, refused.first().column), (11, 22));
 /// # Ok::<(), String>(())
 /// ```
 pub fn parse_workflow(file: &str, text: &str) -> Result<Parsed<HubConfig>, Diagnostics> {

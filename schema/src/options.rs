@@ -15,6 +15,7 @@ use crate::yaml::{Node, Value as Y};
 
 /// The shape of an option value.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Shape {
     /// `true` or `false`.
     Bool,
@@ -232,6 +233,7 @@ pub fn provider_shape(provider: &str) -> Option<&'static Shape> {
 
 /// One finding of a shape check, relative to the checked node.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Issue {
     /// Stable code (`unknown_key`, `invalid_type`, `invalid_value`, `missing_field`).
     pub code: &'static str,

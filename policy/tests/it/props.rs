@@ -436,18 +436,20 @@ fn filters() -> impl Strategy<Value = Filters> {
                 (pattern, contains, label, labels),
                 (repo, guild, workspace, channels),
                 (from_users, inputs, connection),
-            )| Filters {
-                pattern,
-                contains,
-                label,
-                labels,
-                repo,
-                guild,
-                workspace,
-                channels,
-                from_users,
-                inputs,
-                connection,
+            )| {
+                let mut f = Filters::default();
+                f.pattern = pattern;
+                f.contains = contains;
+                f.label = label;
+                f.labels = labels;
+                f.repo = repo;
+                f.guild = guild;
+                f.workspace = workspace;
+                f.channels = channels;
+                f.from_users = from_users;
+                f.inputs = inputs;
+                f.connection = connection;
+                f
             },
         )
 }
