@@ -37,6 +37,19 @@ pub const MAX_POLICY_BYTES: usize = 1 << 20;
 /// [`HostPolicy::default()`] is exactly what an empty file parses to (every
 /// section's `Default` is its empty table), so a policy built in code by
 /// changing fields of the default is never looser than the file would be.
+///
+/// Outside this crate it is built from [`Default`] or [`parse`], never by
+/// a struct literal (it is `#[non_exhaustive]`):
+///
+/// ```compile_fail,E0639
+/// let p = palisade_schema::host_policy::HostPolicy { ..Default::default() };
+/// ```
+///
+/// ```rust
+/// let mut p = palisade_schema::host_policy::HostPolicy::default();
+/// p.egress.allow.push(palisade_schema::host_policy::HostPattern::parse("api.github.com:443").map_err(|e| format!("{e:?}"))?);
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HostPolicy {

@@ -1,20 +1,72 @@
 //! Strict parsing of palisade's input formats, with precise diagnostics.
 //!
-//! This crate reads text that it is handed and returns typed values plus
-//! [`Diagnostic`]s; it never opens files, reads the environment or the clock.
-//! Every diagnostic names a stable [`code`](Diagnostic::code), the file, the
-//! 1-based line and column of the offending node, and the authored path of
-//! that node inside the document.
+//! This crate's job is to turn the text of hub workflows (the bundle
+//! `.paseo/hub.yml` plus `.paseo/workflows/*.yml`, or a single file),
+//! provider options and the host policy `palisade.toml` into typed values,
+//! or into [`Diagnostic`]s that say exactly what is wrong: a stable
+//! [`code`](Diagnostic::code), the file, the 1-based line and column and the
+//! authored path of the offending node. All findings are collected, not
+//! only the first.
+//!
+//! **Invariant:** a value is returned only when there is no error. Every
+//! parser takes `(file, text)` (the file only names the document in
+//! diagnostics) and returns `Result<`[`Parsed<T>`]`, `[`Diagnostics`]`>`:
+//! the value with its warnings, or every finding, errors first. Parsing is
+//! pure: no IO, no clock, no environment, and it never panics, hangs or
+//! allocates without bound on hostile input.
 //!
 //! Entry points:
-//! - [`parse_workflow`]: a single-file workflow (`environments:` and
-//!   `triggers:` lists, as in Paseo's documentation);
-//! - [`parse_bundle`]: the bundle layout (`.paseo/hub.yml`,
-//!   `.paseo/workflows/*.yml`, prompt partials) given as in-memory files;
+//! - [`parse_bundle`] / [`parse_bundle_str`]: the bundle layout, given as
+//!   in-memory `(path, contents)` files;
+//! - [`parse_workflow`] / [`parse_workflow_bytes`]: a single-file workflow
+//!   (`environments:` and `triggers:` lists, as in Paseo's documentation);
 //! - [`parse_fragment`]: a lone section (`agent:`, `filters:`,
 //!   `allow_outputs:`, `environments:`, `triggers:`);
+//! - [`host_policy::parse`]: `palisade.toml`;
+//! - [`options::validate`] / [`options::validate_json`]: provider options,
+//!   from YAML or from JSON at run time, with the same diagnostics;
+//! - [`render::Renderer`]: rustc-style text of a diagnostic, as
+//!   `palisade check` prints it;
 //! - [`expr`]: the `${{ … }}` language with a pure evaluator;
-//! - [`options`]: strict provider option schemas and their JSON Schema.
+//! - [`options::json_schema`] and [`hub_schema`]: JSON Schema for editors.
+//!
+//! ```rust
+//! use palisade_schema::render::Renderer;
+//!
+//! // A bundle: the hub file and one workflow, as the caller read them.
+//! let hub = "environments:\n  project: {kind: daemon, daemon: host, cwd: /w}\n";
+//! let workflow = r#"
+//! name: hello
+//! on: manual.run
+//! max_runtime: 10m
+//! steps:
+//!   - id: greet
+//!     environment: project
+//!     max_runtime: 5m
+//!     idle_timeout: 1m
+//!     agent: {provider: codex, options: {sandbox_mode: read-only}}
+//!     prompt: [{text: Say hello.}]
+//! "#;
+//! let files = [(".paseo/hub.yml", hub), (".paseo/workflows/hello.yml", workflow)];
+//! let config = palisade_schema::parse_bundle_str(&files).map_err(|d| d.to_string())?.into_value();
+//! assert_eq!(config.triggers[0].steps[0].id, "greet");
+//!
+//! // The host policy.
+//! let policy = palisade_schema::host_policy::parse("palisade.toml", "[egress]\nallow = [\"api.github.com:443\"]\n")
+//!     .map_err(|d| d.to_string())?
+//!     .into_value();
+//! assert!(policy.egress.require_sni_match);
+//!
+//! // A refusal, rendered as `palisade check` prints it.
+//! let bad = workflow.replace("read-only", "read-mostly");
+//! let files = [(".paseo/hub.yml", hub), (".paseo/workflows/hello.yml", bad.as_str())];
+//! let refused = palisade_schema::parse_bundle_str(&files).unwrap_err();
+//! let d = refused.first();
+//! assert_eq!((d.code, d.line, d.column), ("invalid_value", 10, 54));
+//! let shown = Renderer::new().render(d, Some(&bad));
+//! assert!(shown.contains(" --> .paseo/workflows/hello.yml:10:54"), "{shown}");
+//! # Ok::<(), String>(())
+//! ```
 
 #![forbid(unsafe_code)]
 
