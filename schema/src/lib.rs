@@ -22,7 +22,7 @@
 //!   (`environments:` and `triggers:` lists, as in Paseo's documentation);
 //! - [`parse_fragment`]: a lone section (`agent:`, `filters:`,
 //!   `allow_outputs:`, `environments:`, `triggers:`);
-//! - [`host_policy::parse`]: `palisade.toml`;
+//! - [`host_policy::parse`] for the host policy, `palisade.toml`;
 //! - [`options::validate`] / [`options::validate_json`]: provider options,
 //!   from YAML or from JSON at run time, with the same diagnostics;
 //! - [`render::Renderer`]: rustc-style text of a diagnostic, as
