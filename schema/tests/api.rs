@@ -139,6 +139,14 @@ fn the_renderer_prints_what_palisade_check_printed() {
         assert_eq!(refused.len(), 1, "{refused:#?}");
         assert_eq!(Renderer::new().render(refused.first(), Some(&text)), want);
     }
+    // A host-policy finding with a help, captured from `palisade check
+    // --policy` the same way.
+    let text = "[worker]\nbogus = 1\n";
+    let refused = host_policy::parse("palisade.toml", text).unwrap_err();
+    assert_eq!(
+        Renderer::new().render(refused.first(), Some(text)),
+        "error[unknown_key]: .worker.bogus: unknown key `bogus`\n --> palisade.toml:2:1\n  |\n2 | bogus = 1\n  | ^^^^^\n  |\nhelp: expected one of: profile, cwd, writable, read_only, masks, env, limits"
+    );
     // Without the source, a note names the place (as for a file that is
     // not UTF-8).
     let refused = palisade_schema::parse_workflow_bytes("w.yml", b"a:\n  b: \xff\n").unwrap_err();
