@@ -80,8 +80,10 @@ impl Input {
 
     /// Parses the input; file names in the diagnostics are relative to the
     /// bundle root (see [`Input::display_name`]).
+    /// The model comes only without errors; the diagnostics are every
+    /// finding (errors first when there is an error).
     pub(crate) fn parse(&self) -> (Option<HubConfig>, Vec<Diagnostic>) {
-        match self {
+        let result = match self {
             Self::File { name, bytes } => palisade_schema::parse_workflow_bytes(name, bytes),
             Self::Bundle { files, .. } => {
                 let refs: Vec<(&str, &[u8])> = files
@@ -90,6 +92,13 @@ impl Input {
                     .collect();
                 palisade_schema::parse_bundle(&refs)
             }
+        };
+        match result {
+            Ok(parsed) => {
+                let (config, warnings) = parsed.into_parts();
+                (Some(config), warnings)
+            }
+            Err(refused) => (None, refused.into_vec()),
         }
     }
 

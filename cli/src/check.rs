@@ -9,8 +9,8 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use annotate_snippets::{AnnotationKind, Group, Level, Renderer, Snippet};
-use palisade_schema::{Diagnostic, LineIndex, Severity};
+use palisade_schema::render::Renderer;
+use palisade_schema::{Diagnostic, Severity};
 use serde_json::{Value, json};
 
 use crate::bundle::Input;
@@ -107,7 +107,10 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
 /// The host-policy parser (`palisade.toml`): takes the policy's display
 /// name and text, returns its diagnostics (errors and lints).
 pub(crate) fn check_policy(name: &str, text: &str) -> Result<Vec<Diagnostic>, String> {
-    Ok(palisade_schema::host_policy::parse(text, name).1)
+    Ok(match palisade_schema::host_policy::parse(name, text) {
+        Ok(parsed) => parsed.into_parts().1,
+        Err(refused) => refused.into_vec(),
+    })
 }
 
 /// Checks PATH; returns diagnostics (file names as the user sees them) and
@@ -146,44 +149,14 @@ fn check_path(path: &Path) -> Result<(Vec<Diagnostic>, Vec<Source>, Checked), St
 
 fn human(diags: &[Diagnostic], sources: &[Source], checked: &Checked) -> String {
     let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let renderer = if color {
-        Renderer::styled()
-    } else {
-        Renderer::plain()
-    };
+    let renderer = Renderer::new().color(color);
     let mut out = String::new();
     for d in diags {
-        let level = match d.severity {
-            Severity::Error => Level::ERROR,
-            Severity::Warning => Level::WARNING,
-        };
-        let title = if d.path.is_root() {
-            d.message.clone()
-        } else {
-            format!("{}: {}", d.path, d.message)
-        };
-        let line_text = sources
+        let source = sources
             .iter()
             .find(|s| s.name == d.file)
-            .and_then(|s| LineIndex::new(&s.text).line_text(d.line).map(str::to_owned));
-        let title = level.primary_title(title.as_str()).id(d.code);
-        let origin = format!("{}:{}:{}", d.file, d.line, d.column);
-        let group = match &line_text {
-            Some(text) if d.line > 0 => title.element(
-                Snippet::source(text.as_str())
-                    .line_start(usize::try_from(d.line).unwrap_or(1))
-                    .path(d.file.as_str())
-                    .annotation(AnnotationKind::Primary.span(caret_span(text, d.column))),
-            ),
-            _ => title.element(Level::NOTE.message(origin.as_str())),
-        };
-        let mut report = vec![group];
-        if let Some(help) = &d.help {
-            report.push(Group::with_title(
-                Level::HELP.secondary_title(help.as_str()),
-            ));
-        }
-        out.push_str(&renderer.render(&report));
+            .map(|s| s.text.as_str());
+        out.push_str(&renderer.render(d, source));
         out.push_str("\n\n");
     }
     let errors = diags.iter().filter(|d| d.is_error()).count();
@@ -209,19 +182,6 @@ fn human(diags: &[Diagnostic], sources: &[Source], checked: &Checked) -> String 
     };
     out.push_str(&format!("palisade check: {scope}: {verdict}\n"));
     out
-}
-
-/// The byte range to underline: from the 1-based character column to the
-/// end of the token there.
-fn caret_span(line: &str, column: u32) -> std::ops::Range<usize> {
-    let col = usize::try_from(column.max(1)).unwrap_or(1) - 1;
-    let start = line.char_indices().nth(col).map_or(line.len(), |(i, _)| i);
-    let rest = line.get(start..).unwrap_or("");
-    let len = rest
-        .find(|c: char| c.is_whitespace() || matches!(c, ',' | ']' | '}' | ':'))
-        .unwrap_or(rest.len())
-        .max(rest.chars().next().map_or(0, char::len_utf8));
-    start..start + len
 }
 
 fn json_report(diags: &[Diagnostic]) -> String {

@@ -22,13 +22,16 @@ pub(crate) struct Loaded {
 pub(crate) fn load_policy(path: &Path) -> Result<Loaded, String> {
     let text = input::read_text(path, input::Kind::Policy)?;
     let name = path.display().to_string();
-    match host_policy::parse_strict(&text, &name) {
-        Ok((policy, _warnings)) => Ok(Loaded {
-            policy,
+    match host_policy::parse(&name, &text) {
+        Ok(parsed) => Ok(Loaded {
+            policy: parsed.into_value(),
             path: path.to_owned(),
             text,
         }),
-        Err(diags) => {
+        Err(refused) => {
+            // In document order, as the policy reads.
+            let mut diags = refused.into_vec();
+            diags.sort_by_key(|d| (d.line, d.column));
             eprint!("{}", render(&diags, &text));
             let n = diags.iter().filter(|d| d.is_error()).count();
             Err(format!("{name}: {n} error(s); the policy is refused"))
@@ -84,7 +87,14 @@ pub(crate) fn render(diags: &[Diagnostic], text: &str) -> String {
     let index = LineIndex::new(text);
     let mut out = String::new();
     for d in diags {
-        out.push_str(&d.to_string());
+        out.push_str(&format!(
+            "{}[{}]: {}:{}:{}: ",
+            d.severity, d.code, d.file, d.line, d.column
+        ));
+        if !d.path.is_root() {
+            out.push_str(&format!("{}: ", d.path));
+        }
+        out.push_str(&d.message);
         out.push('\n');
         if let Some(line) = index.line_text(d.line) {
             let n = d.line.to_string();

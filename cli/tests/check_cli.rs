@@ -193,3 +193,31 @@ fn schema_command_prints_json_schema() {
         Some(2)
     );
 }
+
+#[test]
+fn human_output_is_the_schema_renderer() {
+    // `palisade check` prints what `palisade_schema::render::Renderer`
+    // renders, one diagnostic after the other, then its summary line.
+    for path in [
+        INVALID,
+        WARN_ONLY,
+        "schema/tests/data/invalid/duration-compound.yml",
+    ] {
+        let o = palisade(&["check", path]);
+        let out = stdout(&o);
+        let text = std::fs::read_to_string(repo().join(path)).unwrap();
+        let diags = match palisade_schema::parse_workflow(path, &text) {
+            Ok(parsed) => parsed.into_parts().1,
+            Err(refused) => refused.into_vec(),
+        };
+        assert!(!diags.is_empty(), "{path}: the test needs findings");
+        let renderer = palisade_schema::render::Renderer::new();
+        let want: String = diags
+            .iter()
+            .map(|d| renderer.render(d, Some(&text)) + "\n\n")
+            .collect();
+        let (body, summary) = out.split_at(out.trim_end().rfind('\n').unwrap() + 1);
+        assert_eq!(body, want, "{path}");
+        assert!(summary.starts_with("palisade check: "), "{summary}");
+    }
+}

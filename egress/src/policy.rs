@@ -173,7 +173,9 @@ mod tests {
     use super::*;
 
     fn decider(toml: &str) -> PolicyDecider {
-        let (policy, _) = palisade_schema::host_policy::parse_strict(toml, "t.toml").unwrap();
+        let (policy, _) = palisade_schema::host_policy::parse("t.toml", toml)
+            .unwrap()
+            .into_parts();
         let rules = Rules::new(&policy, &[]).unwrap();
         PolicyDecider::new(
             Arc::new(policy),

@@ -1759,14 +1759,14 @@ mod tests {
             (none.body_idle_timeout, none.body_timeout),
             (DEFAULT_BODY_IDLE_TIMEOUT, DEFAULT_BODY_TIMEOUT)
         );
-        let set = cfg().with_limits(&palisade_schema::host_policy::RelayLimits {
-            max_body: Some(1000),
-            max_buffered: Some(5000),
-            connections: Some(3),
-            header_timeout: Some(4),
-            body_idle_timeout: Some(5),
-            body_timeout: Some(6),
-        });
+        let mut limits = palisade_schema::host_policy::RelayLimits::default();
+        limits.max_body = Some(1000);
+        limits.max_buffered = Some(5000);
+        limits.connections = Some(3);
+        limits.header_timeout = Some(4);
+        limits.body_idle_timeout = Some(5);
+        limits.body_timeout = Some(6);
+        let set = cfg().with_limits(&limits);
         assert_eq!(
             (set.max_body, set.max_buffered, set.max_connections),
             (1000, 5000, 3)
@@ -1779,10 +1779,9 @@ mod tests {
                 Duration::from_secs(6)
             )
         );
-        let big = cfg().with_limits(&palisade_schema::host_policy::RelayLimits {
-            max_body: Some(100 << 20),
-            ..Default::default()
-        });
+        let mut limits = palisade_schema::host_policy::RelayLimits::default();
+        limits.max_body = Some(100 << 20);
+        let big = cfg().with_limits(&limits);
         assert_eq!(
             big.max_buffered,
             100 << 20,

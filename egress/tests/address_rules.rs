@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use palisade_egress::addr::{AddrClass, AddressPolicy, Cidr, canonical_ip, classify};
 use palisade_policy::egress::{RequestHost, decide_host};
 use palisade_policy::verdict::Decision;
-use palisade_schema::host_policy::{Cidr as PolicyCidr, HostPolicy, parse_strict};
+use palisade_schema::host_policy::{Cidr as PolicyCidr, HostPolicy, parse};
 use palisade_taint::Session;
 use proptest::prelude::*;
 
@@ -84,7 +84,7 @@ fn range() -> impl Strategy<Value = String> {
 
 fn policy(range: &str) -> HostPolicy {
     let text = format!("[egress]\nallow = [\"name.test\"]\nallow_addresses = [\"{range}\"]\n");
-    parse_strict(&text, "palisade.toml").unwrap().0
+    parse("palisade.toml", &text).unwrap().into_value()
 }
 
 fn addresses(range: &str) -> AddressPolicy {

@@ -757,7 +757,9 @@ async fn a_non_relay_connection_taints_the_session_and_narrows_later_connections
     use std::sync::{Arc, Mutex};
     let origin = echo_origin().await;
     let toml = "[egress]\nallow = [\"*.lab.test\"]\nallow_addresses = [\"127.0.0.0/8\"]\n[taint]\nsources = [\"proxy_non_relay\"]\negress_allow = [\"safe.lab.test\"]\n";
-    let (policy, _) = palisade_schema::host_policy::parse_strict(toml, "palisade.toml").unwrap();
+    let (policy, _) = palisade_schema::host_policy::parse("palisade.toml", toml)
+        .unwrap()
+        .into_parts();
     let rules = palisade_taint::Rules::new(&policy, &[]).unwrap();
     let session = Arc::new(Mutex::new(palisade_taint::Session::new()));
     let decider = PolicyDecider::new(Arc::new(policy), Arc::new(rules), session.clone());

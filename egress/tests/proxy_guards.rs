@@ -40,7 +40,9 @@ struct Rig {
 /// A proxy over `toml` with a [`PolicyDecider`] that records its taint,
 /// resolving `t0.wild.test` .. `t19.wild.test` to 127.0.0.1.
 async fn rig(toml: &str) -> Rig {
-    let (policy, _) = palisade_schema::host_policy::parse_strict(toml, "palisade.toml").unwrap();
+    let (policy, _) = palisade_schema::host_policy::parse("palisade.toml", toml)
+        .unwrap()
+        .into_parts();
     let rules = palisade_taint::Rules::new(&policy, &[]).unwrap();
     let session = Arc::new(Mutex::new(Session::new()));
     let recorder = Arc::new(MemoryRecorder::new());

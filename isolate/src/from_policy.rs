@@ -265,8 +265,9 @@ impl Profile {
     /// network = "none"
     /// limits = { processes = 64 }
     /// "#;
-    /// let (policy, _warnings) =
-    ///     palisade_schema::host_policy::parse_strict(text, "palisade.toml").unwrap();
+    /// let policy = palisade_schema::host_policy::parse("palisade.toml", text)
+    ///     .unwrap()
+    ///     .into_value();
     /// let ci = Profile::resolve(&policy, "ci")?;
     /// assert_eq!(ci.name(), "ci");
     /// assert_eq!(ci.network(), NetworkMode::None);
@@ -444,8 +445,9 @@ impl Sandbox {
     /// masks = ["/etc/ssh"]
     /// limits = { pids = 64, wall = "10m" }
     /// "#;
-    /// let (policy, _warnings) =
-    ///     palisade_schema::host_policy::parse_strict(text, "palisade.toml").unwrap();
+    /// let policy = palisade_schema::host_policy::parse("palisade.toml", text)
+    ///     .unwrap()
+    ///     .into_value();
     /// let profile = Profile::resolve(&policy, policy.worker.profile_name())?;
     /// let mut sb = Sandbox::new(profile);
     /// sb.apply_worker(&policy.worker)?;
@@ -557,9 +559,9 @@ mod tests {
 
     /// The one place these tests parse a policy.
     fn parse(text: &str) -> HostPolicy {
-        palisade_schema::host_policy::parse_strict(text, "palisade.toml")
+        palisade_schema::host_policy::parse("palisade.toml", text)
             .unwrap()
-            .0
+            .into_value()
     }
 
     fn policy(profile: &str) -> HostPolicy {

@@ -24,7 +24,7 @@ use palisade_policy::grant::GrantConfig;
 use palisade_policy::outward::{OutwardRequest, OutwardTable};
 use palisade_policy::plan::{grant_for, static_agent};
 use palisade_policy::route::RouteTable;
-use palisade_schema::host_policy::{HostPattern, HostPolicy, parse_strict};
+use palisade_schema::host_policy::{HostPattern, HostPolicy, parse};
 use palisade_taint::{Event, Rules, Session};
 
 const EXAMPLE: &str = include_str!("../../examples/palisade.toml");
@@ -95,7 +95,9 @@ fn grant_every_step() {
 }
 
 fn big_policy(n: usize) -> HostPolicy {
-    let (mut p, _) = parse_strict(EXAMPLE, "examples/palisade.toml").unwrap();
+    let (mut p, _) = parse("examples/palisade.toml", EXAMPLE)
+        .unwrap()
+        .into_parts();
     for i in 0..n {
         p.egress
             .allow
@@ -110,7 +112,7 @@ fn big_policy(n: usize) -> HostPolicy {
 fn main() {
     grant_every_step();
     measure("parse_example_policy", 2_000, |_| {
-        black_box(parse_strict(black_box(EXAMPLE), "p.toml").is_ok());
+        black_box(parse("p.toml", black_box(EXAMPLE)).is_ok());
     });
     let clean = Session::new();
     for n in [0usize, 100, 1000] {
@@ -140,7 +142,7 @@ fn main() {
             ));
         });
     }
-    let (p, _) = parse_strict(EXAMPLE, "p.toml").unwrap();
+    let (p, _) = parse("p.toml", EXAMPLE).unwrap().into_parts();
     let table = OutwardTable::new(&p).unwrap();
     measure("outward_decide", 200_000, |_| {
         black_box(table.decide(

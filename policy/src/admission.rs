@@ -374,11 +374,12 @@ mod tests {
     }
 
     fn slack_filters() -> Filters {
-        Filters {
-            workspace: Some("T01234567".into()),
-            channels: Some(vec!["C01234567".into()]),
-            from_users: Some(vec!["U01234567".into()]),
-            ..Filters::default()
+        {
+            let mut v = Filters::default();
+            v.workspace = Some("T01234567".into());
+            v.channels = Some(vec!["C01234567".into()]);
+            v.from_users = Some(vec!["U01234567".into()]);
+            v
         }
     }
 
@@ -438,9 +439,10 @@ mod tests {
             "filters_required"
         );
         // Usernames are accepted too, as the Hub does.
-        let f2 = Filters {
-            from_users: Some(vec!["ana".into()]),
-            ..slack_filters()
+        let f2 = {
+            let mut v = slack_filters();
+            v.from_users = Some(vec!["ana".into()]);
+            v
         };
         let mut e = slack_event("<@UBOT> hi");
         e.actor_id = Some("U999".into());
@@ -449,9 +451,10 @@ mod tests {
 
     #[test]
     fn slack_pattern_is_a_word_prefix_after_the_mention() {
-        let f = Filters {
-            pattern: Some("deploy".into()),
-            ..slack_filters()
+        let f = {
+            let mut v = slack_filters();
+            v.pattern = Some("deploy".into());
+            v
         };
         assert!(
             admit(
@@ -478,9 +481,10 @@ mod tests {
             )),
             "pattern_mismatch"
         );
-        let f = Filters {
-            contains: Some("deploy".into()),
-            ..slack_filters()
+        let f = {
+            let mut v = slack_filters();
+            v.contains = Some("deploy".into());
+            v
         };
         assert_eq!(
             code(&admit(
@@ -495,11 +499,12 @@ mod tests {
 
     #[test]
     fn github_contains_is_a_substring_and_labels_fold_accents() {
-        let f = Filters {
-            repo: Some("org/repo".into()),
-            from_users: Some(vec!["octo".into()]),
-            contains: Some("@bot".into()),
-            ..Filters::default()
+        let f = {
+            let mut v = Filters::default();
+            v.repo = Some("org/repo".into());
+            v.from_users = Some(vec!["octo".into()]);
+            v.contains = Some("@bot".into());
+            v
         };
         let e = Event {
             name: "github.issue_comment".into(),
@@ -541,10 +546,11 @@ mod tests {
             "user_not_allowed"
         );
 
-        let lf = Filters {
-            label: Some("Café".into()),
-            from_users: Some(vec!["octo".into()]),
-            ..Filters::default()
+        let lf = {
+            let mut v = Filters::default();
+            v.label = Some("Café".into());
+            v.from_users = Some(vec!["octo".into()]);
+            v
         };
         let labelled = Event {
             name: "github.issue_label_added".into(),
@@ -560,10 +566,11 @@ mod tests {
             code(&admit("github.issue_label_added", Some(&lf), &plain)),
             "label_mismatch"
         );
-        let lsf = Filters {
-            labels: Some(vec!["a".into(), "b".into()]),
-            from_users: Some(vec!["octo".into()]),
-            ..Filters::default()
+        let lsf = {
+            let mut v = Filters::default();
+            v.labels = Some(vec!["a".into(), "b".into()]);
+            v.from_users = Some(vec!["octo".into()]);
+            v
         };
         let some = Event {
             labels: vec!["a".into()],
@@ -582,10 +589,11 @@ mod tests {
 
     #[test]
     fn manual_runs_need_a_listed_actor_and_matching_inputs() {
-        let f = Filters {
-            from_users: Some(vec!["automation".into()]),
-            inputs: Some(vec![("env".into(), json!("prod"))]),
-            ..Filters::default()
+        let f = {
+            let mut v = Filters::default();
+            v.from_users = Some(vec!["automation".into()]);
+            v.inputs = Some(vec![("env".into(), json!("prod"))]);
+            v
         };
         let e = Event {
             name: "manual.run".into(),
@@ -619,11 +627,12 @@ mod tests {
 
     #[test]
     fn discord_matches_parent_channel_and_inapplicable_keys_reject() {
-        let f = Filters {
-            guild: Some("G1".into()),
-            channels: Some(vec!["C1".into()]),
-            from_users: Some(vec!["ana".into()]),
-            ..Filters::default()
+        let f = {
+            let mut v = Filters::default();
+            v.guild = Some("G1".into());
+            v.channels = Some(vec!["C1".into()]);
+            v.from_users = Some(vec!["ana".into()]);
+            v
         };
         let e = Event {
             name: "discord.mention".into(),
@@ -642,9 +651,10 @@ mod tests {
                 prompt: "hello".into()
             }
         );
-        let with_repo = Filters {
-            repo: Some("o/r".into()),
-            ..f.clone()
+        let with_repo = {
+            let mut v = f.clone();
+            v.repo = Some("o/r".into());
+            v
         };
         assert_eq!(
             code(&admit("discord.mention", Some(&with_repo), &e)),
@@ -662,9 +672,10 @@ mod tests {
         let base_f = slack_filters();
         let base_e = slack_event("<@UBOT> deploy now");
         assert!(admit("slack.mention", Some(&base_f), &base_e).is_admitted());
-        let gh_f = Filters {
-            from_users: Some(vec!["octo".into()]),
-            ..Filters::default()
+        let gh_f = {
+            let mut v = Filters::default();
+            v.from_users = Some(vec!["octo".into()]);
+            v
         };
         let gh_e = Event {
             name: "github.issue_comment".into(),

@@ -25,11 +25,11 @@
 //! ```
 //! use palisade_policy::egress::{ConnectRequest, decide};
 //! use palisade_policy::verdict::Decision;
-//! use palisade_schema::host_policy::parse_strict;
+//! use palisade_schema::host_policy::parse;
 //! use palisade_taint::Session;
 //!
 //! let text = "[egress]\nallow = [\"*.example.com:443\"]\ndeny = [\"evil.example.com\"]\n";
-//! let (policy, _) = parse_strict(text, "palisade.toml").map_err(|d| d[0].to_string())?;
+//! let (policy, _) = parse("palisade.toml", text).map_err(|d| d.to_string())?.into_parts();
 //! let session = Session::new();
 //! let v = decide(&policy, &session, &ConnectRequest { host: "API.Example.com.", port: 443 });
 //! assert_eq!((v.decision, v.rule.as_deref()), (Decision::Allow, Some("egress.allow[0]")));

@@ -26,9 +26,9 @@ const ORDERINGS: [OpenCodeOrdering; 2] =
 /// provider options for each provider. Checks: no panic, `finish_execution`
 /// exactly once and first, translation idempotent.
 pub fn derive_translate(data: &[u8]) {
-    let (config, _) = palisade_schema::parse_workflow_bytes("fuzz.yml", data);
+    let config = palisade_schema::parse_workflow_bytes("fuzz.yml", data).map(|p| p.into_value());
     let registry = CapabilityRegistry::default();
-    if let Some(config) = config {
+    if let Ok(config) = config {
         for trigger in &config.triggers {
             for step in &trigger.steps {
                 let mut agents: Vec<palisade_schema::Agent> =
@@ -137,8 +137,8 @@ mod tests {
     fn harness_runs_on_workflows_json_and_garbage() {
         let wf = "environments: [{name: dev, kind: daemon, daemon: d, cwd: /r}]\n\
 triggers:\n  - name: t\n    on: slack.mention\n    max_runtime: 1h\n    filters: {from_users: [U1]}\n    steps:\n      - id: s\n        environment: dev\n        max_runtime: 10m\n        idle_timeout: 1m\n        agent: {provider: opencode, options: {permission: deny}}\n        prompt: [{text: go}]\n        allow_outputs: [{type: slack.reply, max: 2}, {type: discord.reply}]\n";
-        let (config, diags) = palisade_schema::parse_workflow("fuzz.yml", wf);
-        assert!(config.is_some(), "{diags:?}");
+        let parsed = palisade_schema::parse_workflow("fuzz.yml", wf);
+        assert!(parsed.is_ok(), "{parsed:?}");
         super::derive_translate(wf.as_bytes());
         super::derive_translate(
             br#"{"allowedTools": ["Read"], "permission": {"bash": {"*": "ask"}}}"#,

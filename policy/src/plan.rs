@@ -266,11 +266,17 @@ fn step_status(
     config: &GrantConfig,
 ) -> StepStatus {
     let unavailable = |e: EvalError, what: &str| -> StepStatus {
-        let EvalError::OutputUnavailable { step: dep } = &e;
-        let dep_runs = earlier
-            .iter()
-            .any(|p| p.id == *dep && matches!(p.status, StepStatus::Run(_)));
-        if dep_runs {
+        // Any other evaluation error fails the step.
+        let dep = match &e {
+            EvalError::OutputUnavailable { step } => Some(step),
+            _ => None,
+        };
+        let waits_on = dep.filter(|dep| {
+            earlier
+                .iter()
+                .any(|p| p.id == **dep && matches!(p.status, StepStatus::Run(_)))
+        });
+        if let Some(dep) = waits_on {
             StepStatus::Waiting { on: dep.clone() }
         } else {
             StepStatus::Failed {

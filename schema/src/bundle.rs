@@ -1,7 +1,7 @@
 //! The bundle layout: `.paseo/hub.yml`, `.paseo/workflows/<name>.yml` and
 //! prompt partials, with the path rules and size limits of spec §1.1.
 
-use crate::diagnostic::{Diagnostic, Path};
+use crate::diagnostic::{Diagnostic, Diagnostics, Parsed, Path};
 use crate::hub::Walker;
 use crate::lazy_path::Lp;
 use crate::model::{HubConfig, Partial, PromptBlock};
@@ -26,16 +26,16 @@ fn file_error(file: &str, code: &'static str, message: impl Into<String>) -> Dia
     Diagnostic::error(code, message).in_file(file).at(1, 1)
 }
 
-/// Decodes a file's bytes as UTF-8, or reports where the first invalid
-/// byte is.
-pub fn decode<'b>(file: &str, bytes: &'b [u8]) -> Result<&'b str, Box<Diagnostic>> {
+/// Decodes a file's bytes as UTF-8, or reports (as one `invalid_utf8`
+/// error) where the first invalid byte is.
+pub fn decode<'b>(file: &str, bytes: &'b [u8]) -> Result<&'b str, Diagnostics> {
     match std::str::from_utf8(bytes) {
         Ok(s) => Ok(s),
         Err(e) => {
             let valid = bytes.get(..e.valid_up_to()).unwrap_or(&[]);
             let text = std::str::from_utf8(valid).unwrap_or("");
             let (line, column) = crate::LineIndex::new(text).line_col(text.len());
-            Err(Box::new(
+            Err(Diagnostics::one(
                 Diagnostic::error(
                     "invalid_utf8",
                     format!(
@@ -131,8 +131,15 @@ fn classify(path: &str) -> Result<Option<Kind>, Diagnostic> {
 /// Parses a bundle given as in-memory files (`(path, bytes)`, paths
 /// relative to the repository root, e.g. `.paseo/hub.yml`).
 ///
-/// Returns the model only when there are no errors.
-pub fn parse_bundle(files: &[(&str, &[u8])]) -> (Option<HubConfig>, Vec<Diagnostic>) {
+/// Returns the model with its warnings when there is no error, else every
+/// finding, errors first; findings are sorted by file, line and column.
+pub fn parse_bundle(files: &[(&str, &[u8])]) -> Result<Parsed<HubConfig>, Diagnostics> {
+    let (config, mut diags) = bundle_findings(files);
+    crate::sort(&mut diags);
+    crate::diagnostic::outcome(HUB_FILE, config, diags)
+}
+
+fn bundle_findings(files: &[(&str, &[u8])]) -> (Option<HubConfig>, Vec<Diagnostic>) {
     let mut diags = Vec::new();
     let mut hub: Option<(&str, &str)> = None;
     let mut workflows: Vec<(&str, &str)> = Vec::new();
@@ -174,7 +181,7 @@ pub fn parse_bundle(files: &[(&str, &[u8])]) -> (Option<HubConfig>, Vec<Diagnost
         let text = match decode(path, bytes) {
             Ok(t) => t,
             Err(d) => {
-                diags.push(*d);
+                diags.extend(d);
                 continue;
             }
         };
@@ -224,7 +231,7 @@ pub fn parse_bundle(files: &[(&str, &[u8])]) -> (Option<HubConfig>, Vec<Diagnost
         }
         return (None, diags);
     };
-    let (hub_node, d) = crate::yaml::parse(hub_path, hub_text);
+    let (hub_node, d) = crate::yaml::load(hub_path, hub_text);
     diags.extend(d);
     let mut config = HubConfig {
         name: None,
@@ -246,7 +253,7 @@ pub fn parse_bundle(files: &[(&str, &[u8])]) -> (Option<HubConfig>, Vec<Diagnost
     }
     let mut trees: Vec<(&str, Node)> = Vec::new();
     for (path, text) in &workflows {
-        let (node, d) = crate::yaml::parse(path, text);
+        let (node, d) = crate::yaml::load(path, text);
         diags.extend(d);
         let Some(node) = node else {
             parsed_ok = false;

@@ -1,8 +1,12 @@
 //! Diagnostics: what went wrong, where, and under which stable code.
 //!
 //! Every parser in palisade reports through [`Diagnostic`]. A diagnostic is
-//! plain data; rendering it (rustc-style text, JSON, SARIF) is the caller's
-//! business.
+//! plain data; [`crate::render::Renderer`] draws it rustc-style with its
+//! source line, and it serializes to JSON with stable field names.
+//!
+//! Every parser returns `Result<`[`Parsed<T>`]`, `[`Diagnostics`]`>`: the
+//! value with its warnings when there is no error, else every finding,
+//! errors first. A value is never returned next to an error.
 
 use std::fmt;
 
@@ -116,6 +120,7 @@ fn is_identifier(key: &str) -> bool {
 /// a file that is not UTF-8) and no better position exists. `column` counts
 /// Unicode scalar values, not bytes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Diagnostic {
     /// Error or warning.
     pub severity: Severity,
@@ -195,18 +200,214 @@ impl Diagnostic {
     }
 }
 
+/// One line: `file:line:col: error[code]: path: message`. The location is
+/// left out when the finding has no file (as from
+/// [`crate::options::validate_json`]), the line and column when it concerns
+/// the whole document, the path when it is the root. The help is not shown.
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}[{}]: ", self.severity, self.code)?;
         if !self.file.is_empty() {
-            write!(f, "{}:{}:{}: ", self.file, self.line, self.column)?;
+            f.write_str(&self.file)?;
+            if self.line > 0 {
+                write!(f, ":{}:{}", self.line, self.column)?;
+            }
+            f.write_str(": ")?;
         }
+        write!(f, "{}[{}]: ", self.severity, self.code)?;
         if !self.path.is_root() {
             write!(f, "{}: ", self.path)?;
         }
         f.write_str(&self.message)
     }
 }
+
+impl std::error::Error for Diagnostic {}
+
+/// What a parser returns when it found no error: the value and the warnings
+/// (lints) that came with it, in document order.
+#[derive(Clone, Debug, PartialEq)]
+#[must_use]
+pub struct Parsed<T> {
+    value: T,
+    warnings: Vec<Diagnostic>,
+}
+
+impl<T> Parsed<T> {
+    /// A value with its warnings; `warnings` must hold no error.
+    pub(crate) fn new(value: T, warnings: Vec<Diagnostic>) -> Self {
+        debug_assert!(!warnings.iter().any(Diagnostic::is_error));
+        Self { value, warnings }
+    }
+
+    /// The parsed value.
+    pub fn value(&self) -> &T {
+        &self.value
+    }
+
+    /// The warnings found while parsing, in document order.
+    pub fn warnings(&self) -> &[Diagnostic] {
+        &self.warnings
+    }
+
+    /// The value, dropping the warnings.
+    pub fn into_value(self) -> T {
+        self.value
+    }
+
+    /// The value and the warnings.
+    pub fn into_parts(self) -> (T, Vec<Diagnostic>) {
+        (self.value, self.warnings)
+    }
+
+    /// The same warnings with the value mapped by `f`.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Parsed<U> {
+        Parsed {
+            value: f(self.value),
+            warnings: self.warnings,
+        }
+    }
+}
+
+/// Every finding about an input that was refused: at least one error, the
+/// errors first (in document order), then the warnings (in document order).
+///
+/// Displayed as one line, `N errors, M warnings; first: <the first error>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnostics(Vec<Diagnostic>);
+
+impl Diagnostics {
+    /// A single error (plus nothing else); `diag` must be an error.
+    pub(crate) fn one(diag: Diagnostic) -> Self {
+        debug_assert!(diag.is_error());
+        Self(vec![diag])
+    }
+
+    /// The first error.
+    pub fn first(&self) -> &Diagnostic {
+        // Never empty and errors first, by construction (see `outcome`).
+        self.0.first().unwrap_or(&NO_FINDING)
+    }
+
+    /// Every finding, errors first.
+    pub fn as_slice(&self) -> &[Diagnostic] {
+        &self.0
+    }
+
+    /// Every finding, errors first.
+    pub fn iter(&self) -> std::slice::Iter<'_, Diagnostic> {
+        self.0.iter()
+    }
+
+    /// The errors, in document order.
+    pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.0.iter().filter(|d| d.is_error())
+    }
+
+    /// The warnings, in document order.
+    pub fn warnings(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.0.iter().filter(|d| !d.is_error())
+    }
+
+    /// How many errors there are (at least 1).
+    pub fn error_count(&self) -> usize {
+        self.errors().count()
+    }
+
+    /// How many warnings there are.
+    pub fn warning_count(&self) -> usize {
+        self.0.len() - self.error_count()
+    }
+
+    /// How many findings there are (at least 1).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Always `false`: refused input has at least one error.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Every finding, errors first.
+    pub fn into_vec(self) -> Vec<Diagnostic> {
+        self.0
+    }
+}
+
+impl fmt::Display for Diagnostics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
+        let (errors, warnings) = (self.error_count(), self.warning_count());
+        write!(
+            f,
+            "{errors} error{}, {warnings} warning{}; first: {}",
+            plural(errors),
+            plural(warnings),
+            self.first()
+        )
+    }
+}
+
+impl std::error::Error for Diagnostics {}
+
+impl IntoIterator for Diagnostics {
+    type Item = Diagnostic;
+    type IntoIter = std::vec::IntoIter<Diagnostic>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a Diagnostics {
+    type Item = &'a Diagnostic;
+    type IntoIter = std::slice::Iter<'a, Diagnostic>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+/// The result of every parser from its value and all its findings (in
+/// document order): the value with its warnings when there is no error,
+/// else every finding. A parser that returned neither a value nor an error
+/// is refused too, with an `internal` error naming `file`: it fails closed.
+pub(crate) fn outcome<T>(
+    file: &str,
+    value: Option<T>,
+    mut diags: Vec<Diagnostic>,
+) -> Result<Parsed<T>, Diagnostics> {
+    if !diags.iter().any(Diagnostic::is_error) {
+        match value {
+            Some(value) => return Ok(Parsed::new(value, diags)),
+            None => diags.insert(
+                0,
+                Diagnostic::error(
+                    "internal",
+                    "the parser returned neither a value nor an error",
+                )
+                .in_file(file),
+            ),
+        }
+    }
+    let (mut errors, warnings): (Vec<_>, Vec<_>) =
+        diags.into_iter().partition(Diagnostic::is_error);
+    errors.extend(warnings);
+    Err(Diagnostics(errors))
+}
+
+/// What [`Diagnostics::first`] would return for an empty collection, which
+/// the constructors never build.
+static NO_FINDING: Diagnostic = Diagnostic {
+    severity: Severity::Error,
+    code: "internal",
+    message: String::new(),
+    file: String::new(),
+    line: 0,
+    column: 0,
+    path: Path(Vec::new()),
+    help: None,
+};
 
 /// Maps byte offsets of a text to 1-based lines and columns.
 ///

@@ -148,6 +148,7 @@ impl fmt::Display for Expr {
 
 /// Why an expression could not be parsed.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ParseError {
     /// What is wrong.
     pub message: String,
@@ -628,6 +629,7 @@ pub struct Template {
 
 /// Why a template could not be parsed.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TemplateError {
     /// What is wrong.
     pub message: String,
@@ -756,6 +758,7 @@ fn find_close(s: &str) -> Option<usize> {
 
 /// Why an expression could not be evaluated.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EvalError {
     /// The expression reads `steps.<id>` and step `<id>` did not succeed
     /// (it is absent from the context's `steps`).

@@ -7,10 +7,11 @@
 //! do (`[taint]`), and which providers may receive which files
 //! (`[[routing]]`). Every key is documented in `docs/policy.md`.
 //!
-//! [`parse`] reads the text and returns the model plus [`Diagnostic`]s:
-//! unknown keys, wrong types and invalid values are errors with the authored
-//! path, line and column; risky but valid choices are warnings (lints). A
-//! policy with any error is refused: [`parse`] returns `None` for it.
+//! [`parse`] reads the text and returns the model with its warnings, or
+//! every [`Diagnostic`]: unknown keys, wrong types and invalid values are
+//! errors with the authored path, line and column; risky but valid choices
+//! are warnings (lints). A policy with any error is refused: [`parse`]
+//! returns no model for it.
 //!
 //! This module does no IO: the caller reads the file.
 
@@ -26,13 +27,31 @@ pub use host_pattern::{HostError, HostPattern, RequestHost, split_authority};
 use reader::{Cx, Table};
 pub use values::{Cidr, Origin, PathGlob, RelayRoute, parse_duration, parse_size};
 
-use crate::{Diagnostic, Path};
+use crate::{Diagnostic, Diagnostics, Parsed, Path};
 
 /// Largest policy file accepted, in bytes.
 pub const MAX_POLICY_BYTES: usize = 1 << 20;
 
 /// A parsed, validated `palisade.toml`.
+///
+/// [`HostPolicy::default()`] is exactly what an empty file parses to (every
+/// section's `Default` is its empty table), so a policy built in code by
+/// changing fields of the default is never looser than the file would be.
+///
+/// Outside this crate it is built from [`Default`] or [`parse`], never by
+/// a struct literal (it is `#[non_exhaustive]`):
+///
+/// ```compile_fail,E0639
+/// let p = palisade_schema::host_policy::HostPolicy { ..Default::default() };
+/// ```
+///
+/// ```rust
+/// let mut p = palisade_schema::host_policy::HostPolicy::default();
+/// p.egress.allow.push(palisade_schema::host_policy::HostPattern::parse("api.github.com:443").map_err(|e| format!("{e:?}"))?);
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HostPolicy {
     /// `[worker]`: profile, filesystem view, environment and limits.
     pub worker: Worker,
@@ -55,6 +74,11 @@ pub struct HostPolicy {
 /// Nothing here can turn off a layer (namespaces, Landlock, seccomp,
 /// capabilities) or remove a built-in mask; keys that would are refused
 /// with `weakens_base`.
+///
+/// Deliberately not `#[non_exhaustive]`: the code that applies it to the
+/// sandbox destructures it field by field, so a key added here fails to
+/// compile there until it is applied, instead of being parsed and silently
+/// ignored. A new field is a breaking change on purpose.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CustomProfile {
     /// The built-in profile it refines.
@@ -83,6 +107,11 @@ pub enum ProfileNetwork {
 }
 
 /// `[profiles.<name>.limits]`: resource limits (soft = hard).
+///
+/// Deliberately not `#[non_exhaustive]`: the code that applies it to the
+/// sandbox destructures it field by field, so a key added here fails to
+/// compile there until it is applied, instead of being parsed and silently
+/// ignored. A new field is a breaking change on purpose.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProfileLimits {
     /// `RLIMIT_AS` in bytes.
@@ -113,6 +142,11 @@ const WEAKENING_KEYS: &[&str] = &[
 ];
 
 /// `[worker]`.
+///
+/// Deliberately not `#[non_exhaustive]`: the code that applies it to the
+/// sandbox destructures it field by field, so a key added here fails to
+/// compile there until it is applied, instead of being parsed and silently
+/// ignored. A new field is a breaking change on purpose.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Worker {
     /// The base of the sandbox profile: the built-in one named, or the
@@ -179,6 +213,11 @@ impl Profile {
 }
 
 /// `[worker.env]`.
+///
+/// Deliberately not `#[non_exhaustive]`: the code that applies it to the
+/// sandbox destructures it field by field, so a key added here fails to
+/// compile there until it is applied, instead of being parsed and silently
+/// ignored. A new field is a breaking change on purpose.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorkerEnv {
     /// Host variables passed through by name.
@@ -188,6 +227,11 @@ pub struct WorkerEnv {
 }
 
 /// `[worker.limits]`; `None` means the sandbox's built-in default.
+///
+/// Deliberately not `#[non_exhaustive]`: the code that applies it to the
+/// sandbox destructures it field by field, so a key added here fails to
+/// compile there until it is applied, instead of being parsed and silently
+/// ignored. A new field is a breaking change on purpose.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorkerLimits {
     /// Memory in bytes.
@@ -202,8 +246,10 @@ pub struct WorkerLimits {
     pub file_size: Option<u64>,
 }
 
-/// `[egress]`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// `[egress]`. Its [`Default`] is an absent (or empty) `[egress]` table:
+/// no host allowed, SNI matching required.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Egress {
     /// Host patterns a worker may connect to through the proxy.
     pub allow: Vec<HostPattern>,
@@ -222,8 +268,22 @@ pub struct Egress {
     pub require_sni_match: bool,
 }
 
+impl Default for Egress {
+    fn default() -> Self {
+        Self {
+            allow: Vec::new(),
+            deny: Vec::new(),
+            allow_addresses: Vec::new(),
+            limits: EgressLimits::default(),
+            relays: Vec::new(),
+            require_sni_match: true,
+        }
+    }
+}
+
 /// `[egress.limits]`; `None` means unlimited for that dimension.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EgressLimits {
     /// Bytes (both directions) per connection.
     pub bytes_per_connection: Option<u64>,
@@ -237,6 +297,7 @@ pub struct EgressLimits {
 
 /// `[[egress.relay]]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Relay {
     /// Unique name, also usable as a routing provider.
     pub name: String,
@@ -255,6 +316,7 @@ pub struct Relay {
 /// `[[egress.relay]] limits`; `None` means the relay's built-in default
 /// (documented in `docs/policy.md`). Every value is at least 1.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RelayLimits {
     /// Largest request body, in bytes.
     pub max_body: Option<u64>,
@@ -272,6 +334,7 @@ pub struct RelayLimits {
 
 /// `credential = { header, from_env, prefix }` of a relay.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RelayCredential {
     /// Header the relay sets (lowercase), after stripping any the worker sent.
     pub header: String,
@@ -283,6 +346,7 @@ pub struct RelayCredential {
 
 /// `[outward]`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Outward {
     /// Decision when no rule matches: ask (default) or deny.
     pub default: OutwardDefault,
@@ -304,11 +368,19 @@ pub enum OutwardDefault {
 
 /// One `{ kind, target }` outward rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OutwardRule {
     /// The kind, or a prefix of kinds (`github.post` covers `github.post.comment`), or `*`.
     pub kind: OutwardKind,
     /// Target glob; `None` matches every target.
     pub target: Option<TargetGlob>,
+}
+
+impl OutwardRule {
+    /// A rule for `kind`, matching every target when `target` is `None`.
+    pub fn new(kind: OutwardKind, target: Option<TargetGlob>) -> Self {
+        Self { kind, target }
+    }
 }
 
 /// A dotted outward-action kind such as `git.push` or `github.post.review`.
@@ -434,6 +506,7 @@ impl fmt::Display for TargetGlob {
 
 /// `[taint]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Taint {
     /// Which event classes taint a session.
     pub sources: BTreeSet<TaintSourceKind>,
@@ -468,6 +541,7 @@ impl Default for Taint {
 
 /// A configurable class of taint source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum TaintSourceKind {
     /// Results of web fetch and web search tools.
     Web,
@@ -522,6 +596,7 @@ impl TaintSourceKind {
 
 /// One `[[routing]]` rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RoutingRule {
     /// Paths this rule restricts.
     pub paths: Vec<PathGlob>,
@@ -529,11 +604,41 @@ pub struct RoutingRule {
     pub providers: BTreeSet<String>,
 }
 
-/// Parses `palisade.toml` text named `file` (used in diagnostics only).
+impl RoutingRule {
+    /// A rule letting only `providers` receive content read from `paths`.
+    pub fn new(paths: Vec<PathGlob>, providers: BTreeSet<String>) -> Self {
+        Self { paths, providers }
+    }
+}
+
+/// Parses `palisade.toml` text; `file` names it in diagnostics only.
 ///
-/// Returns the policy when there is no error, and every diagnostic (errors
-/// and warnings) in document order.
-pub fn parse(text: &str, file: &str) -> (Option<HostPolicy>, Vec<Diagnostic>) {
+/// Returns the policy with its warnings (lints) when there is no error, else
+/// every finding, errors first. Empty text is the default policy:
+/// `parse("p.toml", "")` yields [`HostPolicy::default()`].
+///
+/// ```rust
+/// use palisade_schema::host_policy::{self, HostPolicy};
+///
+/// let text = "[egress]\nallow = [\"api.github.com:443\"]\n";
+/// let policy = host_policy::parse("palisade.toml", text).map_err(|d| d.to_string())?;
+/// assert_eq!(policy.value().egress.allow[0].to_string(), "api.github.com:443");
+/// assert!(policy.warnings().is_empty());
+///
+/// assert_eq!(host_policy::parse("p.toml", "").map_err(|d| d.to_string())?.into_value(), HostPolicy::default());
+///
+/// let refused = host_policy::parse("palisade.toml", "[egress]\nallow = [\"*\"]\n").unwrap_err();
+/// assert_eq!(refused.first().code, "invalid_host_pattern");
+/// assert_eq!((refused.first().line, refused.first().column), (2, 10));
+/// # Ok::<(), String>(())
+/// ```
+pub fn parse(file: &str, text: &str) -> Result<Parsed<HostPolicy>, Diagnostics> {
+    let (policy, diags) = findings(file, text);
+    crate::diagnostic::outcome(file, policy, diags)
+}
+
+/// The policy when there is no error, and every finding in document order.
+fn findings(file: &str, text: &str) -> (Option<HostPolicy>, Vec<Diagnostic>) {
     if text.len() > MAX_POLICY_BYTES {
         return (
             None,
@@ -573,18 +678,6 @@ pub fn parse(text: &str, file: &str) -> (Option<HostPolicy>, Vec<Diagnostic>) {
     (ok.then_some(policy), diags)
 }
 
-/// Parses and returns the policy with its warnings, or every diagnostic when
-/// there is an error.
-pub fn parse_strict(
-    text: &str,
-    file: &str,
-) -> Result<(HostPolicy, Vec<Diagnostic>), Vec<Diagnostic>> {
-    match parse(text, file) {
-        (Some(p), d) => Ok((p, d)),
-        (None, d) => Err(d),
-    }
-}
-
 fn read_policy(cx: &mut Cx<'_>, root: &Table<'_, '_>) -> HostPolicy {
     root.deny_unknown(
         cx,
@@ -601,8 +694,6 @@ fn read_policy(cx: &mut Cx<'_>, root: &Table<'_, '_>) -> HostPolicy {
     }
     if let Some(t) = root.table(cx, "egress") {
         policy.egress = read_egress(cx, &t);
-    } else {
-        policy.egress.require_sni_match = true;
     }
     if let Some(t) = root.table(cx, "outward") {
         policy.outward = read_outward(cx, &t);
@@ -871,7 +962,9 @@ fn read_egress(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Egress {
     let mut e = Egress {
         allow: host_patterns(cx, t, "allow"),
         deny: host_patterns(cx, t, "deny"),
-        require_sni_match: t.bool(cx, "require_sni_match").unwrap_or(true),
+        require_sni_match: t
+            .bool(cx, "require_sni_match")
+            .unwrap_or(Egress::default().require_sni_match),
         ..Egress::default()
     };
     for (text, span, path) in t.str_array(cx, "allow_addresses") {
@@ -1615,14 +1708,16 @@ fn is_name(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }
 
+#[cfg(any(fuzzing, feature = "testing"))]
 #[doc(hidden)]
 pub mod __fuzz {
-    //! Fuzz entry points; not a stable API.
+    //! Fuzz entry points; not part of the public API, no semver guarantee
+    //! (feature `testing`).
 
     /// Parses arbitrary bytes as a policy; must never panic.
     pub fn parse(data: &[u8]) {
         if let Ok(text) = std::str::from_utf8(data) {
-            let _ = super::parse(text, "fuzz.toml");
+            let _ = super::parse("fuzz.toml", text);
         }
     }
 

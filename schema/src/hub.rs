@@ -550,7 +550,7 @@ impl Walker<'_> {
                         if let Some(p) = &provider {
                             let before = self.diags.len();
                             let found =
-                                crate::options::validate(p, o, &opath.to_path(), &self.file);
+                                crate::options::findings(&self.file, p, o, &opath.to_path());
                             self.diags.extend(found);
                             if self.errors_since(before) {
                                 ok = false;

@@ -1,20 +1,72 @@
 //! Strict parsing of palisade's input formats, with precise diagnostics.
 //!
-//! This crate reads text that it is handed and returns typed values plus
-//! [`Diagnostic`]s; it never opens files, reads the environment or the clock.
-//! Every diagnostic names a stable [`code`](Diagnostic::code), the file, the
-//! 1-based line and column of the offending node, and the authored path of
-//! that node inside the document.
+//! This crate's job is to turn the text of hub workflows (the bundle
+//! `.paseo/hub.yml` plus `.paseo/workflows/*.yml`, or a single file),
+//! provider options and the host policy `palisade.toml` into typed values,
+//! or into [`Diagnostic`]s that say exactly what is wrong: a stable
+//! [`code`](Diagnostic::code), the file, the 1-based line and column and the
+//! authored path of the offending node. All findings are collected, not
+//! only the first.
+//!
+//! **Invariant:** a value is returned only when there is no error. Every
+//! parser takes `(file, text)` (the file only names the document in
+//! diagnostics) and returns `Result<`[`Parsed<T>`]`, `[`Diagnostics`]`>`:
+//! the value with its warnings, or every finding, errors first. Parsing is
+//! pure: no IO, no clock, no environment, and it never panics, hangs or
+//! allocates without bound on hostile input.
 //!
 //! Entry points:
-//! - [`parse_workflow`]: a single-file workflow (`environments:` and
-//!   `triggers:` lists, as in Paseo's documentation);
-//! - [`parse_bundle`]: the bundle layout (`.paseo/hub.yml`,
-//!   `.paseo/workflows/*.yml`, prompt partials) given as in-memory files;
+//! - [`parse_bundle`] / [`parse_bundle_str`]: the bundle layout, given as
+//!   in-memory `(path, contents)` files;
+//! - [`parse_workflow`] / [`parse_workflow_bytes`]: a single-file workflow
+//!   (`environments:` and `triggers:` lists, as in Paseo's documentation);
 //! - [`parse_fragment`]: a lone section (`agent:`, `filters:`,
 //!   `allow_outputs:`, `environments:`, `triggers:`);
+//! - [`host_policy::parse`] for the host policy, `palisade.toml`;
+//! - [`options::validate`] / [`options::validate_json`]: provider options,
+//!   from YAML or from JSON at run time, with the same diagnostics;
+//! - [`render::Renderer`]: rustc-style text of a diagnostic, as
+//!   `palisade check` prints it;
 //! - [`expr`]: the `${{ … }}` language with a pure evaluator;
-//! - [`options`]: strict provider option schemas and their JSON Schema.
+//! - [`options::json_schema`] and [`hub_schema`]: JSON Schema for editors.
+//!
+//! ```rust
+//! use palisade_schema::render::Renderer;
+//!
+//! // A bundle: the hub file and one workflow, as the caller read them.
+//! let hub = "environments:\n  project: {kind: daemon, daemon: host, cwd: /w}\n";
+//! let workflow = r#"
+//! name: hello
+//! on: manual.run
+//! max_runtime: 10m
+//! steps:
+//!   - id: greet
+//!     environment: project
+//!     max_runtime: 5m
+//!     idle_timeout: 1m
+//!     agent: {provider: codex, options: {sandbox_mode: read-only}}
+//!     prompt: [{text: Say hello.}]
+//! "#;
+//! let files = [(".paseo/hub.yml", hub), (".paseo/workflows/hello.yml", workflow)];
+//! let config = palisade_schema::parse_bundle_str(&files).map_err(|d| d.to_string())?.into_value();
+//! assert_eq!(config.triggers[0].steps[0].id, "greet");
+//!
+//! // The host policy.
+//! let policy = palisade_schema::host_policy::parse("palisade.toml", "[egress]\nallow = [\"api.github.com:443\"]\n")
+//!     .map_err(|d| d.to_string())?
+//!     .into_value();
+//! assert!(policy.egress.require_sni_match);
+//!
+//! // A refusal, rendered as `palisade check` prints it.
+//! let bad = workflow.replace("read-only", "read-mostly");
+//! let files = [(".paseo/hub.yml", hub), (".paseo/workflows/hello.yml", bad.as_str())];
+//! let refused = palisade_schema::parse_bundle_str(&files).unwrap_err();
+//! let d = refused.first();
+//! assert_eq!((d.code, d.line, d.column), ("invalid_value", 10, 54));
+//! let shown = Renderer::new().render(d, Some(&bad));
+//! assert!(shown.contains(" --> .paseo/workflows/hello.yml:10:54"), "{shown}");
+//! # Ok::<(), String>(())
+//! ```
 
 #![forbid(unsafe_code)]
 
@@ -28,11 +80,14 @@ mod lazy_path;
 mod lints;
 pub mod model;
 pub mod options;
+pub mod render;
+#[cfg(test)]
+mod roundtrip;
 mod semantic;
 pub mod yaml;
 
 pub use bundle::{decode, parse_bundle};
-pub use diagnostic::{Diagnostic, LineIndex, Path, PathSegment, Severity};
+pub use diagnostic::{Diagnostic, Diagnostics, LineIndex, Parsed, Path, PathSegment, Severity};
 pub use hub::{is_event_name, is_identifier, is_slug};
 pub use lints::{KNOWN_EVENTS, KNOWN_OUTPUTS};
 pub use model::*;
@@ -45,10 +100,42 @@ use crate::yaml::{Node, Value as Y};
 /// Parses a single-file workflow: a mapping with `environments` (a list of
 /// environments with `name`) and `triggers` (a list of triggers).
 ///
-/// Returns the model only when there are no errors; warnings (lints) do
-/// not suppress it. All findings are returned, sorted by position.
-pub fn parse_workflow(file: &str, text: &str) -> (Option<HubConfig>, Vec<Diagnostic>) {
-    let (node, mut diags) = yaml::parse(file, text);
+/// Returns the model with its warnings (lints) when there is no error, else
+/// every finding, errors first. `file` names the document in diagnostics.
+///
+/// ```rust
+/// let text = r#"
+/// environments:
+///   - {name: project, kind: daemon, daemon: host, cwd: /w}
+/// triggers:
+///   - name: hello
+///     on: manual.run
+///     max_runtime: 10m
+///     steps:
+///       - id: greet
+///         environment: project
+///         max_runtime: 5m
+///         idle_timeout: 1m
+///         agent: {provider: codex}
+///         prompt: [{text: Say hello.}]
+/// "#;
+/// let parsed = palisade_schema::parse_workflow("hello.yml", text).map_err(|d| d.to_string())?;
+/// assert_eq!(parsed.value().triggers[0].steps[0].id, "greet");
+///
+/// let refused = palisade_schema::parse_workflow("bad.yml", &text.replace("5m", "5 minutes"))
+///     .unwrap_err();
+/// assert_eq!(refused.error_count(), 1);
+/// assert_eq!(refused.first().code, "invalid_duration");
+/// assert_eq!((refused.first().line, refused.first().column), (11, 22));
+/// # Ok::<(), String>(())
+/// ```
+pub fn parse_workflow(file: &str, text: &str) -> Result<Parsed<HubConfig>, Diagnostics> {
+    let (config, diags) = workflow_findings(file, text);
+    diagnostic::outcome(file, config, diags)
+}
+
+fn workflow_findings(file: &str, text: &str) -> (Option<HubConfig>, Vec<Diagnostic>) {
+    let (node, mut diags) = yaml::load(file, text);
     let Some(root) = node else {
         return (None, diags);
     };
@@ -60,11 +147,8 @@ pub fn parse_workflow(file: &str, text: &str) -> (Option<HubConfig>, Vec<Diagnos
 
 /// [`parse_workflow`] over raw bytes: invalid UTF-8 is an `invalid_utf8`
 /// error at the first bad byte.
-pub fn parse_workflow_bytes(file: &str, bytes: &[u8]) -> (Option<HubConfig>, Vec<Diagnostic>) {
-    match decode(file, bytes) {
-        Ok(text) => parse_workflow(file, text),
-        Err(d) => (None, vec![*d]),
-    }
+pub fn parse_workflow_bytes(file: &str, bytes: &[u8]) -> Result<Parsed<HubConfig>, Diagnostics> {
+    parse_workflow(file, decode(file, bytes)?)
 }
 
 fn sort(diags: &mut [Diagnostic]) {
@@ -204,11 +288,9 @@ fn single_file(
 
 /// Parses a bundle from `(path, text)` pairs; a convenience over
 /// [`parse_bundle`] for callers holding strings.
-pub fn parse_bundle_str(files: &[(&str, &str)]) -> (Option<HubConfig>, Vec<Diagnostic>) {
+pub fn parse_bundle_str(files: &[(&str, &str)]) -> Result<Parsed<HubConfig>, Diagnostics> {
     let bytes: Vec<(&str, &[u8])> = files.iter().map(|(p, t)| (*p, t.as_bytes())).collect();
-    let (c, mut d) = parse_bundle(&bytes);
-    sort(&mut d);
-    (c, d)
+    parse_bundle(&bytes)
 }
 
 /// The sections [`parse_fragment`] accepts at the top level of a fragment.
@@ -224,9 +306,14 @@ pub const FRAGMENT_SECTIONS: &[&str] = &[
 /// (`agent`, `filters`, `allow_outputs`, `environments`, `triggers`), each
 /// checked as that section would be inside a full workflow. References to
 /// things outside the fragment (named agents, environments) are not
-/// resolved.
-pub fn parse_fragment(file: &str, text: &str) -> Vec<Diagnostic> {
-    let (node, mut diags) = yaml::parse(file, text);
+/// resolved. A fragment yields no model: `Ok` carries its warnings.
+pub fn parse_fragment(file: &str, text: &str) -> Result<Parsed<()>, Diagnostics> {
+    let diags = fragment_findings(file, text);
+    diagnostic::outcome(file, Some(()), diags)
+}
+
+fn fragment_findings(file: &str, text: &str) -> Vec<Diagnostic> {
+    let (node, mut diags) = yaml::load(file, text);
     let Some(root) = node else {
         return diags;
     };
@@ -281,7 +368,9 @@ pub fn parse_fragment(file: &str, text: &str) -> Vec<Diagnostic> {
     diags
 }
 
-/// Inputs shared by the crates' bench targets; not a stable API.
+/// Inputs shared by the crates' bench targets; not part of the public API,
+/// no semver guarantee (feature `testing`).
+#[cfg(any(fuzzing, feature = "testing"))]
 #[doc(hidden)]
 pub mod __bench {
     use std::fmt::Write as _;
@@ -331,13 +420,16 @@ pub mod __bench {
             .map(|(p, t)| (p.as_str(), t.as_bytes()))
             .collect();
         match crate::parse_bundle(&refs) {
-            (Some(config), diags) if diags.is_empty() => config,
-            (_, diags) => panic!("the bench bundle is refused: {diags:#?}"),
+            Ok(parsed) if parsed.warnings().is_empty() => parsed.into_value(),
+            Ok(parsed) => panic!("the bench bundle has warnings: {:#?}", parsed.warnings()),
+            Err(diags) => panic!("the bench bundle is refused: {diags:#?}"),
         }
     }
 }
 
-/// Entry points for the fuzz targets under `fuzz/`; not a stable API.
+/// Entry points for the fuzz targets under `fuzz/`; not part of the public
+/// API, no semver guarantee (feature `testing`).
+#[cfg(any(fuzzing, feature = "testing"))]
 #[doc(hidden)]
 pub mod __fuzz {
     /// Feeds arbitrary bytes to every parser: the first byte picks the
@@ -382,11 +474,12 @@ pub mod __fuzz {
             }
             _ => {
                 if let Ok(text) = std::str::from_utf8(rest)
-                    && let (Some(node), _) = crate::yaml::parse("fuzz.yml", text)
+                    && let Ok(parsed) = crate::yaml::parse("fuzz.yml", text)
                 {
+                    let node = parsed.value();
                     for p in crate::options::PROVIDERS {
-                        let _ =
-                            crate::options::validate(p, &node, &crate::Path::root(), "fuzz.yml");
+                        let _ = crate::options::validate("fuzz.yml", p, node, &crate::Path::root());
+                        let _ = crate::options::validate_json(p, &node.to_json());
                     }
                 }
             }

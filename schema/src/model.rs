@@ -15,6 +15,7 @@ use crate::expr::Template;
 /// A single-file workflow has no named agents and no partials; a bundle
 /// keeps each workflow file's path on its trigger.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct HubConfig {
     /// The project slug (`name` in `.paseo/hub.yml`), if any.
     pub name: Option<String>,
@@ -30,6 +31,7 @@ pub struct HubConfig {
 
 /// A prompt partial file.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Partial {
     /// Path relative to the bundle root, e.g. `.paseo/workflows/partials/x.md`.
     pub path: String,
@@ -39,6 +41,7 @@ pub struct Partial {
 
 /// Where steps run.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Environment {
     /// The environment's name (`^[a-z][a-z0-9_-]*$`).
     pub name: String,
@@ -48,6 +51,7 @@ pub struct Environment {
 
 /// The kinds of environment.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum EnvironmentKind {
     /// A Paseo daemon on a host the user controls.
     Daemon {
@@ -87,6 +91,7 @@ impl EnvironmentKind {
 
 /// A daemon environment's worktree mode.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum Worktree {
     /// `mode: branch-off`: a new branch off `base`.
     BranchOff {
@@ -109,6 +114,7 @@ pub enum Worktree {
 
 /// An agent definition.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Agent {
     /// Provider id, e.g. `codex`, `claude`, `opencode`.
     pub provider: String,
@@ -125,6 +131,7 @@ pub struct Agent {
 
 /// A named agent of `.paseo/hub.yml`.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct NamedAgent {
     /// The map key.
     pub name: String,
@@ -134,6 +141,7 @@ pub struct NamedAgent {
 
 /// A trigger: an event name, filters and the steps it runs.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Trigger {
     /// The trigger's name, unique in the configuration.
     pub name: String,
@@ -162,6 +170,7 @@ impl Trigger {
 
 /// Trigger filters: all listed conditions must pass.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct Filters {
     /// A prefix marker (Slack/Discord) or `startsWith` (GitHub).
     pub pattern: Option<String>,
@@ -211,6 +220,7 @@ impl InputType {
 
 /// A declared invocation input.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct InputDecl {
     /// The input's name.
     pub name: String,
@@ -226,6 +236,7 @@ pub struct InputDecl {
 
 /// A step of a trigger.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Step {
     /// The step id, unique in the trigger.
     pub id: String,
@@ -275,6 +286,7 @@ pub enum AgentRef {
 
 /// One prompt block.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum PromptBlock {
     /// `{text: …}`.
     Text(Template),
@@ -284,6 +296,7 @@ pub enum PromptBlock {
 
 /// An output capability declaration.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AllowOutput {
     /// The capability type, e.g. `slack.reply`.
     pub kind: String,
@@ -295,6 +308,7 @@ pub struct AllowOutput {
 
 /// A GitHub permission level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum GithubLevel {
     /// `read`.
     Read,
@@ -317,6 +331,7 @@ impl GithubLevel {
 
 /// A step's `github` authority block.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct GithubAuthority {
     /// Connection slug.
     pub connection: String,
@@ -330,6 +345,7 @@ pub struct GithubAuthority {
 
 /// A duration such as `30s` or `2h`: `^[1-9][0-9]*(ms|s|m|h)$`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Duration {
     /// The authored text.
     pub text: String,

@@ -9,12 +9,13 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::diagnostic::{Diagnostic, Path};
+use crate::diagnostic::{Diagnostic, Diagnostics, Parsed, Path};
 use crate::lazy_path::Lp;
 use crate::yaml::{Node, Value as Y};
 
 /// The shape of an option value.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Shape {
     /// `true` or `false`.
     Bool,
@@ -232,6 +233,7 @@ pub fn provider_shape(provider: &str) -> Option<&'static Shape> {
 
 /// One finding of a shape check, relative to the checked node.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Issue {
     /// Stable code (`unknown_key`, `invalid_type`, `invalid_value`, `missing_field`).
     pub code: &'static str,
@@ -427,13 +429,70 @@ fn shape_type(fields: &[(&str, Shape)], name: &str) -> &'static str {
     }
 }
 
-/// Validates a provider's `options` node. `path` is the authored path of
-/// the `options` node itself (ending in `.agent.options` or
-/// `.agents.<name>.options`); `file` names the document.
+/// Validates a provider's `options` node of the document `file`. `path` is
+/// the authored path of the `options` node itself (ending in
+/// `.agent.options` or `.agents.<name>.options`); findings are reported at
+/// `path` plus the path inside the options.
 ///
-/// An unknown provider yields one `unknown_provider` error: palisade will
-/// not pass options it cannot check.
-pub fn validate(provider: &str, node: &Node, path: &Path, file: &str) -> Vec<Diagnostic> {
+/// An unknown provider is one `unknown_provider` error: palisade will not
+/// pass options it cannot check.
+pub fn validate(
+    file: &str,
+    provider: &str,
+    node: &Node,
+    path: &Path,
+) -> Result<Parsed<()>, Diagnostics> {
+    crate::diagnostic::outcome(file, Some(()), findings(file, provider, node, path))
+}
+
+/// Validates provider options given as JSON, as an orchestrator holds them
+/// at run time, with the same checks, codes, messages and paths as
+/// [`validate`] (paths are relative to the options object). JSON has no
+/// positions: the file is empty and the line and column are 0.
+///
+/// ```rust
+/// use palisade_schema::options;
+/// use serde_json::json;
+///
+/// assert!(options::validate_json("codex", &json!({"sandbox_mode": "read-only"})).is_ok());
+///
+/// let refused = options::validate_json("codex", &json!({"cwd": "/x"})).unwrap_err();
+/// assert_eq!(refused.first().code, "unknown_key");
+/// assert_eq!(refused.first().to_string(), "error[unknown_key]: Unrecognized key: \"cwd\"");
+/// ```
+///
+/// A value nested deeper than [`crate::yaml::MAX_DEPTH`] levels is refused
+/// (`yaml_limit_exceeded`), as it is in YAML, before any recursion.
+pub fn validate_json(provider: &str, options: &Value) -> Result<Parsed<()>, Diagnostics> {
+    if json_depth(options) > crate::yaml::MAX_DEPTH {
+        return Err(Diagnostics::one(Diagnostic::error(
+            "yaml_limit_exceeded",
+            format!("nesting deeper than {} levels", crate::yaml::MAX_DEPTH),
+        )));
+    }
+    let node = Node::from_json(options);
+    validate("", provider, &node, &Path::root())
+}
+
+/// How deeply `value` nests arrays and objects (a scalar is 0), without
+/// recursion.
+fn json_depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((v, depth)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match v {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(entries) => Box::new(entries.values()),
+            _ => continue,
+        };
+        deepest = deepest.max(depth + 1);
+        stack.extend(children.map(|c| (c, depth + 1)));
+    }
+    deepest
+}
+
+/// [`validate`]'s findings, for the crate's walkers.
+pub(crate) fn findings(file: &str, provider: &str, node: &Node, path: &Path) -> Vec<Diagnostic> {
     let Some(shape) = provider_shape(provider) else {
         return vec![
             Diagnostic::error(
@@ -528,9 +587,8 @@ mod tests {
     use super::*;
 
     fn issues(provider: &str, yaml: &str) -> Vec<String> {
-        let (node, d) = crate::yaml::parse("t.yml", yaml);
-        assert!(d.is_empty(), "{d:?}");
-        validate(provider, &node.unwrap(), &Path::root(), "t.yml")
+        let node = crate::yaml::parse("t.yml", yaml).unwrap().into_value();
+        findings("t.yml", provider, &node, &Path::root())
             .iter()
             .map(|d| format!("providerOptions{}: {}", d.path, d.message))
             .collect()

@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 
 use granit_parser::{Event, Marker, Parser, ScalarStyle, ScanError, Span, Tag};
 
-use crate::diagnostic::{Diagnostic, LineIndex, Path};
+use crate::diagnostic::{Diagnostic, Diagnostics, LineIndex, Parsed, Path};
 
 /// The largest YAML file palisade reads, in bytes (1 MiB).
 pub const MAX_FILE_BYTES: usize = 1024 * 1024;
@@ -85,6 +85,36 @@ impl Value<'_> {
 }
 
 impl<'a> Node<'a> {
+    /// The tree of a JSON value, every position 0 (JSON text positions are
+    /// not kept by `serde_json::Value`). The inverse of [`Node::to_json`].
+    pub fn from_json(value: &'a serde_json::Value) -> Self {
+        let value = match value {
+            serde_json::Value::Null => Value::Null,
+            serde_json::Value::Bool(b) => Value::Bool(*b),
+            serde_json::Value::Number(n) => Value::Number(n.clone()),
+            serde_json::Value::String(s) => Value::String(Cow::Borrowed(s)),
+            serde_json::Value::Array(items) => {
+                Value::Seq(items.iter().map(Node::from_json).collect())
+            }
+            serde_json::Value::Object(entries) => Value::Map(
+                entries
+                    .iter()
+                    .map(|(k, v)| {
+                        let key = Key {
+                            pos: Pos::default(),
+                            text: Cow::Borrowed(k.as_str()),
+                        };
+                        (key, Node::from_json(v))
+                    })
+                    .collect(),
+            ),
+        };
+        Self {
+            pos: Pos::default(),
+            value,
+        }
+    }
+
     /// Converts the node to a JSON value (positions are dropped).
     pub fn to_json(&self) -> serde_json::Value {
         match &self.value {
@@ -172,9 +202,16 @@ impl<'a> Node<'a> {
 
 /// Parses `text` (the contents of `file`) into a node tree.
 ///
-/// Returns `None` plus at least one error diagnostic when the text is not a
-/// single well-formed YAML document within palisade's limits.
-pub fn parse<'a>(file: &str, text: &'a str) -> (Option<Node<'a>>, Vec<Diagnostic>) {
+/// Refused, with at least one error, when the text is not a single
+/// well-formed YAML document within palisade's limits.
+pub fn parse<'a>(file: &str, text: &'a str) -> Result<Parsed<Node<'a>>, Diagnostics> {
+    let (node, diags) = load(file, text);
+    crate::diagnostic::outcome(file, node, diags)
+}
+
+/// [`parse`] for the crate's own walkers: the tree when there is one, and
+/// every finding.
+pub(crate) fn load<'a>(file: &str, text: &'a str) -> (Option<Node<'a>>, Vec<Diagnostic>) {
     let mut diags = Vec::new();
     if text.len() > MAX_FILE_BYTES {
         diags.push(
@@ -632,14 +669,13 @@ mod tests {
     use super::*;
 
     fn ok(text: &str) -> Node<'_> {
-        let (node, diags) = parse("t.yml", text);
-        assert!(diags.is_empty(), "{diags:?}");
-        node.unwrap()
+        let parsed = parse("t.yml", text).unwrap();
+        assert!(parsed.warnings().is_empty(), "{:?}", parsed.warnings());
+        parsed.into_value()
     }
 
     fn err(text: &str) -> Diagnostic {
-        let (node, diags) = parse("t.yml", text);
-        assert!(node.is_none());
+        let diags = parse("t.yml", text).unwrap_err();
         assert_eq!(diags.len(), 1, "{diags:?}");
         diags.into_iter().next().unwrap()
     }

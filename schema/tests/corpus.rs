@@ -20,7 +20,9 @@
 
 use std::path::{Path, PathBuf};
 
-use palisade_schema::{Diagnostic, parse_bundle, parse_fragment, parse_workflow_bytes};
+use palisade_schema::{
+    Diagnostic, Diagnostics, Parsed, parse_bundle, parse_fragment, parse_workflow_bytes,
+};
 
 fn data_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/invalid")
@@ -68,24 +70,37 @@ fn generated(name: &str) -> Vec<u8> {
     }
 }
 
+/// Every finding of a parse, in document order (as the snapshots list them).
+fn findings<T>(result: Result<Parsed<T>, Diagnostics>) -> Vec<Diagnostic> {
+    let mut all = match result {
+        Ok(parsed) => parsed.into_parts().1,
+        Err(refused) => {
+            assert!(refused.first().is_error(), "errors come first");
+            refused.into_vec()
+        }
+    };
+    all.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
+    all
+}
+
 fn run_case(path: &Path) -> Vec<Diagnostic> {
     let name = path.file_name().unwrap().to_str().unwrap().to_owned();
     let bytes = std::fs::read(path).unwrap();
     if let Some(stem) = name.strip_suffix(".fragment.yml") {
         let text = String::from_utf8(bytes).unwrap();
-        parse_fragment(&format!("{stem}.yml"), &text)
+        findings(parse_fragment(&format!("{stem}.yml"), &text))
     } else if name.ends_with(".yml") {
-        parse_workflow_bytes(&name, &bytes).1
+        findings(parse_workflow_bytes(&name, &bytes))
     } else if name.ends_with(".bundle") {
         let files = split_bundle(&bytes);
         let refs: Vec<(&str, &[u8])> = files
             .iter()
             .map(|(p, b)| (p.as_str(), b.as_slice()))
             .collect();
-        parse_bundle(&refs).1
+        findings(parse_bundle(&refs))
     } else if let Some(stem) = name.strip_suffix(".gen") {
         let input = generated(String::from_utf8(bytes).unwrap().trim());
-        parse_workflow_bytes(&format!("{stem}.yml"), &input).1
+        findings(parse_workflow_bytes(&format!("{stem}.yml"), &input))
     } else {
         panic!("unknown case kind: {name}")
     }

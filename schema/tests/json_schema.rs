@@ -22,9 +22,9 @@ fn repo(rel: &str) -> String {
 }
 
 fn as_json(text: &str) -> Value {
-    let (node, diags) = yaml::parse("t.yml", text);
-    assert!(diags.is_empty(), "{diags:?}");
-    node.unwrap().to_json()
+    let parsed = yaml::parse("t.yml", text).unwrap();
+    assert!(parsed.warnings().is_empty(), "{:?}", parsed.warnings());
+    parsed.value().to_json()
 }
 
 fn errors(schema: &Value, instance: &Value) -> Vec<String> {

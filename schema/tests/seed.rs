@@ -20,9 +20,9 @@ fn example(path: &str) -> String {
 #[test]
 fn seed_single_file_parses_clean() {
     let text = example("guarded-request.yml");
-    let (config, diags) = parse_workflow("guarded-request.yml", &text);
-    assert!(diags.is_empty(), "{diags:#?}");
-    let config = config.unwrap();
+    let parsed = parse_workflow("guarded-request.yml", &text).unwrap();
+    assert!(parsed.warnings().is_empty(), "{:#?}", parsed.warnings());
+    let config = parsed.into_value();
     assert_eq!(config.environments.len(), 1);
     let t = &config.triggers[0];
     assert_eq!(t.name, "guarded-request");
@@ -53,24 +53,33 @@ fn seed_fragments_validate_as_their_section() {
     assert_eq!(names.len(), 7, "the seed has seven fragments");
     for path in names {
         let text = std::fs::read_to_string(&path).unwrap();
-        let diags = parse_fragment(&path.display().to_string(), &text);
-        assert!(diags.is_empty(), "{}: {diags:#?}", path.display());
+        let parsed = parse_fragment(&path.display().to_string(), &text)
+            .unwrap_or_else(|d| panic!("{}: {d:#?}", path.display()));
+        assert!(
+            parsed.warnings().is_empty(),
+            "{}: {parsed:#?}",
+            path.display()
+        );
     }
     // Positive control: the same machinery rejects a broken fragment.
     let diags = parse_fragment(
         "f.yml",
         "agent:\n  provider: codex\n  options:\n    cwd: /\n",
-    );
+    )
+    .unwrap_err();
     assert_eq!(diags.len(), 1, "{diags:#?}");
-    assert_eq!(diags[0].code, "unknown_key");
-    assert_eq!(diags[0].path.to_string(), ".agent.options");
-    assert_eq!((diags[0].line, diags[0].column), (4, 5));
+    let d = diags.first();
+    assert_eq!(d.code, "unknown_key");
+    assert_eq!(d.path.to_string(), ".agent.options");
+    assert_eq!((d.line, d.column), (4, 5));
 }
 
 #[test]
 fn warnings_do_not_drop_the_model() {
     let text = "environments: [{name: dev, kind: daemon, daemon: d, cwd: /repo}]\ntriggers:\n  - name: t\n    on: slack.mention\n    max_runtime: 1h\n    filters: {from_users: [U1]}\n    steps:\n      - {id: s, environment: dev, max_runtime: 1m, idle_timeout: 1m, agent: {provider: gemini}, prompt: [{text: go}]}\n";
-    let (config, diags) = parse_workflow("w.yml", text);
+    let (config, diags) = parse_workflow("w.yml", text)
+        .expect("a workflow with only warnings parses")
+        .into_parts();
     let codes: Vec<&str> = diags.iter().map(|d| d.code).collect();
     assert_eq!(
         codes,
@@ -81,9 +90,12 @@ fn warnings_do_not_drop_the_model() {
         ]
     );
     assert!(diags.iter().all(|d| !d.is_error()));
-    let config = config.expect("a workflow with only warnings parses");
     assert_eq!(config.triggers[0].steps.len(), 1);
-    // Positive control: the same workflow with an error has no model.
-    let (config, _) = parse_workflow("w.yml", &text.replace("max_runtime: 1m", "max_runtime: 0m"));
-    assert!(config.is_none());
+    // Positive control: the same workflow with an error has no model, and
+    // its findings list the error first, then the warnings.
+    let refused =
+        parse_workflow("w.yml", &text.replace("max_runtime: 1m", "max_runtime: 0m")).unwrap_err();
+    let codes: Vec<&str> = refused.iter().map(|d| d.code).collect();
+    assert_eq!(codes, ["invalid_duration", "unsupported_provider"]);
+    assert_eq!((refused.error_count(), refused.warning_count()), (1, 1));
 }

@@ -17,11 +17,11 @@
 //! # Example
 //!
 //! ```
-//! use palisade_schema::host_policy::parse_strict;
+//! use palisade_schema::host_policy::parse;
 //! use palisade_taint::{Event, Rules, Session, TaintSource};
 //!
 //! let text = "[taint]\nuntrusted_paths = [\"inbox/**\"]\nsteering_paths = [\"AGENTS.md\"]\n";
-//! let (policy, _warnings) = parse_strict(text, "palisade.toml").map_err(|d| d[0].to_string())?;
+//! let (policy, _warnings) = parse("palisade.toml", text).map_err(|d| d.to_string())?.into_parts();
 //! let rules = Rules::new(&policy, &[]).map_err(|e| e.to_string())?;
 //! let mut session = Session::new();
 //!

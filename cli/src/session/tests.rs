@@ -103,8 +103,9 @@ async fn rig() -> Rig {
 /// The rig over another policy; `t0.wild.test` .. `t19.wild.test` resolve to loopback too.
 async fn rig_with(policy_text: &str) -> Rig {
     let dir = tempfile::tempdir().unwrap();
-    let (policy, _) =
-        palisade_schema::host_policy::parse_strict(policy_text, "palisade.toml").unwrap();
+    let (policy, _) = palisade_schema::host_policy::parse("palisade.toml", policy_text)
+        .unwrap()
+        .into_parts();
     let key = JournalKey::generate().unwrap();
     let journal = dir.path().join("run.journal");
     let writer = JournalWriter::create(

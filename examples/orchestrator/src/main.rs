@@ -110,21 +110,18 @@ fn now_ms() -> u64 {
 }
 
 /// Step 1: the workflow and the host policy, parsed strictly; any error is
-/// fatal and printed with its file, line and column.
+/// fatal and printed rustc-style, with its file, line, column and the source
+/// line under a caret.
 fn load() -> Result<(HubConfig, HostPolicy)> {
-    // Intended API: `parse_workflow(file, text) -> Result<Parsed<HubConfig>,
-    // Diagnostics>` with the warnings in `Parsed`.
-    let (config, diags) = palisade_schema::parse_workflow(WORKFLOW.0, WORKFLOW.1);
-    let Some(config) = config else {
-        return Err(render(&diags).into());
-    };
-    // workaround: the host policy parser takes `(text, file)`, the workflow
-    // parser `(file, text)`. Intended: `host_policy::parse(file, text)`.
-    let (policy, warnings) =
-        host_policy::parse_strict(POLICY.1, POLICY.0).map_err(|diags| render(&diags))?;
+    let config = palisade_schema::parse_workflow(WORKFLOW.0, WORKFLOW.1)
+        .map_err(|diags| render(&diags, WORKFLOW.1))?
+        .into_value();
+    let (policy, warnings) = host_policy::parse(POLICY.0, POLICY.1)
+        .map_err(|diags| render(&diags, POLICY.1))?
+        .into_parts();
     ensure(
         warnings.is_empty(),
-        format!("policy warnings: {}", render(&warnings)),
+        format!("policy warnings: {}", render(&warnings, POLICY.1)),
     )?;
     println!(
         "load: {} trigger(s) in {}, policy {} (profile {})",
@@ -136,14 +133,15 @@ fn load() -> Result<(HubConfig, HostPolicy)> {
     Ok((config, policy))
 }
 
-/// Diagnostics, one per line.
-// workaround: the rustc-style renderer with the source line and a caret is
-// private to the CLI; intended: a public `Diagnostic` renderer in schema and
-// `Diagnostics: std::error::Error`.
-fn render(diags: &[palisade_schema::Diagnostic]) -> String {
+/// Findings rendered as `palisade check` prints them, one after the other.
+fn render<'a>(
+    diags: impl IntoIterator<Item = &'a palisade_schema::Diagnostic>,
+    source: &str,
+) -> String {
+    let renderer = palisade_schema::render::Renderer::new();
     diags
-        .iter()
-        .map(ToString::to_string)
+        .into_iter()
+        .map(|d| renderer.render(d, Some(source)))
         .collect::<Vec<_>>()
         .join("\n")
 }

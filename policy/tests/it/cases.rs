@@ -4,14 +4,16 @@ use palisade_policy::egress::{self, ConnectRequest};
 use palisade_policy::outward::{OutwardRequest, OutwardTable};
 use palisade_policy::route::RouteTable;
 use palisade_policy::verdict::Verdict;
-use palisade_schema::host_policy::{HostPolicy, parse_strict};
+use palisade_schema::host_policy::{HostPolicy, parse};
 use palisade_taint::{Event, Rules, Session};
 
 const POLICY: &str = include_str!("../data/policy.toml");
 const CASES: &str = include_str!("../data/cases.txt");
 
 fn policy() -> HostPolicy {
-    let (p, warnings) = parse_strict(POLICY, "tests/data/policy.toml").unwrap();
+    let (p, warnings) = parse("tests/data/policy.toml", POLICY)
+        .unwrap()
+        .into_parts();
     assert!(warnings.iter().all(|w| !w.is_error()));
     p
 }
@@ -177,7 +179,7 @@ fn every_operation_has_allow_and_refusal_cases() {
 #[test]
 fn a_taint_denial_says_what_tainted_the_session_and_since_when() {
     let text = "[egress]\nallow = [\"*.wild.test\"]\nallow_addresses = [\"127.0.0.0/8\"]\n[taint]\nsources = [\"proxy_non_relay\"]\n";
-    let (p, _) = parse_strict(text, "palisade.toml").unwrap();
+    let (p, _) = parse("palisade.toml", text).unwrap().into_parts();
     let rules = Rules::new(&p, &[]).unwrap();
     let mut s = Session::new();
     let req = |host| ConnectRequest { host, port: 443 };
@@ -232,7 +234,7 @@ fn a_taint_denial_says_what_tainted_the_session_and_since_when() {
 #[test]
 fn unspecified_addresses_are_never_a_destination() {
     let text = "[egress]\nallow_addresses = [\"0.0.0.0/0\", \"::/0\", \"127.0.0.0/8\"]\n";
-    let (p, _) = parse_strict(text, "palisade.toml").unwrap();
+    let (p, _) = parse("palisade.toml", text).unwrap().into_parts();
     let s = Session::new();
     for host in [
         "0.0.0.0",

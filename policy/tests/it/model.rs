@@ -183,9 +183,11 @@ fn real_policy(m: &MPolicy) -> HostPolicy {
     };
     let outs = |v: &[MOut]| -> Vec<OutwardRule> {
         v.iter()
-            .map(|o| OutwardRule {
-                kind: OutwardKind::parse(o.0.map_or("*", |k| KINDS[k])).unwrap(),
-                target: o.1.map(|t| TargetGlob::parse(TARGETS[t]).unwrap()),
+            .map(|o| {
+                OutwardRule::new(
+                    OutwardKind::parse(o.0.map_or("*", |k| KINDS[k])).unwrap(),
+                    o.1.map(|t| TargetGlob::parse(TARGETS[t]).unwrap()),
+                )
             })
             .collect()
     };
@@ -210,12 +212,14 @@ fn real_policy(m: &MPolicy) -> HostPolicy {
     p.routing = m
         .routing
         .iter()
-        .map(|(globs, provs)| RoutingRule {
-            paths: globs
-                .iter()
-                .map(|g| PathGlob::parse(PATH_GLOBS[*g]).unwrap())
-                .collect(),
-            providers: provs.iter().map(|p| PROVIDERS[*p].to_owned()).collect(),
+        .map(|(globs, provs)| {
+            RoutingRule::new(
+                globs
+                    .iter()
+                    .map(|g| PathGlob::parse(PATH_GLOBS[*g]).unwrap())
+                    .collect(),
+                provs.iter().map(|p| PROVIDERS[*p].to_owned()).collect(),
+            )
         })
         .collect();
     p

@@ -42,10 +42,10 @@ pub(crate) fn bundle_without(vector: &str, skip: &[&str]) -> HubConfig {
         .iter()
         .map(|(p, b)| (p.as_str(), b.as_slice()))
         .collect();
-    let (config, diags) = palisade_schema::parse_bundle(&refs);
-    let errors: Vec<_> = diags.iter().filter(|d| d.is_error()).collect();
-    assert!(errors.is_empty(), "{vector}: {errors:#?}");
-    config.unwrap()
+    match palisade_schema::parse_bundle(&refs) {
+        Ok(parsed) => parsed.into_value(),
+        Err(diags) => panic!("{vector}: {:#?}", diags.errors().collect::<Vec<_>>()),
+    }
 }
 
 fn slack_event(text: &str) -> Event {
@@ -246,8 +246,9 @@ triggers:
 
 #[test]
 fn invocation_inputs_are_parsed_after_the_marker_and_drive_conditions() {
-    let (config, diags) = palisade_schema::parse_workflow("inputs.yml", INPUTS_WORKFLOW);
-    let config = config.unwrap_or_else(|| panic!("{diags:#?}"));
+    let config = palisade_schema::parse_workflow("inputs.yml", INPUTS_WORKFLOW)
+        .unwrap_or_else(|diags| panic!("{diags:#?}"))
+        .into_value();
     let go = |text: &str| {
         let e = Event {
             name: "slack.mention".into(),

@@ -436,18 +436,20 @@ fn filters() -> impl Strategy<Value = Filters> {
                 (pattern, contains, label, labels),
                 (repo, guild, workspace, channels),
                 (from_users, inputs, connection),
-            )| Filters {
-                pattern,
-                contains,
-                label,
-                labels,
-                repo,
-                guild,
-                workspace,
-                channels,
-                from_users,
-                inputs,
-                connection,
+            )| {
+                let mut f = Filters::default();
+                f.pattern = pattern;
+                f.contains = contains;
+                f.label = label;
+                f.labels = labels;
+                f.repo = repo;
+                f.guild = guild;
+                f.workspace = workspace;
+                f.channels = channels;
+                f.from_users = from_users;
+                f.inputs = inputs;
+                f.connection = connection;
+                f
             },
         )
 }
@@ -719,7 +721,13 @@ proptest! {
             "environments": [{"name": "dev", "kind": "daemon", "daemon": "d", "cwd": "/repo"}],
             "triggers": [{"name": "t", "on": on, "max_runtime": "1h", "filters": {"from_users": ["U1"]}, "steps": step_docs}],
         });
-        let (config, diags) = palisade_schema::parse_workflow("gen.yml", &serde_json::to_string_pretty(&doc).unwrap());
+        let (config, diags) = match palisade_schema::parse_workflow("gen.yml", &serde_json::to_string_pretty(&doc).unwrap()) {
+            Ok(parsed) => {
+                let (config, warnings) = parsed.into_parts();
+                (Some(config), warnings)
+            }
+            Err(refused) => (None, refused.into_vec()),
+        };
         // A required output no registered capability can provide for this trigger is rejected while parsing.
         let statically_rejected = diags.iter().any(|d| d.is_error() && d.code == "required_output_unavailable");
         prop_assume!(!statically_rejected);

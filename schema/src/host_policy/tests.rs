@@ -3,7 +3,7 @@
 use super::*;
 
 fn errors(text: &str) -> Vec<Diagnostic> {
-    let (_, d) = parse(text, "palisade.toml");
+    let (_, d) = findings("palisade.toml", text);
     d
 }
 
@@ -17,7 +17,7 @@ fn codes(text: &str) -> Vec<(&'static str, String, u32, u32)> {
 #[test]
 fn example_policy_parses_clean() {
     let text = include_str!("../../../examples/palisade.toml");
-    let (policy, diags) = parse(text, "examples/palisade.toml");
+    let (policy, diags) = findings("examples/palisade.toml", text);
     assert_eq!(
         diags,
         vec![],
@@ -33,7 +33,7 @@ fn example_policy_parses_clean() {
 
 #[test]
 fn empty_policy_is_valid_and_closed() {
-    let (policy, diags) = parse("", "p.toml");
+    let (policy, diags) = findings("p.toml", "");
     assert!(diags.is_empty());
     let policy = policy.unwrap();
     assert!(policy.egress.allow.is_empty());
@@ -45,7 +45,7 @@ fn empty_policy_is_valid_and_closed() {
 #[test]
 fn unknown_keys_are_reported_with_path_line_and_column() {
     let text = "[egress]\nallow = [\"a.example\"]\nalow = []\n\n[[egress.relay]]\nname = \"x\"\norigin = \"https://x.example\"\nroutes = [\"POST /v1\"]\ncredential = { header = \"x-api-key\", from_env = \"K\", secret = \"s\" }\n";
-    let (policy, d) = parse(text, "palisade.toml");
+    let (policy, d) = findings("palisade.toml", text);
     assert!(policy.is_none());
     let got: Vec<_> = d
         .iter()
@@ -71,7 +71,7 @@ fn unknown_keys_are_reported_with_path_line_and_column() {
     );
     assert_eq!(
         d[0].to_string(),
-        "error[unknown_key]: palisade.toml:3:1: .egress.alow: unknown key `alow`"
+        "palisade.toml:3:1: error[unknown_key]: .egress.alow: unknown key `alow`"
     );
 }
 
@@ -140,7 +140,7 @@ egress_allow = ["example.com"]
 paths = ["private/**"]
 providers = ["claude"]
 "#;
-    let (policy, d) = parse(text, "p.toml");
+    let (policy, d) = findings("p.toml", text);
     let errs: Vec<_> = d.iter().filter(|d| d.is_error()).collect();
     assert!(errs.is_empty(), "{errs:?}");
     let p = policy.unwrap();
@@ -196,7 +196,7 @@ fn invalid_values_are_errors() {
         ),
     ];
     for (text, path) in cases {
-        let (policy, d) = parse(text, "p.toml");
+        let (policy, d) = findings("p.toml", text);
         assert!(policy.is_none(), "{text}");
         assert!(
             d.iter().any(|d| d.is_error() && d.path.to_string() == path),
@@ -221,7 +221,7 @@ allow = [{ kind = "payment" }, { kind = "*" }, { kind = "github.pots", target = 
 [taint]
 egress_allow = ["other.example.org"]
 "#;
-    let (policy, d) = parse(text, "p.toml");
+    let (policy, d) = findings("p.toml", text);
     assert!(policy.is_some(), "lints are warnings: {d:?}");
     let got: BTreeSet<&str> = d.iter().map(|d| d.code).collect();
     for code in [
@@ -324,7 +324,7 @@ profile = "ci"
 
 #[test]
 fn custom_profile_parses_and_is_named_by_worker() {
-    let (policy, d) = parse(CUSTOM, "palisade.toml");
+    let (policy, d) = findings("palisade.toml", CUSTOM);
     assert!(d.iter().all(|d| !d.is_error()), "{d:?}");
     let p = policy.unwrap();
     assert_eq!(p.worker.profile_name(), "ci");
@@ -432,7 +432,7 @@ fn relay_limits_parse_and_bad_ones_are_located() {
     let text = format!(
         "{relay}limits = {{ max_body = \"1MiB\", max_buffered = \"4MiB\", connections = 8, header_timeout = \"5s\", body_idle_timeout = 2, body_timeout = \"1m\" }}\n"
     );
-    let (policy, d) = parse(&text, "p.toml");
+    let (policy, d) = findings("p.toml", &text);
     assert!(d.iter().all(|d| !d.is_error()), "{d:?}");
     let l = &policy.unwrap().egress.relays[0].limits;
     assert_eq!(
@@ -454,7 +454,7 @@ fn relay_limits_parse_and_bad_ones_are_located() {
         )
     );
     // absent: every limit is the relay's default
-    let (policy, _) = parse(relay, "p.toml");
+    let (policy, _) = findings("p.toml", relay);
     assert_eq!(
         policy.unwrap().egress.relays[0].limits,
         RelayLimits::default()
@@ -476,7 +476,7 @@ fn relay_limits_parse_and_bad_ones_are_located() {
         ("{ body_timout = 3 }", ".egress.relay[0].limits.body_timout"),
     ] {
         let text = format!("{relay}limits = {limits}\n");
-        let (policy, d) = parse(&text, "p.toml");
+        let (policy, d) = findings("p.toml", &text);
         assert!(policy.is_none(), "{limits}");
         let e = d
             .iter()

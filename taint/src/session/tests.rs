@@ -1,6 +1,6 @@
 //! Unit tests of the session state machine.
 
-use palisade_schema::host_policy::parse_strict;
+use palisade_schema::host_policy::parse;
 
 use super::*;
 
@@ -18,7 +18,7 @@ providers = ["claude"]
 "#;
 
 fn rules(marks: &[&str]) -> Rules {
-    let (p, _) = parse_strict(POLICY, "p.toml").unwrap();
+    let (p, _) = parse("p.toml", POLICY).unwrap().into_parts();
     let marks: Vec<String> = marks.iter().map(|s| (*s).to_owned()).collect();
     Rules::new(&p, &marks).unwrap()
 }
