@@ -39,7 +39,7 @@ use palisade_evidence::{
     Body, Entry, FailureKind, JournalKey, JournalWriter, Kind, Timestamp,
     Verdict as JournalVerdict, VerifiedLines, WriterOptions, verify,
 };
-use palisade_isolate::{Command, Limit, Profile, Sandbox, SandboxChild, Stdio};
+use palisade_isolate::{Command, Profile, Sandbox, SandboxChild, Stdio};
 use palisade_policy::admission::{self, Decision as Admission, Event as TriggerEvent};
 use palisade_policy::capability::CapabilityRegistry;
 use palisade_policy::egress::ConnectRequest;
@@ -48,7 +48,7 @@ use palisade_policy::outward::OutwardRequest;
 use palisade_policy::plan::{self, PlanInput, StepStatus};
 use palisade_policy::verdict::Decision;
 use palisade_schema::HubConfig;
-use palisade_schema::host_policy::{self, HostPolicy, Worker, WorkerEnv, WorkerLimits};
+use palisade_schema::host_policy::{self, HostPolicy};
 use palisade_taint::{EVIDENCE_KIND, Event, Record, Rules, Session};
 
 /// The workflow the example runs: the Hub security guide's guarded request.
@@ -545,69 +545,16 @@ async fn wait(child: SandboxChild) -> Result<i32> {
 
 /// The sandbox for the policy's `[worker]`: its profile, environment and
 /// limits, plus the run's own workspace as the writable working directory.
-// workaround: the host-policy-to-sandbox glue is private to the CLI
-// (`cli/src/custom_profile.rs`), with other names and units (`pids` is
-// `Limit::Processes`, seconds are a `Duration`). Intended:
-// `Profile::resolve(&policy, name)` and `Sandbox::apply_worker(&policy.worker)`.
 fn worker_sandbox(policy: &HostPolicy, workspace: &Path) -> Result<Sandbox> {
-    // Naming every field (no `..`) makes a new `[worker]` key fail to
-    // compile here until it is applied.
-    let Worker {
-        profile: _,
-        custom_profile,
-        cwd,
-        writable,
-        read_only,
-        masks,
-        env: WorkerEnv { pass, set },
-        limits:
-            WorkerLimits {
-                memory,
-                pids,
-                cpu,
-                wall,
-                file_size,
-            },
-    } = &policy.worker;
-    // workaround: only built-in profiles here; converting a
-    // `[profiles.<name>]` table needs the CLI's private `convert`.
-    ensure(
-        custom_profile.is_none(),
-        "custom profiles need Profile::resolve",
-    )?;
-    let name = policy.worker.profile_name();
-    let profile = Profile::by_name(name).ok_or_else(|| format!("unknown profile {name}"))?;
+    // The profile the policy names (built-in or `[profiles.<name>]`), and
+    // every `[worker]` key applied by the library, the same calls
+    // `palisade run` makes; a key the sandbox cannot honour is an error.
+    let profile = Profile::resolve(policy, policy.worker.profile_name())?;
     let mut sb = Sandbox::new(profile);
-    for p in writable {
-        sb.writable(p);
-    }
-    for p in read_only {
-        sb.read_only(p);
-    }
-    for p in masks {
-        sb.mask(p);
-    }
-    for name in pass {
-        sb.pass_env(name)?;
-    }
-    for (k, v) in set {
-        sb.env(k, v);
-    }
-    // Fail closed: a limit the sandbox cannot enforce is an error.
-    ensure(memory.is_none(), "limits.memory needs a cgroup")?;
-    for (want, which) in [
-        (pids, Limit::Processes),
-        (cpu, Limit::CpuSeconds),
-        (file_size, Limit::FileSize),
-    ] {
-        if let Some(v) = *want {
-            sb.limit(which, v)?;
-        }
-    }
-    if let Some(secs) = *wall {
-        sb.limit_wall(Duration::from_secs(secs))?;
-    }
     sb.writable(workspace);
-    sb.cwd(cwd.as_deref().map_or(workspace, Path::new));
+    sb.apply_worker(&policy.worker)?;
+    if policy.worker.cwd.is_none() {
+        sb.cwd(workspace);
+    }
     Ok(sb)
 }
