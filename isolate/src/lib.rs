@@ -30,6 +30,7 @@
 
 mod caps_drop;
 mod error;
+mod exit;
 mod init;
 mod landlock_rules;
 mod layer;
@@ -38,6 +39,7 @@ mod placeholder_log;
 mod plan;
 mod profile;
 mod pty;
+mod reaper;
 mod seccomp;
 mod spawn;
 #[expect(
@@ -48,6 +50,7 @@ mod sys;
 mod walk_cache;
 
 pub use error::{SandboxError, Step};
+pub use exit::{Exit, Signal};
 pub use layer::{Layer, LayerStatus, ProbeReport, probe, probe_thorough};
 pub use placeholder_log::{StaleCleanup, clean_stale as clean_stale_placeholders};
 pub use plan::{MountOp, MountPlan, SECRET_STORES};
@@ -61,10 +64,15 @@ pub use spawn::{
     Stdio, WorkerIdentity,
 };
 
+/// The escape suite's attempts. Not part of the public API (the `testing`
+/// feature; no semver guarantee).
+#[cfg(any(fuzzing, feature = "testing"))]
 #[doc(hidden)]
 pub mod __escape;
 
-/// Fuzzing entry points (`fuzz/fuzz_targets/isolate_proc_tables.rs`).
+/// Fuzzing entry points (`fuzz/fuzz_targets/isolate_proc_tables.rs`). Not
+/// part of the public API (the `testing` feature; no semver guarantee).
+#[cfg(any(fuzzing, feature = "testing"))]
 #[doc(hidden)]
 pub mod __fuzz {
     /// Parse arbitrary bytes as a `mountinfo` table, a `/proc/net/unix`
@@ -77,6 +85,7 @@ pub mod __fuzz {
         let _ = crate::plan::parse_mountinfo(&text);
         let _ = crate::plan::parse_net_unix(&text);
         let _ = crate::spawn::decode_record(data);
+        let _ = crate::exit::Exit::decode(data);
         // A socket-walk cache file: what parses renders back to the same cache.
         if let Some(cache) = crate::walk_cache::WalkCache::parse(data) {
             assert_eq!(

@@ -859,19 +859,10 @@ async fn supervise(
         sb.read_only(&exe);
         sb.env("PALISADE_BIN", exe);
     }
-    sb.bridge(Bridge {
-        port: PROXY_PORT,
-        target: s.proxy_path.clone(),
-    });
-    sb.bridge(Bridge {
-        port: CONTROL_PORT,
-        target: s.control_path.clone(),
-    });
+    sb.bridge(Bridge::new(PROXY_PORT, s.proxy_path.clone()));
+    sb.bridge(Bridge::new(CONTROL_PORT, s.control_path.clone()));
     for r in &s.relays {
-        sb.bridge(Bridge {
-            port: r.port,
-            target: r.socket.path().to_path_buf(),
-        });
+        sb.bridge(Bridge::new(r.port, r.socket.path().to_path_buf()));
         for (k, v) in &r.env {
             sb.env(k, v);
         }
@@ -961,7 +952,9 @@ async fn supervise(
 
     let pid = child.pid();
     let resize = child.terminal_resize();
-    let mut waiter = tokio::task::spawn_blocking(move || child.wait());
+    // The library tells a wall-limit kill apart (`Exit::WallLimit`); the
+    // exit status keeps the shell's number (137 for it, as documented).
+    let mut waiter = tokio::task::spawn_blocking(move || child.wait().map(|e| e.code()));
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let mut killed_by: Option<&'static str> = None;
     let mut forwarded = false;
