@@ -952,9 +952,7 @@ async fn supervise(
 
     let pid = child.pid();
     let resize = child.terminal_resize();
-    // The library tells a wall-limit kill apart (`Exit::WallLimit`); the
-    // exit status keeps the shell's number (137 for it, as documented).
-    let mut waiter = tokio::task::spawn_blocking(move || child.wait().map(|e| e.code()));
+    let mut waiter = tokio::task::spawn_blocking(move || child.wait());
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let mut killed_by: Option<&'static str> = None;
     let mut forwarded = false;
@@ -1019,7 +1017,14 @@ async fn supervise(
 
     // After: the last steering check, then the end record.
     core.check_steering("exit");
-    let code = code?;
+    let exit = code?;
+    // The exit status keeps the shell's number (137 for a wall-limit kill,
+    // as documented); the journal says what the library tells apart,
+    // init's own report, never guessed from the SIGKILL it is done with.
+    let code = exit.code();
+    if exit == palisade_isolate::Exit::WallLimit {
+        killed_by = killed_by.or(Some("wall_limit"));
+    }
     let signal_no = code.checked_sub(128).filter(|s| *s > 0 && code > 128);
     core.journal().record(
         Kind::custom("execution_ended").map_err(|e| e.to_string())?,
