@@ -36,10 +36,15 @@ pub(crate) struct BridgeListener {
 const LOST: Exit = Exit::Exited(125);
 
 /// The supervisor loop: forward signals to init, return how init ended.
-pub(crate) fn supervise(init: Pid, mask: &SigSet) -> Exit {
-    let Ok(sfd) = SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC) else {
+///
+/// End-of-file on `stop` (the launcher dropped its handle, or died) kills
+/// init, and with it every process of its PID namespace: init's exit waits
+/// for them all, so once it is reaped here nothing of the sandbox runs.
+pub(crate) fn supervise(init: Pid, mask: &SigSet, stop: &OwnedFd) -> Exit {
+    let Ok(sfd) = SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK) else {
         return wait_blocking(init);
     };
+    let mut stopping = false;
     loop {
         match waitpid(init, Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::StillAlive) => {}
@@ -51,7 +56,24 @@ pub(crate) fn supervise(init: Pid, mask: &SigSet) -> Exit {
             Err(nix::errno::Errno::EINTR) => {}
             Err(_) => return LOST,
         }
-        if let Ok(Some(info)) = sfd.read_signal() {
+        let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+        if !stopping {
+            fds.push(PollFd::new(stop.as_fd(), PollFlags::POLLIN));
+        }
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return wait_blocking(init),
+        }
+        let stop_now = fds
+            .get(1)
+            .and_then(PollFd::revents)
+            .is_some_and(|r| !r.is_empty());
+        drop(fds);
+        if stop_now {
+            stopping = true;
+            let _ = nix::sys::signal::kill(init, Signal::SIGKILL);
+        }
+        while let Ok(Some(info)) = sfd.read_signal() {
             let sig = i32::try_from(info.ssi_signo).unwrap_or(0);
             if sig != libc::SIGCHLD
                 && let Ok(s) = Signal::try_from(sig)

@@ -242,9 +242,10 @@ pub struct LaunchReport {
 /// in its own `poll`/epoll set (or use [`SandboxChild::wait_async`] under
 /// the `tokio` feature) and then collect the status with
 /// [`SandboxChild::try_wait`] without blocking. Dropping a handle whose
-/// sandbox is still running kills it (`SIGKILL` to the supervisor, which
-/// takes init and the worker with it) and hands the reaping to a background
-/// reaper thread: `drop` never waits.
+/// sandbox is still running stops it (the supervisor kills init, whose exit
+/// waits for every process of the sandbox) and hands the reaping, and then
+/// the removal of the placeholders, to a background reaper thread: `drop`
+/// never waits.
 #[derive(Debug)]
 pub struct SandboxChild {
     pid: nix::unistd::Pid,
@@ -257,6 +258,9 @@ pub struct SandboxChild {
     /// init has ended (so every process of the sandbox is gone), before the
     /// supervisor tears the namespaces down; end-of-file if it died first.
     ended: Option<OwnedFd>,
+    /// Write end of the stop pipe: closing it has the supervisor kill init
+    /// (and so the whole sandbox) and wait for it before it exits.
+    stop: Option<OwnedFd>,
     /// How the worker ended, once known: read from `ended` (placeholders
     /// removed), or the supervisor's own ending when it died first.
     status: Option<Exit>,
@@ -524,14 +528,16 @@ fn read_full(fd: &OwnedFd, buf: &mut [u8]) -> Option<()> {
 }
 
 impl Drop for SandboxChild {
-    /// Never blocks: a sandbox still running is sent `SIGKILL` and handed
-    /// to the background reaper, which reaps the supervisor and then
-    /// removes the launch's placeholders.
+    /// Never blocks: a sandbox still running is stopped (the stop pipe
+    /// closed: the supervisor kills init, whose exit waits for every
+    /// process of the sandbox) and handed to the background reaper, which
+    /// reaps the supervisor and then removes the launch's placeholders.
     fn drop(&mut self) {
         if !self.reaped {
-            let _ = sys::pidfd_send_signal(&self.pidfd, libc::SIGKILL);
+            self.stop = None;
             self.reaped = true;
-            crate::reaper::hand_over(self.pid, std::mem::take(&mut self.placeholders));
+            let pidfd = self.pidfd.try_clone().ok();
+            crate::reaper::hand_over(self.pid, pidfd, std::mem::take(&mut self.placeholders));
         }
     }
 }
@@ -920,7 +926,13 @@ impl Sandbox {
             stdio: [&command.stdin, &command.stdout, &command.stderr],
             ctty: terminal.as_ref().map(crate::pty::Prepared::ctty),
         };
-        let (pid, pidfd, placeholders, ended) = launch(&setup, &deferred)?;
+        let Launched {
+            pid,
+            pidfd,
+            placeholders,
+            ended,
+            stop,
+        } = launch(&setup, &deferred)?;
         let mut downgraded: Vec<Layer> = self.disabled.iter().copied().collect();
         downgraded.sort();
         let report = LaunchReport {
@@ -942,6 +954,7 @@ impl Sandbox {
             placeholders,
             reaped: false,
             ended: Some(ended),
+            stop: Some(stop),
             status: None,
             stdin,
             stdout,
@@ -1163,20 +1176,29 @@ pub(crate) fn forwarded_mask() -> SigSet {
     set
 }
 
+/// A launched supervisor, as [`launch`] returns it.
+struct Launched {
+    pid: nix::unistd::Pid,
+    pidfd: OwnedFd,
+    placeholders: Vec<plan::Placeholder>,
+    /// The read end of the status pipe.
+    ended: OwnedFd,
+    /// The write end of the stop pipe.
+    stop: OwnedFd,
+}
+
 /// Fork the supervisor, run the deferred host-side work (placeholders,
 /// socket walk) while it creates the namespaces, then write its id maps and
 /// let it go on: nothing of the sandbox's root is built before the
 /// host-side work has passed. Returns the supervisor's pid, the
 /// placeholders created and the read end of the supervisor's status pipe,
 /// once the command has been executed.
-fn launch(
-    setup: &ChildSetup<'_>,
-    deferred: &plan::Deferred,
-) -> Result<(nix::unistd::Pid, OwnedFd, Vec<plan::Placeholder>, OwnedFd), SandboxError> {
+fn launch(setup: &ChildSetup<'_>, deferred: &plan::Deferred) -> Result<Launched, SandboxError> {
     let (err_r, err_w) = pipe()?;
     let (ready_r, ready_w) = pipe()?;
     let (go_r, go_w) = pipe()?;
     let (end_r, end_w) = pipe()?;
+    let (stop_r, stop_w) = pipe()?;
     let launcher = nix::unistd::getpid();
     let child = match sys::fork() {
         Err(errno) => {
@@ -1191,8 +1213,9 @@ fn launch(
             drop(ready_r);
             drop(go_w);
             drop(end_r);
+            drop(stop_w);
             let fd = err_w.as_raw_fd();
-            match supervisor(setup, launcher, ready_w, go_r, end_w, &err_w) {
+            match supervisor(setup, launcher, ready_w, go_r, end_w, stop_r, &err_w) {
                 Ok(never) => match never {},
                 Err(fail) => report_and_exit(fd, &fail),
             }
@@ -1203,6 +1226,7 @@ fn launch(
     drop(ready_w);
     drop(go_r);
     drop(end_w);
+    drop(stop_r);
     let abort = |e: SandboxError| {
         let _ = nix::sys::signal::kill(child, NixSignal::SIGKILL);
         let _ = wait_code(child);
@@ -1246,7 +1270,13 @@ fn launch(
     let mut file = std::fs::File::from(err_r);
     let _ = file.read_to_end(&mut buf);
     if buf.is_empty() && got == 1 {
-        return Ok((child, pidfd, created, end_r));
+        return Ok(Launched {
+            pid: child,
+            pidfd,
+            placeholders: created,
+            ended: end_r,
+            stop: stop_w,
+        });
     }
     let _ = nix::sys::signal::kill(child, NixSignal::SIGKILL);
     let _ = wait_code(child);
@@ -1377,6 +1407,7 @@ fn supervisor(
     ready_w: OwnedFd,
     go_r: OwnedFd,
     end_w: OwnedFd,
+    stop_r: OwnedFd,
     err_w: &OwnedFd,
 ) -> Result<std::convert::Infallible, Fail> {
     nix::sys::prctl::set_pdeathsig(NixSignal::SIGKILL)
@@ -1472,6 +1503,7 @@ fn supervisor(
         Err(errno) => return Err(Fail::new(Step::Fork, errno, "init")),
         Ok(sys::Forked::Child) => {
             drop(why_r);
+            drop(stop_r);
             let lo_r = lo.map(|(r, w)| {
                 drop(w);
                 r
@@ -1499,13 +1531,13 @@ fn supervisor(
     }
     // Nothing of the launcher's is needed any more (pipes, stdio) but the
     // status pipe, and init's record pipe.
-    let _ = sys::close_all_except(&[end_w.as_raw_fd(), why_r.as_raw_fd()]);
+    let _ = sys::close_all_except(&[end_w.as_raw_fd(), why_r.as_raw_fd(), stop_r.as_raw_fd()]);
     // Forward signals to init; once it has ended (and with it every process
     // of its PID namespace), tell the launcher how the worker ended before
     // the namespaces are torn down on our exit, then leave with its status.
     // Every writer of init's record pipe is gone by now: its read does not
     // block. No record (init was killed) leaves init's own ending.
-    let init_ended = init::supervise(init_pid, &mask);
+    let init_ended = init::supervise(init_pid, &mask, &stop_r);
     let mut rec = [0u8; crate::exit::RECORD];
     let exit = read_full(&why_r, &mut rec)
         .and_then(|()| Exit::decode(&rec))

@@ -63,6 +63,18 @@ fn proc_state(pid: u32) -> Option<char> {
     after.trim_start().chars().next()
 }
 
+/// How many processes have `marker` on their command line.
+fn count_cmdline(marker: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| c.windows(marker.len()).any(|w| w == marker.as_bytes()))
+        })
+        .count()
+}
+
 #[test]
 fn piped_streams_carry_a_real_workers_bytes() {
     if skip_unless_root() {
@@ -155,9 +167,17 @@ fn drop_hands_reaping_to_the_background_reaper() {
     if skip_unless_root() {
         return;
     }
-    let child = strict().spawn(Command::new(["/bin/sleep", "600"])).unwrap();
+    // A marker only this test's worker has on its command line.
+    let marker = format!("{}.{}", 600 + std::process::id() % 100, std::process::id());
+    let child = strict()
+        .spawn(Command::new(["/bin/sleep", marker.as_str()]))
+        .unwrap();
     let pid = child.pid();
     assert_eq!(proc_state(pid).map(|s| s != 'Z'), Some(true), "running");
+    assert!(
+        wait_for(|| count_cmdline(&marker) == 1),
+        "worker did not start"
+    );
     {
         // While the reaper is held, whatever reaps the supervisor is not
         // `drop`: it must have returned with the supervisor unreaped.
@@ -167,12 +187,15 @@ fn drop_hands_reaping_to_the_background_reaper() {
             proc_state(pid).is_some(),
             "drop reaped the supervisor itself"
         );
-        // Killed by the drop: it turns into a zombie awaiting the reaper.
+        // Stopped by the drop: the supervisor kills init, waits for it,
+        // leaves, and is a zombie awaiting the reaper; by then no process
+        // of the sandbox runs (init's exit waits for them all).
         assert!(
             wait_for(|| proc_state(pid) == Some('Z')),
-            "the dropped sandbox was not killed: {:?}",
+            "the dropped sandbox was not stopped: {:?}",
             proc_state(pid)
         );
+        assert_eq!(count_cmdline(&marker), 0, "the worker outlived its sandbox");
     }
     // Released, the reaper reaps it: no zombie is left.
     assert!(
