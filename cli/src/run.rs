@@ -110,6 +110,7 @@ pub(crate) fn report_json(r: &palisade_isolate::LaunchReport) -> serde_json::Val
         "worker_gid": r.worker_gid,
         "downgraded": r.downgraded.iter().map(|l| l.name()).collect::<Vec<_>>(),
         "deviations": r.deviations,
+        "env_dropped": r.env_dropped,
         "layers": r.layers.iter().map(|(l, s)| layer_json(*l, s)).collect::<Vec<_>>(),
         "mount_plan": r.mount_plan.text().lines().collect::<Vec<_>>(),
         "bridges": r.bridges.iter().map(|b| serde_json::json!({"port": b.port, "target": b.target.display().to_string()})).collect::<Vec<_>>(),
@@ -244,7 +245,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         let Some((port, target)) = parsed else {
             return setup_failure(format!("--bridge `{b}` is not PORT=SOCKET"));
         };
-        sb.bridge(Bridge { port, target });
+        sb.bridge(Bridge::new(port, target));
     }
     if let Some(uid) = args.worker_uid {
         sb.identity(palisade_isolate::WorkerIdentity::Dedicated { uid, gid: uid });
@@ -300,7 +301,10 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
             );
         }
     }
-    let signals: Vec<i32> = FORWARDED.iter().map(|s| *s as i32).collect();
+    let signals: Vec<palisade_isolate::Signal> = FORWARDED
+        .iter()
+        .filter_map(|s| palisade_isolate::Signal::from_raw(*s as i32))
+        .collect();
     let waited = child.wait_forwarding(&signals);
     // The command's status is known and every process of the sandbox is
     // gone: exit now, as bwrap does, rather than wait for the kernel to tear
@@ -308,7 +312,10 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     // init).
     child.detach();
     match waited {
-        Ok(code) => Ok(ExitCode::from(u8::try_from(code).unwrap_or(EXIT_SETUP))),
+        // The shell's number: a wall-limit kill is 137, as documented.
+        Ok(exit) => Ok(ExitCode::from(
+            u8::try_from(exit.code()).unwrap_or(EXIT_SETUP),
+        )),
         Err(e) => setup_failure(format!("waiting for the sandbox: {e}")),
     }
 }

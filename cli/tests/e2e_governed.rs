@@ -696,6 +696,8 @@ fn a_worker_killed_by_a_signal_is_recorded_as_killed() {
     assert_eq!(recs[n - 2]["kind"], "execution_ended");
     assert_eq!(recs[n - 2]["body"]["signal"], 9);
     assert_eq!(recs[n - 2]["body"]["killed"], true);
+    // Its own SIGKILL is no wall-limit kill.
+    assert_eq!(recs[n - 2]["body"]["killed_by"], Value::Null);
     // Positive control: a worker that exits normally is not recorded as killed.
     let s2 = session();
     let child = s2.command("print('{}')\n", &[]).spawn().unwrap();
@@ -1312,6 +1314,15 @@ fn worker_limits_bite_pids_wall_and_file_size() {
     let (code, r, err) = s.probe_section(&serde_json::json!({"sleep": 30}));
     assert_eq!(code, 137, "{err}");
     assert_eq!(r, Value::Null, "the worker never finished: {r}");
+    // The journal tells the wall-limit kill from any other SIGKILL.
+    let recs = s.records();
+    let ended = recs
+        .iter()
+        .rev()
+        .find(|r| r["kind"] == "execution_ended")
+        .expect("execution_ended");
+    assert_eq!(ended["body"]["killed_by"], "wall_limit", "{ended}");
+    assert_eq!(ended["body"]["signal"], 9, "{ended}");
 
     // memory cannot be enforced: refused before launch, no journal left.
     s.reset_policy("limits = { memory = \"1GiB\" }");

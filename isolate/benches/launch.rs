@@ -116,18 +116,18 @@ fn bwrap_argv(cwd: &Path) -> Option<Vec<String>> {
 
 /// One in-process launch of `/bin/true`: ns from spawn to reaped.
 fn sandbox_once(sb: &Sandbox) -> Result<f64, String> {
-    let mut cmd = Command::new(["/bin/true"]);
-    cmd.stdin = Stdio::Null;
-    cmd.stdout = Stdio::Null;
-    cmd.stderr = Stdio::Null;
+    let cmd = Command::new(["/bin/true"])
+        .stdin(Stdio::Null)
+        .stdout(Stdio::Null)
+        .stderr(Stdio::Null);
     let start = Instant::now();
     let child = sb.spawn(cmd).map_err(|e| format!("Sandbox::spawn: {e}"))?;
     let code = child.wait().map_err(|e| format!("wait: {e}"))?;
     let ns = start.elapsed().as_nanos() as f64;
-    if code == 0 {
+    if code.success() {
         Ok(ns)
     } else {
-        Err(format!("/bin/true exited with {code} in the sandbox"))
+        Err(format!("/bin/true ended with {code:?} in the sandbox"))
     }
 }
 

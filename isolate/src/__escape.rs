@@ -820,3 +820,12 @@ pub fn exit_for_tests(code: i32) -> ! {
 pub fn wait_for_tests(pid: i32) -> i32 {
     crate::spawn::wait_code(nix::unistd::Pid::from_raw(pid)).unwrap_or(-1)
 }
+
+/// Hold the background reaper (tests only): while the guard lives, the
+/// reaper reaps nothing, so a test can see that a dropped
+/// [`crate::SandboxChild`] was handed over rather than reaped by `drop`.
+pub fn hold_reaper_for_tests() -> std::sync::MutexGuard<'static, ()> {
+    crate::reaper::HOLD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -2,7 +2,9 @@
 //!
 //! Init reaps every orphan, forwards the usual termination signals to the
 //! worker, leaves with the worker's status (`128 + signal` when it was
-//! killed), and runs the network bridges: it accepts TCP connections on
+//! killed) after writing how it ended (an [`Exit`] record, which alone
+//! tells a wall-limit kill from any other `SIGKILL`) to the supervisor, and
+//! runs the network bridges: it accepts TCP connections on
 //! loopback inside the network namespace and forwards each to the host
 //! Unix socket reached through a directory descriptor opened before
 //! `pivot_root`. Init is not dumpable, runs under a uid the worker cannot
@@ -20,6 +22,8 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
+use crate::exit::Exit;
+
 /// A bridge listener inside the sandbox.
 #[derive(Debug)]
 pub(crate) struct BridgeListener {
@@ -28,31 +32,48 @@ pub(crate) struct BridgeListener {
     pub(crate) name: OsString,
 }
 
-fn status_code(st: WaitStatus) -> Option<i32> {
-    match st {
-        WaitStatus::Exited(_, c) => Some(c),
-        WaitStatus::Signaled(_, s, _) => Some(128 + s as i32),
-        _ => None,
-    }
-}
+/// What init (or the supervisor) leaves with when `waitpid` fails.
+const LOST: Exit = Exit::Exited(125);
 
-/// The supervisor loop: forward signals to init, return init's status.
-pub(crate) fn supervise(init: Pid, mask: &SigSet) -> i32 {
-    let Ok(sfd) = SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC) else {
+/// The supervisor loop: forward signals to init, return how init ended.
+///
+/// End-of-file on `stop` (the launcher dropped its handle, or died) kills
+/// init, and with it every process of its PID namespace: init's exit waits
+/// for them all, so once it is reaped here nothing of the sandbox runs.
+pub(crate) fn supervise(init: Pid, mask: &SigSet, stop: &OwnedFd) -> Exit {
+    let Ok(sfd) = SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK) else {
         return wait_blocking(init);
     };
+    let mut stopping = false;
     loop {
         match waitpid(init, Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::StillAlive) => {}
             Ok(st) => {
-                if let Some(c) = status_code(st) {
-                    return c;
+                if let Some(e) = Exit::from_wait(st) {
+                    return e;
                 }
             }
             Err(nix::errno::Errno::EINTR) => {}
-            Err(_) => return 125,
+            Err(_) => return LOST,
         }
-        if let Ok(Some(info)) = sfd.read_signal() {
+        let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+        if !stopping {
+            fds.push(PollFd::new(stop.as_fd(), PollFlags::POLLIN));
+        }
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return wait_blocking(init),
+        }
+        let stop_now = fds
+            .get(1)
+            .and_then(PollFd::revents)
+            .is_some_and(|r| !r.is_empty());
+        drop(fds);
+        if stop_now {
+            stopping = true;
+            let _ = nix::sys::signal::kill(init, Signal::SIGKILL);
+        }
+        while let Ok(Some(info)) = sfd.read_signal() {
             let sig = i32::try_from(info.ssi_signo).unwrap_or(0);
             if sig != libc::SIGCHLD
                 && let Ok(s) = Signal::try_from(sig)
@@ -63,16 +84,16 @@ pub(crate) fn supervise(init: Pid, mask: &SigSet) -> i32 {
     }
 }
 
-fn wait_blocking(pid: Pid) -> i32 {
+fn wait_blocking(pid: Pid) -> Exit {
     loop {
         match waitpid(pid, None) {
             Ok(st) => {
-                if let Some(c) = status_code(st) {
-                    return c;
+                if let Some(e) = Exit::from_wait(st) {
+                    return e;
                 }
             }
             Err(nix::errno::Errno::EINTR) => {}
-            Err(_) => return 125,
+            Err(_) => return LOST,
         }
     }
 }
@@ -201,14 +222,17 @@ fn pump(src: &mut impl Read, dst: &mut impl Write, p: &mut Pipe) -> bool {
     !(p.eof && p.buf.is_empty())
 }
 
-/// Init's loop. Returns the worker's status when it exits.
+/// Init's loop. Returns how the worker ended once it has:
+/// [`Exit::WallLimit`] when init killed it at the wall-clock limit and it
+/// died of that `SIGKILL`.
 pub(crate) fn run(
     worker: Pid,
     mask: &SigSet,
     listeners: Vec<BridgeListener>,
     wall_limit: Option<std::time::Duration>,
-) -> i32 {
+) -> Exit {
     let deadline = wall_limit.map(|d| std::time::Instant::now() + d);
+    let mut walled = false;
     let Ok(sfd) = SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK) else {
         return wait_blocking(worker);
     };
@@ -242,9 +266,11 @@ pub(crate) fn run(
             Some(d) => {
                 let left = d.saturating_duration_since(std::time::Instant::now());
                 if left.is_zero() {
-                    // Over the wall-clock limit: kill the worker; its status
-                    // (137) is reaped below like any other exit.
+                    // Over the wall-clock limit: kill the worker; it is
+                    // reaped below like any other exit, and reported as
+                    // the wall-limit kill it is.
                     let _ = nix::sys::signal::kill(worker, Signal::SIGKILL);
+                    walled = true;
                     PollTimeout::from(100u16)
                 } else {
                     let ms = u16::try_from(left.as_millis().min(60_000)).unwrap_or(60_000);
@@ -277,9 +303,14 @@ pub(crate) fn run(
                 Ok(WaitStatus::StillAlive) | Err(_) => break,
                 Ok(st) => {
                     if st.pid() == Some(worker)
-                        && let Some(c) = status_code(st)
+                        && let Some(e) = Exit::from_wait(st)
                     {
-                        return c;
+                        // A worker that exited on its own just before the
+                        // kill keeps its own status.
+                        return match e {
+                            Exit::Signaled(crate::exit::Signal::KILL) if walled => Exit::WallLimit,
+                            other => other,
+                        };
                     }
                 }
             }

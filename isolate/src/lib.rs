@@ -12,6 +12,21 @@
 //! [`Sandbox::dangerous`], which names each layer and is recorded in the
 //! [`LaunchReport`].
 //!
+//! **Invariant:** fail closed. A required layer that cannot be enforced is
+//! an error naming it, never a silent downgrade; every weakening goes
+//! through [`Sandbox::dangerous`] and is listed in the [`LaunchReport`]; the
+//! worker never holds a descriptor of the launcher's terminal or of a
+//! directory outside its view; and `unsafe` lives only in one `sys` module.
+//!
+//! The launched [`SandboxChild`] is async-ready: it is `AsFd` through a
+//! pidfd (readable once the sandbox is done, for an embedder's epoll or
+//! tokio), has [`SandboxChild::wait_timeout`], [`SandboxChild::kill`] with a
+//! typed [`Signal`], piped standard streams ([`Stdio::piped`]), a `Drop`
+//! that never blocks (it kills and hands the reaping to a background
+//! thread), and, with the `tokio` feature, [`SandboxChild::wait_async`]. How
+//! the worker ended is an [`Exit`], which tells a wall-limit kill
+//! ([`Exit::WallLimit`]) from any other `SIGKILL`.
+//!
 //! What this crate does **not** do: it does not decide egress (the bridge
 //! forwards bytes to a host socket; `palisade-egress` decides), it does not
 //! write journals (the caller records the [`LaunchReport`]), and it does not
@@ -23,18 +38,47 @@
 //! [`Sandbox::apply_worker`] applies its `[worker]` section, exactly as
 //! `palisade run` does; both only tighten and name the policy key they refuse.
 //!
-//! ```no_run
-//! use palisade_isolate::{Command, Profile, Sandbox};
-//! let mut sb = Sandbox::new(Profile::governed());
-//! sb.writable("/srv/repo").cwd("/srv/repo");
-//! let child = sb.spawn(Command::new(["make", "test"]))?;
-//! println!("{}", child.report().mount_plan_digest);
-//! let code = child.wait()?;
+//! A worker under the `strict` profile, with pipes, a bounded wait and a
+//! typed signal (this runs a real sandbox: it needs user namespaces,
+//! Landlock and seccomp, as on CI):
+//!
+//! ```rust
+//! use std::io::{Read, Write};
+//! use std::time::Duration;
+//!
+//! use palisade_isolate::{Command, Exit, Profile, Sandbox, Signal, Stdio};
+//!
+//! let sandbox = Sandbox::new(Profile::strict());
+//!
+//! let done = sandbox.spawn(Command::new(["/bin/true"]))?;
+//! assert!(done.report().downgraded.is_empty());
+//! assert!(done.wait()?.success());
+//!
+//! // What the worker reads and writes goes through the launcher's pipe ends.
+//! let mut child = sandbox.spawn(
+//!     Command::new(["/bin/sh", "-c", "read name; echo \"hello $name\""])
+//!         .stdin(Stdio::piped())
+//!         .stdout(Stdio::piped()),
+//! )?;
+//! let mut stdin = child.take_stdin().ok_or("stdin is piped")?;
+//! stdin.write_all(b"worker\n")?;
+//! drop(stdin);
+//! let mut out = String::new();
+//! child.take_stdout().ok_or("stdout is piped")?.read_to_string(&mut out)?;
+//! assert_eq!(out, "hello worker\n");
+//! assert_eq!(child.wait_timeout(Duration::from_secs(60))?, Some(Exit::Exited(0)));
+//!
+//! // Still running at the timeout: stopped with a typed signal.
+//! let mut sleeper = sandbox.spawn(Command::new(["/bin/sleep", "600"]))?;
+//! assert_eq!(sleeper.wait_timeout(Duration::from_millis(10))?, None);
+//! sleeper.kill(Signal::TERM)?;
+//! assert_eq!(sleeper.wait()?, Exit::Signaled(Signal::TERM));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 mod caps_drop;
 mod error;
+mod exit;
 mod from_policy;
 mod init;
 mod landlock_rules;
@@ -44,6 +88,7 @@ mod placeholder_log;
 mod plan;
 mod profile;
 mod pty;
+mod reaper;
 mod seccomp;
 mod spawn;
 #[expect(
@@ -54,6 +99,7 @@ mod sys;
 mod walk_cache;
 
 pub use error::{SandboxError, Step};
+pub use exit::{Exit, Signal};
 pub use from_policy::{ResolveError, WorkerError};
 pub use layer::{Layer, LayerStatus, ProbeReport, probe, probe_thorough};
 pub use placeholder_log::{StaleCleanup, clean_stale as clean_stale_placeholders};
@@ -68,6 +114,9 @@ pub use spawn::{
     Stdio, WorkerIdentity,
 };
 
+/// The escape suite's attempts. Not part of the public API (the `testing`
+/// feature; no semver guarantee).
+#[cfg(any(fuzzing, feature = "testing"))]
 #[doc(hidden)]
 pub mod __escape;
 
@@ -115,7 +164,9 @@ pub mod __bench {
     }
 }
 
-/// Fuzzing entry points (`fuzz/fuzz_targets/isolate_proc_tables.rs`).
+/// Fuzzing entry points (`fuzz/fuzz_targets/isolate_proc_tables.rs`). Not
+/// part of the public API (the `testing` feature; no semver guarantee).
+#[cfg(any(fuzzing, feature = "testing"))]
 #[doc(hidden)]
 pub mod __fuzz {
     /// Parse arbitrary bytes as a `mountinfo` table, a `/proc/net/unix`
@@ -128,6 +179,7 @@ pub mod __fuzz {
         let _ = crate::plan::parse_mountinfo(&text);
         let _ = crate::plan::parse_net_unix(&text);
         let _ = crate::spawn::decode_record(data);
+        let _ = crate::exit::Exit::decode(data);
         // A socket-walk cache file: what parses renders back to the same cache.
         if let Some(cache) = crate::walk_cache::WalkCache::parse(data) {
             assert_eq!(

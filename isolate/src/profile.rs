@@ -15,19 +15,25 @@ use crate::error::SandboxError;
 
 /// Whether a variable name looks like it holds a credential: such launcher
 /// variables are never passed to the worker, even when allowlisted.
+///
+/// A name is credential-like when it contains `KEY`, `SECRET`, `TOKEN`,
+/// `PASSWORD`, `PASSWD`, `CREDENTIAL` or `AUTH`, except that `AUTHOR` (as
+/// in `GIT_AUTHOR_NAME`) is not taken for `AUTH`; `AUTHORIZATION` and
+/// `AUTHORISATION` still are.
 pub(crate) fn sensitive_env(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
-    [
-        "KEY",
-        "SECRET",
-        "TOKEN",
-        "PASSWORD",
-        "PASSWD",
-        "CREDENTIAL",
-        "AUTH",
-    ]
-    .iter()
-    .any(|w| upper.contains(w))
+    if ["KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL"]
+        .iter()
+        .any(|w| upper.contains(w))
+    {
+        return true;
+    }
+    // `AUTH` anywhere but as the start of `AUTHOR`, unless that is the
+    // start of `AUTHORIZ…`/`AUTHORIS…`.
+    upper.match_indices("AUTH").any(|(at, _)| {
+        let rest = upper.get(at..).unwrap_or_default();
+        !rest.starts_with("AUTHOR") || rest.starts_with("AUTHORIZ") || rest.starts_with("AUTHORIS")
+    })
 }
 
 /// What the sandbox's `/` starts as.
@@ -562,7 +568,7 @@ impl Profile {
 
     /// Pass the launcher's variable `name` through to the worker (when it is
     /// set). A credential-like name (`KEY`, `SECRET`, `TOKEN`, `PASSWORD`,
-    /// `PASSWD`, `CREDENTIAL`, `AUTH`) is refused: the sandbox never passes
+    /// `PASSWD`, `CREDENTIAL`, `AUTH` but not `AUTHOR`) is refused: the sandbox never passes
     /// those, so accepting it would be a setting that is silently not applied.
     pub fn pass_env(&mut self, name: &str) -> Result<&mut Self, SandboxError> {
         if name.is_empty() || name.contains(['=', '\0']) {

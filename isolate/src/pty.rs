@@ -54,7 +54,7 @@ fn is_terminal(stdio: &Stdio, target: usize) -> bool {
     match stdio {
         Stdio::Inherit => inherited(target, |fd| nix::unistd::isatty(fd).unwrap_or(false)),
         Stdio::Fd(fd) => nix::unistd::isatty(fd).unwrap_or(false),
-        Stdio::Null => false,
+        Stdio::Null | Stdio::Piped => false,
     }
 }
 

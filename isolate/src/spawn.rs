@@ -15,14 +15,15 @@
 use std::collections::BTreeSet;
 use std::ffi::{CString, OsStr, OsString};
 use std::io::Read;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use nix::sched::CloneFlags;
-use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signal::{SigSet, Signal as NixSignal};
 
 use crate::error::{SandboxError, Step};
+use crate::exit::{Exit, Signal};
 use crate::layer::{Layer, LayerStatus, ProbeReport, probe};
 use crate::plan::{self, MountPlan, PlanInput};
 use crate::profile::{DEFAULT_PATH, NetworkMode, Profile};
@@ -51,11 +52,22 @@ pub enum WorkerIdentity {
 /// `127.0.0.1:port` inside and forwards each connection to a host Unix
 /// socket (the egress proxy, a relay).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Bridge {
     /// The loopback port inside the sandbox.
     pub port: u16,
     /// The host Unix socket each connection is forwarded to.
     pub target: PathBuf,
+}
+
+impl Bridge {
+    /// A bridge from `127.0.0.1:port` inside to the host socket `target`.
+    pub fn new(port: u16, target: impl Into<PathBuf>) -> Bridge {
+        Bridge {
+            port,
+            target: target.into(),
+        }
+    }
 }
 
 /// Where a standard stream of the worker comes from.
@@ -69,10 +81,40 @@ pub enum Stdio {
     Null,
     /// A descriptor handed over (a pipe end, a file).
     Fd(OwnedFd),
+    /// A new pipe: the worker gets one end, the launcher the other through
+    /// [`SandboxChild::take_stdin`], [`SandboxChild::take_stdout`] or
+    /// [`SandboxChild::take_stderr`].
+    Piped,
 }
 
-/// The command to run and its standard streams.
+impl Stdio {
+    /// The launcher's own descriptor ([`Stdio::Inherit`]).
+    pub fn inherit() -> Stdio {
+        Stdio::Inherit
+    }
+
+    /// `/dev/null` ([`Stdio::Null`]).
+    pub fn null() -> Stdio {
+        Stdio::Null
+    }
+
+    /// A new pipe to the launcher ([`Stdio::Piped`]).
+    pub fn piped() -> Stdio {
+        Stdio::Piped
+    }
+}
+
+impl From<OwnedFd> for Stdio {
+    fn from(fd: OwnedFd) -> Stdio {
+        Stdio::Fd(fd)
+    }
+}
+
+/// The command to run and its standard streams: built with
+/// [`Command::new`] and refined with [`Command::stdin`],
+/// [`Command::stdout`] and [`Command::stderr`].
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct Command {
     /// Program and arguments; the program is looked up in the sandbox's
     /// `PATH` unless it contains a `/`.
@@ -96,6 +138,24 @@ impl Command {
             argv: argv.into_iter().map(Into::into).collect(),
             ..Command::default()
         }
+    }
+
+    /// Set the worker's standard input.
+    pub fn stdin(mut self, stdio: impl Into<Stdio>) -> Command {
+        self.stdin = stdio.into();
+        self
+    }
+
+    /// Set the worker's standard output.
+    pub fn stdout(mut self, stdio: impl Into<Stdio>) -> Command {
+        self.stdout = stdio.into();
+        self
+    }
+
+    /// Set the worker's standard error.
+    pub fn stderr(mut self, stdio: impl Into<Stdio>) -> Command {
+        self.stderr = stdio.into();
+        self
     }
 }
 
@@ -148,6 +208,7 @@ impl DangerousSandbox<'_> {
 
 /// What a launch enforced: recorded by the caller in its journal.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LaunchReport {
     /// The profile name.
     pub profile: String,
@@ -169,12 +230,27 @@ pub struct LaunchReport {
     pub worker_gid: u32,
     /// The bridges (port → host socket).
     pub bridges: Vec<Bridge>,
+    /// Names the profile allowlists that were not passed because they look
+    /// like credentials (names only, never a value), in allowlist order.
+    pub env_dropped: Vec<String>,
 }
 
 /// A launched sandbox.
+///
+/// The handle is async-ready: it is [`AsFd`] through a pidfd of the
+/// supervisor, readable once the sandbox is done, so an embedder can put it
+/// in its own `poll`/epoll set (or use [`SandboxChild::wait_async`] under
+/// the `tokio` feature) and then collect the status with
+/// [`SandboxChild::try_wait`] without blocking. Dropping a handle whose
+/// sandbox is still running stops it (the supervisor kills init, whose exit
+/// waits for every process of the sandbox) and hands the reaping, and then
+/// the removal of the placeholders, to a background reaper thread: `drop`
+/// never waits.
 #[derive(Debug)]
 pub struct SandboxChild {
     pid: nix::unistd::Pid,
+    /// A pidfd of the supervisor (our unreaped child when it was opened).
+    pidfd: OwnedFd,
     report: LaunchReport,
     placeholders: Vec<plan::Placeholder>,
     reaped: bool,
@@ -182,12 +258,29 @@ pub struct SandboxChild {
     /// init has ended (so every process of the sandbox is gone), before the
     /// supervisor tears the namespaces down; end-of-file if it died first.
     ended: Option<OwnedFd>,
-    /// The worker's status, once read from `ended` (placeholders removed).
-    status: Option<i32>,
+    /// Write end of the stop pipe: closing it has the supervisor kill init
+    /// (and so the whole sandbox) and wait for it before it exits.
+    stop: Option<OwnedFd>,
+    /// How the worker ended, once known: read from `ended` (placeholders
+    /// removed), or the supervisor's own ending when it died first.
+    status: Option<Exit>,
+    /// The launcher's ends of the pipes of [`Stdio::Piped`] streams.
+    stdin: Option<std::fs::File>,
+    stdout: Option<std::fs::File>,
+    stderr: Option<std::fs::File>,
     /// The relay between the launcher's terminal and the worker's own pty
     /// (`pty.rs`), when one of fds 0–2 was a terminal; dropped (terminal
     /// restored) once the status is known.
     terminal: Option<crate::pty::Relay>,
+}
+
+impl AsFd for SandboxChild {
+    /// A pidfd of the supervisor: readable (`POLLIN`) once the sandbox has
+    /// ended and its namespaces are torn down, when
+    /// [`SandboxChild::try_wait`] returns the status without blocking.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.pidfd.as_fd()
+    }
 }
 
 impl SandboxChild {
@@ -201,6 +294,25 @@ impl SandboxChild {
         &self.report
     }
 
+    /// The writing end of the worker's standard input, when it was
+    /// [`Stdio::Piped`] (once: later calls return `None`). Drop it to give
+    /// the worker end-of-file.
+    pub fn take_stdin(&mut self) -> Option<std::fs::File> {
+        self.stdin.take()
+    }
+
+    /// The reading end of the worker's standard output, when it was
+    /// [`Stdio::Piped`] (once: later calls return `None`).
+    pub fn take_stdout(&mut self) -> Option<std::fs::File> {
+        self.stdout.take()
+    }
+
+    /// The reading end of the worker's standard error, when it was
+    /// [`Stdio::Piped`] (once: later calls return `None`).
+    pub fn take_stderr(&mut self) -> Option<std::fs::File> {
+        self.stderr.take()
+    }
+
     /// When one of the worker's fds 0–2 was a terminal (it runs on a pty of
     /// its own, see `docs/sandbox.md`): the handle that passes the real
     /// terminal's window size on, for a launcher that watches SIGWINCH
@@ -209,64 +321,111 @@ impl SandboxChild {
         self.terminal.as_ref().map(|t| t.resizer().clone())
     }
 
-    /// Send a signal to the worker (through the supervisor and init).
-    pub fn signal(&self, sig: i32) -> std::io::Result<()> {
-        let sig = Signal::try_from(sig).map_err(std::io::Error::from)?;
-        nix::sys::signal::kill(self.pid, sig).map_err(std::io::Error::from)
+    /// Send `signal` to the sandbox, through the pidfd (no pid-reuse race).
+    /// The supervisor and init forward `SIGTERM`, `SIGINT`, `SIGHUP`,
+    /// `SIGQUIT`, `SIGUSR1`, `SIGUSR2` and `SIGWINCH` to the worker;
+    /// [`Signal::KILL`] kills the supervisor and with it the whole sandbox
+    /// (the status is then [`Exit::Signaled`]`(`[`Signal::KILL`]`)`, never
+    /// [`Exit::WallLimit`]). Any other signal acts on the supervisor itself.
+    /// Fails (`ESRCH`) once the sandbox has been reaped.
+    pub fn kill(&self, signal: Signal) -> std::io::Result<()> {
+        sys::pidfd_send_signal(&self.pidfd, signal.as_raw())
+            .map_err(std::io::Error::from_raw_os_error)
     }
 
-    /// Check without blocking whether the worker has ended: its exit code
-    /// (or `128 + signal`), or `None` while it runs.
-    pub fn try_wait(&mut self) -> std::io::Result<Option<i32>> {
-        use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-        if self.reaped {
-            return Err(std::io::Error::other("sandbox already reaped"));
+    /// Check without blocking whether the sandbox has ended: how the
+    /// worker ended, or `None` while it runs. Once it has returned a status
+    /// it returns the same status again.
+    pub fn try_wait(&mut self) -> std::io::Result<Option<Exit>> {
+        self.wait_timeout(std::time::Duration::ZERO)
+    }
+
+    /// Wait at most `timeout` for the sandbox to end: how the worker ended,
+    /// or `None` when it still runs at the timeout (it is left running).
+    /// Once it has returned a status it returns the same status again.
+    pub fn wait_timeout(&mut self, timeout: std::time::Duration) -> std::io::Result<Option<Exit>> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        if let (true, Some(s)) = (self.reaped, self.status) {
+            return Ok(Some(s));
         }
-        match waitpid(self.pid, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(_, code)) => {
-                self.reaped = true;
-                self.terminal = None;
-                plan::remove_placeholders(&self.placeholders);
-                Ok(Some(code))
+        let deadline = std::time::Instant::now().checked_add(timeout);
+        loop {
+            let left = deadline.map_or(std::time::Duration::from_millis(60_000), |d| {
+                d.saturating_duration_since(std::time::Instant::now())
+            });
+            let ms = u16::try_from(left.as_millis().min(60_000)).unwrap_or(60_000);
+            // Round a fraction of a millisecond up, so a short timeout is
+            // not spent busy-polling.
+            let ms = if left > std::time::Duration::from_millis(u64::from(ms)) {
+                ms.saturating_add(1)
+            } else {
+                ms
+            };
+            let mut fds = [PollFd::new(self.pidfd.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::from(ms)) {
+                Ok(0) | Err(nix::errno::Errno::EINTR) => {}
+                Ok(_) => return self.finish().map(Some),
+                Err(e) => return Err(e.into()),
             }
-            Ok(WaitStatus::Signaled(_, sig, _)) => {
-                self.reaped = true;
-                self.terminal = None;
-                plan::remove_placeholders(&self.placeholders);
-                Ok(Some(128 + sig as i32))
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                return Ok(None);
             }
-            Ok(_) => Ok(None),
-            Err(e) => Err(e.into()),
         }
     }
 
-    /// Wait for the worker: its exit code, or `128 + signal`. Returns once
-    /// the supervisor has been reaped (the namespaces are torn down).
-    pub fn wait(mut self) -> std::io::Result<i32> {
+    /// Wait for the worker and return how it ended. Returns once the
+    /// supervisor has been reaped (the namespaces are torn down).
+    pub fn wait(mut self) -> std::io::Result<Exit> {
+        self.finish()
+    }
+
+    /// Wait for the sandbox to end without blocking the runtime, over the
+    /// pidfd through `tokio::io::unix::AsyncFd` (needs a tokio runtime with
+    /// IO enabled), then collect the status as [`SandboxChild::try_wait`]
+    /// does. Cancel-safe: dropping the future leaves the sandbox running.
+    #[cfg(feature = "tokio")]
+    pub async fn wait_async(&mut self) -> std::io::Result<Exit> {
+        if let (true, Some(s)) = (self.reaped, self.status) {
+            return Ok(s);
+        }
+        sys::pidfd_ended(&self.pidfd).await?;
+        self.finish()
+    }
+
+    /// Collect the status, blocking until the supervisor has ended: init's
+    /// record from the status pipe, else (the supervisor died first) the
+    /// supervisor's own ending; then reap it and remove the placeholders.
+    fn finish(&mut self) -> std::io::Result<Exit> {
         if self.reaped {
-            return Err(std::io::Error::other("sandbox already reaped"));
+            return self
+                .status
+                .ok_or_else(|| std::io::Error::other("sandbox already reaped"));
         }
         // Once init has ended, no process of the sandbox is left: the
         // placeholders go while the supervisor tears the namespaces down.
-        self.read_ended();
-        let code = wait_code(self.pid)?;
+        let recorded = self.read_ended();
+        let own = reap(self.pid)?;
         self.reaped = true;
         plan::remove_placeholders(&self.placeholders);
-        Ok(code)
+        self.placeholders.clear();
+        self.terminal = None;
+        let exit = recorded.unwrap_or(own);
+        self.status = Some(exit);
+        Ok(exit)
     }
 
     /// Read init's status from the supervisor's pipe (blocking) and, when
     /// it came, remove the placeholders: every process of the sandbox has
     /// ended. End-of-file (the supervisor died first) leaves both to the
     /// reaping.
-    fn read_ended(&mut self) -> Option<i32> {
+    fn read_ended(&mut self) -> Option<Exit> {
         if self.status.is_none()
             && let Some(fd) = self.ended.take()
-            && let Some(code) = read_status(&fd)
+            && let Some(exit) = read_status(&fd)
         {
             plan::remove_placeholders(&self.placeholders);
             self.placeholders.clear();
-            self.status = Some(code);
+            self.status = Some(exit);
             self.terminal = None;
         }
         self.status
@@ -281,18 +440,18 @@ impl SandboxChild {
     /// Returns as soon as the status is known: init has ended, and with it
     /// every process of the sandbox, and the placeholders are removed. The
     /// supervisor may still be tearing the namespaces down: dropping the
-    /// child waits for that, [`SandboxChild::detach`] does not (for a
-    /// launcher that exits right away, as `palisade run` does).
-    pub fn wait_forwarding(&mut self, signals: &[i32]) -> std::io::Result<i32> {
+    /// child hands it to the background reaper, [`SandboxChild::detach`]
+    /// leaves it to whoever inherits it (for a launcher that exits right
+    /// away, as `palisade run` does).
+    pub fn wait_forwarding(&mut self, signals: &[Signal]) -> std::io::Result<Exit> {
         use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
         use nix::sys::signalfd::{SfdFlags, SignalFd};
-        use std::os::fd::AsFd;
-        if self.reaped {
-            return Err(std::io::Error::other("sandbox already reaped"));
+        if let (true, Some(s)) = (self.reaped, self.status) {
+            return Ok(s);
         }
         let mut set = SigSet::empty();
         for s in signals {
-            set.add(Signal::try_from(*s).map_err(std::io::Error::from)?);
+            set.add(NixSignal::try_from(s.as_raw()).map_err(std::io::Error::from)?);
         }
         let sfd = SignalFd::with_flags(&set, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
             .map_err(std::io::Error::from)?;
@@ -310,13 +469,13 @@ impl SandboxChild {
                 let done = end_fd.revents().is_some_and(|r| !r.is_empty());
                 if sig_fd.revents().is_some_and(|r| !r.is_empty()) {
                     while let Ok(Some(info)) = sfd.read_signal() {
-                        let sig = Signal::try_from(i32::try_from(info.ssi_signo).unwrap_or(0));
+                        let sig = NixSignal::try_from(i32::try_from(info.ssi_signo).unwrap_or(0));
                         match (sig, &self.terminal) {
                             // The worker's own pty takes the new size; the
                             // kernel signals its foreground group.
-                            (Ok(Signal::SIGWINCH), Some(t)) => t.resizer().resize(),
+                            (Ok(NixSignal::SIGWINCH), Some(t)) => t.resizer().resize(),
                             (Ok(sig), _) => {
-                                let _ = nix::sys::signal::kill(self.pid, sig);
+                                let _ = sys::pidfd_send_signal(&self.pidfd, sig as i32);
                             }
                             (Err(_), _) => {}
                         }
@@ -327,21 +486,18 @@ impl SandboxChild {
                 }
             }
         }
-        if let Some(code) = self.read_ended() {
-            return Ok(code);
+        if let Some(exit) = self.read_ended() {
+            return Ok(exit);
         }
         // The supervisor ended without a status (killed): its own.
-        let code = wait_code(self.pid)?;
-        self.reaped = true;
-        plan::remove_placeholders(&self.placeholders);
-        Ok(code)
+        self.finish()
     }
 
     /// Let go of a sandbox whose status [`SandboxChild::wait_forwarding`]
     /// has returned without waiting for the supervisor's teardown of the
     /// namespaces (no process of the sandbox is left; whoever inherits the
     /// supervisor reaps it). Before the status is known this is a drop: the
-    /// sandbox is killed and reaped.
+    /// sandbox is killed and reaped in the background.
     pub fn detach(mut self) {
         if self.status.is_some() {
             self.reaped = true;
@@ -349,10 +505,16 @@ impl SandboxChild {
     }
 }
 
-/// Read the supervisor's 4-byte status record (blocking); `None` on
-/// end-of-file (the supervisor died before writing it).
-fn read_status(fd: &OwnedFd) -> Option<i32> {
-    let mut buf = [0u8; 4];
+/// Read the supervisor's status record (blocking); `None` on end-of-file
+/// (the supervisor died before writing it) or a malformed record.
+fn read_status(fd: &OwnedFd) -> Option<Exit> {
+    let mut buf = [0u8; crate::exit::RECORD];
+    read_full(fd, &mut buf)?;
+    Exit::decode(&buf)
+}
+
+/// Fill `buf` from `fd` (blocking); `None` on end-of-file or an error.
+fn read_full(fd: &OwnedFd, buf: &mut [u8]) -> Option<()> {
     let mut got = 0;
     while got < buf.len() {
         match nix::unistd::read(fd, buf.get_mut(got..).unwrap_or(&mut [])) {
@@ -362,30 +524,42 @@ fn read_status(fd: &OwnedFd) -> Option<i32> {
             Err(_) => return None,
         }
     }
-    Some(i32::from_le_bytes(buf))
+    Some(())
 }
 
 impl Drop for SandboxChild {
+    /// Never blocks: a sandbox still running is stopped (the stop pipe
+    /// closed: the supervisor kills init, whose exit waits for every
+    /// process of the sandbox) and handed to the background reaper, which
+    /// reaps the supervisor and then removes the launch's placeholders.
     fn drop(&mut self) {
         if !self.reaped {
-            let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
-            let _ = wait_code(self.pid);
-            plan::remove_placeholders(&self.placeholders);
+            self.stop = None;
+            self.reaped = true;
+            let pidfd = self.pidfd.try_clone().ok();
+            crate::reaper::hand_over(self.pid, pidfd, std::mem::take(&mut self.placeholders));
+        }
+    }
+}
+
+/// Reap `pid` (blocking): how it ended.
+fn reap(pid: nix::unistd::Pid) -> std::io::Result<Exit> {
+    use nix::sys::wait::waitpid;
+    loop {
+        match waitpid(pid, None) {
+            Ok(st) => {
+                if let Some(e) = Exit::from_wait(st) {
+                    return Ok(e);
+                }
+            }
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
         }
     }
 }
 
 pub(crate) fn wait_code(pid: nix::unistd::Pid) -> std::io::Result<i32> {
-    use nix::sys::wait::{WaitStatus, waitpid};
-    loop {
-        match waitpid(pid, None) {
-            Ok(WaitStatus::Exited(_, code)) => return Ok(code),
-            Ok(WaitStatus::Signaled(_, sig, _)) => return Ok(128 + sig as i32),
-            Ok(_) => continue,
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
+    reap(pid).map(Exit::code)
 }
 
 /// Names of launcher variables never passed through, even when allowlisted.
@@ -527,7 +701,9 @@ impl Sandbox {
     }
 
     /// Test hook: pretend `layer` is unavailable on this host. It can only
-    /// make a launch stricter (a refusal), never weaker.
+    /// make a launch stricter (a refusal), never weaker. Not part of the
+    /// public API (the `testing` feature; no semver guarantee).
+    #[cfg(any(fuzzing, feature = "testing"))]
     #[doc(hidden)]
     pub fn __simulate_unavailable(&mut self, layer: Layer, detail: &str) -> &mut Self {
         self.simulated.push((layer, detail.to_owned()));
@@ -536,7 +712,9 @@ impl Sandbox {
 
     /// Test hook: pretend the kernel's Landlock ABI is `abi` (if lower than
     /// the real one) for the requirement check. Enforcement always uses the
-    /// real ABI, so this can only cause a refusal.
+    /// real ABI, so this can only cause a refusal. Not part of the public
+    /// API (the `testing` feature; no semver guarantee).
+    #[cfg(any(fuzzing, feature = "testing"))]
     #[doc(hidden)]
     pub fn __simulate_landlock_abi(&mut self, abi: u32) -> &mut Self {
         self.simulated_abi = Some(abi);
@@ -648,6 +826,23 @@ impl Sandbox {
         if command.argv.is_empty() {
             return Err(SandboxError::InvalidCommand(String::from("empty command")));
         }
+        // Piped streams: the worker's ends go in as descriptors, the
+        // launcher's stay here (close-on-exec, and closed in every process
+        // of the sandbox before the worker runs).
+        let mut ours: [Option<std::fs::File>; 3] = [None, None, None];
+        for (n, (stream, mine)) in [&mut command.stdin, &mut command.stdout, &mut command.stderr]
+            .into_iter()
+            .zip(ours.iter_mut())
+            .enumerate()
+        {
+            if matches!(stream, Stdio::Piped) {
+                let (r, w) = pipe()?;
+                let (theirs, kept) = if n == 0 { (r, w) } else { (w, r) };
+                *stream = Stdio::Fd(theirs);
+                *mine = Some(std::fs::File::from(kept));
+            }
+        }
+        let [stdin, stdout, stderr] = ours;
         // A terminal among fds 0-2 is replaced by the worker's own pty.
         let terminal =
             crate::pty::prepare([&mut command.stdin, &mut command.stdout, &mut command.stderr])?;
@@ -689,7 +884,7 @@ impl Sandbox {
                 .cloned()
                 .unwrap_or_else(|| PathBuf::from("/tmp/home")),
         };
-        let envp = self.environment()?;
+        let (envp, env_dropped) = self.environment(|n| std::env::var_os(n))?;
         let filters = if self.disabled.contains(&Layer::Seccomp) {
             None
         } else {
@@ -731,7 +926,13 @@ impl Sandbox {
             stdio: [&command.stdin, &command.stdout, &command.stderr],
             ctty: terminal.as_ref().map(crate::pty::Prepared::ctty),
         };
-        let (pid, placeholders, ended) = launch(&setup, &deferred)?;
+        let Launched {
+            pid,
+            pidfd,
+            placeholders,
+            ended,
+            stop,
+        } = launch(&setup, &deferred)?;
         let mut downgraded: Vec<Layer> = self.disabled.iter().copied().collect();
         downgraded.sort();
         let report = LaunchReport {
@@ -744,14 +945,20 @@ impl Sandbox {
             worker_uid: uid,
             worker_gid: gid,
             bridges: self.bridges.clone(),
+            env_dropped,
         };
         let mut child = SandboxChild {
             pid,
+            pidfd,
             report,
             placeholders,
             reaped: false,
             ended: Some(ended),
+            stop: Some(stop),
             status: None,
+            stdin,
+            stdout,
+            stderr,
             terminal: None,
         };
         // The relay thread starts once the forks are done; should it fail,
@@ -794,16 +1001,23 @@ impl Sandbox {
         Ok(())
     }
 
-    fn environment(&self) -> Result<Vec<CString>, SandboxError> {
+    /// The worker's environment from the launcher's (`lookup`), and the
+    /// allowlisted names refused as credential-like (for the report).
+    fn environment(
+        &self,
+        lookup: impl Fn(&str) -> Option<OsString>,
+    ) -> Result<(Vec<CString>, Vec<String>), SandboxError> {
         let mut vars: Vec<(OsString, OsString)> = vec![
             (OsString::from("PATH"), OsString::from(DEFAULT_PATH)),
             (OsString::from("HOME"), OsString::from("/tmp/home")),
         ];
+        let mut dropped = Vec::new();
         for name in &self.profile.env_allow {
             if sensitive(OsStr::new(name)) {
+                dropped.push(name.clone());
                 continue;
             }
-            if let Some(v) = std::env::var_os(name) {
+            if let Some(v) = lookup(name) {
                 vars.push((OsString::from(name), v));
             }
         }
@@ -819,6 +1033,7 @@ impl Sandbox {
                 CString::new(b)
             })
             .collect::<Result<_, _>>()
+            .map(|env| (env, dropped))
             .map_err(|_| {
                 SandboxError::InvalidCommand(String::from("environment contains a NUL byte"))
             })
@@ -868,7 +1083,7 @@ fn check_stdio(streams: [&Stdio; 3]) -> Result<(), SandboxError> {
     const NAMES: [&str; 3] = ["standard input", "standard output", "standard error"];
     for (n, (s, name)) in streams.iter().zip(NAMES).enumerate() {
         let found = match (s, n) {
-            (Stdio::Null, _) => None,
+            (Stdio::Null | Stdio::Piped, _) => None,
             (Stdio::Fd(fd), _) => kind(fd.as_fd()),
             (Stdio::Inherit, 0) => kind(std::io::stdin().as_fd()),
             (Stdio::Inherit, 1) => kind(std::io::stdout().as_fd()),
@@ -942,14 +1157,14 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
 }
 
 /// Signals the supervisor and init forward to the worker.
-pub(crate) const FORWARDED: [Signal; 7] = [
-    Signal::SIGTERM,
-    Signal::SIGINT,
-    Signal::SIGHUP,
-    Signal::SIGQUIT,
-    Signal::SIGUSR1,
-    Signal::SIGUSR2,
-    Signal::SIGWINCH,
+pub(crate) const FORWARDED: [NixSignal; 7] = [
+    NixSignal::SIGTERM,
+    NixSignal::SIGINT,
+    NixSignal::SIGHUP,
+    NixSignal::SIGQUIT,
+    NixSignal::SIGUSR1,
+    NixSignal::SIGUSR2,
+    NixSignal::SIGWINCH,
 ];
 
 pub(crate) fn forwarded_mask() -> SigSet {
@@ -957,8 +1172,19 @@ pub(crate) fn forwarded_mask() -> SigSet {
     for s in FORWARDED {
         set.add(s);
     }
-    set.add(Signal::SIGCHLD);
+    set.add(NixSignal::SIGCHLD);
     set
+}
+
+/// A launched supervisor, as [`launch`] returns it.
+struct Launched {
+    pid: nix::unistd::Pid,
+    pidfd: OwnedFd,
+    placeholders: Vec<plan::Placeholder>,
+    /// The read end of the status pipe.
+    ended: OwnedFd,
+    /// The write end of the stop pipe.
+    stop: OwnedFd,
 }
 
 /// Fork the supervisor, run the deferred host-side work (placeholders,
@@ -967,14 +1193,12 @@ pub(crate) fn forwarded_mask() -> SigSet {
 /// host-side work has passed. Returns the supervisor's pid, the
 /// placeholders created and the read end of the supervisor's status pipe,
 /// once the command has been executed.
-fn launch(
-    setup: &ChildSetup<'_>,
-    deferred: &plan::Deferred,
-) -> Result<(nix::unistd::Pid, Vec<plan::Placeholder>, OwnedFd), SandboxError> {
+fn launch(setup: &ChildSetup<'_>, deferred: &plan::Deferred) -> Result<Launched, SandboxError> {
     let (err_r, err_w) = pipe()?;
     let (ready_r, ready_w) = pipe()?;
     let (go_r, go_w) = pipe()?;
     let (end_r, end_w) = pipe()?;
+    let (stop_r, stop_w) = pipe()?;
     let launcher = nix::unistd::getpid();
     let child = match sys::fork() {
         Err(errno) => {
@@ -989,8 +1213,9 @@ fn launch(
             drop(ready_r);
             drop(go_w);
             drop(end_r);
+            drop(stop_w);
             let fd = err_w.as_raw_fd();
-            match supervisor(setup, launcher, ready_w, go_r, end_w, &err_w) {
+            match supervisor(setup, launcher, ready_w, go_r, end_w, stop_r, &err_w) {
                 Ok(never) => match never {},
                 Err(fail) => report_and_exit(fd, &fail),
             }
@@ -1001,10 +1226,22 @@ fn launch(
     drop(ready_w);
     drop(go_r);
     drop(end_w);
+    drop(stop_r);
     let abort = |e: SandboxError| {
-        let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+        let _ = nix::sys::signal::kill(child, NixSignal::SIGKILL);
         let _ = wait_code(child);
         Err(e)
+    };
+    // The supervisor is our unreaped child: its pid names no other process.
+    let pidfd = match sys::pidfd_open(child.as_raw()) {
+        Ok(fd) => fd,
+        Err(errno) => {
+            return abort(SandboxError::Setup {
+                step: Step::Fork,
+                errno,
+                detail: String::from("pidfd_open of the supervisor"),
+            });
+        }
     };
     // Let the supervisor run first if it was queued on this CPU, so that it
     // can step aside to another one (see `step_aside`).
@@ -1033,9 +1270,15 @@ fn launch(
     let mut file = std::fs::File::from(err_r);
     let _ = file.read_to_end(&mut buf);
     if buf.is_empty() && got == 1 {
-        return Ok((child, created, end_r));
+        return Ok(Launched {
+            pid: child,
+            pidfd,
+            placeholders: created,
+            ended: end_r,
+            stop: stop_w,
+        });
     }
-    let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+    let _ = nix::sys::signal::kill(child, NixSignal::SIGKILL);
     let _ = wait_code(child);
     plan::remove_placeholders(&created);
     Err(decode_failure(&buf, setup))
@@ -1164,9 +1407,10 @@ fn supervisor(
     ready_w: OwnedFd,
     go_r: OwnedFd,
     end_w: OwnedFd,
+    stop_r: OwnedFd,
     err_w: &OwnedFd,
 ) -> Result<std::convert::Infallible, Fail> {
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+    nix::sys::prctl::set_pdeathsig(NixSignal::SIGKILL)
         .map_err(nx(Step::DieWithParent, "PR_SET_PDEATHSIG"))?;
     if nix::unistd::getppid() != launcher {
         sys::exit_now(125);
@@ -1251,21 +1495,28 @@ fn supervisor(
     } else {
         None
     };
+    // Init tells how the worker ended on this pipe (an `Exit` record): its
+    // exit status alone cannot tell a wall-limit kill from any SIGKILL.
+    let (why_r, why_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(nx(Step::Fork, "pipe"))?;
     let init_pid = match sys::fork() {
         Err(errno) => return Err(Fail::new(Step::Fork, errno, "init")),
         Ok(sys::Forked::Child) => {
+            drop(why_r);
+            drop(stop_r);
             let lo_r = lo.map(|(r, w)| {
                 drop(w);
                 r
             });
             let fd = err_w.as_raw_fd();
-            match init_stage(setup, fd, go_r, lo_r) {
+            match init_stage(setup, fd, go_r, lo_r, why_w) {
                 Ok(never) => match never {},
                 Err(fail) => report_and_exit(fd, &fail),
             }
         }
         Ok(sys::Forked::Parent(pid)) => nix::unistd::Pid::from_raw(pid),
     };
+    drop(why_w);
     drop(go_r);
     if let Some((lo_r, lo_w)) = lo {
         drop(lo_r);
@@ -1279,14 +1530,20 @@ fn supervisor(
         let _ = nix::unistd::write(&lo_w, b"l");
     }
     // Nothing of the launcher's is needed any more (pipes, stdio) but the
-    // status pipe.
-    let _ = sys::close_all_except(&[end_w.as_raw_fd()]);
+    // status pipe, and init's record pipe.
+    let _ = sys::close_all_except(&[end_w.as_raw_fd(), why_r.as_raw_fd(), stop_r.as_raw_fd()]);
     // Forward signals to init; once it has ended (and with it every process
-    // of its PID namespace), tell the launcher before the namespaces are torn
-    // down on our exit, then leave with its status.
-    let code = init::supervise(init_pid, &mask);
-    sys::write_all(end_w.as_raw_fd(), &code.to_le_bytes());
-    sys::exit_now(code)
+    // of its PID namespace), tell the launcher how the worker ended before
+    // the namespaces are torn down on our exit, then leave with its status.
+    // Every writer of init's record pipe is gone by now: its read does not
+    // block. No record (init was killed) leaves init's own ending.
+    let init_ended = init::supervise(init_pid, &mask, &stop_r);
+    let mut rec = [0u8; crate::exit::RECORD];
+    let exit = read_full(&why_r, &mut rec)
+        .and_then(|()| Exit::decode(&rec))
+        .unwrap_or(init_ended);
+    sys::write_all(end_w.as_raw_fd(), &exit.encode());
+    sys::exit_now(exit.code())
 }
 
 /// Move the calling process off the CPU it shares with the launcher, when
@@ -1323,8 +1580,9 @@ fn init_stage(
     err_fd: RawFd,
     go_r: OwnedFd,
     lo_r: Option<OwnedFd>,
+    why_w: OwnedFd,
 ) -> Result<std::convert::Infallible, Fail> {
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+    nix::sys::prctl::set_pdeathsig(NixSignal::SIGKILL)
         .map_err(nx(Step::DieWithParent, "PR_SET_PDEATHSIG"))?;
     // The launcher's go: its id maps are written and its host-side work
     // (socket walk, placeholders) has passed. End-of-file is a refusal or
@@ -1409,21 +1667,22 @@ fn init_stage(
         }
         Ok(sys::Forked::Parent(pid)) => nix::unistd::Pid::from_raw(pid),
     };
-    let mut keep = Vec::new();
+    let mut keep = vec![why_w.as_raw_fd()];
     for l in &listeners {
         keep.push(l.listener.as_raw_fd());
         keep.push(l.dir.as_raw_fd());
     }
     let _ = sys::close_all_except(&keep);
     let mask = forwarded_mask();
-    let code = init::run(worker, &mask, listeners, setup.wall_limit);
-    sys::exit_now(code)
+    let exit = init::run(worker, &mask, listeners, setup.wall_limit);
+    sys::write_all(why_w.as_raw_fd(), &exit.encode());
+    sys::exit_now(exit.code())
 }
 
 /// The worker: session, descriptors, limits, identity, capabilities, a new
 /// session keyring, no_new_privs, Landlock, seccomp, exec.
 fn worker_stage(setup: &ChildSetup<'_>, err_fd: RawFd) -> Result<std::convert::Infallible, Fail> {
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+    nix::sys::prctl::set_pdeathsig(NixSignal::SIGKILL)
         .map_err(nx(Step::DieWithParent, "PR_SET_PDEATHSIG"))?;
     if nix::unistd::getppid().as_raw() != 1 {
         sys::exit_now(125);
@@ -1434,6 +1693,14 @@ fn worker_stage(setup: &ChildSetup<'_>, err_fd: RawFd) -> Result<std::convert::I
         let target = i32::try_from(target).unwrap_or(0);
         match s {
             Stdio::Inherit => {}
+            // Resolved into `Stdio::Fd` before the fork.
+            Stdio::Piped => {
+                return Err(Fail::new(
+                    Step::Session,
+                    libc::EBADF,
+                    "a piped stream without its pipe",
+                ));
+            }
             Stdio::Null => {
                 let fd = nix::fcntl::open(
                     "/dev/null",
@@ -1600,9 +1867,53 @@ mod tests {
 
     #[test]
     fn sensitive_names_are_stripped() {
-        assert!(sensitive(OsStr::new("GITHUB_TOKEN")));
-        assert!(sensitive(OsStr::new("aws_secret_access_key")));
-        assert!(!sensitive(OsStr::new("LANG")));
+        for name in [
+            "GITHUB_TOKEN",
+            "aws_secret_access_key",
+            "AUTH",
+            "GH_AUTH",
+            "OAUTH_CLIENT",
+            "HTTP_AUTHORIZATION",
+            "PROXY_AUTHORISATION",
+            "AUTHOR_AUTH",
+            "NPM_AUTHTOKEN",
+        ] {
+            assert!(sensitive(OsStr::new(name)), "{name} passed");
+        }
+        // `AUTHOR` is not `AUTH`: a name, not a credential.
+        for name in ["LANG", "AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "AUTHORS"] {
+            assert!(!sensitive(OsStr::new(name)), "{name} refused");
+        }
+    }
+
+    #[test]
+    fn dropped_names_are_reported_and_never_their_values() {
+        let value = "terces-ym".chars().rev().collect::<String>();
+        let mut sb = Sandbox::new(crate::Profile::strict());
+        // Only `pass_env` adds names, and it refuses credential-like ones:
+        // the launch-time filter is the second line, reported when it acts.
+        sb.pass_env("AUTHOR_NAME").unwrap();
+        assert!(sb.pass_env("GITHUB_TOKEN").is_err());
+        sb.profile.env_allow.push(String::from("GITHUB_TOKEN"));
+        sb.profile.env_allow.push(String::from("NPM_AUTH"));
+        let lookup = |n: &str| Some(OsString::from(format!("{n}-{value}")));
+        let (env, dropped) = sb.environment(lookup).unwrap();
+        assert_eq!(dropped, ["GITHUB_TOKEN", "NPM_AUTH"]);
+        let env: Vec<String> = env
+            .iter()
+            .map(|c| c.to_string_lossy().into_owned())
+            .collect();
+        // The positive control: the allowlisted plain names pass.
+        assert!(
+            env.contains(&format!("AUTHOR_NAME=AUTHOR_NAME-{value}")),
+            "{env:?}"
+        );
+        assert!(env.contains(&format!("LANG=LANG-{value}")), "{env:?}");
+        assert!(
+            !env.iter()
+                .any(|e| e.starts_with("GITHUB_TOKEN") || e.starts_with("NPM_AUTH"))
+        );
+        assert!(!dropped.iter().any(|d| d.contains(&value)));
     }
 
     #[test]

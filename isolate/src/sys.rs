@@ -97,6 +97,7 @@ pub(crate) fn dup2(old: RawFd, new: RawFd) -> SysResult<()> {
 }
 
 /// `close(2)` of a raw descriptor.
+#[cfg(any(fuzzing, feature = "testing"))]
 pub(crate) fn close(fd: RawFd) {
     // SAFETY: integer argument; the caller owns the descriptor and never
     // uses it again.
@@ -421,6 +422,7 @@ pub(crate) fn set_window_size(fd: RawFd, ws: &libc::winsize) -> SysResult<()> {
 
 /// The number of bytes waiting in a descriptor's input queue (`FIONREAD`;
 /// on a terminal in canonical mode, the complete lines only).
+#[cfg(any(fuzzing, feature = "testing"))]
 pub(crate) fn input_pending(fd: RawFd) -> SysResult<usize> {
     let mut n: libc::c_int = 0;
     // SAFETY: FIONREAD writes one int into the pointer, which points at a
@@ -452,6 +454,7 @@ pub(crate) fn join_new_session_keyring() -> SysResult<libc::c_long> {
 
 /// `keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0)`: the serial
 /// of the calling process's session keyring, without creating one.
+#[cfg(any(fuzzing, feature = "testing"))]
 pub(crate) fn session_keyring_id() -> SysResult<libc::c_long> {
     // SAFETY: integer arguments only.
     check(unsafe {
@@ -464,6 +467,63 @@ pub(crate) fn session_keyring_id() -> SysResult<libc::c_long> {
     })
 }
 
+/// `pidfd_open(2)`: a descriptor that refers to the process `pid` itself
+/// (close-on-exec), readable once it has exited, so that it can sit in a
+/// caller's `poll`/epoll set and be signalled without a pid-reuse race.
+/// `pid` must be an unreaped child of this process, so that it cannot name
+/// another process by the time the call runs.
+pub(crate) fn pidfd_open(pid: libc::pid_t) -> SysResult<OwnedFd> {
+    // SAFETY: integer arguments only; the call returns a new descriptor or
+    // -1 with errno.
+    let fd = check(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) })?;
+    let fd = RawFd::try_from(fd).map_err(|_| libc::EBADF)?;
+    // SAFETY: `fd` is a fresh descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `pidfd_send_signal(2)`: send `sig` to the process `pidfd` refers to
+/// (`ESRCH` once it has been reaped).
+pub(crate) fn pidfd_send_signal(pidfd: &OwnedFd, sig: libc::c_int) -> SysResult<()> {
+    // SAFETY: a descriptor borrowed for the call, a signal number, a null
+    // `siginfo` (the kernel fills in a plain `kill`'s) and no flags.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    })
+    .map(|_| ())
+}
+
+/// Wait, without blocking the runtime, until `pidfd`'s process has ended
+/// (the pidfd is readable), through tokio's `AsyncFd`.
+#[cfg(feature = "tokio")]
+pub(crate) async fn pidfd_ended(pidfd: &OwnedFd) -> std::io::Result<()> {
+    use std::os::fd::AsFd;
+    use tokio::io::Interest;
+    use tokio::io::unix::AsyncFd;
+    // SAFETY: the registered descriptor is borrowed from `pidfd` for the
+    // whole life of the `AsyncFd`, which ends when this function returns, so
+    // it stays open and names the same pidfd meanwhile.
+    let fd = unsafe { AsyncFd::register_with_interest(pidfd.as_fd(), Interest::READABLE) }?;
+    loop {
+        let mut guard = fd.readable().await?;
+        let mut fds = [nix::poll::PollFd::new(
+            pidfd.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        match nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO) {
+            Ok(n) if n > 0 => return Ok(()),
+            Ok(_) | Err(nix::errno::Errno::EINTR) => guard.clear_ready(),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+#[cfg(any(fuzzing, feature = "testing"))]
 pub(crate) mod attempt {
     use super::{SysResult, check, check_int};
     use std::ffi::CStr;

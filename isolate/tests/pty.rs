@@ -291,7 +291,10 @@ fn keystrokes_reach_a_foreground_worker_in_raw_mode_restored_afterwards() {
         let raw = wait_for(|| is_raw(ctty));
         nix::unistd::write(&t.master, b"hello\n").map_err(|e| format!("write: {e}"))?;
         let out = read_until(&t.master, answered("ok "));
-        let code = child.wait().map_err(|e| format!("wait: {e}"))?;
+        let code = child
+            .wait()
+            .map(|e| e.code())
+            .map_err(|e| format!("wait: {e}"))?;
         let after = termios::tcgetattr(ctty).map_err(|e| format!("tcgetattr: {e}"))?;
         let restored = after.local_flags == before.local_flags
             && after.input_flags == before.input_flags
@@ -303,7 +306,10 @@ fn keystrokes_reach_a_foreground_worker_in_raw_mode_restored_afterwards() {
         let raw_eof = wait_for(|| is_raw(ctty));
         nix::unistd::write(&t.master, b"\x04").map_err(|e| format!("write: {e}"))?;
         let eof = read_until(&t.master, answered("ok "));
-        let eof_code = child.wait().map_err(|e| format!("wait: {e}"))?;
+        let eof_code = child
+            .wait()
+            .map(|e| e.code())
+            .map_err(|e| format!("wait: {e}"))?;
         let eof = answer(&eof, "ok ").unwrap_or(eof);
         // A worker killed mid-read (the child dropped): restored as well.
         let child = sandbox()
@@ -385,7 +391,10 @@ fn a_launcher_brought_back_to_the_foreground_relays_again() {
         let raw = wait_for(|| is_raw(ctty));
         nix::unistd::write(&t.master, b"again\n").map_err(|e| format!("write: {e}"))?;
         let out = read_until(&t.master, answered("ok "));
-        let code = child.wait().map_err(|e| format!("wait: {e}"))?;
+        let code = child
+            .wait()
+            .map(|e| e.code())
+            .map_err(|e| format!("wait: {e}"))?;
         let _ = sleeper.kill();
         let _ = sleeper.wait();
         Ok(format!(
@@ -430,7 +439,10 @@ fn tiocsti_from_the_worker_stays_in_its_own_terminal() {
             .spawn(Command::new([PROBE, "tiocsti-readback"]))
             .map_err(|e| format!("spawn: {e}"))?;
         let out = read_until(&t.master, |s| s.contains('\n'));
-        let code = child.wait().map_err(|e| format!("wait: {e}"))?;
+        let code = child
+            .wait()
+            .map(|e| e.code())
+            .map_err(|e| format!("wait: {e}"))?;
         let pending = pending_input_for_tests(ctty.as_fd());
         let _ = sleeper.kill();
         let _ = sleeper.wait();
@@ -484,7 +496,8 @@ fn a_new_window_size_reaches_the_worker() {
             )
         });
         let code = child
-            .wait_forwarding(&[libc::SIGWINCH])
+            .wait_forwarding(&[palisade_isolate::Signal::WINCH])
+            .map(|e| e.code())
             .map_err(|e| format!("wait: {e}"))?;
         child.detach();
         let seen = user.join().map_err(|_| String::from("user thread"))?;
@@ -511,7 +524,10 @@ fn no_terminal_no_pty_and_no_relay() {
         std::fs::File::from(r)
             .read_to_string(&mut out)
             .map_err(|e| format!("read: {e}"))?;
-        let code = child.wait().map_err(|e| format!("wait: {e}"))?;
+        let code = child
+            .wait()
+            .map(|e| e.code())
+            .map_err(|e| format!("wait: {e}"))?;
         Ok(format!("code={code} threads={relays} {}", out.trim_end()))
     });
     // fd 0 is /dev/null (1:3), the only character device; no window size.

@@ -866,19 +866,10 @@ async fn supervise(
         sb.read_only(&exe);
         sb.env("PALISADE_BIN", exe);
     }
-    sb.bridge(Bridge {
-        port: PROXY_PORT,
-        target: s.proxy_path.clone(),
-    });
-    sb.bridge(Bridge {
-        port: CONTROL_PORT,
-        target: s.control_path.clone(),
-    });
+    sb.bridge(Bridge::new(PROXY_PORT, s.proxy_path.clone()));
+    sb.bridge(Bridge::new(CONTROL_PORT, s.control_path.clone()));
     for r in &s.relays {
-        sb.bridge(Bridge {
-            port: r.port,
-            target: r.socket.path().to_path_buf(),
-        });
+        sb.bridge(Bridge::new(r.port, r.socket.path().to_path_buf()));
         for (k, v) in &r.env {
             sb.env(k, v);
         }
@@ -1033,7 +1024,14 @@ async fn supervise(
 
     // After: the last steering check, then the end record.
     core.check_steering("exit");
-    let code = code?;
+    let exit = code?;
+    // The exit status keeps the shell's number (137 for a wall-limit kill,
+    // as documented); the journal says what the library tells apart,
+    // init's own report, never guessed from the SIGKILL it is done with.
+    let code = exit.code();
+    if exit == palisade_isolate::Exit::WallLimit {
+        killed_by = killed_by.or(Some("wall_limit"));
+    }
     let signal_no = code.checked_sub(128).filter(|s| *s > 0 && code > 128);
     core.journal().record(
         Kind::custom("execution_ended").map_err(|e| e.to_string())?,

@@ -39,7 +39,7 @@ use palisade_evidence::{
     Body, Entry, FailureKind, JournalKey, JournalWriter, Kind, Timestamp,
     Verdict as JournalVerdict, VerifiedLines, WriterOptions, verify,
 };
-use palisade_isolate::{Command, Profile, Sandbox, SandboxChild, Stdio};
+use palisade_isolate::{Command, Exit, Profile, Sandbox, SandboxChild, Signal, Stdio};
 use palisade_policy::admission::{self, Decision as Admission, Event as TriggerEvent};
 use palisade_policy::capability::CapabilityRegistry;
 use palisade_policy::egress::ConnectRequest;
@@ -477,21 +477,20 @@ async fn sandbox(policy: &HostPolicy) -> Result<()> {
     let base = worker_sandbox(policy, workspace.path())?;
 
     // 1. Piped stdout.
-    // workaround: `Stdio` has no `piped()`; the example makes the pipe with
-    // `std::io::pipe` and hands the write end over. Intended: `Stdio::piped()`
-    // and `child.stdout`.
-    let (reader, writer) = std::io::pipe()?;
-    let mut cmd = Command::new(["/bin/sh", "-c", "echo hello from $CI; pwd"]);
-    cmd.stdout = Stdio::Fd(writer.into());
-    let child = base.spawn(cmd)?;
+    let mut child = base.spawn(
+        Command::new(["/bin/sh", "-c", "echo hello from $CI; pwd"]).stdout(Stdio::piped()),
+    )?;
     let report = child.report().clone();
-    let code = wait(child).await?;
     let mut out = String::new();
-    BufReader::new(reader).read_to_string(&mut out)?;
+    child
+        .take_stdout()
+        .ok_or("stdout is piped")?
+        .read_to_string(&mut out)?;
+    let exit = wait(&mut child).await?;
     let cwd = workspace.path().display().to_string();
     ensure(
-        code == 0 && out == format!("hello from 1\n{cwd}\n"),
-        format!("worker exited {code} with {out:?}"),
+        exit == Exit::Exited(0) && out == format!("hello from 1\n{cwd}\n"),
+        format!("worker ended {exit:?} with {out:?}"),
     )?;
     println!(
         "sandbox: profile {}, plan {}, worker uid {}, printed {:?}",
@@ -501,46 +500,47 @@ async fn sandbox(policy: &HostPolicy) -> Result<()> {
         out.lines().next().unwrap_or_default()
     );
 
-    // 2. A wall limit, lowered from the policy's for this one run.
+    // 2. A wall limit, lowered from the policy's for this one run: its kill
+    // is told apart from any other SIGKILL.
     let mut limited = base.clone();
     limited.limit_wall(Duration::from_secs(1))?;
-    let child = limited.spawn(Command::new(["/bin/sleep", "60"]))?;
-    let code = wait(child).await?;
-    // workaround: a wall-limit kill is reported as 137 (128 + SIGKILL), the
-    // same as any other SIGKILL. Intended: `Exit::WallLimit`.
-    ensure(code == 137, format!("wall-limited worker exited {code}"))?;
-    println!("sandbox: wall limit of 1s killed `sleep 60` ({code})");
+    let mut child = limited.spawn(Command::new(["/bin/sleep", "60"]))?;
+    let exit = wait(&mut child).await?;
+    ensure(
+        exit == Exit::WallLimit,
+        format!("wall-limited worker ended {exit:?}"),
+    )?;
+    println!(
+        "sandbox: wall limit of 1s stopped `sleep 60` ({exit:?}, exit code {})",
+        exit.code()
+    );
 
-    // 3. A signal, once the worker is known to run.
-    let (reader, writer) = std::io::pipe()?;
-    let mut cmd = Command::new(["/bin/sh", "-c", "echo ready; exec /bin/sleep 60"]);
-    cmd.stdout = Stdio::Fd(writer.into());
-    let child = base.spawn(cmd)?;
+    // 3. A typed signal, once the worker is known to run.
+    let mut child = base.spawn(
+        Command::new(["/bin/sh", "-c", "echo ready; exec /bin/sleep 60"]).stdout(Stdio::piped()),
+    )?;
     let mut line = String::new();
-    BufReader::new(reader).read_line(&mut line)?;
+    BufReader::new(child.take_stdout().ok_or("stdout is piped")?).read_line(&mut line)?;
     ensure(line == "ready\n", format!("worker said {line:?}"))?;
-    // workaround: signals are a raw `i32` (15 is SIGTERM) with no typed enum.
-    // Intended: `child.kill(Signal::Term)`.
-    child.signal(15)?;
-    let code = wait(child).await?;
-    ensure(code == 128 + 15, format!("signalled worker exited {code}"))?;
-    println!("sandbox: SIGTERM ended the worker ({code})");
+    child.kill(Signal::TERM)?;
+    let exit = wait(&mut child).await?;
+    ensure(
+        exit == Exit::Signaled(Signal::TERM),
+        format!("signalled worker ended {exit:?}"),
+    )?;
+    println!("sandbox: SIGTERM ended the worker ({exit:?})");
     Ok(())
 }
 
-/// The worker's exit code (`128 + n` when signal `n` ended it), within a
-/// generous bound so that a stuck worker fails the example instead of
-/// hanging it.
-// workaround: `SandboxChild::wait` blocks and the child has no pidfd
-// (`AsFd`), so an async orchestrator parks the wait on a blocking thread
-// (and cannot cancel it). Intended: `wait_timeout`, and the `tokio`
-// feature's `child.wait().await`.
-async fn wait(child: SandboxChild) -> Result<i32> {
-    let waiting = tokio::task::spawn_blocking(move || child.wait());
-    let joined = tokio::time::timeout(Duration::from_secs(120), waiting)
+/// How the worker ended, awaited on its pidfd (the `tokio` feature) within
+/// a generous bound, so that a stuck worker fails the example instead of
+/// hanging it; dropping the child on that error stops its sandbox without
+/// blocking.
+async fn wait(child: &mut SandboxChild) -> Result<Exit> {
+    let exit = tokio::time::timeout(Duration::from_secs(120), child.wait_async())
         .await
-        .map_err(|_| "the worker did not end within 120 s")?;
-    Ok(joined??)
+        .map_err(|_| "the worker did not end within 120 s")??;
+    Ok(exit)
 }
 
 /// The sandbox for the policy's `[worker]`: its profile, environment and
