@@ -27,8 +27,8 @@ mod server;
 
 pub use client::{CONTROL_ENV, ClientError, ControlAddr, ControlClient};
 pub use protocol::{
-    Approval, MAX_FIELD_BYTES, MAX_LINE_BYTES, OutwardAnswer, PROTOCOL_VERSION, PendingAction,
-    ProtocolError, Request, Response, SessionView, TaintEntry, TaintKind, Verdict, WireError,
+    Approval, AskAnswer, MAX_FIELD_BYTES, MAX_LINE_BYTES, OutwardAnswer, PROTOCOL_VERSION,
+    PendingAction, ProtocolError, Request, Response, SessionView, TaintEntry, TaintKind, WireError,
     parse_request,
 };
 pub use server::{

@@ -13,8 +13,8 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{Semaphore, oneshot, watch};
 
 use super::protocol::{
-    Approval, MAX_LINE_BYTES, OutwardAnswer, PendingAction, ProtocolError, Request, Response,
-    SessionView, TaintKind, Verdict, parse_request,
+    Approval, AskAnswer, MAX_LINE_BYTES, OutwardAnswer, PendingAction, ProtocolError, Request,
+    Response, SessionView, TaintKind, parse_request,
 };
 
 /// Which endpoint a connection arrived on.
@@ -30,7 +30,7 @@ pub enum Endpoint {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicyAnswer {
     /// Allow, ask or deny.
-    pub verdict: Verdict,
+    pub verdict: AskAnswer,
     /// The rule that matched, when one did.
     pub rule: Option<String>,
     /// A human-readable reason.
@@ -448,7 +448,7 @@ async fn handle(shared: &Arc<Shared>, endpoint: Endpoint, req: Request) -> Respo
                 Issued {
                     kind,
                     target,
-                    allowed: answer.decision == Verdict::Allow,
+                    allowed: answer.decision == AskAnswer::Allow,
                     executed: false,
                 },
             );
@@ -471,7 +471,7 @@ async fn outward(shared: &Arc<Shared>, kind: &str, target: &str) -> OutwardAnswe
         rule: policy.rule,
         reason: policy.reason,
     };
-    if policy.verdict != Verdict::Ask {
+    if policy.verdict != AskAnswer::Ask {
         return answer;
     }
     let (tx, rx) = oneshot::channel();
@@ -483,7 +483,7 @@ async fn outward(shared: &Arc<Shared>, kind: &str, target: &str) -> OutwardAnswe
         tainted: shared.backend.state().tainted,
     };
     if *shared.stop.borrow() {
-        answer.decision = Verdict::Deny;
+        answer.decision = AskAnswer::Deny;
         answer.approval = Some(Approval::Cancelled);
         return answer;
     }
@@ -505,9 +505,9 @@ async fn outward(shared: &Arc<Shared>, kind: &str, target: &str) -> OutwardAnswe
     };
     answer.approval = Some(settled);
     answer.decision = if settled == Approval::Approved {
-        Verdict::Allow
+        AskAnswer::Allow
     } else {
-        Verdict::Deny
+        AskAnswer::Deny
     };
     answer.reason = match settled {
         Approval::Approved => format!("approved by the host ({})", answer.reason),
