@@ -36,6 +36,7 @@ pub use server::{
     PolicyAnswer,
 };
 
+#[cfg(any(fuzzing, feature = "testing"))]
 /// Entry points for fuzz targets. Not part of the stable API.
 #[doc(hidden)]
 pub mod __fuzz {

@@ -65,6 +65,7 @@ impl Target {
 
 /// A parsed request head.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RequestHead {
     /// The method, as sent (uppercase).
     pub method: String,
@@ -540,6 +541,7 @@ fn check_connection(head: &RequestHead) -> Result<(), HeadError> {
     Ok(())
 }
 
+#[cfg(any(fuzzing, feature = "testing"))]
 #[doc(hidden)]
 pub mod __fuzz {
     /// Fuzz entry: parse arbitrary bytes; must never panic.

@@ -29,6 +29,9 @@ pub mod relay;
 pub mod resolve;
 pub mod sni;
 
+/// Fuzzing entry points: not part of the public API, no semver guarantee
+/// (only with `cfg(fuzzing)` or the `testing` feature).
+#[cfg(any(fuzzing, feature = "testing"))]
 #[doc(hidden)]
 pub mod __fuzz {
     pub use crate::body::__fuzz::chunked_body;

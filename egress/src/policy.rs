@@ -42,6 +42,7 @@ impl fmt::Debug for PolicyDecider {
 /// What one decision did: the verdict, the taint effects of the
 /// reservation, and the new taint source to record, if there is one.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Decided {
     /// The answer for the connection.
     pub verdict: Verdict,

@@ -46,6 +46,7 @@ impl ProxyKind {
 
 /// Whether an attempt was let through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Outcome {
     /// Connected to the upstream.
     Allowed,
@@ -109,6 +110,7 @@ impl fmt::Display for CloseReason {
 
 /// One proxy connection attempt, allowed or not.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ConnectionRecord {
     /// Per-proxy sequence number of the attempt.
     pub id: u64,
@@ -170,6 +172,7 @@ impl ConnectionRecord {
 
 /// Whether a relay request reached the upstream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RelayOutcome {
     /// Sent to the upstream (whatever it answered).
     Forwarded,
@@ -189,6 +192,7 @@ impl RelayOutcome {
 
 /// One host-relay request.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RelayRecord {
     /// The relay's name.
     pub relay: String,
@@ -218,6 +222,7 @@ pub struct RelayRecord {
 /// journal's `taint_raised`, with the same body the governed session
 /// writes).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TaintRecord {
     /// The source as reported (for the proxy, the class).
     pub source: String,

@@ -279,6 +279,7 @@ impl Credential {
 /// The shape of a placeholder: random base64url characters between a
 /// prefix and a suffix, so client libraries' key-format checks pass.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PlaceholderFormat {
     /// Literal prefix (e.g. `sk-ant-api03-`).
     pub prefix: String,
@@ -305,6 +306,16 @@ impl PlaceholderFormat {
             Self::openai()
         } else {
             Self::generic()
+        }
+    }
+
+    /// A shape: `prefix`, `random_chars` random base64url characters (at
+    /// least 22 are generated), `suffix`.
+    pub fn new(prefix: &str, random_chars: usize, suffix: &str) -> Self {
+        Self {
+            prefix: prefix.to_owned(),
+            random_chars,
+            suffix: suffix.to_owned(),
         }
     }
 

@@ -50,11 +50,7 @@ impl ControlBackend for Fake {
             "git.push" if !tainted => AskAnswer::Allow,
             _ => AskAnswer::Ask,
         };
-        PolicyAnswer {
-            verdict,
-            rule: None,
-            reason: format!("fake {}", verdict.as_str()),
-        }
+        PolicyAnswer::new(verdict, None, format!("fake {}", verdict.as_str()))
     }
     fn outward_settled(&self, kind: &str, _target: &str, answer: &OutwardAnswer) {
         self.events
@@ -84,13 +80,11 @@ struct Harness {
 fn start(timeout: Duration) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let fake = Arc::new(Fake::default());
-    let server = ControlServer::new(
-        fake.clone(),
-        ControlConfig {
-            approval_timeout: timeout,
-            ..ControlConfig::default()
-        },
-    );
+    let server = ControlServer::new(fake.clone(), {
+        let mut built = ControlConfig::default();
+        built.approval_timeout = timeout;
+        built
+    });
     let wp = dir.path().join("control.sock");
     let hp = dir.path().join("host.sock");
     server.serve(

@@ -413,15 +413,15 @@ impl ControlBackend for SessionCore {
             self.outward
                 .decide(&st.session, &OutwardRequest { kind, target })
         };
-        PolicyAnswer {
-            verdict: match v.decision {
+        PolicyAnswer::new(
+            match v.decision {
                 Decision::Allow => AskAnswer::Allow,
                 Decision::Ask => AskAnswer::Ask,
                 Decision::Deny => AskAnswer::Deny,
             },
-            rule: v.rule,
-            reason: v.detail,
-        }
+            v.rule,
+            v.detail,
+        )
     }
 
     fn outward_pending(&self, p: &PendingAction) {

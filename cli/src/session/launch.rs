@@ -771,10 +771,7 @@ async fn bind_services(
     };
     let control = ControlServer::new(
         core.clone(),
-        ControlConfig {
-            approval_timeout,
-            ..ControlConfig::default()
-        },
+        ControlConfig::default().with_approval_timeout(approval_timeout),
     );
     let control_path = dir.join("control.sock");
     let worker_listener =

@@ -149,13 +149,11 @@ async fn rig_with(policy_text: &str) -> Rig {
     let proxy_port = l.local_addr().unwrap().port();
     let (stop, signal) = shutdown_channel();
     tokio::spawn(async move { proxy.serve(Listener::Tcp(l), signal).await });
-    let control = ControlServer::new(
-        core.clone(),
-        ControlConfig {
-            approval_timeout: Duration::from_secs(20),
-            ..ControlConfig::default()
-        },
-    );
+    let control = ControlServer::new(core.clone(), {
+        let mut built = ControlConfig::default();
+        built.approval_timeout = Duration::from_secs(20);
+        built
+    });
     let wp = dir.path().join("control.sock");
     let hp = dir.path().join("host.sock");
     control.serve(

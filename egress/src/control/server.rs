@@ -28,6 +28,7 @@ pub enum Endpoint {
 
 /// The policy's first answer to an outward request.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PolicyAnswer {
     /// Allow, ask or deny.
     pub verdict: AskAnswer,
@@ -61,6 +62,7 @@ pub trait ControlBackend: Send + Sync + 'static {
 
 /// Server limits.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ControlConfig {
     /// How long an `ask` waits for the host before it is denied.
     pub approval_timeout: Duration,
@@ -68,6 +70,27 @@ pub struct ControlConfig {
     pub idle_timeout: Duration,
     /// Concurrent connections per endpoint.
     pub max_connections: usize,
+}
+
+impl ControlConfig {
+    /// How long an `ask` waits for the host before it is denied.
+    #[must_use]
+    pub fn with_approval_timeout(mut self, timeout: Duration) -> Self {
+        self.approval_timeout = timeout;
+        self
+    }
+}
+
+impl PolicyAnswer {
+    /// The answer a [`ControlBackend`] gives: allow, ask or deny, the rule
+    /// that matched and a human reason.
+    pub fn new(verdict: AskAnswer, rule: Option<String>, reason: impl Into<String>) -> Self {
+        Self {
+            verdict,
+            rule,
+            reason: reason.into(),
+        }
+    }
 }
 
 impl Default for ControlConfig {
