@@ -448,6 +448,45 @@ impl AcceptanceSender {
 /// Where records go. Implementations must not block for long: the proxy
 /// calls this on its IO tasks (a journal with group commit hands the
 /// record to its writer thread).
+///
+/// A recorder that counts refusals and stops the proxy (fail closed) once
+/// it is told to:
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+///
+/// use palisade_egress::record::{ConnectionRecord, Outcome, ProxyEvent, Recorder};
+///
+/// #[derive(Debug, Default)]
+/// struct Counting {
+///     refused: AtomicUsize,
+///     broken: AtomicBool,
+/// }
+///
+/// impl Recorder for Counting {
+///     fn record(&self, event: &ProxyEvent) {
+///         if let ProxyEvent::Connection(c) = event
+///             && c.outcome == Outcome::Denied
+///         {
+///             self.refused.fetch_add(1, Ordering::Relaxed);
+///         }
+///     }
+///
+///     fn healthy(&self) -> bool {
+///         !self.broken.load(Ordering::Relaxed)
+///     }
+/// }
+///
+/// let r = Counting::default();
+/// let refused = ConnectionRecord::new(1, "127.0.0.1:9".into(), std::time::SystemTime::now());
+/// r.record(&ProxyEvent::Connection(refused));
+/// assert_eq!(r.refused.load(Ordering::Relaxed), 1);
+/// // the default `record_accepted` records and answers `healthy()`:
+/// // once that is false, the proxy answers new connections 503
+/// assert!(r.healthy());
+/// r.broken.store(true, Ordering::Relaxed);
+/// assert!(!r.healthy());
+/// ```
 pub trait Recorder: Send + Sync + fmt::Debug {
     /// Record one event.
     fn record(&self, event: &ProxyEvent);
