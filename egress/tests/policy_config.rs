@@ -152,7 +152,10 @@ fn every_relay_key_reaches_the_relay_config() {
         body_timeout,
     } = limits;
     let marker: String = "terces-yler-ym".chars().rev().collect();
-    let c = RelayConfig::from_policy(relay, Secret::new(marker.clone())).unwrap();
+    // one secret type: the relay's is evidence's (zeroized, redacted, no Serialize)
+    let secret: palisade_evidence::Secret = Secret::new(marker.clone());
+    assert!(!format!("{secret:?}").contains(&marker));
+    let c = RelayConfig::from_policy(relay, secret).unwrap();
     assert_eq!(c.name, *name);
     assert_eq!(c.origin(), origin);
     assert_eq!(c.authority(), "api.anthropic.example:8443");

@@ -52,6 +52,7 @@ struct Compiled {
 /// A target glob did not compile (the schema parser should have refused it).
 #[derive(Debug, thiserror::Error)]
 #[error("outward target `{glob}` does not compile: {message}")]
+#[non_exhaustive]
 pub struct OutwardError {
     /// The glob text.
     pub glob: String,

@@ -32,6 +32,7 @@ pub struct RouteTable {
 /// A routing glob did not compile (the schema parser should have refused it).
 #[derive(Debug, thiserror::Error)]
 #[error("routing glob `{glob}` does not compile: {message}")]
+#[non_exhaustive]
 pub struct RouteError {
     /// The glob text.
     pub glob: String,
