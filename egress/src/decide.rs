@@ -2,15 +2,18 @@
 //! IP literal) and port may be contacted, **before** any DNS lookup.
 //!
 //! There is one egress decision API: a decider returns
-//! `palisade_policy`'s [`Verdict`] (decision, typed [`Reason`], rule,
-//! detail) over `palisade_schema`'s [`RequestHost`], and the proxy records
+//! `palisade_policy`'s [`Verdict`] (decision, typed
+//! [`Reason`](palisade_policy::Reason), rule, detail) over
+//! `palisade_schema`'s [`RequestHost`], and the proxy records
 //! the verdict's reason code as it is. [`crate::policy::PolicyDecider`] is
 //! the decider over a host policy and a live taint session; [`HostRules`]
 //! is the same policy decision for a session that is never tainted, for
 //! tests and simple embeddings.
 //!
 //! ```
-//! use palisade_egress::decide::{Decider, HostRules, Reason, RequestHost};
+//! use palisade_egress::decide::{Decider, HostRules};
+//! use palisade_policy::Reason;
+//! use palisade_schema::host_policy::RequestHost;
 //!
 //! let rules = HostRules::new(&["*.example.com:443", "127.0.0.1"], &["bad.example.com"])?;
 //! let host = |h: &str| RequestHost::parse(h).unwrap();
@@ -24,11 +27,9 @@
 
 use std::fmt;
 
-use palisade_schema::host_policy::{Cidr, HostPattern, HostPolicy};
+use palisade_policy::verdict::Verdict;
+use palisade_schema::host_policy::{Cidr, HostPattern, HostPolicy, RequestHost};
 use palisade_taint::Session;
-
-pub use palisade_policy::verdict::{Decision, Reason, Verdict};
-pub use palisade_schema::host_policy::RequestHost;
 
 /// Decides on a destination by name, before resolution.
 ///
@@ -41,11 +42,13 @@ pub use palisade_schema::host_policy::RequestHost;
 /// them was recorded; a connection that later fails (address check, dial,
 /// SNI) keeps its reservation and its taint.
 ///
-/// Anything but [`Decision::Allow`] refuses the connection (403), and the
+/// Anything but [`Decision::Allow`](palisade_policy::Decision::Allow) refuses the connection (403), and the
 /// connection's record carries [`Verdict::record_reason`].
 ///
 /// ```
-/// use palisade_egress::decide::{Decider, Decision, Reason, RequestHost, Verdict};
+/// use palisade_egress::decide::Decider;
+/// use palisade_policy::{Decision, Reason, Verdict};
+/// use palisade_schema::host_policy::RequestHost;
 ///
 /// /// Allows one name, on any port.
 /// #[derive(Debug)]
@@ -145,6 +148,8 @@ impl Decider for HostRules {
 
 #[cfg(test)]
 mod tests {
+    use palisade_policy::verdict::{Decision, Reason};
+
     use super::*;
 
     fn name(s: &str) -> RequestHost {

@@ -16,7 +16,7 @@
 //!
 //! * [`proxy`]: `CONNECT` and absolute-form plain-HTTP proxy; the name is
 //!   decided by a [`decide::Decider`] (which returns `palisade_policy`'s
-//!   [`decide::Verdict`]) before any DNS lookup, every resolved
+//!   [`Verdict`](palisade_policy::Verdict)) before any DNS lookup, every resolved
 //!   address is checked against [`addr::AddressPolicy`], the checked address
 //!   is dialled, the ClientHello's SNI must match the CONNECT host, bytes
 //!   and connections are limited, every attempt is recorded through a

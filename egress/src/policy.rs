@@ -22,7 +22,9 @@ use palisade_policy::verdict::{Decision, Reason, Verdict};
 use palisade_schema::host_policy::HostPolicy;
 use palisade_taint::{Effects, Event as TaintEvent, Rules, Session, TaintState};
 
-use crate::decide::{Decider, RequestHost};
+use palisade_schema::host_policy::RequestHost;
+
+use crate::decide::Decider;
 use crate::record::{ProxyEvent, Recorder, TaintRecord};
 
 /// A decider over a host policy and a live taint session.

@@ -16,13 +16,14 @@ use palisade_egress::control::{
     AskAnswer, ControlBackend, Endpoint, OutwardAnswer, PendingAction, PolicyAnswer, SessionView,
     TaintEntry, TaintKind,
 };
-use palisade_egress::decide::{Decider, RequestHost};
+use palisade_egress::decide::Decider;
 use palisade_egress::record::{Acceptance, ProxyEvent, Recorder};
 use palisade_evidence::{Body, Entry, Flags, JournalWriter, Kind, Timestamp};
 use palisade_policy::egress::decide_host;
 use palisade_policy::outward::{OutwardRequest, OutwardTable};
 use palisade_policy::verdict::{Decision, Verdict};
 use palisade_schema::host_policy::HostPolicy;
+use palisade_schema::host_policy::RequestHost;
 use palisade_taint::{Event as TaintEvent, Rules, Session, TaintSource, TaintState, ToolClass};
 use serde_json::{Value, json};
 

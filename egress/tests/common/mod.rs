@@ -5,10 +5,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use palisade_egress::decide::{Decider, Decision, HostRules, Reason, RequestHost, Verdict};
+use palisade_egress::decide::{Decider, HostRules};
 use palisade_egress::proxy::{Listener, Proxy, ProxyConfig, Shutdown, shutdown_channel};
 use palisade_egress::record::MemoryRecorder;
 use palisade_egress::resolve::StaticResolver;
+use palisade_policy::{Decision, Reason, Verdict};
+use palisade_schema::host_policy::RequestHost;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
