@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args as ClapArgs, Subcommand};
-use palisade_egress::control::{CONTROL_ENV, ControlAddr, ControlClient, TaintKind, Verdict};
+use palisade_egress::control::{AskAnswer, CONTROL_ENV, ControlAddr, ControlClient, TaintKind};
 
 /// Exit status when an outward action is denied (as `palisade decide` uses).
 const EXIT_DENY: u8 = 11;
@@ -102,7 +102,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
                 "{}",
                 serde_json::to_string(&answer).map_err(|e| e.to_string())?
             );
-            if answer.decision != Verdict::Allow {
+            if answer.decision != AskAnswer::Allow {
                 eprintln!("palisade: outward `{kind}` denied: {}", answer.reason);
                 return Ok(ExitCode::from(EXIT_DENY));
             }

@@ -133,7 +133,8 @@ fn print_verdict(v: &Verdict) {
     let json = serde_json::json!({
         "decision": v.decision.as_str(),
         "rule": v.rule,
-        "reason": v.reason,
+        "code": v.reason,
+        "reason": v.detail,
     });
     println!("{json}");
 }

@@ -9,14 +9,12 @@ use std::process::ExitCode;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use palisade_egress::addr::{AddressPolicy, Cidr};
 use palisade_egress::journal::{JournalRecorder, JournalThread};
 use palisade_egress::policy::PolicyDecider;
-use palisade_egress::proxy::{Limits, Listener, Proxy, ProxyConfig, ProxyToken, shutdown_channel};
-use palisade_egress::record::{Event, Recorder};
+use palisade_egress::proxy::{Listener, Proxy, ProxyToken, shutdown_channel};
+use palisade_egress::record::{ProxyEvent, Recorder};
 use palisade_egress::resolve::HostsFirstResolver;
 use palisade_evidence::{JournalKey, JournalWriter, Timestamp, WriterOptions};
-use palisade_schema::host_policy::HostPolicy;
 use palisade_taint::{Rules, Session};
 
 use crate::host_policy_file::{load_policy, marks_path, read_marks};
@@ -57,7 +55,7 @@ pub(crate) struct Args {
 pub(crate) struct StdoutRecorder(Mutex<()>);
 
 impl Recorder for StdoutRecorder {
-    fn record(&self, event: &Event) {
+    fn record(&self, event: &ProxyEvent) {
         let line = serde_json::json!({"kind": event.kind(), "body": event.to_json()});
         let _guard = self.0.lock();
         let mut out = std::io::stdout().lock();
@@ -92,11 +90,11 @@ pub(crate) const STDOUT_BATCH: Duration = Duration::from_millis(5);
 
 #[derive(Debug, Default)]
 struct StdoutQueue {
-    events: Vec<Event>,
+    events: Vec<ProxyEvent>,
     closed: bool,
 }
 
-fn write_lines(out: &Sink, events: &[Event]) {
+fn write_lines(out: &Sink, events: &[ProxyEvent]) {
     if events.is_empty() {
         return;
     }
@@ -175,7 +173,7 @@ impl BatchedStdoutRecorder {
 }
 
 impl Recorder for BatchedStdoutRecorder {
-    fn record(&self, event: &Event) {
+    fn record(&self, event: &ProxyEvent) {
         let (queue, wake) = &*self.shared;
         let Ok(mut q) = queue.lock() else {
             write_lines(&self.out, std::slice::from_ref(event));
@@ -246,20 +244,6 @@ pub(crate) fn close_journal(
     }
 }
 
-/// The address deny set of the policy plus this host's interface addresses.
-pub(crate) fn address_policy(policy: &HostPolicy) -> Result<AddressPolicy, String> {
-    let allow = policy
-        .egress
-        .allow_addresses
-        .iter()
-        .map(|c| Cidr::new(c.addr(), c.prefix()).map_err(|e| e.to_string()))
-        .collect::<Result<Vec<_>, _>>()?;
-    let own = palisade_egress::net::interface_addresses().map_err(|e| {
-        format!("cannot list this host's interface addresses (needed for the deny set): {e}")
-    })?;
-    Ok(AddressPolicy::new(allow).with_own_addresses(own))
-}
-
 /// Writes a secret to a new file with mode 0600, refusing to overwrite.
 pub(crate) fn write_secret_file(path: &Path, value: &str) -> Result<(), String> {
     let mut f = std::fs::OpenOptions::new()
@@ -326,7 +310,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     let loaded = load_policy(&args.policy)?;
     let marks = read_marks(&marks_path(&loaded, args.marks.as_deref()))?;
     let rules = Rules::new(&loaded.policy, &marks).map_err(|e| e.to_string())?;
-    let addresses = address_policy(&loaded.policy)?;
+    let mut config = crate::session::proxy_config(&loaded.policy)?;
     // The key is checked (refused when others can read it) before anything
     // is written, so a refused start leaves no token file behind.
     let key = journal_key(args.journal.as_deref(), args.key.as_deref())?;
@@ -338,24 +322,9 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         }
         None => None,
     };
-    let lim = &loaded.policy.egress.limits;
-    let defaults = Limits::default();
-    let config = ProxyConfig {
-        limits: Limits {
-            bytes_per_connection: lim.bytes_per_connection,
-            bytes_per_session: lim.bytes_per_session,
-            // absent means unlimited, as docs/policy.md states
-            max_connections: lim
-                .connections
-                .map_or(usize::MAX, |c| usize::try_from(c).unwrap_or(usize::MAX)),
-            per_minute: lim.per_minute.map(|p| u32::try_from(p).unwrap_or(u32::MAX)),
-            ..defaults
-        },
-        token,
-        require_sni_match: loaded.policy.egress.require_sni_match,
-        sni_ports: vec![443],
-        addresses,
-    };
+    if let Some(t) = token {
+        config = config.with_token(t);
+    }
     let journal = match (&args.journal, &key) {
         (Some(j), Some(k)) => Some(open_journal(j, k, &args.session)?),
         _ => None,
@@ -454,9 +423,9 @@ mod tests {
         }
     }
 
-    fn event(thread: u64, n: u64) -> Event {
+    fn event(thread: u64, n: u64) -> ProxyEvent {
         let peer: SocketAddr = "127.0.0.1:9".parse().unwrap();
-        Event::Connection(ConnectionRecord::new(
+        ProxyEvent::Connection(ConnectionRecord::new(
             thread * 1_000_000 + n,
             peer.to_string(),
             SystemTime::now(),

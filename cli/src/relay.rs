@@ -8,15 +8,13 @@ use std::sync::Arc;
 use palisade_egress::proxy::shutdown_channel;
 use palisade_egress::record::Recorder;
 use palisade_egress::relay::{
-    Credential, Origin, Placeholder, PlaceholderFormat, PrivateSocket, Relay, RelayConfig, Route,
-    Secret,
+    Placeholder, PlaceholderFormat, PrivateSocket, Relay, RelayConfig, Secret,
 };
 use palisade_egress::resolve::SystemResolver;
 
 use crate::host_policy_file::load_policy;
 use crate::proxy::{
-    StdoutRecorder, address_policy, close_journal, open_journal, runtime, stop_signals,
-    write_secret_file,
+    StdoutRecorder, close_journal, open_journal, runtime, stop_signals, write_secret_file,
 };
 
 /// Arguments of `palisade relay`.
@@ -34,7 +32,7 @@ pub(crate) struct Args {
     /// Write the worker's per-session placeholder credential here (0600, never overwritten).
     #[arg(long)]
     placeholder_file: PathBuf,
-    /// Placeholder shape: anthropic, openai or generic (default: from the credential's env name).
+    /// Placeholder shape: anthropic, openai or generic (default: guessed from the relay's name, origin and credential, as `palisade run` does).
     #[arg(long)]
     placeholder_format: Option<String>,
     /// Trust only the certificates in this PEM file for the upstream (default: webpki roots).
@@ -51,19 +49,14 @@ pub(crate) struct Args {
     session: String,
 }
 
-fn placeholder_format(explicit: Option<&str>, env_name: &str) -> Result<PlaceholderFormat, String> {
+fn placeholder_format(explicit: &str) -> Result<PlaceholderFormat, String> {
     match explicit {
-        Some("anthropic") => Ok(PlaceholderFormat::anthropic()),
-        Some("openai") => Ok(PlaceholderFormat::openai()),
-        Some("generic") => Ok(PlaceholderFormat::generic()),
-        Some(other) => Err(format!(
+        "anthropic" => Ok(PlaceholderFormat::anthropic()),
+        "openai" => Ok(PlaceholderFormat::openai()),
+        "generic" => Ok(PlaceholderFormat::generic()),
+        other => Err(format!(
             "--placeholder-format `{other}` is not anthropic, openai or generic"
         )),
-        None if env_name.to_ascii_uppercase().contains("ANTHROPIC") => {
-            Ok(PlaceholderFormat::anthropic())
-        }
-        None if env_name.to_ascii_uppercase().contains("OPENAI") => Ok(PlaceholderFormat::openai()),
-        None => Ok(PlaceholderFormat::generic()),
     }
 }
 
@@ -99,36 +92,23 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
                 args.name
             )
         })?;
-    let origin = Origin::parse(&relay.origin.to_string()).map_err(|e| e.to_string())?;
-    let routes = relay
-        .routes
-        .iter()
-        .map(|r| Route::parse(&r.to_string()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
     let env_name = &relay.credential.from_env;
     let value = std::env::var(env_name)
         .map_err(|_| format!("the relay credential variable `{env_name}` is not set"))?;
-    let credential = Credential::new(
-        &relay.credential.header,
-        &relay.credential.prefix,
-        Secret::new(value),
-    )
-    .map_err(|e| e.to_string())?;
-    let placeholder = Placeholder::generate(&placeholder_format(
-        args.placeholder_format.as_deref(),
-        env_name,
-    )?)
-    .map_err(|e| format!("cannot generate a placeholder: {e}"))?;
-    let mut config = RelayConfig::new(&relay.name, origin, routes, credential, placeholder.clone())
-        .map_err(|e| e.to_string())?
-        .with_limits(&relay.limits);
+    let mut config =
+        RelayConfig::from_policy(relay, Secret::new(value)).map_err(|e| e.to_string())?;
+    if let Some(explicit) = args.placeholder_format.as_deref() {
+        let placeholder = Placeholder::generate(&placeholder_format(explicit)?)
+            .map_err(|e| format!("cannot generate a placeholder: {e}"))?;
+        config = config.with_placeholder(placeholder);
+    }
+    let placeholder = config.placeholder().clone();
     if let Some(ca) = &args.upstream_ca {
         config = config
             .with_roots(read_roots(ca)?)
             .map_err(|e| e.to_string())?;
     }
-    config.addresses = address_policy(&loaded.policy)?;
+    config = config.with_addresses(crate::session::proxy_config(&loaded.policy)?.addresses);
     let path = args.listen.strip_prefix("unix:").ok_or_else(|| {
         format!(
             "--listen `{}` must be unix:PATH (relays listen on private Unix sockets only)",

@@ -71,7 +71,7 @@ fn decide_egress_prints_json_and_exit_codes() {
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(
         json(&out),
-        serde_json::json!({"decision": "allow", "rule": "egress.allow[1]",
+        serde_json::json!({"decision": "allow", "rule": "egress.allow[1]", "code": "allowed",
             "reason": "`a.example.com:443` matches allow rule `*.example.com`"})
     );
     let out = palisade(
@@ -87,6 +87,7 @@ fn decide_egress_prints_json_and_exit_codes() {
     );
     assert_eq!(out.status.code(), Some(11));
     assert_eq!(json(&out)["rule"], "egress.deny[0]");
+    assert_eq!(json(&out)["code"], "host_denied");
     // Tainted: the same allowed host is refused unless in taint.egress_allow.
     let out = palisade(
         d,

@@ -306,7 +306,8 @@ fn relay_serves_on_a_private_socket_and_stops_cleanly() {
         0o600
     );
     let placeholder = std::fs::read_to_string(&ph_path).unwrap().trim().to_owned();
-    assert!(placeholder.starts_with("palisade-") && placeholder.len() > 30);
+    // an `x-api-key` relay gets the Anthropic shape, as under `palisade run`
+    assert!(placeholder.starts_with("sk-ant-api03-") && placeholder.len() == 108);
     let ask_with = |key: &str, body: &str| {
         let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();

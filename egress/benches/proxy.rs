@@ -171,13 +171,15 @@ async fn run() {
     let proxy_addr = match external {
         Some(a) => a,
         None => {
-            let config = ProxyConfig {
-                addresses: AddressPolicy::new(vec!["127.0.0.0/8".parse().unwrap()]),
-                limits: Limits {
-                    max_connections: 100_000,
-                    ..Limits::default()
-                },
-                ..ProxyConfig::default()
+            let config = {
+                let mut built = ProxyConfig::default();
+                built.addresses = AddressPolicy::new(vec!["127.0.0.0/8".parse().unwrap()]);
+                built.limits = {
+                    let mut built = Limits::default();
+                    built.max_connections = 100_000;
+                    built
+                };
+                built
             };
             let rules = HostRules::new(&["127.0.0.1"], &[] as &[&str]).unwrap();
             let proxy = Proxy::new(

@@ -28,149 +28,8 @@
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::str::FromStr;
 
-/// A CIDR range such as `127.0.0.0/8` or `::1/128`.
-///
-/// Host bits must be zero (`127.0.0.1/8` is refused so that a typo cannot
-/// silently widen or narrow a carve-out). A bare address is a single-host
-/// range.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Cidr {
-    addr: IpAddr,
-    prefix: u8,
-}
-
-/// Why a CIDR string was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum CidrError {
-    /// The address part is not an IPv4 or IPv6 address.
-    #[error("`{0}` is not an IP address or CIDR range")]
-    BadAddress(String),
-    /// The prefix length is not a number within the family's width.
-    #[error("`{0}` has an invalid prefix length")]
-    BadPrefix(String),
-    /// Bits beyond the prefix are set.
-    #[error("`{input}` has host bits set; did you mean `{canonical}`?")]
-    HostBitsSet {
-        /// The string as written.
-        input: String,
-        /// The range with host bits cleared.
-        canonical: String,
-    },
-}
-
-impl Cidr {
-    /// A range from an address and prefix length; host bits must be zero.
-    pub fn new(addr: IpAddr, prefix: u8) -> Result<Self, CidrError> {
-        let width = match addr {
-            IpAddr::V4(_) => 32,
-            IpAddr::V6(_) => 128,
-        };
-        if prefix > width {
-            return Err(CidrError::BadPrefix(format!("{addr}/{prefix}")));
-        }
-        let cidr = Self { addr, prefix };
-        let canonical = cidr.network();
-        if canonical != addr {
-            return Err(CidrError::HostBitsSet {
-                input: format!("{addr}/{prefix}"),
-                canonical: format!("{canonical}/{prefix}"),
-            });
-        }
-        Ok(cidr)
-    }
-
-    /// The network address (host bits cleared).
-    fn network(&self) -> IpAddr {
-        match self.addr {
-            IpAddr::V4(a) => IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask32(self.prefix))),
-            IpAddr::V6(a) => IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask128(self.prefix))),
-        }
-    }
-
-    /// Whether `ip` lies in this range. An IPv4-mapped address is matched
-    /// as its IPv4 address and an IPv4-mapped range as its IPv4 range;
-    /// otherwise families never mix.
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        let (net, prefix) = self.matched_as();
-        match (net, canonical_ip(ip)) {
-            (IpAddr::V4(net), IpAddr::V4(a)) => {
-                let m = mask32(prefix);
-                u32::from(a) & m == u32::from(net) & m
-            }
-            (IpAddr::V6(net), IpAddr::V6(a)) => {
-                let m = mask128(prefix);
-                u128::from(a) & m == u128::from(net) & m
-            }
-            _ => false,
-        }
-    }
-
-    /// The range as [`Cidr::contains`] matches it: a range inside
-    /// `::ffff:0:0/96` as the IPv4 range it maps, anything else unchanged.
-    pub fn matched_as(&self) -> (IpAddr, u8) {
-        match self.addr {
-            IpAddr::V6(v6) if self.prefix >= 96 => match v6.to_ipv4_mapped() {
-                Some(v4) => (IpAddr::V4(v4), self.prefix - 96),
-                None => (self.addr, self.prefix),
-            },
-            _ => (self.addr, self.prefix),
-        }
-    }
-
-    /// The prefix length.
-    pub fn prefix(&self) -> u8 {
-        self.prefix
-    }
-
-    /// The network address.
-    pub fn addr(&self) -> IpAddr {
-        self.addr
-    }
-}
-
-impl FromStr for Cidr {
-    type Err = CidrError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (addr_part, prefix_part) = match s.split_once('/') {
-            Some((a, p)) => (a, Some(p)),
-            None => (s, None),
-        };
-        let addr: IpAddr = addr_part
-            .parse()
-            .map_err(|_| CidrError::BadAddress(s.to_owned()))?;
-        let width: u8 = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = match prefix_part {
-            None => width,
-            Some(p) => {
-                if p.is_empty() || p.len() > 3 || !p.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(CidrError::BadPrefix(s.to_owned()));
-                }
-                p.parse::<u8>()
-                    .map_err(|_| CidrError::BadPrefix(s.to_owned()))?
-            }
-        };
-        if prefix > width {
-            return Err(CidrError::BadPrefix(s.to_owned()));
-        }
-        Self::new(addr, prefix).map_err(|e| match e {
-            CidrError::HostBitsSet { canonical, .. } => CidrError::HostBitsSet {
-                input: s.to_owned(),
-                canonical,
-            },
-            other => other,
-        })
-    }
-}
-
-impl fmt::Display for Cidr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix)
-    }
-}
+pub use palisade_schema::host_policy::Cidr;
 
 fn mask32(prefix: u8) -> u32 {
     if prefix == 0 {
@@ -466,6 +325,11 @@ impl AddressPolicy {
         &self.allow
     }
 
+    /// The host's own interface addresses, denied unless a carve-out covers them.
+    pub fn own_addresses(&self) -> &[IpAddr] {
+        &self.own
+    }
+
     /// Allowed, or the class that denies it.
     pub fn check(&self, ip: IpAddr) -> Result<(), AddressDenied> {
         let canon = canonical_ip(ip);
@@ -693,6 +557,7 @@ mod tests {
 
     #[test]
     fn cidr_parsing_is_strict() {
+        // The carve-outs are schema's `Cidr`, the one range type.
         assert_eq!(
             "10.0.0.0/8".parse::<Cidr>().unwrap().to_string(),
             "10.0.0.0/8"
@@ -717,13 +582,8 @@ mod tests {
         ] {
             assert!(bad.parse::<Cidr>().is_err(), "{bad:?} must be refused");
         }
-        assert_eq!(
-            "127.0.0.1/8".parse::<Cidr>(),
-            Err(CidrError::HostBitsSet {
-                input: "127.0.0.1/8".into(),
-                canonical: "127.0.0.0/8".into()
-            })
-        );
+        let e = "127.0.0.1/8".parse::<Cidr>().unwrap_err();
+        assert!(e.contains("host bits"), "{e}");
     }
 
     #[test]

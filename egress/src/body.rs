@@ -231,6 +231,7 @@ fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
+#[cfg(any(fuzzing, feature = "testing"))]
 #[doc(hidden)]
 pub mod __fuzz {
     use super::{BodyFramer, Framing};

@@ -27,8 +27,8 @@ mod server;
 
 pub use client::{CONTROL_ENV, ClientError, ControlAddr, ControlClient};
 pub use protocol::{
-    Approval, MAX_FIELD_BYTES, MAX_LINE_BYTES, OutwardAnswer, PROTOCOL_VERSION, PendingAction,
-    ProtocolError, Request, Response, SessionView, TaintEntry, TaintKind, Verdict, WireError,
+    Approval, AskAnswer, MAX_FIELD_BYTES, MAX_LINE_BYTES, OutwardAnswer, PROTOCOL_VERSION,
+    PendingAction, ProtocolError, Request, Response, SessionView, TaintEntry, TaintKind, WireError,
     parse_request,
 };
 pub use server::{
@@ -36,6 +36,7 @@ pub use server::{
     PolicyAnswer,
 };
 
+#[cfg(any(fuzzing, feature = "testing"))]
 /// Entry points for fuzz targets. Not part of the stable API.
 #[doc(hidden)]
 pub mod __fuzz {

@@ -1,46 +1,35 @@
 //! The decision seam: the proxy asks a [`Decider`] whether a host name (or
 //! IP literal) and port may be contacted, **before** any DNS lookup.
 //!
-//! `palisade-policy`'s egress decision (host patterns, taint) plugs in
-//! here; [`HostRules`] is a small built-in implementation with the same
-//! pattern rules (exact names or one leading `*.`, optional `:port`, deny
-//! beats allow) for tests and simple embeddings.
+//! There is one egress decision API: a decider returns
+//! `palisade_policy`'s [`Verdict`] (decision, typed
+//! [`Reason`](palisade_policy::Reason), rule, detail) over
+//! `palisade_schema`'s [`RequestHost`], and the proxy records
+//! the verdict's reason code as it is. [`crate::policy::PolicyDecider`] is
+//! the decider over a host policy and a live taint session; [`HostRules`]
+//! is the same policy decision for a session that is never tainted, for
+//! tests and simple embeddings.
+//!
+//! ```
+//! use palisade_egress::decide::{Decider, HostRules};
+//! use palisade_policy::Reason;
+//! use palisade_schema::host_policy::RequestHost;
+//!
+//! let rules = HostRules::new(&["*.example.com:443", "127.0.0.1"], &["bad.example.com"])?;
+//! let host = |h: &str| RequestHost::parse(h).unwrap();
+//! assert!(rules.decide(&host("api.example.com"), 443, 0).is_allow());
+//! assert_eq!(rules.decide(&host("bad.example.com"), 443, 0).reason, Reason::HostDenied);
+//! assert_eq!(rules.decide(&host("other.org"), 443, 0).reason, Reason::HostNotAllowed);
+//! assert!(rules.decide(&host("127.0.0.1"), 8080, 0).is_allow());
+//! assert_eq!(rules.decide(&host("10.0.0.1"), 80, 0).reason, Reason::IpLiteralNotAllowed);
+//! # Ok::<(), palisade_egress::decide::PatternError>(())
+//! ```
 
 use std::fmt;
-use std::net::IpAddr;
 
-use crate::head::{Host, parse_host_name};
-
-/// The answer to "may this host and port be contacted?".
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Verdict {
-    /// Allowed or not.
-    pub allow: bool,
-    /// The rule that matched, as written in the policy.
-    pub rule: Option<String>,
-    /// A stable reason code.
-    pub reason: String,
-}
-
-impl Verdict {
-    /// An allow verdict.
-    pub fn allow(rule: impl Into<String>) -> Self {
-        Self {
-            allow: true,
-            rule: Some(rule.into()),
-            reason: "allowed".into(),
-        }
-    }
-
-    /// A deny verdict.
-    pub fn deny(rule: Option<String>, reason: impl Into<String>) -> Self {
-        Self {
-            allow: false,
-            rule,
-            reason: reason.into(),
-        }
-    }
-}
+use palisade_policy::verdict::Verdict;
+use palisade_schema::host_policy::{Cidr, HostPattern, HostPolicy, RequestHost};
+use palisade_taint::Session;
 
 /// Decides on a destination by name, before resolution.
 ///
@@ -52,167 +41,123 @@ impl Verdict {
 /// requests sent at once cannot all be decided on the state before any of
 /// them was recorded; a connection that later fails (address check, dial,
 /// SNI) keeps its reservation and its taint.
+///
+/// Anything but [`Decision::Allow`](palisade_policy::Decision::Allow) refuses the connection (403), and the
+/// connection's record carries [`Verdict::record_reason`].
+///
+/// ```
+/// use palisade_egress::decide::Decider;
+/// use palisade_policy::{Decision, Reason, Verdict};
+/// use palisade_schema::host_policy::RequestHost;
+///
+/// /// Allows one name, on any port.
+/// #[derive(Debug)]
+/// struct Only(&'static str);
+///
+/// impl Decider for Only {
+///     fn decide(&self, host: &RequestHost, _port: u16, _at_ms: u64) -> Verdict {
+///         if host.name() == Some(self.0) {
+///             Verdict::new(Decision::Allow, Reason::Allowed, None, "the one name")
+///         } else {
+///             Verdict::new(Decision::Deny, Reason::HostNotAllowed, None, "not the one name")
+///         }
+///     }
+/// }
+///
+/// let d = Only("api.example.com");
+/// assert!(d.decide(&RequestHost::parse("API.example.com.").unwrap(), 443, 0).is_allow());
+/// assert!(!d.decide(&RequestHost::parse("example.com").unwrap(), 443, 0).is_allow());
+/// ```
 pub trait Decider: Send + Sync + fmt::Debug {
-    /// Decide on `host:port` and, when allowed, reserve it.
-    fn decide(&self, host: &Host, port: u16) -> Verdict;
+    /// Decide on `host:port` at `at_ms` (Unix milliseconds, read by the
+    /// caller: the time any taint the reservation raises is stamped with)
+    /// and, when allowed, reserve it.
+    fn decide(&self, host: &RequestHost, port: u16, at_ms: u64) -> Verdict;
 }
 
-/// One host pattern: `example.com`, `*.example.com`, an IP literal, each
-/// with an optional `:port`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HostPattern {
-    text: String,
-    kind: PatternKind,
-    port: Option<u16>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum PatternKind {
-    Exact(String),
-    Suffix(String),
-    Ip(IpAddr),
-}
-
-/// A refused host pattern.
+/// A refused pattern or address range given to [`HostRules::new`].
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid host pattern `{pattern}`: {reason}")]
+#[non_exhaustive]
 pub struct PatternError {
     /// The pattern as written.
     pub pattern: String,
     /// Why.
-    pub reason: &'static str,
+    pub reason: String,
 }
 
-impl HostPattern {
-    /// Parse a pattern.
-    pub fn parse(text: &str) -> Result<Self, PatternError> {
-        let err = |reason| PatternError {
-            pattern: text.to_owned(),
-            reason,
-        };
-        let (host, port) = if let Some(rest) = text.strip_prefix('[') {
-            let (inside, after) = rest.split_once(']').ok_or(err("unterminated IPv6"))?;
-            let ip: IpAddr = inside.parse().map_err(|_| err("invalid IPv6"))?;
-            let port = match after {
-                "" => None,
-                p => Some(
-                    parse_port(p.strip_prefix(':').ok_or(err("junk after IPv6"))?)
-                        .ok_or(err("invalid port"))?,
-                ),
-            };
-            return Ok(Self {
-                text: text.to_owned(),
-                kind: PatternKind::Ip(ip),
-                port,
-            });
-        } else {
-            match text.rsplit_once(':') {
-                Some((h, p)) => (h, Some(parse_port(p).ok_or(err("invalid port"))?)),
-                None => (text, None),
-            }
-        };
-        let (wild, name) = match host.strip_prefix("*.") {
-            Some(rest) => (true, rest),
-            None => (false, host),
-        };
-        if name.contains('*') {
-            return Err(err("only one leading `*.` is allowed"));
-        }
-        let parsed = parse_host_name(name).map_err(|_| err("not a host name"))?;
-        let kind = match (wild, parsed) {
-            (false, Host::Ip(ip)) => PatternKind::Ip(ip),
-            (true, Host::Ip(_)) => return Err(err("wildcard over an IP address")),
-            (false, Host::Name(n)) => PatternKind::Exact(n),
-            (true, Host::Name(n)) => {
-                if !n.contains('.') {
-                    return Err(err("wildcard over a top-level domain"));
-                }
-                PatternKind::Suffix(n)
-            }
-        };
-        Ok(Self {
-            text: text.to_owned(),
-            kind,
-            port,
-        })
-    }
-
-    /// Whether this pattern covers `host:port`.
-    pub fn matches(&self, host: &Host, port: u16) -> bool {
-        if self.port.is_some_and(|p| p != port) {
-            return false;
-        }
-        match (&self.kind, host) {
-            (PatternKind::Exact(e), Host::Name(n)) => e == n,
-            (PatternKind::Suffix(s), Host::Name(n)) => n
-                .strip_suffix(s.as_str())
-                .is_some_and(|prefix| prefix.len() > 1 && prefix.ends_with('.')),
-            (PatternKind::Ip(a), Host::Ip(b)) => a == b,
-            _ => false,
-        }
-    }
-
-    /// The pattern as written.
-    pub fn as_str(&self) -> &str {
-        &self.text
-    }
-}
-
-fn parse_port(p: &str) -> Option<u16> {
-    if p.is_empty() || p.starts_with('0') || !p.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    p.parse().ok().filter(|n| *n != 0)
-}
-
-/// Allow and deny host patterns; deny beats allow; default deny.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Allow and deny host patterns (`palisade.toml`'s `egress.allow` and
+/// `egress.deny` grammar) plus IP literals, decided by
+/// `palisade_policy::egress` for a session that is never tainted: deny
+/// beats allow, default deny, an IP literal only inside an allowed range.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct HostRules {
-    allow: Vec<HostPattern>,
-    deny: Vec<HostPattern>,
+    policy: HostPolicy,
 }
 
 impl HostRules {
-    /// Build from pattern strings.
+    /// Build from pattern strings. An allow entry that is an IP address or
+    /// CIDR range (`127.0.0.1`, `[::1]`, `10.0.0.0/8`) becomes an
+    /// `egress.allow_addresses` range; every other entry is a host pattern.
     pub fn new<A: AsRef<str>, D: AsRef<str>>(
         allow: &[A],
         deny: &[D],
     ) -> Result<Self, PatternError> {
-        Ok(Self {
-            allow: allow
-                .iter()
-                .map(|p| HostPattern::parse(p.as_ref()))
-                .collect::<Result<_, _>>()?,
-            deny: deny
-                .iter()
-                .map(|p| HostPattern::parse(p.as_ref()))
-                .collect::<Result<_, _>>()?,
-        })
+        let err = |pattern: &str, reason: String| PatternError {
+            pattern: pattern.to_owned(),
+            reason,
+        };
+        let mut policy = HostPolicy::default();
+        for a in allow {
+            let a = a.as_ref();
+            let ip_like = a.split('/').next().is_some_and(|h| {
+                h.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse::<std::net::IpAddr>()
+                    .is_ok()
+            });
+            if ip_like {
+                let range = a.trim_start_matches('[').replacen(']', "", 1);
+                policy
+                    .egress
+                    .allow_addresses
+                    .push(Cidr::parse(&range).map_err(|e| err(a, e))?);
+            } else {
+                policy
+                    .egress
+                    .allow
+                    .push(HostPattern::parse(a).map_err(|e| err(a, e.to_string()))?);
+            }
+        }
+        for d in deny {
+            let d = d.as_ref();
+            policy
+                .egress
+                .deny
+                .push(HostPattern::parse(d).map_err(|e| err(d, e.to_string()))?);
+        }
+        Ok(Self { policy })
     }
 }
 
 impl Decider for HostRules {
-    fn decide(&self, host: &Host, port: u16) -> Verdict {
-        if let Some(d) = self.deny.iter().find(|p| p.matches(host, port)) {
-            return Verdict::deny(Some(format!("egress.deny: {}", d.as_str())), "host_denied");
-        }
-        match self.allow.iter().find(|p| p.matches(host, port)) {
-            Some(a) => Verdict::allow(format!("egress.allow: {}", a.as_str())),
-            None => Verdict::deny(None, "host_not_allowed"),
-        }
+    fn decide(&self, host: &RequestHost, port: u16, _at_ms: u64) -> Verdict {
+        palisade_policy::egress::decide_host(&self.policy, &Session::new(), host, port)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use palisade_policy::verdict::{Decision, Reason};
+
     use super::*;
 
-    fn name(s: &str) -> Host {
-        Host::Name(s.into())
+    fn name(s: &str) -> RequestHost {
+        RequestHost::parse(s).unwrap()
     }
 
     #[test]
-    fn pattern_table() {
+    fn the_rules_follow_the_policy_grammar() {
         let cases: &[(&str, &str, u16, bool)] = &[
             ("example.com", "example.com", 443, true),
             ("example.com", "a.example.com", 443, false),
@@ -226,16 +171,19 @@ mod tests {
             ("Example.COM.", "example.com", 1, true),
         ];
         for (pat, host, port, want) in cases {
-            let p = HostPattern::parse(pat).unwrap();
+            let r = HostRules::new(&[*pat], &[] as &[&str]).unwrap();
             assert_eq!(
-                p.matches(&name(host), *port),
+                r.decide(&name(host), *port, 0).is_allow(),
                 *want,
                 "{pat} vs {host}:{port}"
             );
         }
-        let ip = HostPattern::parse("127.0.0.1").unwrap();
-        assert!(ip.matches(&Host::Ip("127.0.0.1".parse().unwrap()), 9));
-        assert!(!ip.matches(&name("localhost"), 9));
+        let ip = HostRules::new(&["127.0.0.1"], &[] as &[&str]).unwrap();
+        assert!(ip.decide(&name("127.0.0.1"), 9, 0).is_allow());
+        assert!(!ip.decide(&name("localhost"), 9, 0).is_allow());
+        let v6 = HostRules::new(&["[::1]"], &[] as &[&str]).unwrap();
+        assert!(v6.decide(&name("[::1]"), 9, 0).is_allow());
+        assert!(!v6.decide(&name("::2"), 9, 0).is_allow());
         for bad in [
             "*",
             "*.",
@@ -246,16 +194,35 @@ mod tests {
             "a.com:0",
             "a.com:x",
             "*.1.2.3.4",
+            "127.0.0.1/8",
         ] {
-            assert!(HostPattern::parse(bad).is_err(), "{bad}");
+            assert!(
+                HostRules::new(&[bad], &[] as &[&str]).is_err(),
+                "{bad} must be refused"
+            );
         }
     }
 
     #[test]
-    fn deny_beats_allow() {
+    fn deny_beats_allow_and_each_refusal_has_its_reason() {
         let r = HostRules::new(&["*.example.com"], &["bad.example.com"]).unwrap();
-        assert!(!r.decide(&name("bad.example.com"), 443).allow);
-        assert!(r.decide(&name("good.example.com"), 443).allow);
-        assert_eq!(r.decide(&name("other.org"), 443).reason, "host_not_allowed");
+        let v = r.decide(&name("bad.example.com"), 443, 0);
+        assert_eq!(
+            (v.decision, v.reason, v.rule.as_deref()),
+            (Decision::Deny, Reason::HostDenied, Some("egress.deny[0]"))
+        );
+        let v = r.decide(&name("good.example.com"), 443, 0);
+        assert_eq!(
+            (v.decision, v.reason, v.rule.as_deref()),
+            (Decision::Allow, Reason::Allowed, Some("egress.allow[0]"))
+        );
+        assert_eq!(
+            r.decide(&name("other.org"), 443, 0).record_reason(),
+            "host_not_allowed"
+        );
+        assert_eq!(
+            r.decide(&name("10.0.0.1"), 443, 0).record_reason(),
+            "ip_literal_not_allowed"
+        );
     }
 }

@@ -11,8 +11,9 @@
 //! `Transfer-Encoding`, `Host`): dropping it as hop-by-hop would change how
 //! the upstream frames the body.
 
-use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use palisade_schema::host_policy::RequestHost;
 
 /// Default cap on the size of a request head (request line + headers).
 pub const DEFAULT_MAX_HEAD_BYTES: usize = 16 * 1024;
@@ -25,39 +26,20 @@ pub const MAX_TARGET_BYTES: usize = 8 * 1024;
 /// hop-by-hop would let the upstream read the body as another request.
 pub const CONNECTION_PROTECTED: [&str; 3] = ["content-length", "transfer-encoding", "host"];
 
-/// A destination host: a lowercase ASCII name without trailing dot, or an IP.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Host {
-    /// A DNS name, lowercased, trailing dot removed.
-    Name(String),
-    /// An IP literal.
-    Ip(IpAddr),
-}
-
-impl fmt::Display for Host {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Name(n) => f.write_str(n),
-            Self::Ip(IpAddr::V6(a)) => write!(f, "[{a}]"),
-            Self::Ip(IpAddr::V4(a)) => write!(f, "{a}"),
-        }
-    }
-}
-
 /// The request's target.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Target {
     /// `CONNECT host:port`.
     Authority {
         /// Destination host.
-        host: Host,
+        host: RequestHost,
         /// Destination port.
         port: u16,
     },
     /// `GET http://host[:port]/path?query`.
     Absolute {
         /// Destination host.
-        host: Host,
+        host: RequestHost,
         /// Destination port (80 when absent).
         port: u16,
         /// Origin-form path and query, starting with `/`.
@@ -67,7 +49,7 @@ pub enum Target {
 
 impl Target {
     /// The destination host.
-    pub fn host(&self) -> &Host {
+    pub fn host(&self) -> &RequestHost {
         match self {
             Self::Authority { host, .. } | Self::Absolute { host, .. } => host,
         }
@@ -83,6 +65,7 @@ impl Target {
 
 /// A parsed request head.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RequestHead {
     /// The method, as sent (uppercase).
     pub method: String,
@@ -324,7 +307,10 @@ fn trim_ows(mut v: &[u8]) -> &[u8] {
 }
 
 /// Parse `host[:port]`. With `default_port` `None` the port is required.
-pub fn parse_authority(raw: &[u8], default_port: Option<u16>) -> Result<(Host, u16), HeadError> {
+pub fn parse_authority(
+    raw: &[u8],
+    default_port: Option<u16>,
+) -> Result<(RequestHost, u16), HeadError> {
     let s = std::str::from_utf8(raw).map_err(|_| HeadError::BadTarget("not ASCII"))?;
     if s.contains('@') {
         return Err(HeadError::BadTarget("userinfo"));
@@ -349,7 +335,7 @@ pub fn parse_authority(raw: &[u8], default_port: Option<u16>) -> Result<(Host, u
                     .ok_or(HeadError::BadTarget("junk after IPv6 literal"))?,
             ),
         };
-        (Host::Ip(IpAddr::V6(v6)), port)
+        (RequestHost::Ip(IpAddr::V6(v6)), port)
     } else {
         let (h, p) = match s.rsplit_once(':') {
             Some((h, p)) => (h, Some(p)),
@@ -379,7 +365,7 @@ fn parse_port(p: &str) -> Result<u16, HeadError> {
 }
 
 /// Parse a host name or dotted-quad IPv4 literal.
-pub fn parse_host_name(h: &str) -> Result<Host, HeadError> {
+pub fn parse_host_name(h: &str) -> Result<RequestHost, HeadError> {
     let h = h.strip_suffix('.').unwrap_or(h);
     if h.is_empty() {
         return Err(HeadError::BadTarget("empty host"));
@@ -404,7 +390,7 @@ pub fn parse_host_name(h: &str) -> Result<Host, HeadError> {
         if v4.to_string() != h {
             return Err(HeadError::BadTarget("ambiguous IPv4 spelling"));
         }
-        return Ok(Host::Ip(IpAddr::V4(v4)));
+        return Ok(RequestHost::Ip(IpAddr::V4(v4)));
     }
     for label in &labels {
         if label.is_empty() || label.len() > 63 {
@@ -420,7 +406,7 @@ pub fn parse_host_name(h: &str) -> Result<Host, HeadError> {
             return Err(HeadError::BadTarget("invalid character in host"));
         }
     }
-    Ok(Host::Name(h.to_ascii_lowercase()))
+    Ok(RequestHost::Name(h.to_ascii_lowercase()))
 }
 
 fn parse_absolute(raw: &[u8]) -> Result<Target, HeadError> {
@@ -555,6 +541,7 @@ fn check_connection(head: &RequestHead) -> Result<(), HeadError> {
     Ok(())
 }
 
+#[cfg(any(fuzzing, feature = "testing"))]
 #[doc(hidden)]
 pub mod __fuzz {
     /// Fuzz entry: parse arbitrary bytes; must never panic.
@@ -594,17 +581,17 @@ mod tests {
         assert_eq!(
             h.target,
             Target::Authority {
-                host: Host::Name("example.com".into()),
+                host: RequestHost::Name("example.com".into()),
                 port: 443
             }
         );
         let h = ok("CONNECT [::1]:8443 HTTP/1.1\r\nHost: [::1]:8443\r\n\r\n");
-        assert_eq!(h.target.host(), &Host::Ip("::1".parse().unwrap()));
+        assert_eq!(h.target.host(), &RequestHost::Ip("::1".parse().unwrap()));
         let h = ok("GET http://a.example/x?y=1 HTTP/1.1\r\nHost: a.example\r\nAccept: */*\r\n\r\n");
         assert_eq!(
             h.target,
             Target::Absolute {
-                host: Host::Name("a.example".into()),
+                host: RequestHost::Name("a.example".into()),
                 port: 80,
                 path_and_query: "/x?y=1".into()
             }

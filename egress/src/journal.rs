@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use palisade_evidence::{Anchor, Body, Entry, Flags, JournalError, JournalWriter, Kind, Timestamp};
 
-use crate::record::{Acceptance, AcceptanceSender, Event, Recorder};
+use crate::record::{Acceptance, AcceptanceSender, ProxyEvent, Recorder};
 
 const QUEUE: usize = 16 * 1024;
 
@@ -33,7 +33,7 @@ fn now_ms() -> u64 {
 }
 
 /// One queued record: its time, the event, and who waits for it.
-type Queued = (u64, Event, Option<AcceptanceSender>);
+type Queued = (u64, ProxyEvent, Option<AcceptanceSender>);
 
 /// Sends records to a journal writer thread.
 pub struct JournalRecorder {
@@ -113,7 +113,7 @@ fn run(
         let mut waiting = Vec::new();
         for (at, event, ack) in group.drain(..) {
             let kind = evidence_kind(&event);
-            let flags = if matches!(event, Event::Taint(_)) {
+            let flags = if matches!(event, ProxyEvent::Taint(_)) {
                 Flags::TAINTED
             } else {
                 Flags::NONE
@@ -166,7 +166,7 @@ fn settle(ack: Option<AcceptanceSender>, accepted: bool) {
 }
 
 impl JournalRecorder {
-    fn enqueue(&self, event: &Event, ack: Option<AcceptanceSender>) {
+    fn enqueue(&self, event: &ProxyEvent, ack: Option<AcceptanceSender>) {
         let sent = self.tx.lock().ok().and_then(|tx| {
             tx.as_ref()
                 .map(|t| t.send((now_ms(), event.clone(), ack)).is_ok())
@@ -180,11 +180,11 @@ impl JournalRecorder {
 }
 
 impl Recorder for JournalRecorder {
-    fn record(&self, event: &Event) {
+    fn record(&self, event: &ProxyEvent) {
         self.enqueue(event, None);
     }
 
-    fn record_accepted(&self, event: &Event) -> Acceptance {
+    fn record_accepted(&self, event: &ProxyEvent) -> Acceptance {
         if !self.healthy() {
             return Acceptance::ready(false);
         }
@@ -211,11 +211,11 @@ impl JournalThread {
 
 /// The evidence record kind of a proxy or relay event, for every journal
 /// that takes them (this recorder and the governed session's).
-pub fn evidence_kind(event: &Event) -> Kind {
+pub fn evidence_kind(event: &ProxyEvent) -> Kind {
     match event {
-        Event::Connection(_) => Kind::EgressConnection,
-        Event::Relay(_) => Kind::RelayRequest,
-        Event::Taint(_) => Kind::TaintRaised,
+        ProxyEvent::Connection(_) => Kind::EgressConnection,
+        ProxyEvent::Relay(_) => Kind::RelayRequest,
+        ProxyEvent::Taint(_) => Kind::TaintRaised,
         // `egress_admitted`, `relay_admitted`: valid static names, so never
         // the fallback.
         other => Kind::parse(other.kind()).unwrap_or(Kind::EgressConnection),
@@ -250,7 +250,7 @@ mod tests {
                             "unix".into(),
                             SystemTime::now(),
                         );
-                        rec.record(&Event::Connection(r));
+                        rec.record(&ProxyEvent::Connection(r));
                     }
                 });
             }
@@ -281,7 +281,7 @@ mod tests {
         }
         // Stopped: a later record marks the recorder unhealthy (the proxy
         // then refuses connections) instead of vanishing silently.
-        rec.record(&Event::Connection(ConnectionRecord::new(
+        rec.record(&ProxyEvent::Connection(ConnectionRecord::new(
             1,
             "unix".into(),
             SystemTime::now(),
@@ -303,7 +303,7 @@ mod tests {
             .unwrap();
         let admitted = |id| {
             let r = ConnectionRecord::new(id, "unix".into(), SystemTime::now());
-            rec.record_accepted(&Event::Admitted(r))
+            rec.record_accepted(&ProxyEvent::Admitted(r))
         };
         let on_disk = || {
             std::fs::read_to_string(&path)

@@ -15,16 +15,17 @@
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
-use palisade_policy::egress::{RequestHost, decide_host};
-use palisade_policy::verdict::Decision;
+use palisade_policy::egress::decide_host;
+use palisade_policy::verdict::{Decision, Reason, Verdict};
 use palisade_schema::host_policy::HostPolicy;
 use palisade_taint::{Effects, Event as TaintEvent, Rules, Session, TaintState};
 
-use crate::decide::{Decider, Verdict};
-use crate::head::Host;
-use crate::record::{Event, Recorder, TaintRecord};
+use palisade_schema::host_policy::RequestHost;
+
+use crate::decide::Decider;
+use crate::record::{ProxyEvent, Recorder, TaintRecord};
 
 /// A decider over a host policy and a live taint session.
 pub struct PolicyDecider {
@@ -43,6 +44,7 @@ impl fmt::Debug for PolicyDecider {
 /// What one decision did: the verdict, the taint effects of the
 /// reservation, and the new taint source to record, if there is one.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Decided {
     /// The answer for the connection.
     pub verdict: Verdict,
@@ -64,7 +66,7 @@ impl PolicyDecider {
     }
 
     /// Record every new taint source the proxy's decisions raise as an
-    /// [`Event::Taint`] (the journal's `taint_raised`) into `recorder`.
+    /// [`ProxyEvent::Taint`] (the journal's `taint_raised`) into `recorder`.
     #[must_use]
     pub fn with_recorder(mut self, recorder: Arc<dyn Recorder>) -> Self {
         self.recorder = Some(recorder);
@@ -81,28 +83,23 @@ impl PolicyDecider {
     /// session marks it contacted and takes in the taint a non-relay
     /// connection raises. Nothing is recorded; the caller records
     /// [`Decided::raised`].
-    pub fn decide_at(&self, host: &Host, port: u16, at_ms: u64) -> Decided {
+    pub fn decide_at(&self, host: &RequestHost, port: u16, at_ms: u64) -> Decided {
         let Ok(mut session) = self.session.lock() else {
             return Decided {
-                verdict: Verdict::deny(None, "session_unavailable"),
+                verdict: Verdict::new(
+                    Decision::Deny,
+                    Reason::SessionUnavailable,
+                    None,
+                    "the session state is unavailable",
+                ),
                 effects: Effects::default(),
                 raised: None,
             };
         };
-        let target = request_host(host);
-        let v = decide_host(&self.policy, &session, &target, port);
-        if v.decision != Decision::Allow {
-            let code = match v.rule.as_deref() {
-                Some(r) if r.starts_with("egress.deny") => "host_denied".to_owned(),
-                Some(r) if r.starts_with("taint") => format!(
-                    "tainted_session: {}",
-                    palisade_policy::egress::taint_explanation(&session)
-                ),
-                _ if matches!(host, Host::Ip(_)) => "ip_literal_not_allowed".to_owned(),
-                _ => "host_not_allowed".to_owned(),
-            };
+        let verdict = decide_host(&self.policy, &session, host, port);
+        if verdict.decision != Decision::Allow {
             return Decided {
-                verdict: Verdict::deny(v.rule, code),
+                verdict,
                 effects: Effects::default(),
                 raised: None,
             };
@@ -112,7 +109,7 @@ impl PolicyDecider {
             &self.rules,
             at_ms,
             &TaintEvent::Connect {
-                host: target.to_string(),
+                host: host.to_string(),
                 port,
                 relay: false,
             },
@@ -125,7 +122,7 @@ impl PolicyDecider {
             Some(src) if new_source => Some(TaintRecord {
                 source: src.as_str().to_owned(),
                 class: src.as_str().to_owned(),
-                detail: format!("{target}:{port}"),
+                detail: format!("{host}:{port}"),
                 first: effects.newly_tainted,
                 reported_by: "proxy".to_owned(),
                 at: UNIX_EPOCH + Duration::from_millis(at_ms),
@@ -133,7 +130,7 @@ impl PolicyDecider {
             _ => None,
         };
         Decided {
-            verdict: Verdict::allow(v.rule.unwrap_or_default()),
+            verdict,
             effects,
             raised,
         }
@@ -147,22 +144,11 @@ fn source_count(session: &Session) -> usize {
     }
 }
 
-fn request_host(host: &Host) -> RequestHost {
-    match host {
-        Host::Name(n) => RequestHost::Name(n.clone()),
-        Host::Ip(ip) => RequestHost::Ip(*ip),
-    }
-}
-
 impl Decider for PolicyDecider {
-    fn decide(&self, host: &Host, port: u16) -> Verdict {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(0);
-        let d = self.decide_at(host, port, now);
+    fn decide(&self, host: &RequestHost, port: u16, at_ms: u64) -> Verdict {
+        let d = self.decide_at(host, port, at_ms);
         if let (Some(raised), Some(rec)) = (d.raised, &self.recorder) {
-            rec.record(&Event::Taint(raised));
+            rec.record(&ProxyEvent::Taint(raised));
         }
         d.verdict
     }
@@ -189,20 +175,25 @@ mod tests {
         let d = decider(
             "[egress]\nallow = [\"*.example.com:443\"]\ndeny = [\"bad.example.com\"]\nallow_addresses = [\"127.0.0.0/8\"]\n[taint]\nsources = [\"web\"]\n",
         );
-        let n = |s: &str| Host::Name(s.into());
-        assert!(d.decide(&n("api.example.com"), 443).allow);
-        assert!(!d.decide(&n("api.example.com"), 444).allow);
-        assert!(!d.decide(&n("example.com"), 443).allow);
-        let v = d.decide(&n("bad.example.com"), 443);
-        assert_eq!((v.allow, v.reason.as_str()), (false, "host_denied"));
-        let v = d.decide(&Host::Ip("127.0.0.1".parse().unwrap()), 8080);
+        let n = |s: &str| RequestHost::parse(s).unwrap();
+        assert!(d.decide(&n("api.example.com"), 443, 1).is_allow());
+        assert!(!d.decide(&n("api.example.com"), 444, 1).is_allow());
+        assert!(!d.decide(&n("example.com"), 443, 1).is_allow());
+        let v = d.decide(&n("bad.example.com"), 443, 1);
         assert_eq!(
-            (v.allow, v.rule.as_deref()),
+            (v.decision, v.reason, v.record_reason().as_str()),
+            (Decision::Deny, Reason::HostDenied, "host_denied")
+        );
+        let v = d.decide(&n("other.example.org"), 443, 1);
+        assert_eq!(v.record_reason(), "host_not_allowed");
+        let v = d.decide(&RequestHost::Ip("127.0.0.1".parse().unwrap()), 8080, 1);
+        assert_eq!(
+            (v.is_allow(), v.rule.as_deref()),
             (true, Some("egress.allow_addresses[0]"))
         );
-        let v = d.decide(&Host::Ip("10.0.0.1".parse().unwrap()), 8080);
+        let v = d.decide(&RequestHost::Ip("10.0.0.1".parse().unwrap()), 8080, 1);
         assert_eq!(
-            (v.allow, v.reason.as_str()),
+            (v.is_allow(), v.record_reason().as_str()),
             (false, "ip_literal_not_allowed")
         );
     }
@@ -212,7 +203,7 @@ mod tests {
         let d = decider(
             "[egress]\nallow = [\"*.example.com\"]\n[taint]\nsources = [\"proxy_non_relay\"]\negress_allow = [\"safe.example.com\"]\n",
         );
-        let n = |s: &str| Host::Name(s.into());
+        let n = |s: &str| RequestHost::parse(s).unwrap();
         // contacted through a relay first: known, but not yet a taint source
         let _ = d.session().lock().unwrap().apply(
             &d.rules,
@@ -225,7 +216,7 @@ mod tests {
         );
         assert!(!d.session().lock().unwrap().is_tainted());
         let first = d.decide_at(&n("a.example.com"), 443, 31_586_000);
-        assert!(first.verdict.allow);
+        assert!(first.verdict.is_allow());
         assert!(first.effects.newly_tainted, "the allow itself taints");
         let raised = first.raised.unwrap();
         assert_eq!(
@@ -236,17 +227,17 @@ mod tests {
         // tainted: only taint.egress_allow or already contacted; a known
         // source is not raised again, a new one is (but not as the first)
         let again = d.decide_at(&n("a.example.com"), 443, 31_587_000);
-        assert!(again.verdict.allow && again.raised.is_none());
+        assert!(again.verdict.is_allow() && again.raised.is_none());
         let safe = d.decide_at(&n("safe.example.com"), 443, 31_588_000);
-        assert!(safe.verdict.allow);
+        assert!(safe.verdict.is_allow());
         assert!(
             safe.raised
                 .is_some_and(|r| !r.first && r.detail == "safe.example.com:443")
         );
-        let v = d.decide(&n("b.example.com"), 443);
-        assert!(!v.allow);
+        let v = d.decide(&n("b.example.com"), 443, 31_589_000);
+        assert_eq!(v.reason, Reason::TaintedSession);
         assert_eq!(
-            v.reason,
+            v.record_reason(),
             "tainted_session: tainted by proxy_non_relay (a.example.com:443) at 08:46:26 UTC; \
              only taint.egress_allow and contacted hosts are open"
         );

@@ -9,7 +9,7 @@
 //! 4. resolve on the host, check **every** address against the
 //!    [`AddressPolicy`]; dial the checked address (no second lookup);
 //! 5. wait until the [`Recorder`] accepted the connection's admission
-//!    record ([`Event::Admitted`]); only then answer `200` or forward a
+//!    record ([`ProxyEvent::Admitted`]); only then answer `200` or forward a
 //!    byte (503 when it cannot be recorded);
 //! 6. for CONNECT to an SNI port, read the ClientHello and require SNI ==
 //!    CONNECT host; on any other port, the same when the client speaks
@@ -40,17 +40,22 @@ use zeroize::Zeroizing;
 use crate::addr::AddressPolicy;
 use crate::body::{BodyFramer, Framing};
 use crate::decide::Decider;
-use crate::head::{Host, RequestHead, Target, parse_head};
-use crate::record::{CloseReason, ConnectionRecord, Event, Outcome, ProxyKind, Recorder};
+use crate::head::{RequestHead, Target, parse_head};
+use crate::record::{CloseReason, ConnectionRecord, Outcome, ProxyEvent, ProxyKind, Recorder};
 use crate::resolve::Resolver;
 use crate::sni::{ClientHello, MAX_PEEK, parse_client_hello};
+use palisade_schema::host_policy::RequestHost;
 
 mod tunnel;
 
 use tunnel::{Conn, Opaque, Upstream, pump};
 
 /// Limits enforced by the proxy. `None` means unlimited.
+///
+/// Start from [`Limits::default`] and set fields (`Limits { .. }` cannot be
+/// written outside this crate).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Limits {
     /// Bytes (up + down) one connection may carry.
     pub bytes_per_connection: Option<u64>,
@@ -153,7 +158,14 @@ fn strip_scheme<'a>(v: &'a [u8], scheme: &[u8]) -> Option<&'a [u8]> {
 }
 
 /// Proxy configuration.
+///
+/// [`ProxyConfig::from_egress`] makes the configuration a policy's
+/// `[egress]` section asks for (what `palisade proxy` and `palisade run
+/// --policy` use); [`ProxyConfig::default`] is the built-in one. Fields are
+/// public to adjust; `ProxyConfig { .. }` cannot be written outside this
+/// crate.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct ProxyConfig {
     /// Limits.
     pub limits: Limits,
@@ -178,6 +190,88 @@ impl Default for ProxyConfig {
             sni_ports: vec![443],
             addresses: AddressPolicy::default(),
         }
+    }
+}
+
+impl ProxyConfig {
+    /// The configuration a policy's `[egress]` section asks for:
+    /// `limits` (an absent `connections` or `per_minute` means unlimited,
+    /// as `docs/policy.md` states; a count too large for this platform is
+    /// unlimited too), `require_sni_match`, and the address deny set with
+    /// the `allow_addresses` carve-outs plus this host's own interface
+    /// addresses, which are listed now. No token: set one with
+    /// [`ProxyConfig::with_token`] (or leave it off only when nothing but
+    /// the worker can reach the listener).
+    ///
+    /// Not taken from the section: `allow` and `deny`, which are the
+    /// [`Decider`]'s ([`crate::policy::PolicyDecider`] reads them from the
+    /// same policy), and `relay`, which is [`crate::relay::RelayConfig::from_policy`]'s.
+    ///
+    /// Fails, rather than leave the host's own addresses open, when they
+    /// cannot be listed.
+    ///
+    /// ```
+    /// use palisade_egress::proxy::ProxyConfig;
+    /// use palisade_schema::host_policy::parse;
+    ///
+    /// let text = "[egress]\nallow = [\"api.example.com\"]\nallow_addresses = [\"127.0.0.0/8\"]\n\
+    ///             limits = { connections = 4 }\n";
+    /// let policy = parse("palisade.toml", text).map_err(|d| d.to_string())?.into_value();
+    /// let config = ProxyConfig::from_egress(&policy.egress).map_err(|e| e.to_string())?;
+    /// assert_eq!(config.limits.max_connections, 4);
+    /// assert_eq!(config.limits.per_minute, None);
+    /// assert!(config.require_sni_match && config.token.is_none());
+    /// assert!(config.addresses.check("127.0.0.1".parse().unwrap()).is_ok());
+    /// assert!(config.addresses.check("10.0.0.1".parse().unwrap()).is_err());
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn from_egress(egress: &palisade_schema::host_policy::Egress) -> io::Result<Self> {
+        let own = crate::net::interface_addresses()?;
+        Ok(Self::from_egress_with_own(egress, own))
+    }
+
+    /// [`ProxyConfig::from_egress`] with the host's own addresses given.
+    pub fn from_egress_with_own(
+        egress: &palisade_schema::host_policy::Egress,
+        own: Vec<IpAddr>,
+    ) -> Self {
+        // Every key of the section, so a new one cannot be parsed and left unapplied.
+        let palisade_schema::host_policy::Egress {
+            allow: _,
+            deny: _,
+            allow_addresses,
+            limits,
+            relays: _,
+            require_sni_match,
+        } = egress;
+        let palisade_schema::host_policy::EgressLimits {
+            bytes_per_connection,
+            bytes_per_session,
+            connections,
+            per_minute,
+        } = limits;
+        let limits = Limits {
+            bytes_per_connection: *bytes_per_connection,
+            bytes_per_session: *bytes_per_session,
+            max_connections: connections
+                .map_or(usize::MAX, |c| usize::try_from(c).unwrap_or(usize::MAX)),
+            per_minute: per_minute.map(|p| u32::try_from(p).unwrap_or(u32::MAX)),
+            ..Limits::default()
+        };
+        Self {
+            limits,
+            token: None,
+            require_sni_match: *require_sni_match,
+            sni_ports: vec![443],
+            addresses: AddressPolicy::new(allow_addresses.clone()).with_own_addresses(own),
+        }
+    }
+
+    /// Require this per-session token in `Proxy-Authorization`.
+    #[must_use]
+    pub fn with_token(mut self, token: ProxyToken) -> Self {
+        self.token = Some(token);
+        self
     }
 }
 
@@ -392,7 +486,7 @@ impl Proxy {
             }
         }
         rec.duration = t0.elapsed();
-        let ev = Event::Connection(rec);
+        let ev = ProxyEvent::Connection(rec);
         ev.trace();
         inner.recorder.record(&ev);
     }
@@ -638,7 +732,7 @@ impl Proxy {
         client: &mut S,
         up: &mut Upstream,
         mut first_up: Vec<u8>,
-        host: &Host,
+        host: &RequestHost,
         port: u16,
         rec: &mut ConnectionRecord,
         signal: ShutdownSignal,
@@ -675,7 +769,7 @@ impl Proxy {
             match hello {
                 Ok(ClientHello::Sni(sni)) => {
                     rec.sni = Some(sni.clone());
-                    let matches = matches!(host, Host::Name(n) if *n == sni);
+                    let matches = matches!(host, RequestHost::Name(n) if *n == sni);
                     if !matches {
                         deny_after_200(rec, "sni_mismatch");
                         return;
@@ -837,10 +931,10 @@ impl Proxy {
             let host = match atyp {
                 Some(1) => <[u8; 4]>::try_from(addr)
                     .ok()
-                    .map(|a| Host::Ip(IpAddr::from(a))),
+                    .map(|a| RequestHost::Ip(IpAddr::from(a))),
                 Some(4) => <[u8; 16]>::try_from(addr)
                     .ok()
-                    .map(|a| Host::Ip(IpAddr::from(a))),
+                    .map(|a| RequestHost::Ip(IpAddr::from(a))),
                 _ => addr
                     .get(1..)
                     .and_then(|n| std::str::from_utf8(n).ok())
@@ -930,7 +1024,7 @@ impl Proxy {
         let mut admitted = rec.clone();
         admitted.outcome = Outcome::Allowed;
         admitted.status = status;
-        let ev = Event::Admitted(admitted);
+        let ev = ProxyEvent::Admitted(admitted);
         ev.trace();
         let acceptance = self.inner.recorder.record_accepted(&ev);
         unless_shutdown(stop, acceptance.accepted()).await
@@ -940,7 +1034,7 @@ impl Proxy {
     /// check every address, refuse loops, dial the checked address.
     async fn open_upstream(
         &self,
-        host: &Host,
+        host: &RequestHost,
         port: u16,
         declared_body: Option<u64>,
         rec: &mut ConnectionRecord,
@@ -948,12 +1042,15 @@ impl Proxy {
         let cfg = &self.inner.config;
         let limits = &cfg.limits;
         // 3. name decision, before any lookup
-        let verdict = self.inner.decider.decide(host, port);
+        let verdict =
+            self.inner
+                .decider
+                .decide(host, port, crate::record::millis(SystemTime::now()));
         rec.rule = verdict.rule.clone();
-        if !verdict.allow {
+        if !verdict.is_allow() {
             return Err(Refusal::deny(
                 403,
-                verdict.reason,
+                verdict.record_reason(),
                 "destination not allowed by policy",
             ));
         }
@@ -971,8 +1068,8 @@ impl Proxy {
         }
         // 4. resolve once, check every address
         let addrs: Vec<IpAddr> = match host {
-            Host::Ip(ip) => vec![*ip],
-            Host::Name(name) => {
+            RequestHost::Ip(ip) => vec![*ip],
+            RequestHost::Name(name) => {
                 match tokio::time::timeout(limits.dns_timeout, self.inner.resolver.resolve(name))
                     .await
                 {

@@ -6,9 +6,9 @@
 //! durations; never payload bytes, header values or credentials.
 //!
 //! A connection the proxy lets through has two records: an
-//! [`Event::Admitted`] it waits on ([`Recorder::record_accepted`]) before
+//! [`ProxyEvent::Admitted`] it waits on ([`Recorder::record_accepted`]) before
 //! the worker gets its `200` or a byte is forwarded, and the
-//! [`Event::Connection`] written when it ends. A recorder that cannot
+//! [`ProxyEvent::Connection`] written when it ends. A recorder that cannot
 //! accept the first turns the connection into a `503`.
 
 use std::fmt;
@@ -46,6 +46,7 @@ impl ProxyKind {
 
 /// Whether an attempt was let through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Outcome {
     /// Connected to the upstream.
     Allowed,
@@ -109,6 +110,7 @@ impl fmt::Display for CloseReason {
 
 /// One proxy connection attempt, allowed or not.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ConnectionRecord {
     /// Per-proxy sequence number of the attempt.
     pub id: u64,
@@ -170,6 +172,7 @@ impl ConnectionRecord {
 
 /// Whether a relay request reached the upstream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RelayOutcome {
     /// Sent to the upstream (whatever it answered).
     Forwarded,
@@ -189,6 +192,7 @@ impl RelayOutcome {
 
 /// One host-relay request.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RelayRecord {
     /// The relay's name.
     pub relay: String,
@@ -218,6 +222,7 @@ pub struct RelayRecord {
 /// journal's `taint_raised`, with the same body the governed session
 /// writes).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TaintRecord {
     /// The source as reported (for the proxy, the class).
     pub source: String,
@@ -236,7 +241,7 @@ pub struct TaintRecord {
 /// A record emitted by the proxy or a relay.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Event {
+pub enum ProxyEvent {
     /// A proxy connection that passed every check before its answer: the
     /// proxy sends `200` (or forwards the request) only once the recorder
     /// accepted this record. Its [`Self::Connection`] record follows when
@@ -255,13 +260,13 @@ pub enum Event {
     Taint(TaintRecord),
 }
 
-fn millis(t: SystemTime) -> u64 {
+pub(crate) fn millis(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
 }
 
-impl Event {
+impl ProxyEvent {
     /// The evidence record kind: `egress_admitted`, `egress_connection`,
     /// `relay_admitted`, `relay_request` or `taint_raised`.
     pub fn kind(&self) -> &'static str {
@@ -443,18 +448,57 @@ impl AcceptanceSender {
 /// Where records go. Implementations must not block for long: the proxy
 /// calls this on its IO tasks (a journal with group commit hands the
 /// record to its writer thread).
+///
+/// A recorder that counts refusals and stops the proxy (fail closed) once
+/// it is told to:
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+///
+/// use palisade_egress::record::{ConnectionRecord, Outcome, ProxyEvent, Recorder};
+///
+/// #[derive(Debug, Default)]
+/// struct Counting {
+///     refused: AtomicUsize,
+///     broken: AtomicBool,
+/// }
+///
+/// impl Recorder for Counting {
+///     fn record(&self, event: &ProxyEvent) {
+///         if let ProxyEvent::Connection(c) = event
+///             && c.outcome == Outcome::Denied
+///         {
+///             self.refused.fetch_add(1, Ordering::Relaxed);
+///         }
+///     }
+///
+///     fn healthy(&self) -> bool {
+///         !self.broken.load(Ordering::Relaxed)
+///     }
+/// }
+///
+/// let r = Counting::default();
+/// let refused = ConnectionRecord::new(1, "127.0.0.1:9".into(), std::time::SystemTime::now());
+/// r.record(&ProxyEvent::Connection(refused));
+/// assert_eq!(r.refused.load(Ordering::Relaxed), 1);
+/// // the default `record_accepted` records and answers `healthy()`:
+/// // once that is false, the proxy answers new connections 503
+/// assert!(r.healthy());
+/// r.broken.store(true, Ordering::Relaxed);
+/// assert!(!r.healthy());
+/// ```
 pub trait Recorder: Send + Sync + fmt::Debug {
     /// Record one event.
-    fn record(&self, event: &Event);
+    fn record(&self, event: &ProxyEvent);
 
     /// Record one event and report when it is accepted. The proxy awaits
-    /// this for [`Event::Admitted`] before it answers `200` or forwards a
+    /// this for [`ProxyEvent::Admitted`] before it answers `200` or forwards a
     /// byte, and answers `503` when it resolves `false`. A recorder that
     /// writes durably must resolve only once the record is (the journal
     /// recorder: after the `fdatasync` of its group, in `Synced` mode),
     /// and `false` for this and every later record once a write failed.
     /// The default records and reports [`Self::healthy`] afterwards.
-    fn record_accepted(&self, event: &Event) -> Acceptance {
+    fn record_accepted(&self, event: &ProxyEvent) -> Acceptance {
         self.record(event);
         Acceptance::ready(self.healthy())
     }
@@ -469,7 +513,7 @@ pub trait Recorder: Send + Sync + fmt::Debug {
 /// A recorder that keeps events in memory (tests, embedding).
 #[derive(Debug, Default)]
 pub struct MemoryRecorder {
-    events: Mutex<Vec<Event>>,
+    events: Mutex<Vec<ProxyEvent>>,
 }
 
 impl MemoryRecorder {
@@ -479,7 +523,7 @@ impl MemoryRecorder {
     }
 
     /// A copy of all events so far.
-    pub fn events(&self) -> Vec<Event> {
+    pub fn events(&self) -> Vec<ProxyEvent> {
         self.events.lock().map(|e| e.clone()).unwrap_or_default()
     }
 
@@ -488,7 +532,7 @@ impl MemoryRecorder {
         self.events()
             .into_iter()
             .filter_map(|e| match e {
-                Event::Connection(c) => Some(c),
+                ProxyEvent::Connection(c) => Some(c),
                 _ => None,
             })
             .collect()
@@ -499,7 +543,7 @@ impl MemoryRecorder {
         self.events()
             .into_iter()
             .filter_map(|e| match e {
-                Event::Admitted(c) => Some(c),
+                ProxyEvent::Admitted(c) => Some(c),
                 _ => None,
             })
             .collect()
@@ -510,7 +554,7 @@ impl MemoryRecorder {
         self.events()
             .into_iter()
             .filter_map(|e| match e {
-                Event::RelayAdmitted(r) => Some(r),
+                ProxyEvent::RelayAdmitted(r) => Some(r),
                 _ => None,
             })
             .collect()
@@ -521,7 +565,7 @@ impl MemoryRecorder {
         self.events()
             .into_iter()
             .filter_map(|e| match e {
-                Event::Relay(r) => Some(r),
+                ProxyEvent::Relay(r) => Some(r),
                 _ => None,
             })
             .collect()
@@ -532,7 +576,7 @@ impl MemoryRecorder {
         self.events()
             .into_iter()
             .filter_map(|e| match e {
-                Event::Taint(t) => Some(t),
+                ProxyEvent::Taint(t) => Some(t),
                 _ => None,
             })
             .collect()
@@ -540,7 +584,7 @@ impl MemoryRecorder {
 }
 
 impl Recorder for MemoryRecorder {
-    fn record(&self, event: &Event) {
+    fn record(&self, event: &ProxyEvent) {
         if let Ok(mut e) = self.events.lock() {
             e.push(event.clone());
         }
@@ -553,5 +597,5 @@ impl Recorder for MemoryRecorder {
 pub struct NullRecorder;
 
 impl Recorder for NullRecorder {
-    fn record(&self, _event: &Event) {}
+    fn record(&self, _event: &ProxyEvent) {}
 }

@@ -42,10 +42,10 @@ use tokio::task::JoinSet;
 use zeroize::Zeroizing;
 
 use crate::addr::AddressPolicy;
-use crate::head::{Host, parse_host_name};
 use crate::proxy::ShutdownSignal;
-use crate::record::{Event, Recorder, RelayOutcome, RelayRecord};
+use crate::record::{ProxyEvent, Recorder, RelayOutcome, RelayRecord};
 use crate::resolve::Resolver;
+use palisade_schema::host_policy::{Origin, RequestHost};
 
 mod overrides;
 
@@ -176,62 +176,9 @@ pub enum RelayConfigError {
     /// The credential header name or value could split a request.
     #[error("invalid relay credential header: {0}")]
     Credential(&'static str),
-}
-
-/// The one upstream origin of a relay: `https://host[:port]`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Origin {
-    host: Host,
-    port: u16,
-}
-
-impl Origin {
-    /// Parse `https://host[:port]` (no userinfo, path, query or fragment).
-    pub fn parse(s: &str) -> Result<Self, RelayConfigError> {
-        let err = |reason| RelayConfigError::Origin {
-            origin: s.to_owned(),
-            reason,
-        };
-        let rest = s.strip_prefix("https://").ok_or(err("must use https://"))?;
-        let rest = rest.strip_suffix('/').unwrap_or(rest);
-        if rest.contains('@') {
-            return Err(err("must not carry credentials"));
-        }
-        if rest.contains(['?', '#']) {
-            return Err(err("must not carry a query or a fragment"));
-        }
-        if rest.contains('/') {
-            return Err(err("must not carry a path (routes are exact paths)"));
-        }
-        let (host, port) = crate::head::parse_authority(rest.as_bytes(), Some(443))
-            .map_err(|_| err("has an invalid host or port"))?;
-        Ok(Self { host, port })
-    }
-
-    /// The `Host` header value.
-    pub fn authority(&self) -> String {
-        if self.port == 443 {
-            self.host.to_string()
-        } else {
-            format!("{}:{}", self.host, self.port)
-        }
-    }
-
-    /// The host.
-    pub fn host(&self) -> &Host {
-        &self.host
-    }
-
-    /// The port.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-}
-
-impl fmt::Display for Origin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "https://{}", self.authority())
-    }
+    /// No random bytes for the placeholder.
+    #[error("cannot generate a relay placeholder: no random bytes")]
+    Placeholder,
 }
 
 /// An exact `METHOD path` route.
@@ -270,27 +217,10 @@ impl fmt::Display for Route {
     }
 }
 
-/// A secret value that is never printed or serialised.
-#[derive(Clone)]
-pub struct Secret(Zeroizing<String>);
-
-impl Secret {
-    /// Wrap a value.
-    pub fn new(value: String) -> Self {
-        Self(Zeroizing::new(value))
-    }
-
-    /// The value.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(<redacted>)")
-    }
-}
+/// The credential value: `palisade_evidence`'s `Secret` (zeroized on
+/// drop, redacted `Debug`, no `Serialize`), the one secret type of the
+/// workspace.
+pub use palisade_evidence::Secret;
 
 /// How the credential travels: header name and value prefix (`Bearer `).
 #[derive(Clone, Debug)]
@@ -339,11 +269,17 @@ impl Credential {
     pub fn header(&self) -> &HeaderName {
         &self.header
     }
+
+    /// The text sent before the secret (`Bearer `).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
 }
 
 /// The shape of a placeholder: random base64url characters between a
 /// prefix and a suffix, so client libraries' key-format checks pass.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PlaceholderFormat {
     /// Literal prefix (e.g. `sk-ant-api03-`).
     pub prefix: String,
@@ -354,6 +290,35 @@ pub struct PlaceholderFormat {
 }
 
 impl PlaceholderFormat {
+    /// The shape a relay's client library expects, guessed from the
+    /// relay: [`Self::anthropic`] when its name, origin host or credential
+    /// variable mentions Anthropic or the header is `x-api-key`,
+    /// [`Self::openai`] when they mention OpenAI, else [`Self::generic`].
+    pub fn for_relay(relay: &palisade_schema::host_policy::Relay) -> Self {
+        let hay = format!(
+            "{} {} {}",
+            relay.name, relay.origin.host, relay.credential.from_env
+        )
+        .to_ascii_lowercase();
+        if hay.contains("anthropic") || relay.credential.header.eq_ignore_ascii_case("x-api-key") {
+            Self::anthropic()
+        } else if hay.contains("openai") {
+            Self::openai()
+        } else {
+            Self::generic()
+        }
+    }
+
+    /// A shape: `prefix`, `random_chars` random base64url characters (at
+    /// least 22 are generated), `suffix`.
+    pub fn new(prefix: &str, random_chars: usize, suffix: &str) -> Self {
+        Self {
+            prefix: prefix.to_owned(),
+            random_chars,
+            suffix: suffix.to_owned(),
+        }
+    }
+
     /// Anthropic API key shape: `sk-ant-api03-` + 93 chars + `AA` (108 chars).
     pub fn anthropic() -> Self {
         Self {
@@ -419,12 +384,19 @@ impl Placeholder {
 }
 
 /// A relay's configuration.
+///
+/// Made by [`RelayConfig::from_policy`] from a policy's `[[egress.relay]]`
+/// (what `palisade relay` and `palisade run --policy` use), or by
+/// [`RelayConfig::new`] from parts; the limits are public fields.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct RelayConfig {
     /// A name for records.
     pub name: String,
-    /// The one upstream origin.
-    pub origin: Origin,
+    /// The one upstream origin (`https` only; see [`RelayConfig::origin`]).
+    origin: Origin,
+    /// The origin's host, parsed once when the config is made.
+    upstream: RequestHost,
     /// Exact routes.
     pub routes: Vec<Route>,
     /// The host-held credential.
@@ -487,12 +459,25 @@ impl RelayConfig {
         if routes.is_empty() {
             return Err(RelayConfigError::NoRoutes(name.to_owned()));
         }
+        let origin_err = |reason| RelayConfigError::Origin {
+            origin: origin.to_string(),
+            reason,
+        };
+        if origin.scheme != "https" {
+            return Err(origin_err("must use https://"));
+        }
+        let upstream =
+            RequestHost::parse(&origin.host).map_err(|_| origin_err("has an invalid host"))?;
+        if origin.port == 0 {
+            return Err(origin_err("has an invalid port"));
+        }
         let roots = rustls::RootCertStore {
             roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
         };
         Ok(Self {
             name: name.to_owned(),
             origin,
+            upstream,
             routes,
             credential,
             placeholder,
@@ -506,6 +491,68 @@ impl RelayConfig {
             connect_timeout: Duration::from_secs(10),
             header_timeout: Duration::from_secs(30),
         })
+    }
+
+    /// The configuration a policy's `[[egress.relay]]` asks for, with the
+    /// host-held credential `secret` (read by the caller from the host
+    /// variable `credential.from_env` names, never from the worker):
+    /// `origin` (https only), `routes`, `credential.header` and
+    /// `credential.prefix`, `limits` ([`RelayConfig::with_limits`]) and a
+    /// fresh placeholder in [`PlaceholderFormat::for_relay`]'s shape
+    /// (replace it with [`RelayConfig::with_placeholder`]).
+    ///
+    /// Not taken from the relay section: `worker_env` (what the worker's
+    /// environment gets, which is the sandbox's business: the CLI sets it
+    /// from [`RelayConfig::placeholder`] and the relay's URL) and the
+    /// address carve-outs, which are the `[egress]` section's: pass
+    /// `ProxyConfig::from_egress(..).addresses` with
+    /// [`RelayConfig::with_addresses`], else the default deny set (no
+    /// carve-out) applies.
+    pub fn from_policy(
+        relay: &palisade_schema::host_policy::Relay,
+        secret: Secret,
+    ) -> Result<Self, RelayConfigError> {
+        let palisade_schema::host_policy::Relay {
+            name,
+            origin,
+            routes,
+            credential,
+            worker_env: _,
+            limits,
+        } = relay;
+        let palisade_schema::host_policy::RelayCredential {
+            header,
+            from_env: _,
+            prefix,
+        } = credential;
+        let routes = routes
+            .iter()
+            .map(|r| Route::parse(&format!("{} {}", r.method, r.path)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let credential = Credential::new(header, prefix, secret)?;
+        let placeholder = Placeholder::generate(&PlaceholderFormat::for_relay(relay))
+            .map_err(|_| RelayConfigError::Placeholder)?;
+        Ok(Self::new(name, origin.clone(), routes, credential, placeholder)?.with_limits(limits))
+    }
+
+    /// Give the worker this placeholder instead of the generated one.
+    #[must_use]
+    pub fn with_placeholder(mut self, placeholder: Placeholder) -> Self {
+        self.placeholder = placeholder;
+        self
+    }
+
+    /// Use this address deny set and carve-outs (the proxy's, from the
+    /// policy's `[egress]`) for the upstream.
+    #[must_use]
+    pub fn with_addresses(mut self, addresses: AddressPolicy) -> Self {
+        self.addresses = addresses;
+        self
+    }
+
+    /// The placeholder the worker presents in the credential header.
+    pub fn placeholder(&self) -> &Placeholder {
+        &self.placeholder
     }
 
     /// Apply a policy's `[[egress.relay]] limits`: each one set replaces
@@ -533,6 +580,21 @@ impl RelayConfig {
             self.body_timeout = Duration::from_secs(s);
         }
         self
+    }
+
+    /// The one upstream origin.
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
+    /// The `Host` header value sent upstream: the origin's host, with the
+    /// port unless it is 443.
+    pub fn authority(&self) -> String {
+        if self.origin.port == 443 {
+            self.upstream.to_string()
+        } else {
+            format!("{}:{}", self.upstream, self.origin.port)
+        }
     }
 
     /// Trust exactly these roots for the upstream (tests use an rcgen CA).
@@ -712,7 +774,7 @@ impl Drop for RecordGuard {
         let mut r = self.record.clone();
         r.bytes_down = self.down.load(Ordering::Relaxed);
         r.duration = self.t0.elapsed();
-        let ev = Event::Relay(r);
+        let ev = ProxyEvent::Relay(r);
         ev.trace();
         self.recorder.record(&ev);
     }
@@ -1194,7 +1256,7 @@ impl Relay {
     /// Record an attempt refused before its head was parsed (method and
     /// path unknown, left empty).
     fn record_attempt(&self, status: u16, reason: &str, started_at: SystemTime, t0: Instant) {
-        let ev = Event::Relay(RelayRecord {
+        let ev = ProxyEvent::Relay(RelayRecord {
             relay: self.inner.config.name.clone(),
             method: String::new(),
             path: String::new(),
@@ -1453,7 +1515,7 @@ impl Relay {
                 "The relay credential is invalid",
             )
         })?;
-        let host = HeaderValue::from_str(&cfg.origin.authority()).map_err(|_| {
+        let host = HeaderValue::from_str(&cfg.authority()).map_err(|_| {
             (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "origin_invalid",
@@ -1490,9 +1552,9 @@ impl Relay {
         // 6. dial the origin through the same address checks as the proxy
         let (stream, addr) = self.connect_upstream().await?;
         record.upstream = Some(addr);
-        let server_name = match cfg.origin.host() {
-            Host::Name(n) => rustls::pki_types::ServerName::try_from(n.clone()),
-            Host::Ip(ip) => Ok(rustls::pki_types::ServerName::IpAddress((*ip).into())),
+        let server_name = match &cfg.upstream {
+            RequestHost::Name(n) => rustls::pki_types::ServerName::try_from(n.clone()),
+            RequestHost::Ip(ip) => Ok(rustls::pki_types::ServerName::IpAddress((*ip).into())),
         }
         .map_err(|_| {
             (
@@ -1525,7 +1587,7 @@ impl Relay {
         });
         // 6b. nothing reaches the origin before the journal accepted the
         // admission record (a disk that fills now refuses this request)
-        let admitted = Event::RelayAdmitted(record.clone());
+        let admitted = ProxyEvent::RelayAdmitted(record.clone());
         admitted.trace();
         if !self
             .inner
@@ -1591,9 +1653,9 @@ impl Relay {
         &self,
     ) -> Result<(TcpStream, SocketAddr), (StatusCode, &'static str, &'static str)> {
         let cfg = &self.inner.config;
-        let addrs: Vec<IpAddr> = match cfg.origin.host() {
-            Host::Ip(ip) => vec![*ip],
-            Host::Name(n) => {
+        let addrs: Vec<IpAddr> = match &cfg.upstream {
+            RequestHost::Ip(ip) => vec![*ip],
+            RequestHost::Name(n) => {
                 tokio::time::timeout(Duration::from_secs(5), self.inner.resolver.resolve(n))
                     .await
                     .ok()
@@ -1614,7 +1676,7 @@ impl Relay {
             ));
         }
         for ip in addrs {
-            let sa = SocketAddr::new(ip, cfg.origin.port());
+            let sa = SocketAddr::new(ip, cfg.origin.port);
             if let Ok(Ok(s)) =
                 tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(sa)).await
             {
@@ -1639,31 +1701,38 @@ fn strip_prefix_ci<'a>(v: &'a [u8], prefix: &[u8]) -> Option<&'a [u8]> {
     }
 }
 
-/// Parse an origin host for callers that only have a string.
-pub fn parse_origin_host(s: &str) -> Option<Host> {
-    parse_host_name(s).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn config_for(origin: &str) -> Result<RelayConfig, RelayConfigError> {
+        RelayConfig::new(
+            "r",
+            Origin::parse(origin).unwrap(),
+            vec![Route::parse("POST /v1").unwrap()],
+            Credential::new("x-api-key", "", Secret::new("k".into())).unwrap(),
+            Placeholder::generate(&PlaceholderFormat::generic()).unwrap(),
+        )
+    }
+
     #[test]
-    fn origin_parsing() {
+    fn the_origin_is_schemas_and_must_be_https() {
         assert_eq!(
-            Origin::parse("https://api.example.com")
-                .unwrap()
-                .authority(),
+            config_for("https://api.example.com").unwrap().authority(),
             "api.example.com"
         );
         assert_eq!(
-            Origin::parse("https://127.0.0.1:8443/")
-                .unwrap()
-                .authority(),
+            config_for("https://127.0.0.1:8443/").unwrap().authority(),
             "127.0.0.1:8443"
         );
+        assert_eq!(
+            config_for("https://[::1]:8443").unwrap().authority(),
+            "[::1]:8443"
+        );
+        // schema's grammar takes `http`; a relay never speaks plain text
+        let e = config_for("http://api.example.com").unwrap_err();
+        assert!(e.to_string().contains("must use https://"), "{e}");
         for bad in [
-            "http://api.example.com",
             "ftp://api.example.com",
             "https://user:pw@api.example.com",
             "https://api.example.com/?key=1",
@@ -1759,13 +1828,14 @@ mod tests {
             (none.body_idle_timeout, none.body_timeout),
             (DEFAULT_BODY_IDLE_TIMEOUT, DEFAULT_BODY_TIMEOUT)
         );
-        let mut limits = palisade_schema::host_policy::RelayLimits::default();
-        limits.max_body = Some(1000);
-        limits.max_buffered = Some(5000);
-        limits.connections = Some(3);
-        limits.header_timeout = Some(4);
-        limits.body_idle_timeout = Some(5);
-        limits.body_timeout = Some(6);
+        let limits = palisade_schema::host_policy::RelayLimits {
+            max_body: Some(1000),
+            max_buffered: Some(5000),
+            connections: Some(3),
+            header_timeout: Some(4),
+            body_idle_timeout: Some(5),
+            body_timeout: Some(6),
+        };
         let set = cfg().with_limits(&limits);
         assert_eq!(
             (set.max_body, set.max_buffered, set.max_connections),
@@ -1779,8 +1849,10 @@ mod tests {
                 Duration::from_secs(6)
             )
         );
-        let mut limits = palisade_schema::host_policy::RelayLimits::default();
-        limits.max_body = Some(100 << 20);
+        let limits = palisade_schema::host_policy::RelayLimits {
+            max_body: Some(100 << 20),
+            ..Default::default()
+        };
         let big = cfg().with_limits(&limits);
         assert_eq!(
             big.max_buffered,

@@ -232,6 +232,7 @@ fn parse_server_name(data: &[u8]) -> Result<Option<String>, &'static str> {
     Ok(host)
 }
 
+#[cfg(any(fuzzing, feature = "testing"))]
 #[doc(hidden)]
 pub mod __fuzz {
     /// Fuzz entry: inspect arbitrary bytes; must never panic.

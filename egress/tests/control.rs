@@ -16,9 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use palisade_egress::control::{
-    Approval, ClientError, ControlAddr, ControlBackend, ControlClient, ControlConfig,
+    Approval, AskAnswer, ClientError, ControlAddr, ControlBackend, ControlClient, ControlConfig,
     ControlListener, ControlServer, Endpoint, MAX_LINE_BYTES, OutwardAnswer, PolicyAnswer,
-    SessionView, TaintEntry, TaintKind, Verdict,
+    SessionView, TaintEntry, TaintKind,
 };
 
 /// A tiny session: git.push allowed when clean (ask when tainted), payment denied, else ask.
@@ -46,15 +46,11 @@ impl ControlBackend for Fake {
     fn decide_outward(&self, kind: &str, _target: &str) -> PolicyAnswer {
         let tainted = self.state.lock().unwrap().tainted;
         let verdict = match kind {
-            "payment" => Verdict::Deny,
-            "git.push" if !tainted => Verdict::Allow,
-            _ => Verdict::Ask,
+            "payment" => AskAnswer::Deny,
+            "git.push" if !tainted => AskAnswer::Allow,
+            _ => AskAnswer::Ask,
         };
-        PolicyAnswer {
-            verdict,
-            rule: None,
-            reason: format!("fake {}", verdict.as_str()),
-        }
+        PolicyAnswer::new(verdict, None, format!("fake {}", verdict.as_str()))
     }
     fn outward_settled(&self, kind: &str, _target: &str, answer: &OutwardAnswer) {
         self.events
@@ -84,13 +80,11 @@ struct Harness {
 fn start(timeout: Duration) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let fake = Arc::new(Fake::default());
-    let server = ControlServer::new(
-        fake.clone(),
-        ControlConfig {
-            approval_timeout: timeout,
-            ..ControlConfig::default()
-        },
-    );
+    let server = ControlServer::new(fake.clone(), {
+        let mut built = ControlConfig::default();
+        built.approval_timeout = timeout;
+        built
+    });
     let wp = dir.path().join("control.sock");
     let hp = dir.path().join("host.sock");
     server.serve(
@@ -163,7 +157,7 @@ async fn outward_allow_becomes_ask_once_tainted_and_waits_for_the_host() {
     .await;
     assert_eq!(
         (clean.decision, clean.policy, clean.approval),
-        (Verdict::Allow, Verdict::Allow, None)
+        (AskAnswer::Allow, AskAnswer::Allow, None)
     );
 
     let w = h.worker.clone();
@@ -183,9 +177,9 @@ async fn outward_allow_becomes_ask_once_tainted_and_waits_for_the_host() {
     let hh = h.host.clone();
     blocking(move || client(&hh).resolve(ticket, true).unwrap()).await;
     let answer = asked.await.unwrap();
-    assert_eq!(answer.policy, Verdict::Ask);
+    assert_eq!(answer.policy, AskAnswer::Ask);
     assert_eq!(answer.approval, Some(Approval::Approved));
-    assert_eq!(answer.decision, Verdict::Allow);
+    assert_eq!(answer.decision, AskAnswer::Allow);
 
     // The host can also deny.
     let w = h.worker.clone();
@@ -200,7 +194,7 @@ async fn outward_allow_becomes_ask_once_tainted_and_waits_for_the_host() {
     let answer = asked.await.unwrap();
     assert_eq!(
         (answer.decision, answer.approval),
-        (Verdict::Deny, Some(Approval::Denied))
+        (AskAnswer::Deny, Some(Approval::Denied))
     );
 
     let events = h.fake.events.lock().unwrap().clone();
@@ -229,11 +223,11 @@ async fn an_unanswered_ask_times_out_as_deny_and_a_deny_never_asks() {
     .await;
     assert_eq!(
         (ask.policy, ask.decision, ask.approval),
-        (Verdict::Ask, Verdict::Deny, Some(Approval::TimedOut))
+        (AskAnswer::Ask, AskAnswer::Deny, Some(Approval::TimedOut))
     );
     assert_eq!(
         (deny.policy, deny.decision, deny.approval),
-        (Verdict::Deny, Verdict::Deny, None)
+        (AskAnswer::Deny, AskAnswer::Deny, None)
     );
     assert!(h.server.pending().is_empty());
 }
@@ -261,7 +255,7 @@ async fn the_worker_endpoint_cannot_approve() {
     assert_eq!(h.server.pending().len(), 1);
     let hh = h.host.clone();
     blocking(move || client(&hh).resolve(ticket, true).unwrap()).await;
-    assert_eq!(asked.await.unwrap().decision, Verdict::Allow);
+    assert_eq!(asked.await.unwrap().decision, AskAnswer::Allow);
     // An unknown ticket is an error, not a silent success.
     let hh = h.host.clone();
     assert!(
@@ -309,7 +303,7 @@ async fn shutdown_denies_pending_actions() {
     let a = asked.await.unwrap();
     assert_eq!(
         (a.decision, a.approval),
-        (Verdict::Deny, Some(Approval::Cancelled))
+        (AskAnswer::Deny, Some(Approval::Cancelled))
     );
 }
 

@@ -29,10 +29,11 @@ fn lo() -> IpAddr {
 }
 
 fn cfg(token: Option<ProxyToken>) -> ProxyConfig {
-    ProxyConfig {
-        addresses: AddressPolicy::new(vec!["127.0.0.0/8".parse().unwrap()]),
-        token,
-        ..ProxyConfig::default()
+    {
+        let mut built = ProxyConfig::default();
+        built.addresses = AddressPolicy::new(vec!["127.0.0.0/8".parse().unwrap()]);
+        built.token = token;
+        built
     }
 }
 

@@ -293,9 +293,10 @@ fn corpus() -> Vec<(&'static str, Vec<u8>, u16)> {
 #[tokio::test]
 async fn malformed_corpus_gets_clean_refusals_and_records() {
     let origin = echo_origin().await;
-    let config = ProxyConfig {
-        addresses: AddressPolicy::new(vec!["127.0.0.0/8".parse().unwrap()]),
-        ..ProxyConfig::default()
+    let config = {
+        let mut built = ProxyConfig::default();
+        built.addresses = AddressPolicy::new(vec!["127.0.0.0/8".parse().unwrap()]);
+        built
     };
     let p = TestProxy::start(
         config,

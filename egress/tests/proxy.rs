@@ -31,18 +31,20 @@ fn loopback_allowed() -> AddressPolicy {
 }
 
 fn cfg() -> ProxyConfig {
-    ProxyConfig {
-        addresses: loopback_allowed(),
-        ..ProxyConfig::default()
+    {
+        let mut built = ProxyConfig::default();
+        built.addresses = loopback_allowed();
+        built
     }
 }
 
 #[tokio::test]
 async fn allowed_connect_carries_tls_end_to_end_and_is_recorded() {
     let (origin, cert) = tls_origin("origin.test").await;
-    let config = ProxyConfig {
-        sni_ports: vec![origin.port()],
-        ..cfg()
+    let config = {
+        let mut built = cfg();
+        built.sni_ports = vec![origin.port()];
+        built
     };
     let p = TestProxy::start(
         config,
@@ -69,7 +71,7 @@ async fn allowed_connect_carries_tls_end_to_end_and_is_recorded() {
     assert_eq!(r.port, Some(origin.port()));
     assert_eq!(r.resolved, Some(origin));
     assert_eq!(r.sni.as_deref(), Some("origin.test"));
-    assert_eq!(r.rule.as_deref(), Some("egress.allow: origin.test"));
+    assert_eq!(r.rule.as_deref(), Some("egress.allow[0]"));
     assert!(r.bytes_up > 100 && r.bytes_down > 100, "{r:?}");
     assert_eq!(r.close, CloseReason::Completed);
 }
@@ -148,9 +150,10 @@ async fn names_resolving_to_denied_addresses_are_refused_unless_allowed() {
         "127.0.0.0/8".parse().unwrap(),
         "::ffff:127.0.0.0/104".parse().unwrap(),
     ]);
-    let config = ProxyConfig {
-        addresses: allow,
-        ..ProxyConfig::default()
+    let config = {
+        let mut built = ProxyConfig::default();
+        built.addresses = allow;
+        built
     };
     let res = StaticResolver::new()
         .with("loop.lab.test", &[lo()])
@@ -186,12 +189,13 @@ async fn ip_literal_targets_follow_the_address_rules() {
     assert_eq!(p.records(2).await[0].reason, "address_not_allowed:loopback");
     assert_eq!(p.resolver.lookups(), 0);
     // positive control (IPv4 and bracketed IPv6 literals)
-    let both = ProxyConfig {
-        addresses: AddressPolicy::new(vec![
+    let both = {
+        let mut built = ProxyConfig::default();
+        built.addresses = AddressPolicy::new(vec![
             "127.0.0.0/8".parse().unwrap(),
             "::1/128".parse().unwrap(),
-        ]),
-        ..ProxyConfig::default()
+        ]);
+        built
     };
     let p2 = TestProxy::start(both, &allow, &[] as &[&str], StaticResolver::new()).await;
     let (mut s, head) = connect_tunnel(p2.addr, &format!("127.0.0.1:{}", origin.port()), "").await;
@@ -214,12 +218,14 @@ async fn ip_literal_targets_follow_the_address_rules() {
 #[tokio::test]
 async fn plain_http_body_over_the_byte_budget_gets_413() {
     let origin = http_origin().await;
-    let config = ProxyConfig {
-        limits: Limits {
-            bytes_per_connection: Some(1000),
-            ..Limits::default()
-        },
-        ..cfg()
+    let config = {
+        let mut built = cfg();
+        built.limits = {
+            let mut built = Limits::default();
+            built.bytes_per_connection = Some(1000);
+            built
+        };
+        built
     };
     let p = TestProxy::start(
         config,
@@ -307,9 +313,10 @@ async fn tls_through(
 #[tokio::test]
 async fn sni_mismatch_missing_sni_and_non_tls_are_refused() {
     let (origin, cert) = tls_origin("origin.test").await;
-    let config = ProxyConfig {
-        sni_ports: vec![origin.port()],
-        ..cfg()
+    let config = {
+        let mut built = cfg();
+        built.sni_ports = vec![origin.port()];
+        built
     };
     let p = TestProxy::start(
         config,
@@ -354,12 +361,14 @@ async fn sni_mismatch_missing_sni_and_non_tls_are_refused() {
 async fn a_byte_limit_cuts_the_tunnel_and_records_limit_exceeded() {
     let big = firehose_origin(1 << 20).await;
     let small = firehose_origin(500).await;
-    let config = ProxyConfig {
-        limits: Limits {
-            bytes_per_connection: Some(10_000),
-            ..Limits::default()
-        },
-        ..cfg()
+    let config = {
+        let mut built = cfg();
+        built.limits = {
+            let mut built = Limits::default();
+            built.bytes_per_connection = Some(10_000);
+            built
+        };
+        built
     };
     let p = TestProxy::start(
         config,
@@ -390,12 +399,14 @@ async fn a_byte_limit_cuts_the_tunnel_and_records_limit_exceeded() {
 #[tokio::test]
 async fn the_session_byte_limit_spans_connections() {
     let origin = firehose_origin(600).await;
-    let config = ProxyConfig {
-        limits: Limits {
-            bytes_per_session: Some(1_000),
-            ..Limits::default()
-        },
-        ..cfg()
+    let config = {
+        let mut built = cfg();
+        built.limits = {
+            let mut built = Limits::default();
+            built.bytes_per_session = Some(1_000);
+            built
+        };
+        built
     };
     let p = TestProxy::start(
         config,
@@ -427,12 +438,14 @@ async fn the_session_byte_limit_spans_connections() {
 #[tokio::test]
 async fn the_concurrency_limit_holds() {
     let origin = echo_origin().await;
-    let config = ProxyConfig {
-        limits: Limits {
-            max_connections: 2,
-            ..Limits::default()
-        },
-        ..cfg()
+    let config = {
+        let mut built = cfg();
+        built.limits = {
+            let mut built = Limits::default();
+            built.max_connections = 2;
+            built
+        };
+        built
     };
     let p = TestProxy::start(
         config,
@@ -461,12 +474,14 @@ async fn the_concurrency_limit_holds() {
 #[tokio::test]
 async fn new_connections_per_minute_are_limited() {
     let origin = echo_origin().await;
-    let config = ProxyConfig {
-        limits: Limits {
-            per_minute: Some(2),
-            ..Limits::default()
-        },
-        ..cfg()
+    let config = {
+        let mut built = cfg();
+        built.limits = {
+            let mut built = Limits::default();
+            built.per_minute = Some(2);
+            built
+        };
+        built
     };
     let p = TestProxy::start(
         config,
@@ -491,12 +506,14 @@ async fn new_connections_per_minute_are_limited() {
 #[tokio::test]
 async fn slowloris_head_times_out() {
     let origin = echo_origin().await;
-    let config = ProxyConfig {
-        limits: Limits {
-            header_timeout: Duration::from_secs(1),
-            ..Limits::default()
-        },
-        ..cfg()
+    let config = {
+        let mut built = cfg();
+        built.limits = {
+            let mut built = Limits::default();
+            built.header_timeout = Duration::from_secs(1);
+            built
+        };
+        built
     };
     let p = TestProxy::start(
         config,
@@ -529,12 +546,14 @@ async fn slowloris_head_times_out() {
 #[tokio::test]
 async fn idle_tunnels_are_closed() {
     let origin = echo_origin().await;
-    let config = ProxyConfig {
-        limits: Limits {
-            idle_timeout: Duration::from_secs(1),
-            ..Limits::default()
-        },
-        ..cfg()
+    let config = {
+        let mut built = cfg();
+        built.limits = {
+            let mut built = Limits::default();
+            built.idle_timeout = Duration::from_secs(1);
+            built
+        };
+        built
     };
     let p = TestProxy::start(
         config,
@@ -556,9 +575,10 @@ async fn idle_tunnels_are_closed() {
 async fn proxy_authorization_token_is_required() {
     let origin = echo_origin().await;
     let token = ProxyToken::generate().unwrap();
-    let config = ProxyConfig {
-        token: Some(token.clone()),
-        ..cfg()
+    let config = {
+        let mut built = cfg();
+        built.token = Some(token.clone());
+        built
     };
     let p = TestProxy::start(
         config,
@@ -641,7 +661,7 @@ async fn half_closed_client_still_gets_the_answer() {
 struct Broken(std::sync::atomic::AtomicBool);
 
 impl palisade_egress::record::Recorder for Broken {
-    fn record(&self, _event: &palisade_egress::record::Event) {}
+    fn record(&self, _event: &palisade_egress::record::ProxyEvent) {}
     fn healthy(&self) -> bool {
         !self.0.load(std::sync::atomic::Ordering::SeqCst)
     }
@@ -769,9 +789,10 @@ async fn a_non_relay_connection_taints_the_session_and_narrows_later_connections
         .with("safe.lab.test", &[lo()]);
     let rec = Arc::new(MemoryRecorder::new());
     let proxy = Proxy::new(
-        ProxyConfig {
-            addresses: loopback_allowed(),
-            ..ProxyConfig::default()
+        {
+            let mut built = ProxyConfig::default();
+            built.addresses = loopback_allowed();
+            built
         },
         Arc::new(decider),
         Arc::new(res),
@@ -848,9 +869,10 @@ fn socks_domain(name: &str, port: u16) -> Vec<u8> {
 async fn socks5_with_domain_names_uses_the_same_rules_and_token() {
     let origin = echo_origin().await;
     let token = ProxyToken::generate().unwrap();
-    let config = ProxyConfig {
-        token: Some(token.clone()),
-        ..cfg()
+    let config = {
+        let mut built = cfg();
+        built.token = Some(token.clone());
+        built
     };
     let res = StaticResolver::new()
         .with("web.test", &[lo()])

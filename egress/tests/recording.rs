@@ -29,7 +29,7 @@ use common::*;
 use palisade_egress::addr::AddressPolicy;
 use palisade_egress::decide::HostRules;
 use palisade_egress::proxy::{Limits, Listener, Proxy, ProxyConfig, shutdown_channel};
-use palisade_egress::record::{Acceptance, CloseReason, Event, Outcome, Recorder};
+use palisade_egress::record::{Acceptance, CloseReason, Outcome, ProxyEvent, Recorder};
 use palisade_egress::resolve::StaticResolver;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -39,13 +39,15 @@ fn lo() -> IpAddr {
 }
 
 fn cfg() -> ProxyConfig {
-    ProxyConfig {
-        addresses: AddressPolicy::new(vec!["127.0.0.0/8".parse().unwrap()]),
-        limits: Limits {
-            max_connections: 4096,
-            ..Limits::default()
-        },
-        ..ProxyConfig::default()
+    {
+        let mut built = ProxyConfig::default();
+        built.addresses = AddressPolicy::new(vec!["127.0.0.0/8".parse().unwrap()]);
+        built.limits = {
+            let mut built = Limits::default();
+            built.max_connections = 4096;
+            built
+        };
+        built
     }
 }
 
@@ -54,7 +56,7 @@ fn cfg() -> ProxyConfig {
 #[derive(Debug)]
 struct FailsAfter {
     limit: usize,
-    accepted: Mutex<Vec<Event>>,
+    accepted: Mutex<Vec<ProxyEvent>>,
     failed: AtomicBool,
 }
 
@@ -67,7 +69,7 @@ impl FailsAfter {
         })
     }
 
-    fn accept(&self, event: &Event) -> bool {
+    fn accept(&self, event: &ProxyEvent) -> bool {
         let mut a = self.accepted.lock().unwrap();
         if a.len() < self.limit && !self.failed.load(Ordering::SeqCst) {
             a.push(event.clone());
@@ -85,7 +87,7 @@ impl FailsAfter {
             .unwrap()
             .iter()
             .filter_map(|e| match e {
-                Event::Admitted(r) | Event::Connection(r) => Some(r.id),
+                ProxyEvent::Admitted(r) | ProxyEvent::Connection(r) => Some(r.id),
                 _ => None,
             })
             .collect()
@@ -93,11 +95,11 @@ impl FailsAfter {
 }
 
 impl Recorder for FailsAfter {
-    fn record(&self, event: &Event) {
+    fn record(&self, event: &ProxyEvent) {
         let _ = self.accept(event);
     }
 
-    fn record_accepted(&self, event: &Event) -> Acceptance {
+    fn record_accepted(&self, event: &ProxyEvent) -> Acceptance {
         Acceptance::ready(self.accept(event))
     }
 
@@ -233,10 +235,11 @@ async fn shutdown_cuts_connections_still_sending_a_head_a_handshake_or_a_hello()
     let echo = echo_origin().await;
     let web = http_origin().await;
     let res = StaticResolver::new().with("web.test", &[lo()]);
-    let config = ProxyConfig {
-        // the echo origin's port is inspected for SNI
-        sni_ports: vec![echo.port()],
-        ..cfg()
+    let config = {
+        let mut built = cfg();
+        built.// the echo origin's port is inspected for SNI
+        sni_ports = vec![echo.port()];
+        built
     };
     let mut p = TestProxy::start(config, &["web.test"], &[] as &[&str], res).await;
     // positive control: a complete request before shutdown is recorded

@@ -25,10 +25,9 @@ use hyper::body::Frame;
 use hyper_util::rt::TokioIo;
 use palisade_egress::addr::AddressPolicy;
 use palisade_egress::proxy::{Shutdown, shutdown_channel};
-use palisade_egress::record::{Acceptance, Event, MemoryRecorder, Recorder, RelayOutcome};
+use palisade_egress::record::{Acceptance, MemoryRecorder, ProxyEvent, Recorder, RelayOutcome};
 use palisade_egress::relay::{
-    Credential, Origin, Placeholder, PlaceholderFormat, PrivateSocket, Relay, RelayConfig, Route,
-    Secret,
+    Credential, Placeholder, PlaceholderFormat, PrivateSocket, Relay, RelayConfig, Route, Secret,
 };
 use palisade_egress::resolve::StaticResolver;
 use tokio::io::AsyncWriteExt as _;
@@ -215,7 +214,9 @@ async fn start_relay_recorded(
     wrap: impl FnOnce(Arc<MemoryRecorder>) -> Arc<dyn Recorder>,
 ) -> TestRelay {
     let (addr, cert, seen) = upstream().await;
-    let origin = Origin::parse(&format!("https://api.test:{}", addr.port())).unwrap();
+    let origin =
+        palisade_schema::host_policy::Origin::parse(&format!("https://api.test:{}", addr.port()))
+            .unwrap();
     let routes = [
         "POST /v1/messages",
         "POST /v1/messages/count_tokens",
@@ -359,7 +360,7 @@ async fn forwards_with_the_host_credential_and_none_of_the_workers() {
         ("POST", "/v1/messages", RelayOutcome::Forwarded, 200)
     );
     assert_eq!((recs[0].bytes_up, recs[0].bytes_down), (13, 15));
-    let json = palisade_egress::record::Event::Relay(recs[0].clone())
+    let json = palisade_egress::record::ProxyEvent::Relay(recs[0].clone())
         .to_json()
         .to_string();
     assert!(
@@ -1352,12 +1353,12 @@ struct RefusesAdmission {
 }
 
 impl Recorder for RefusesAdmission {
-    fn record(&self, event: &Event) {
+    fn record(&self, event: &ProxyEvent) {
         self.mem.record(event);
     }
 
-    fn record_accepted(&self, event: &Event) -> Acceptance {
-        let refuse = matches!(event, Event::RelayAdmitted(_))
+    fn record_accepted(&self, event: &ProxyEvent) -> Acceptance {
+        let refuse = matches!(event, ProxyEvent::RelayAdmitted(_))
             && self.refuse.load(std::sync::atomic::Ordering::SeqCst);
         if !refuse {
             self.mem.record(event);
@@ -1402,8 +1403,10 @@ async fn nothing_reaches_the_origin_before_its_admission_is_recorded() {
     let events = r.recorder.events();
     let first_admit = events
         .iter()
-        .position(|e| matches!(e, Event::RelayAdmitted(_)));
-    let last_relay = events.iter().rposition(|e| matches!(e, Event::Relay(_)));
+        .position(|e| matches!(e, ProxyEvent::RelayAdmitted(_)));
+    let last_relay = events
+        .iter()
+        .rposition(|e| matches!(e, ProxyEvent::Relay(_)));
     assert!(
         first_admit < last_relay,
         "admission before the request's record"

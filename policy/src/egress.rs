@@ -24,7 +24,7 @@
 //!
 //! ```
 //! use palisade_policy::egress::{ConnectRequest, decide};
-//! use palisade_policy::verdict::Decision;
+//! use palisade_policy::verdict::{Decision, Reason};
 //! use palisade_schema::host_policy::parse;
 //! use palisade_taint::Session;
 //!
@@ -37,6 +37,7 @@
 //! assert_eq!(v.decision, Decision::Deny); // `*.` never matches the bare name
 //! let v = decide(&policy, &session, &ConnectRequest { host: "evil.example.com", port: 443 });
 //! assert_eq!(v.rule.as_deref(), Some("egress.deny[0]"));
+//! assert_eq!(v.reason, Reason::HostDenied);
 //! # Ok::<(), String>(())
 //! ```
 
@@ -47,7 +48,7 @@ use palisade_taint::Session;
 
 pub use crate::host_pattern::RequestHost;
 use crate::host_pattern::first_match;
-use crate::verdict::{Decision, Verdict};
+use crate::verdict::{Decision, Reason, Verdict};
 
 /// A connection request as the proxy sees it (the CONNECT authority).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,7 +64,12 @@ pub fn decide(policy: &HostPolicy, session: &Session, request: &ConnectRequest<'
     let host = match RequestHost::parse(request.host) {
         Ok(h) => h,
         Err(err) => {
-            return Verdict::new(Decision::Deny, None, format!("invalid host: {err}"));
+            return Verdict::new(
+                Decision::Deny,
+                Reason::InvalidHost,
+                None,
+                format!("invalid host: {err}"),
+            );
         }
     };
     decide_host(policy, session, &host, request.port)
@@ -78,7 +84,12 @@ pub fn decide_host(
 ) -> Verdict {
     let target = format!("{host}:{port}");
     if port == 0 {
-        return Verdict::new(Decision::Deny, None, "port 0 is not a destination");
+        return Verdict::new(
+            Decision::Deny,
+            Reason::HostNotAllowed,
+            None,
+            "port 0 is not a destination",
+        );
     }
     let egress = &policy.egress;
     if let RequestHost::Ip(ip) = host
@@ -86,6 +97,7 @@ pub fn decide_host(
     {
         return Verdict::new(
             Decision::Deny,
+            Reason::IpLiteralNotAllowed,
             None,
             format!("`{target}` is an unspecified address (0.0.0.0/8, `::`), never a destination"),
         );
@@ -99,6 +111,7 @@ pub fn decide_host(
         else {
             return Verdict::new(
                 Decision::Deny,
+                Reason::IpLiteralNotAllowed,
                 None,
                 format!("`{target}` is an IP literal outside egress.allow_addresses"),
             );
@@ -106,22 +119,22 @@ pub fn decide_host(
         if !session.is_tainted() || session.has_contacted(host, port) {
             return Verdict::new(
                 Decision::Allow,
+                Reason::Allowed,
                 Some(format!("egress.allow_addresses[{i}]")),
                 format!("`{target}` is in `{range}`"),
             );
         }
         return Verdict::new(
             Decision::Deny,
+            Reason::TaintedSession,
             Some("taint.egress_allow".to_owned()),
-            format!(
-                "the address `{target}` was not contacted before: {}",
-                taint_explanation(session)
-            ),
+            taint_explanation(session),
         );
     }
     if let Some((i, p)) = first_match(&egress.deny, host, port) {
         return Verdict::new(
             Decision::Deny,
+            Reason::HostDenied,
             Some(format!("egress.deny[{i}]")),
             format!("`{target}` matches deny rule `{p}`"),
         );
@@ -129,6 +142,7 @@ pub fn decide_host(
     let Some((i, allow)) = first_match(&egress.allow, host, port) else {
         return Verdict::new(
             Decision::Deny,
+            Reason::HostNotAllowed,
             None,
             format!("no rule in egress.allow matches `{target}`"),
         );
@@ -136,6 +150,7 @@ pub fn decide_host(
     if !session.is_tainted() {
         return Verdict::new(
             Decision::Allow,
+            Reason::Allowed,
             Some(format!("egress.allow[{i}]")),
             format!("`{target}` matches allow rule `{allow}`"),
         );
@@ -143,6 +158,7 @@ pub fn decide_host(
     if let Some((j, p)) = first_match(&policy.taint.egress_allow, host, port) {
         return Verdict::new(
             Decision::Allow,
+            Reason::Allowed,
             Some(format!("taint.egress_allow[{j}]")),
             format!("the session is tainted and `{target}` matches `{p}` in taint.egress_allow"),
         );
@@ -150,17 +166,16 @@ pub fn decide_host(
     if session.has_contacted(host, port) {
         return Verdict::new(
             Decision::Allow,
+            Reason::Allowed,
             Some(format!("egress.allow[{i}]")),
             format!("the session is tainted but already contacted `{target}`"),
         );
     }
     Verdict::new(
         Decision::Deny,
+        Reason::TaintedSession,
         Some("taint.egress_allow".to_owned()),
-        format!(
-            "`{target}` is neither in taint.egress_allow nor already contacted: {}",
-            taint_explanation(session)
-        ),
+        taint_explanation(session),
     )
 }
 

@@ -18,7 +18,9 @@
 //! [`route::decide_route`] / [`route::decide_dispatch`] take a parsed host
 //! policy (`palisade_schema::host_policy::HostPolicy`), a session state
 //! (`palisade_taint::Session`) and a request, and return a
-//! [`verdict::Verdict`]: allow, ask or deny, the rule that decided and why.
+//! [`Verdict`]: allow, ask or deny, a typed [`Reason`] with a stable code,
+//! the rule that decided and a human sentence. The proxy's `Decider` in
+//! `palisade-egress` returns the same type.
 //!
 //! What this crate does **not** do: it does not sandbox the agent, and it
 //! does not govern the provider's native tools (shell, files, web); those are
@@ -62,6 +64,8 @@ pub mod route;
 pub mod translate;
 pub mod verdict;
 pub mod webhook;
+
+pub use verdict::{Decision, Reason, Verdict};
 
 /// Fuzzing entry points; not part of the API.
 #[doc(hidden)]

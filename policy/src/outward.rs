@@ -23,7 +23,7 @@ use globset::GlobMatcher;
 use palisade_schema::host_policy::{HostPolicy, OutwardDefault, OutwardKind, OutwardRule};
 use palisade_taint::Session;
 
-use crate::verdict::{Decision, Verdict};
+use crate::verdict::{Decision, Reason, Verdict};
 
 /// An outward action about to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,6 +52,7 @@ struct Compiled {
 /// A target glob did not compile (the schema parser should have refused it).
 #[derive(Debug, thiserror::Error)]
 #[error("outward target `{glob}` does not compile: {message}")]
+#[non_exhaustive]
 pub struct OutwardError {
     /// The glob text.
     pub glob: String,
@@ -74,6 +75,7 @@ impl OutwardTable {
         if request.kind == "*" || OutwardKind::parse(request.kind).is_err() {
             return Verdict::new(
                 Decision::Deny,
+                Reason::InvalidOutwardKind,
                 None,
                 format!("`{}` is not a valid outward kind", request.kind),
             );
@@ -82,6 +84,7 @@ impl OutwardTable {
         if let Some((i, r)) = first(&self.deny, request) {
             return Verdict::new(
                 Decision::Deny,
+                Reason::OutwardDenied,
                 Some(format!("outward.deny[{i}]")),
                 format!("{action} matches deny rule {}", r.text),
             );
@@ -90,6 +93,7 @@ impl OutwardTable {
             return if session.is_tainted() {
                 Verdict::new(
                     Decision::Ask,
+                    Reason::TaintedAsk,
                     Some(format!("outward.allow[{i}]")),
                     format!(
                         "{action} matches allow rule {} but the session is tainted, so it asks",
@@ -99,6 +103,7 @@ impl OutwardTable {
             } else {
                 Verdict::new(
                     Decision::Allow,
+                    Reason::Allowed,
                     Some(format!("outward.allow[{i}]")),
                     format!("{action} matches allow rule {}", r.text),
                 )
@@ -110,6 +115,7 @@ impl OutwardTable {
         };
         Verdict::new(
             decision,
+            Reason::OutwardDefault,
             Some("outward.default".to_owned()),
             format!("no outward rule matches {action}; the default is {word}"),
         )
@@ -120,7 +126,7 @@ impl OutwardTable {
 pub fn decide(policy: &HostPolicy, session: &Session, request: &OutwardRequest<'_>) -> Verdict {
     match OutwardTable::new(policy) {
         Ok(t) => t.decide(session, request),
-        Err(err) => Verdict::new(Decision::Deny, None, err.to_string()),
+        Err(err) => Verdict::new(Decision::Deny, Reason::PolicyInvalid, None, err.to_string()),
     }
 }
 

@@ -20,7 +20,7 @@ use globset::{GlobSet, GlobSetBuilder};
 use palisade_schema::host_policy::HostPolicy;
 use palisade_taint::{Session, normalize_path};
 
-use crate::verdict::{Decision, Verdict};
+use crate::verdict::{Decision, Reason, Verdict};
 
 /// The `[[routing]]` rules, compiled.
 #[derive(Clone, Debug)]
@@ -32,6 +32,7 @@ pub struct RouteTable {
 /// A routing glob did not compile (the schema parser should have refused it).
 #[derive(Debug, thiserror::Error)]
 #[error("routing glob `{glob}` does not compile: {message}")]
+#[non_exhaustive]
 pub struct RouteError {
     /// The glob text.
     pub glob: String,
@@ -95,6 +96,7 @@ impl RouteTable {
         if restrictions.is_empty() {
             return Verdict::new(
                 Decision::Allow,
+                Reason::Allowed,
                 None,
                 format!("no routing rule restricts `{path}`"),
             );
@@ -105,6 +107,7 @@ impl RouteTable {
             {
                 return Verdict::new(
                     Decision::Deny,
+                    Reason::RouteDenied,
                     Some(format!("routing[{i}]")),
                     format!(
                         "`{path}` may go only to {}; not to `{provider}`",
@@ -116,6 +119,7 @@ impl RouteTable {
         let first = restrictions.first().copied().unwrap_or_default();
         Verdict::new(
             Decision::Allow,
+            Reason::Allowed,
             Some(format!("routing[{first}]")),
             format!("`{provider}` may receive `{path}`"),
         )
@@ -130,14 +134,16 @@ impl RouteTable {
             if v.decision != Decision::Allow {
                 return Verdict::new(
                     Decision::Deny,
+                    v.reason,
                     v.rule,
-                    format!("the session read `{path}` earlier: {}", v.reason),
+                    format!("the session read `{path}` earlier: {}", v.detail),
                 );
             }
             last_rule = v.rule.or(last_rule);
         }
         Verdict::new(
             Decision::Allow,
+            Reason::Allowed,
             last_rule,
             format!("nothing the session read is kept from `{provider}`"),
         )
@@ -149,7 +155,7 @@ impl RouteTable {
 pub fn decide_route(policy: &HostPolicy, path: &str, provider: &str) -> Verdict {
     match RouteTable::new(policy) {
         Ok(t) => t.decide_route(path, provider),
-        Err(err) => Verdict::new(Decision::Deny, None, err.to_string()),
+        Err(err) => Verdict::new(Decision::Deny, Reason::PolicyInvalid, None, err.to_string()),
     }
 }
 
@@ -157,7 +163,7 @@ pub fn decide_route(policy: &HostPolicy, path: &str, provider: &str) -> Verdict 
 pub fn decide_dispatch(policy: &HostPolicy, session: &Session, provider: &str) -> Verdict {
     match RouteTable::new(policy) {
         Ok(t) => t.decide_dispatch(session, provider),
-        Err(err) => Verdict::new(Decision::Deny, None, err.to_string()),
+        Err(err) => Verdict::new(Decision::Deny, Reason::PolicyInvalid, None, err.to_string()),
     }
 }
 

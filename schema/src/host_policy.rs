@@ -248,8 +248,12 @@ pub struct WorkerLimits {
 
 /// `[egress]`. Its [`Default`] is an absent (or empty) `[egress]` table:
 /// no host allowed, SNI matching required.
+///
+/// Deliberately not `#[non_exhaustive]`: `palisade-egress` maps this section
+/// onto its configuration naming every field, so a new key fails to compile
+/// there until it is applied, instead of being parsed and silently ignored.
+/// A new field is a breaking change on purpose.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct Egress {
     /// Host patterns a worker may connect to through the proxy.
     pub allow: Vec<HostPattern>,
@@ -282,8 +286,12 @@ impl Default for Egress {
 }
 
 /// `[egress.limits]`; `None` means unlimited for that dimension.
+///
+/// Deliberately not `#[non_exhaustive]`: `palisade-egress` maps this section
+/// onto its configuration naming every field, so a new key fails to compile
+/// there until it is applied, instead of being parsed and silently ignored.
+/// A new field is a breaking change on purpose.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct EgressLimits {
     /// Bytes (both directions) per connection.
     pub bytes_per_connection: Option<u64>,
@@ -296,8 +304,12 @@ pub struct EgressLimits {
 }
 
 /// `[[egress.relay]]`.
+///
+/// Deliberately not `#[non_exhaustive]`: `palisade-egress` maps this section
+/// onto its configuration naming every field, so a new key fails to compile
+/// there until it is applied, instead of being parsed and silently ignored.
+/// A new field is a breaking change on purpose.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct Relay {
     /// Unique name, also usable as a routing provider.
     pub name: String,
@@ -315,8 +327,12 @@ pub struct Relay {
 
 /// `[[egress.relay]] limits`; `None` means the relay's built-in default
 /// (documented in `docs/policy.md`). Every value is at least 1.
+///
+/// Deliberately not `#[non_exhaustive]`: `palisade-egress` maps this section
+/// onto its configuration naming every field, so a new key fails to compile
+/// there until it is applied, instead of being parsed and silently ignored.
+/// A new field is a breaking change on purpose.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct RelayLimits {
     /// Largest request body, in bytes.
     pub max_body: Option<u64>,
@@ -333,8 +349,12 @@ pub struct RelayLimits {
 }
 
 /// `credential = { header, from_env, prefix }` of a relay.
+///
+/// Deliberately not `#[non_exhaustive]`: `palisade-egress` maps this section
+/// onto its configuration naming every field, so a new key fails to compile
+/// there until it is applied, instead of being parsed and silently ignored.
+/// A new field is a breaking change on purpose.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct RelayCredential {
     /// Header the relay sets (lowercase), after stripping any the worker sent.
     pub header: String,

@@ -13,17 +13,17 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use palisade_egress::control::{
-    ControlBackend, Endpoint, OutwardAnswer, PendingAction, PolicyAnswer, SessionView, TaintEntry,
-    TaintKind, Verdict,
+    AskAnswer, ControlBackend, Endpoint, OutwardAnswer, PendingAction, PolicyAnswer, SessionView,
+    TaintEntry, TaintKind,
 };
-use palisade_egress::decide::{Decider, Verdict as ProxyVerdict};
-use palisade_egress::head::Host;
-use palisade_egress::record::{Acceptance, Event as ProxyEvent, Recorder};
+use palisade_egress::decide::Decider;
+use palisade_egress::record::{Acceptance, ProxyEvent, Recorder};
 use palisade_evidence::{Body, Entry, Flags, JournalWriter, Kind, Timestamp};
-use palisade_policy::egress::{ConnectRequest, decide as decide_egress};
+use palisade_policy::egress::decide_host;
 use palisade_policy::outward::{OutwardRequest, OutwardTable};
-use palisade_policy::verdict::Decision;
+use palisade_policy::verdict::{Decision, Verdict};
 use palisade_schema::host_policy::HostPolicy;
+use palisade_schema::host_policy::RequestHost;
 use palisade_taint::{Event as TaintEvent, Rules, Session, TaintSource, TaintState, ToolClass};
 use serde_json::{Value, json};
 
@@ -244,30 +244,14 @@ impl SessionCore {
     }
 
     /// The egress decision on the current state, reserving nothing.
-    fn egress_verdict(
-        &self,
-        session: &Session,
-        host: &Host,
-        port: u16,
-    ) -> palisade_policy::verdict::Verdict {
-        let host_text = match host {
-            Host::Name(n) => n.clone(),
-            Host::Ip(ip) => ip.to_string(),
-        };
-        decide_egress(
-            &self.policy,
-            session,
-            &ConnectRequest {
-                host: &host_text,
-                port,
-            },
-        )
+    fn egress_verdict(&self, session: &Session, host: &RequestHost, port: u16) -> Verdict {
+        decide_host(&self.policy, session, host, port)
     }
 
     /// Whether the proxy would allow `host:port` now, without reserving it
     /// (tests probe with this; [`Decider::decide`] reserves).
     #[cfg(test)]
-    pub(crate) fn would_allow(&self, host: &Host, port: u16) -> bool {
+    pub(crate) fn would_allow(&self, host: &RequestHost, port: u16) -> bool {
         let st = lock(&self.state);
         self.egress_verdict(&st.session, host, port).decision == Decision::Allow
     }
@@ -333,7 +317,7 @@ impl Decider for SessionCore {
     /// lock: the host is marked contacted (and taints the session when the
     /// policy lists `proxy_non_relay`) before the proxy dials, so requests
     /// sent together are each decided on the state the earlier ones left.
-    fn decide(&self, host: &Host, port: u16) -> ProxyVerdict {
+    fn decide(&self, host: &RequestHost, port: u16, at_ms: u64) -> Verdict {
         let (v, raised) = {
             let mut st = lock(&self.state);
             let v = self.egress_verdict(&st.session, host, port);
@@ -343,8 +327,7 @@ impl Decider for SessionCore {
                     port,
                     relay: false,
                 };
-                self.apply_locked(&mut st, now_ms(), &event, "proxy", None)
-                    .1
+                self.apply_locked(&mut st, at_ms, &event, "proxy", None).1
             } else {
                 None
             };
@@ -354,14 +337,7 @@ impl Decider for SessionCore {
             self.journal
                 .record(Kind::TaintRaised, &body, Flags::TAINTED);
         }
-        match v.decision {
-            Decision::Allow => ProxyVerdict {
-                allow: true,
-                rule: v.rule,
-                reason: v.reason,
-            },
-            Decision::Ask | Decision::Deny => ProxyVerdict::deny(v.rule, v.reason),
-        }
+        v
     }
 }
 
@@ -438,15 +414,15 @@ impl ControlBackend for SessionCore {
             self.outward
                 .decide(&st.session, &OutwardRequest { kind, target })
         };
-        PolicyAnswer {
-            verdict: match v.decision {
-                Decision::Allow => Verdict::Allow,
-                Decision::Ask => Verdict::Ask,
-                Decision::Deny => Verdict::Deny,
+        PolicyAnswer::new(
+            match v.decision {
+                Decision::Allow => AskAnswer::Allow,
+                Decision::Ask => AskAnswer::Ask,
+                Decision::Deny => AskAnswer::Deny,
             },
-            rule: v.rule,
-            reason: v.reason,
-        }
+            v.rule,
+            v.detail,
+        )
     }
 
     fn outward_pending(&self, p: &PendingAction) {

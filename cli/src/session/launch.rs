@@ -13,10 +13,7 @@ use std::time::Duration;
 
 use palisade_egress::control::{ControlConfig, ControlListener, ControlServer, Endpoint};
 use palisade_egress::proxy::{Listener, Proxy, ProxyToken, Shutdown, shutdown_channel};
-use palisade_egress::relay::{
-    Credential, Origin, Placeholder, PlaceholderFormat, PrivateSocket, Relay, RelayConfig, Route,
-    Secret,
-};
+use palisade_egress::relay::{PrivateSocket, Relay, RelayConfig, Secret};
 use palisade_egress::resolve::{BoxFuture, HostsFirstResolver, Resolver};
 use palisade_evidence::{Flags, JournalWriter, Kind, Timestamp, WriterOptions};
 use palisade_isolate::{Bridge, Command, Sandbox};
@@ -205,17 +202,6 @@ fn load_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
 }
 
 /// The shape of a relay's placeholder: credential-shaped for known providers.
-fn placeholder_format(relay: &palisade_schema::host_policy::Relay) -> PlaceholderFormat {
-    let hay = format!("{} {}", relay.name, relay.origin.host).to_ascii_lowercase();
-    if hay.contains("anthropic") || relay.credential.header.eq_ignore_ascii_case("x-api-key") {
-        PlaceholderFormat::anthropic()
-    } else if hay.contains("openai") {
-        PlaceholderFormat::openai()
-    } else {
-        PlaceholderFormat::generic()
-    }
-}
-
 /// The variable that gives the worker relay `name`'s base URL.
 fn relay_url_var(name: &str) -> String {
     let upper: String = name
@@ -312,31 +298,15 @@ fn build_relays(
                 r.name, r.credential.from_env
             )
         })?;
-        let origin_text = format!("{}://{}:{}", r.origin.scheme, r.origin.host, r.origin.port);
-        let origin = Origin::parse(&origin_text).map_err(|e| format!("relay `{}`: {e}", r.name))?;
-        let routes = r
-            .routes
-            .iter()
-            .map(|rt| Route::parse(&format!("{} {}", rt.method, rt.path)))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("relay `{}`: {e}", r.name))?;
-        let credential = Credential::new(
-            &r.credential.header,
-            &r.credential.prefix,
-            Secret::new(secret),
-        )
-        .map_err(|e| format!("relay `{}`: {e}", r.name))?;
-        let placeholder = Placeholder::generate(&placeholder_format(r))
-            .map_err(|e| format!("relay `{}`: cannot make a placeholder: {e}", r.name))?;
-        let mut config = RelayConfig::new(&r.name, origin, routes, credential, placeholder.clone())
+        let mut config = RelayConfig::from_policy(r, Secret::new(secret))
             .map_err(|e| format!("relay `{}`: {e}", r.name))?
-            .with_limits(&r.limits);
+            .with_addresses(addresses.clone());
         if let Some(roots) = roots {
             config = config
                 .with_roots(roots.clone())
                 .map_err(|e| format!("relay `{}`: {e}", r.name))?;
         }
-        config.addresses = addresses.clone();
+        let placeholder = config.placeholder().clone();
         let socket = PrivateSocket::bind(&dir.join(format!("relay-{i}.sock")))
             .map_err(|e| format!("relay `{}`: cannot bind its socket: {e}", r.name))?;
         let base_url = format!("http://127.0.0.1:{port}");
@@ -808,10 +778,7 @@ async fn bind_services(
     };
     let control = ControlServer::new(
         core.clone(),
-        ControlConfig {
-            approval_timeout,
-            ..ControlConfig::default()
-        },
+        ControlConfig::default().with_approval_timeout(approval_timeout),
     );
     let control_path = dir.join("control.sock");
     let worker_listener =

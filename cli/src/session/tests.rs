@@ -10,13 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use palisade_egress::control::{
-    ControlAddr, ControlBackend, ControlClient, ControlConfig, ControlListener, ControlServer,
-    Endpoint, TaintKind, Verdict,
+    AskAnswer, ControlAddr, ControlBackend, ControlClient, ControlConfig, ControlListener,
+    ControlServer, Endpoint, TaintKind,
 };
-use palisade_egress::head::Host;
 use palisade_egress::proxy::{Listener, Proxy, shutdown_channel};
 use palisade_egress::resolve::StaticResolver;
 use palisade_evidence::{JournalKey, JournalWriter, Timestamp, WriterOptions};
+use palisade_schema::host_policy::RequestHost;
 
 use super::core::{Journal, SessionCore, now_ms};
 use crate::steering::SteeringWatch;
@@ -55,11 +55,12 @@ fn origin() -> u16 {
 fn connect(proxy: u16, host: &str, port: u16) -> (String, String) {
     let mut s = TcpStream::connect(("127.0.0.1", proxy)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
+    // A proxy that refuses at once (503, recorder unhealthy) may have
+    // closed before the head is written: read its answer all the same.
+    let _ = write!(
         s,
         "CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n"
-    )
-    .unwrap();
+    );
     let mut buf = Vec::new();
     let mut byte = [0u8; 1];
     while !buf.ends_with(b"\r\n\r\n") {
@@ -150,13 +151,11 @@ async fn rig_with(policy_text: &str) -> Rig {
     let proxy_port = l.local_addr().unwrap().port();
     let (stop, signal) = shutdown_channel();
     tokio::spawn(async move { proxy.serve(Listener::Tcp(l), signal).await });
-    let control = ControlServer::new(
-        core.clone(),
-        ControlConfig {
-            approval_timeout: Duration::from_secs(20),
-            ..ControlConfig::default()
-        },
-    );
+    let control = ControlServer::new(core.clone(), {
+        let mut built = ControlConfig::default();
+        built.approval_timeout = Duration::from_secs(20);
+        built
+    });
     let wp = dir.path().join("control.sock");
     let hp = dir.path().join("host.sock");
     control.serve(
@@ -199,7 +198,8 @@ async fn taint_tightens_egress_and_outward_flags_steering_and_the_journal_shows_
     assert!(st.contains(" 200"), "{st}");
     assert_eq!(line, "hello from origin\n");
     assert!(
-        r.core.would_allow(&Host::Name("beta.test".into()), b),
+        r.core
+            .would_allow(&RequestHost::Name("beta.test".into()), b),
         "positive control: beta is allowed while clean"
     );
 
@@ -211,7 +211,7 @@ async fn taint_tightens_egress_and_outward_flags_steering_and_the_journal_shows_
             .unwrap()
     })
     .await;
-    assert_eq!(push.decision, Verdict::Allow);
+    assert_eq!(push.decision, AskAnswer::Allow);
 
     // The worker reads a marked file and says so: the session is tainted.
     let w = r.worker.clone();
@@ -257,7 +257,7 @@ async fn taint_tightens_egress_and_outward_flags_steering_and_the_journal_shows_
     let answer = asked.await.unwrap();
     assert_eq!(
         (answer.policy, answer.decision),
-        (Verdict::Ask, Verdict::Allow)
+        (AskAnswer::Ask, AskAnswer::Allow)
     );
     let w = r.worker.clone();
     blocking(move || client(&w).executed(answer.ticket, Some(0)).unwrap()).await;
@@ -382,9 +382,14 @@ fn burst(proxy: u16, port: u16) -> Vec<String> {
 /// Waits until every connection of the burst is recorded, then closes the
 /// journal and returns its records.
 async fn journal_lines(r: &Rig) -> Vec<serde_json::Value> {
+    journal_lines_after(r, BURST).await
+}
+
+/// The journal's records once `n` connection records are in it (or 10 s passed), closed.
+async fn journal_lines_after(r: &Rig, n: usize) -> Vec<serde_json::Value> {
     for _ in 0..1000 {
         let text = std::fs::read_to_string(&r.journal).unwrap_or_default();
-        if text.matches("\"egress_connection\"").count() >= BURST {
+        if text.matches("\"egress_connection\"").count() >= n {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -431,8 +436,11 @@ async fn a_burst_of_connections_cannot_outrun_the_taint_the_first_raises() {
     assert_eq!(denied.len(), BURST - 1, "{denied:?}");
     for d in denied {
         let why = d["body"]["reason"].as_str().unwrap();
+        // the documented code first, then why and since when (docs/egress.md)
         assert!(
-            why.contains(&format!("tainted by proxy_non_relay ({first}) at ")),
+            why.starts_with(&format!(
+                "tainted_session: tainted by proxy_non_relay ({first}) at "
+            )),
             "{why}"
         );
     }
@@ -484,4 +492,41 @@ async fn a_journal_that_stops_taking_records_turns_new_connections_into_503() {
     assert!(later.starts_with("HTTP/1.1 503"), "{later}");
     let text = std::fs::read_to_string(&r.journal).unwrap();
     assert_eq!(text.matches("\"egress_admitted\"").count(), 1, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_governed_refusal_records_the_same_reason_code_as_the_proxy() {
+    let r = rig_with(&format!("{WILD}deny = [\"t1.wild.test\"]\n")).await;
+    let (pp, port) = (r.proxy_port, origin());
+    // positive control: an allowed name goes through
+    let (st, _) = blocking(move || connect(pp, "t0.wild.test", port)).await;
+    assert!(st.contains(" 200"), "{st}");
+    let (st, _) = blocking(move || connect(pp, "t1.wild.test", port)).await;
+    assert!(st.contains(" 403"), "{st}");
+    let (st, _) = blocking(move || connect(pp, "other.test", port)).await;
+    assert!(st.contains(" 403"), "{st}");
+    let (st, _) = blocking(move || connect(pp, "10.1.2.3", port)).await;
+    assert!(st.contains(" 403"), "{st}");
+    let lines = journal_lines_after(&r, 4).await;
+    let mut reasons: Vec<(&str, &str)> = lines
+        .iter()
+        .filter(|l| l["kind"] == "egress_connection")
+        .map(|l| {
+            (
+                l["body"]["host"].as_str().unwrap_or_default(),
+                l["body"]["reason"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    reasons.sort_unstable();
+    assert_eq!(
+        reasons,
+        [
+            ("10.1.2.3", "ip_literal_not_allowed"),
+            ("other.test", "host_not_allowed"),
+            ("t0.wild.test", "allowed"),
+            ("t1.wild.test", "host_denied"),
+        ],
+        "{lines:#?}"
+    );
 }

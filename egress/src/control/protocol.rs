@@ -367,7 +367,7 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ProtocolError> {
 /// The three answers a policy can give to an outward action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Verdict {
+pub enum AskAnswer {
     /// The action may proceed.
     Allow,
     /// A human must approve first.
@@ -376,7 +376,7 @@ pub enum Verdict {
     Deny,
 }
 
-impl Verdict {
+impl AskAnswer {
     /// The stable lower-case name.
     #[must_use]
     pub fn as_str(self) -> &'static str {
@@ -409,9 +409,9 @@ pub struct OutwardAnswer {
     /// Ticket of this request; quote it in `executed` and `resolve`.
     pub ticket: u64,
     /// The final decision: `allow` or `deny` (an `ask` is always settled first).
-    pub decision: Verdict,
+    pub decision: AskAnswer,
     /// What the policy said before any approval.
-    pub policy: Verdict,
+    pub policy: AskAnswer,
     /// How an `ask` was settled, when there was one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<Approval>,
@@ -677,8 +677,8 @@ mod tests {
         let r = Response {
             outward: Some(OutwardAnswer {
                 ticket: 1,
-                decision: Verdict::Deny,
-                policy: Verdict::Ask,
+                decision: AskAnswer::Deny,
+                policy: AskAnswer::Ask,
                 approval: Some(Approval::TimedOut),
                 rule: None,
                 reason: "approval timed out".into(),

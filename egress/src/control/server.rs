@@ -13,8 +13,8 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{Semaphore, oneshot, watch};
 
 use super::protocol::{
-    Approval, MAX_LINE_BYTES, OutwardAnswer, PendingAction, ProtocolError, Request, Response,
-    SessionView, TaintKind, Verdict, parse_request,
+    Approval, AskAnswer, MAX_LINE_BYTES, OutwardAnswer, PendingAction, ProtocolError, Request,
+    Response, SessionView, TaintKind, parse_request,
 };
 
 /// Which endpoint a connection arrived on.
@@ -28,9 +28,10 @@ pub enum Endpoint {
 
 /// The policy's first answer to an outward request.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PolicyAnswer {
     /// Allow, ask or deny.
-    pub verdict: Verdict,
+    pub verdict: AskAnswer,
     /// The rule that matched, when one did.
     pub rule: Option<String>,
     /// A human-readable reason.
@@ -61,6 +62,7 @@ pub trait ControlBackend: Send + Sync + 'static {
 
 /// Server limits.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ControlConfig {
     /// How long an `ask` waits for the host before it is denied.
     pub approval_timeout: Duration,
@@ -68,6 +70,27 @@ pub struct ControlConfig {
     pub idle_timeout: Duration,
     /// Concurrent connections per endpoint.
     pub max_connections: usize,
+}
+
+impl ControlConfig {
+    /// How long an `ask` waits for the host before it is denied.
+    #[must_use]
+    pub fn with_approval_timeout(mut self, timeout: Duration) -> Self {
+        self.approval_timeout = timeout;
+        self
+    }
+}
+
+impl PolicyAnswer {
+    /// The answer a [`ControlBackend`] gives: allow, ask or deny, the rule
+    /// that matched and a human reason.
+    pub fn new(verdict: AskAnswer, rule: Option<String>, reason: impl Into<String>) -> Self {
+        Self {
+            verdict,
+            rule,
+            reason: reason.into(),
+        }
+    }
 }
 
 impl Default for ControlConfig {
@@ -448,7 +471,7 @@ async fn handle(shared: &Arc<Shared>, endpoint: Endpoint, req: Request) -> Respo
                 Issued {
                     kind,
                     target,
-                    allowed: answer.decision == Verdict::Allow,
+                    allowed: answer.decision == AskAnswer::Allow,
                     executed: false,
                 },
             );
@@ -471,7 +494,7 @@ async fn outward(shared: &Arc<Shared>, kind: &str, target: &str) -> OutwardAnswe
         rule: policy.rule,
         reason: policy.reason,
     };
-    if policy.verdict != Verdict::Ask {
+    if policy.verdict != AskAnswer::Ask {
         return answer;
     }
     let (tx, rx) = oneshot::channel();
@@ -483,7 +506,7 @@ async fn outward(shared: &Arc<Shared>, kind: &str, target: &str) -> OutwardAnswe
         tainted: shared.backend.state().tainted,
     };
     if *shared.stop.borrow() {
-        answer.decision = Verdict::Deny;
+        answer.decision = AskAnswer::Deny;
         answer.approval = Some(Approval::Cancelled);
         return answer;
     }
@@ -505,9 +528,9 @@ async fn outward(shared: &Arc<Shared>, kind: &str, target: &str) -> OutwardAnswe
     };
     answer.approval = Some(settled);
     answer.decision = if settled == Approval::Approved {
-        Verdict::Allow
+        AskAnswer::Allow
     } else {
-        Verdict::Deny
+        AskAnswer::Deny
     };
     answer.reason = match settled {
         Approval::Approved => format!("approved by the host ({})", answer.reason),

@@ -5,10 +5,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use palisade_egress::decide::HostRules;
+use palisade_egress::decide::{Decider, HostRules};
 use palisade_egress::proxy::{Listener, Proxy, ProxyConfig, Shutdown, shutdown_channel};
 use palisade_egress::record::MemoryRecorder;
 use palisade_egress::resolve::StaticResolver;
+use palisade_policy::{Decision, Reason, Verdict};
+use palisade_schema::host_policy::RequestHost;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -36,9 +38,18 @@ impl TestProxy {
         resolver: StaticResolver,
     ) -> Self {
         let rules = HostRules::new(allow, deny).unwrap();
+        Self::start_with(config, Arc::new(rules), resolver).await
+    }
+
+    /// A proxy whose names and literals `decider` decides.
+    pub async fn start_with(
+        config: ProxyConfig,
+        decider: Arc<dyn Decider>,
+        resolver: StaticResolver,
+    ) -> Self {
         let recorder = Arc::new(MemoryRecorder::new());
         let resolver = Arc::new(resolver);
-        let proxy = Proxy::new(config, Arc::new(rules), resolver.clone(), recorder.clone());
+        let proxy = Proxy::new(config, decider, resolver.clone(), recorder.clone());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (shutdown, signal) = shutdown_channel();
@@ -266,4 +277,15 @@ pub async fn tunnel_works<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> bool 
         tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut b)).await,
         Ok(Ok(_))
     ) && &b == b"ping"
+}
+
+/// A decider that allows every name and literal, so that a test reaches
+/// the proxy's own address checks behind it.
+#[derive(Debug)]
+pub struct AllowAll;
+
+impl Decider for AllowAll {
+    fn decide(&self, _host: &RequestHost, _port: u16, _at_ms: u64) -> Verdict {
+        Verdict::new(Decision::Allow, Reason::Allowed, None, "test: everything")
+    }
 }

@@ -148,10 +148,10 @@ fn data_driven_decisions() {
                 case.text,
                 v.decision,
                 got_rule.unwrap_or("-"),
-                v.reason
+                v.detail
             ));
         }
-        assert!(!v.reason.is_empty());
+        assert!(!v.detail.is_empty());
     }
     assert!(
         failures.is_empty(),
@@ -211,7 +211,7 @@ fn a_taint_denial_says_what_tainted_the_session_and_since_when() {
             palisade_policy::verdict::Decision::Deny,
             "{host}"
         );
-        assert!(v.reason.ends_with(why), "{host}: {}", v.reason);
+        assert!(v.detail.ends_with(why), "{host}: {}", v.detail);
     }
     // Control characters in a detail never reach the reason.
     let mut s = Session::new();
@@ -224,10 +224,10 @@ fn a_taint_denial_says_what_tainted_the_session_and_since_when() {
     );
     let v = egress::decide(&p, &s, &req("b.wild.test"));
     assert!(
-        v.reason
+        v.detail
             .contains("tainted by input (x\\r\\nInjected: 1) at 08:46:26 UTC"),
         "{}",
-        v.reason
+        v.detail
     );
 }
 
@@ -249,7 +249,7 @@ fn unspecified_addresses_are_never_a_destination() {
             palisade_policy::verdict::Decision::Deny,
             "{host}"
         );
-        assert!(v.reason.contains("unspecified"), "{host}: {}", v.reason);
+        assert!(v.detail.contains("unspecified"), "{host}: {}", v.detail);
     }
     // Positive control: the carve-outs still let other addresses through.
     for host in ["127.0.0.1", "1.0.0.0", "::1"] {

@@ -98,9 +98,10 @@ impl Cidr {
         let width: u8 = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match prefix {
             None => width,
-            Some(p) => p
-                .parse::<u8>()
-                .ok()
+            // Digits only: `u8::from_str` would also take `+8`.
+            Some(p) => Some(p)
+                .filter(|p| !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|p| p.parse::<u8>().ok())
                 .filter(|p| *p <= width)
                 .ok_or_else(|| format!("`{text}` has a prefix length outside 0..={width}"))?,
         };
@@ -152,6 +153,15 @@ impl Cidr {
             },
             _ => (self.addr, self.prefix),
         }
+    }
+}
+
+impl std::str::FromStr for Cidr {
+    type Err = String;
+
+    /// [`Cidr::parse`].
+    fn from_str(text: &str) -> Result<Self, String> {
+        Self::parse(text)
     }
 }
 

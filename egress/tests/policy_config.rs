@@ -1,0 +1,208 @@
+//! The policy-to-config glue: every key of `[egress]` and of an
+//! `[[egress.relay]]` reaches `ProxyConfig::from_egress` and
+//! `RelayConfig::from_policy` (the only mapping the CLI uses), checked by
+//! exhaustive destructuring so that a new key cannot be parsed and left
+//! unapplied.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    reason = "tests"
+)]
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use palisade_egress::proxy::{Limits, ProxyConfig};
+use palisade_egress::relay::{RelayConfig, Secret};
+use palisade_schema::host_policy::{
+    Egress, EgressLimits, HostPolicy, Relay, RelayCredential, RelayLimits, parse,
+};
+
+fn policy(text: &str) -> HostPolicy {
+    parse("palisade.toml", text)
+        .map_err(|d| d.iter().map(ToString::to_string).collect::<Vec<_>>())
+        .unwrap()
+        .into_value()
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+const FULL: &str = r#"
+[egress]
+allow = ["api.example.com:443"]
+deny = ["bad.example.com"]
+allow_addresses = ["10.9.0.0/16"]
+require_sni_match = false
+limits = { bytes_per_connection = "1KiB", bytes_per_session = "2KiB", connections = 3, per_minute = 4 }
+
+[[egress.relay]]
+name = "anthropic"
+origin = "https://api.anthropic.example:8443"
+routes = ["POST /v1/messages", "GET /v1/models"]
+credential = { header = "x-api-key", from_env = "HOST_KEY", prefix = "Key " }
+worker_env = { ANTHROPIC_API_KEY = "placeholder" }
+limits = { max_body = "1MiB", max_buffered = "3MiB", connections = 5, header_timeout = "6s", body_idle_timeout = "7s", body_timeout = "8s" }
+"#;
+
+#[test]
+fn every_egress_key_reaches_the_proxy_config() {
+    let p = policy(FULL);
+    // A key added to `[egress]` fails to compile here until it is mapped.
+    let Egress {
+        allow,
+        deny,
+        allow_addresses,
+        limits,
+        relays,
+        require_sni_match,
+    } = &p.egress;
+    let EgressLimits {
+        bytes_per_connection,
+        bytes_per_session,
+        connections,
+        per_minute,
+    } = limits;
+    let own = vec![ip("8.8.4.4")];
+    let c = ProxyConfig::from_egress_with_own(&p.egress, own.clone());
+    assert_eq!(*bytes_per_connection, Some(1024));
+    assert_eq!(c.limits.bytes_per_connection, Some(1024));
+    assert_eq!(*bytes_per_session, Some(2048));
+    assert_eq!(c.limits.bytes_per_session, Some(2048));
+    assert_eq!(*connections, Some(3));
+    assert_eq!(c.limits.max_connections, 3);
+    assert_eq!(*per_minute, Some(4));
+    assert_eq!(c.limits.per_minute, Some(4));
+    assert!(!require_sni_match);
+    assert!(!c.require_sni_match);
+    // the carve-out lets its range through, and only it
+    assert_eq!(c.addresses.allow_ranges(), allow_addresses.as_slice());
+    assert!(c.addresses.check(ip("10.9.1.1")).is_ok());
+    assert!(c.addresses.check(ip("10.8.1.1")).is_err());
+    // the host's own addresses are denied; a public address is the control
+    assert_eq!(c.addresses.own_addresses(), own.as_slice());
+    assert!(c.addresses.check(ip("8.8.4.4")).is_err());
+    assert!(c.addresses.check(ip("8.8.8.8")).is_ok());
+    // no token unless the caller sets one
+    assert!(c.token.is_none());
+    // `allow` and `deny` are the decider's, `relay` is RelayConfig's
+    // (checked below): they are not the proxy config's to hold.
+    assert_eq!((allow.len(), deny.len(), relays.len()), (1, 1, 1));
+}
+
+#[test]
+fn absent_egress_limits_are_unlimited_as_documented() {
+    let p = policy("[egress]\nallow = [\"api.example.com\"]\n");
+    let c = ProxyConfig::from_egress_with_own(&p.egress, Vec::new());
+    // docs/policy.md: `connections` and `per_minute` default to unlimited
+    assert_eq!(c.limits.max_connections, usize::MAX);
+    assert_eq!(c.limits.per_minute, None);
+    assert_eq!(c.limits.bytes_per_connection, None);
+    assert_eq!(c.limits.bytes_per_session, None);
+    assert!(c.require_sni_match, "the default is on");
+    // the rest are the library's defaults
+    let d = Limits::default();
+    assert_eq!(
+        (
+            c.limits.idle_timeout,
+            c.limits.header_timeout,
+            c.limits.dns_timeout
+        ),
+        (d.idle_timeout, d.header_timeout, d.dns_timeout)
+    );
+    assert_eq!(c.sni_ports, [443]);
+}
+
+#[test]
+fn from_egress_lists_this_hosts_own_addresses() {
+    let p = policy("[egress]\n");
+    let c = ProxyConfig::from_egress(&p.egress).unwrap();
+    let own = palisade_egress::net::interface_addresses().unwrap();
+    assert!(!own.is_empty(), "loopback at least");
+    assert_eq!(c.addresses.own_addresses(), own.as_slice());
+}
+
+#[test]
+fn every_relay_key_reaches_the_relay_config() {
+    let p = policy(FULL);
+    let relay = &p.egress.relays[0];
+    // A key added to `[[egress.relay]]` fails to compile here until it is mapped.
+    let Relay {
+        name,
+        origin,
+        routes,
+        credential,
+        worker_env,
+        limits,
+    } = relay;
+    let RelayCredential {
+        header,
+        from_env,
+        prefix,
+    } = credential;
+    let RelayLimits {
+        max_body,
+        max_buffered,
+        connections,
+        header_timeout,
+        body_idle_timeout,
+        body_timeout,
+    } = limits;
+    let marker: String = "terces-yler-ym".chars().rev().collect();
+    // one secret type: the relay's is evidence's (zeroized, redacted, no Serialize)
+    let secret: palisade_evidence::Secret = Secret::new(marker.clone());
+    assert!(!format!("{secret:?}").contains(&marker));
+    let c = RelayConfig::from_policy(relay, secret).unwrap();
+    assert_eq!(c.name, *name);
+    assert_eq!(c.origin(), origin);
+    assert_eq!(c.authority(), "api.anthropic.example:8443");
+    let shown: Vec<String> = c.routes.iter().map(ToString::to_string).collect();
+    let want: Vec<String> = routes.iter().map(ToString::to_string).collect();
+    assert_eq!(shown, want);
+    assert_eq!(shown, ["POST /v1/messages", "GET /v1/models"]);
+    assert_eq!(c.credential.header().as_str(), header);
+    assert_eq!(c.credential.prefix(), prefix);
+    assert_eq!(prefix, "Key ");
+    // `from_env` names where the caller read the secret; `worker_env` is the
+    // sandbox's: the placeholder it gets is the config's.
+    assert_eq!(from_env, "HOST_KEY");
+    assert_eq!(
+        worker_env.get("ANTHROPIC_API_KEY").map(String::as_str),
+        Some("placeholder")
+    );
+    assert!(c.placeholder().expose().starts_with("sk-ant-api03-"));
+    assert_eq!(c.max_body, 1 << 20);
+    assert_eq!(*max_body, Some(1 << 20));
+    assert_eq!(c.max_buffered, 3 << 20);
+    assert_eq!(*max_buffered, Some(3 << 20));
+    assert_eq!(c.max_connections, 5);
+    assert_eq!(*connections, Some(5));
+    assert_eq!(c.header_timeout, Duration::from_secs(6));
+    assert_eq!(*header_timeout, Some(6));
+    assert_eq!(c.body_idle_timeout, Duration::from_secs(7));
+    assert_eq!(*body_idle_timeout, Some(7));
+    assert_eq!(c.body_timeout, Duration::from_secs(8));
+    assert_eq!(*body_timeout, Some(8));
+    // the credential never shows
+    let debug = format!("{c:?}");
+    assert!(!debug.contains(&marker), "{debug}");
+    assert!(!debug.contains(c.placeholder().expose()), "{debug}");
+}
+
+#[test]
+fn a_relay_to_a_plain_http_origin_is_refused() {
+    let text = "[[egress.relay]]\nname = \"local\"\norigin = \"http://127.0.0.1:9\"\n\
+                routes = [\"POST /v1\"]\ncredential = { header = \"authorization\", from_env = \"K\" }\n";
+    let p = policy(text);
+    let secret = || Secret::new("k".to_owned());
+    let e = RelayConfig::from_policy(&p.egress.relays[0], secret()).unwrap_err();
+    assert!(e.to_string().contains("must use https://"), "{e}");
+    // positive control: the same relay over https is taken
+    let p = policy(&text.replace("http://", "https://"));
+    let c = RelayConfig::from_policy(&p.egress.relays[0], secret()).unwrap();
+    assert_eq!(c.authority(), "127.0.0.1:9");
+    assert!(c.placeholder().expose().starts_with("palisade-"));
+}
