@@ -9,11 +9,11 @@
 //! process by `std::process::Command` with the same layers. Prints one JSON
 //! line per figure (`crates.rs` in xtask describes the format):
 //!
-//! * `launch_sandbox_spawn_strict`: `Sandbox::spawn` + `wait` of `/bin/true`;
+//! * `launch_sandbox_spawn_strict`: `Sandbox::spawn` + `wait` of `/bin/true`,
+//!   with the host probed once up front (`Sandbox::reuse_probe`);
 //! * `reference_bwrap_command`: `bwrap … /bin/true`, spawn + wait;
-//! * `launch_probe`: one `probe()` of the host's layers, which
-//!   `Sandbox::spawn` runs on every launch (the API has no way to hand it
-//!   an earlier probe).
+//! * `launch_probe`: one `probe()` of the host's layers: what a launch
+//!   without `Sandbox::reuse_probe` pays on top.
 //!
 //! `PALISADE_BENCH_BWRAP` (the bwrap argv, one word per line, without the
 //! command) replaces the built-in bwrap flags, so the harness measures the
@@ -217,6 +217,8 @@ fn main() {
     let mut sb = Sandbox::new(Profile::strict());
     sb.writable(cwd.clone()).cwd(cwd.clone());
     sb.walk_cache(&state).placeholder_records(&state);
+    // Probe once, as an embedder launching many workers does.
+    sb.reuse_probe();
     let bwrap = bwrap_argv(&cwd);
 
     let mut sandbox_ok = true;

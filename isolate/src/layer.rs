@@ -336,8 +336,16 @@ fn cgroup_status() -> LayerStatus {
     }
 }
 
+#[cfg(any(fuzzing, feature = "testing"))]
+thread_local! {
+    /// How many probes this thread ran (`__bench::probes_on_this_thread`).
+    pub(crate) static PROBES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 /// Probe every layer from kernel facts, without creating anything.
 pub fn probe() -> ProbeReport {
+    #[cfg(any(fuzzing, feature = "testing"))]
+    PROBES.with(|n| n.set(n.get() + 1));
     let (kernel_release, arch) = uname();
     let uid = nix::unistd::getuid().as_raw();
     let (landlock_abi, landlock) = landlock_status();

@@ -125,6 +125,12 @@ pub mod __escape;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod __bench {
+    /// How many host probes ([`crate::probe`]) the calling thread has run,
+    /// so a test can tell a reused probe from a fresh one.
+    pub fn probes_on_this_thread() -> u64 {
+        crate::layer::PROBES.with(std::cell::Cell::get)
+    }
+
     /// The seccomp program every profile installs, as the bytes of its
     /// `struct sock_filter` array in native byte order (8 bytes per
     /// instruction: `code` u16, `jt` u8, `jf` u8, `k` u32), the format

@@ -174,6 +174,9 @@ pub struct Sandbox {
     walk_cache: Option<PathBuf>,
     placeholder_records: Option<PathBuf>,
     root_worker: bool,
+    /// A probe taken by [`Sandbox::reuse_probe`], shared by clones; `None`
+    /// probes afresh on every launch.
+    probed: Option<std::sync::Arc<ProbeReport>>,
 }
 
 /// The explicit, named downgrade door: see [`Sandbox::dangerous`].
@@ -582,6 +585,33 @@ impl Sandbox {
             walk_cache: None,
             placeholder_records: None,
             root_worker: false,
+            probed: None,
+        }
+    }
+
+    /// Probe the host's layers now and check later launches of this sandbox
+    /// (and of its clones) against that one report instead of probing
+    /// before each: what an embedder that launches many workers wants.
+    ///
+    /// The report is kept inside the sandbox, never handed in by the
+    /// caller, so it cannot be edited to claim a layer, or a Landlock ABI,
+    /// the host does not have. A stale report cannot weaken a launch either:
+    /// every required layer is still enforced by the worker's setup, and one
+    /// the kernel no longer grants is a setup error (fail closed), while one
+    /// that appeared since is still reported unavailable until the next
+    /// `reuse_probe`. Call it again after changing the host (a sysctl, a
+    /// kernel module) to take a new report.
+    pub fn reuse_probe(&mut self) -> &mut Self {
+        self.probed = Some(std::sync::Arc::new(probe()));
+        self
+    }
+
+    /// The host probe this sandbox launches against: the one
+    /// [`Sandbox::reuse_probe`] kept, or a fresh one.
+    fn host_probe(&self) -> ProbeReport {
+        match &self.probed {
+            Some(report) => ProbeReport::clone(report),
+            None => probe(),
         }
     }
 
@@ -735,7 +765,7 @@ impl Sandbox {
     /// Probe the host and check every required layer. Returns the layer
     /// table of the launch, or the first missing required layer.
     pub fn check(&self) -> Result<Vec<(Layer, LayerStatus)>, SandboxError> {
-        self.check_with(probe()).map(|(layers, _)| layers)
+        self.check_with(self.host_probe()).map(|(layers, _)| layers)
     }
 
     fn check_with(
@@ -821,7 +851,7 @@ impl Sandbox {
     /// Probe, plan and launch `command`. Returns once the command has been
     /// executed inside the sandbox, or the typed reason it was not.
     pub fn spawn(&self, mut command: Command) -> Result<SandboxChild, SandboxError> {
-        let (layers, landlock_abi) = self.check_with(probe())?;
+        let (layers, landlock_abi) = self.check_with(self.host_probe())?;
         check_stdio([&command.stdin, &command.stdout, &command.stderr])?;
         if command.argv.is_empty() {
             return Err(SandboxError::InvalidCommand(String::from("empty command")));

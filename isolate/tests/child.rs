@@ -146,6 +146,36 @@ fn the_pidfd_wait_timeout_and_a_typed_kill() {
 }
 
 #[test]
+fn a_reused_probe_is_taken_once_and_launches_alike() {
+    if skip_unless_root() {
+        return;
+    }
+    let probes = palisade_isolate::__bench::probes_on_this_thread;
+    // The control: without `reuse_probe` every launch probes the host.
+    let fresh = strict();
+    let before = probes();
+    let a = fresh.spawn(Command::new(["/bin/true"])).unwrap();
+    let fresh_layers = a.report().layers.clone();
+    assert_eq!(a.wait().unwrap(), Exit::Exited(0));
+    assert_eq!(probes() - before, 1, "a launch without reuse_probe probes");
+    // With it: one probe, then none for any number of launches, clones too.
+    let mut reused = strict();
+    let before = probes();
+    reused.reuse_probe();
+    let clone = reused.clone();
+    for sb in [&reused, &clone, &reused] {
+        let c = sb.spawn(Command::new(["/bin/true"])).unwrap();
+        assert_eq!(c.report().layers, fresh_layers, "the same layer table");
+        assert_eq!(c.wait().unwrap(), Exit::Exited(0));
+    }
+    assert_eq!(
+        probes() - before,
+        1,
+        "three launches after reuse_probe probed again"
+    );
+}
+
+#[test]
 fn a_wall_limit_kill_is_its_own_exit() {
     if skip_unless_root() {
         return;

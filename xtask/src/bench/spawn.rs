@@ -557,9 +557,10 @@ fn crate_figures(ctx: &Ctx, bwrap_argv: Option<&[String]>, res: &mut SuiteResult
              cache and placeholder records in a state directory, as `palisade run` sets them up) \
              and waits for it (`SandboxChild::wait`, which returns once the namespaces are torn \
              down), alternated A B A B with the bare bwrap row's argv spawned by \
-             `std::process::Command` from the same process and waited for. `Sandbox::spawn` \
-             probes the host's layers on every launch (the API takes no earlier probe); the \
-             `probe()` row is that cost alone."
+             `std::process::Command` from the same process and waited for. The sandbox probes \
+             the host's layers once up front (`Sandbox::reuse_probe`), as an embedder \
+             launching many workers does; the `probe()` row is what a launch without it pays \
+             on top."
                 .to_owned(),
         );
     }
