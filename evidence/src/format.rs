@@ -149,6 +149,9 @@ pub(crate) struct Parsed<'a> {
     pub(crate) epoch: u64,
     pub(crate) time: u64,
     pub(crate) kind: &'a [u8],
+    /// The session string's contents as written (JSON-escaped).
+    pub(crate) session: &'a [u8],
+    pub(crate) flags: Flags,
     pub(crate) body: &'a [u8],
     pub(crate) canonical: &'a [u8],
     pub(crate) mac: MacBytes,
@@ -190,19 +193,17 @@ pub(crate) fn parse_line(line: &[u8]) -> Result<Parsed<'_>, &'static str> {
         return Err("the kind is not 1 to 64 of a-z 0-9 _ . : -");
     }
     cur.literal(br#"","session":""#, "expected `\"session\"` after `kind`")?;
-    cur.json_string_body()?;
+    let session = cur.json_string_body()?;
     cur.literal(br#","flags":["#, "expected `\"flags\"` after `session`")?;
+    let mut flags = Flags::NONE;
     if !cur.rest.starts_with(b"]") {
         loop {
             cur.literal(b"\"", "a flag must be a string")?;
             let name = cur.until_quote("flag")?;
-            let known = std::str::from_utf8(name)
-                .ok()
-                .and_then(Flags::from_name)
-                .is_some();
-            if !known {
+            let Some(flag) = std::str::from_utf8(name).ok().and_then(Flags::from_name) else {
                 return Err("unknown flag");
-            }
+            };
+            flags = flags | flag;
             cur.literal(b"\"", "unterminated flag")?;
             if cur.rest.starts_with(b",") {
                 cur.literal(b",", "")?;
@@ -222,6 +223,8 @@ pub(crate) fn parse_line(line: &[u8]) -> Result<Parsed<'_>, &'static str> {
         epoch,
         time,
         kind,
+        session,
+        flags,
         body,
         canonical,
         mac,

@@ -47,16 +47,59 @@ pub enum Kind {
     RecoveredTornTail,
     /// Written by the journal: the clean end; also seals the last epoch.
     JournalClosed,
-    /// A caller's own kind.
-    Custom(String),
+    /// A caller's own kind, made by [`Kind::custom`] or [`Kind::parse`]
+    /// (a [`CustomKind`] cannot be built any other way, so it is always a
+    /// valid name and never one of the listed kinds).
+    Custom(CustomKind),
+}
+
+/// The name of a caller's own record kind: 1 to 64 bytes of `a-z`, `0-9`,
+/// `_`, `.`, `:` and `-`, other than the names of the listed kinds.
+///
+/// Only [`Kind::custom`] and [`Kind::parse`] make one, after checking the
+/// name, so an invalid or reserved name is refused where it is written, not
+/// later when the record is submitted:
+///
+/// ```
+/// use palisade_evidence::Kind;
+/// assert_eq!(Kind::custom("deploy.approved")?.as_str(), "deploy.approved");
+/// assert!(Kind::custom("Deploy Approved").is_err());
+/// # Ok::<(), palisade_evidence::RecordError>(())
+/// ```
+///
+/// and there is no way around the check:
+///
+/// ```compile_fail
+/// let kind = palisade_evidence::Kind::Custom("not\"checked".to_owned());
+/// ```
+///
+/// ```compile_fail
+/// let name = palisade_evidence::CustomKind("not\"checked".to_owned());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CustomKind(String);
+
+impl CustomKind {
+    /// The name.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for CustomKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 impl Kind {
-    /// A caller's own kind.
+    /// A caller's own kind. A name that is one of the listed kinds gives
+    /// that kind (`Kind::custom("taint_raised")` is [`Kind::TaintRaised`]).
     ///
     /// # Errors
     /// Fails when the name has a character outside `a-z0-9_.:-`, is empty or
-    /// longer than 64 bytes.
+    /// longer than 64 bytes ([`RecordError::InvalidKind`]).
     pub fn custom(name: &str) -> Result<Self, RecordError> {
         Self::parse(name)
     }
@@ -91,7 +134,7 @@ impl Kind {
             Self::EpochSealed => "epoch_sealed",
             Self::RecoveredTornTail => "recovered_torn_tail",
             Self::JournalClosed => "journal_closed",
-            Self::Custom(name) => name,
+            Self::Custom(name) => name.as_str(),
         }
     }
 
@@ -120,7 +163,7 @@ impl Kind {
             "epoch_sealed" => Self::EpochSealed,
             "recovered_torn_tail" => Self::RecoveredTornTail,
             "journal_closed" => Self::JournalClosed,
-            other => Self::Custom(other.to_owned()),
+            other => Self::Custom(CustomKind(other.to_owned())),
         }
     }
 }
@@ -279,8 +322,9 @@ impl Timestamp {
 }
 
 /// What a caller appends; the journal adds `seq`, `epoch`, the journal id
-/// and the MAC.
+/// and the MAC. Made with [`Entry::new`] (and [`Entry::with_flags`]).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Entry {
     /// When it happened (the journal never reads a clock).
     pub time: Timestamp,
