@@ -51,12 +51,16 @@
 #![forbid(unsafe_code)]
 
 mod path;
+#[cfg(feature = "evidence")]
+mod rebuild;
 mod session;
 
 pub use path::{normalize_path, parse_marks};
 /// The journal record kind whose body is a serialised [`Record`].
 pub const EVIDENCE_KIND: &str = "session_event";
 
+#[cfg(feature = "evidence")]
+pub use rebuild::RebuildError;
 pub use session::{
     Effects, Event, MAX_SOURCES, Record, Rules, RulesError, Session, Source, SteeringWrite,
     TaintSource, TaintState, ToolClass,

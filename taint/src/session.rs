@@ -62,6 +62,14 @@ impl TaintSource {
     }
 }
 
+impl std::fmt::Display for TaintSource {
+    /// The stable snake_case name, as [`TaintSource::as_str`] and the
+    /// journal's `taint_raised` records spell it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One recorded reason for taint: the source class and what exactly
 /// (a path, `host:port`, a tool or input label).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -418,7 +426,13 @@ impl Session {
         }
     }
 
-    fn taint_with(&mut self, fx: &mut Effects, src: TaintSource, detail: &str, at_ms: u64) {
+    pub(crate) fn taint_with(
+        &mut self,
+        fx: &mut Effects,
+        src: TaintSource,
+        detail: &str,
+        at_ms: u64,
+    ) {
         let source = Source {
             source: src,
             detail: detail.to_owned(),

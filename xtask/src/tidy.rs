@@ -40,6 +40,12 @@ mod tests {
         ("palisade-xtask", &[]),
     ];
 
+    /// Internal dependencies a crate may have only as an optional
+    /// dependency behind the named feature (the dashed edges of
+    /// ARCHITECTURE.md's graph): `(crate, dependency, feature)`.
+    const OPTIONAL_INTERNAL: &[(&str, &str, &str)] =
+        &[("palisade-taint", "palisade-evidence", "evidence")];
+
     /// External crates that would break a crate's invariant if they ever
     /// became a normal dependency of it.
     const FORBIDDEN_EXTERNAL: &[(&str, &[&str])] = &[
@@ -86,14 +92,49 @@ mod tests {
             if !members.contains(pkg["id"].as_str().unwrap()) {
                 continue;
             }
-            let deps = pkg["dependencies"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|d| d["kind"].is_null())
-                .map(|d| d["name"].as_str().unwrap().to_owned())
-                .collect();
-            out.insert(pkg["name"].as_str().unwrap().to_owned(), deps);
+            let name = pkg["name"].as_str().unwrap();
+            let mut deps = BTreeSet::new();
+            for d in pkg["dependencies"].as_array().unwrap() {
+                if !d["kind"].is_null() {
+                    continue;
+                }
+                let dep = d["name"].as_str().unwrap();
+                let optional = OPTIONAL_INTERNAL
+                    .iter()
+                    .find(|(krate, allowed, _)| *krate == name && *allowed == dep);
+                match optional {
+                    // Allowed only as `optional = true`, switched on by its
+                    // feature alone.
+                    Some((_, _, feature)) => {
+                        assert_eq!(
+                            d["optional"].as_bool(),
+                            Some(true),
+                            "{name} may depend on {dep} only as an optional dependency (see ARCHITECTURE.md)"
+                        );
+                        let enabling: Vec<&str> = pkg["features"]
+                            .as_object()
+                            .unwrap()
+                            .iter()
+                            .filter(|(_, list)| {
+                                list.as_array().unwrap().iter().any(|f| {
+                                    f.as_str()
+                                        .is_some_and(|f| f == format!("dep:{dep}") || f == dep)
+                                })
+                            })
+                            .map(|(f, _)| f.as_str())
+                            .collect();
+                        assert_eq!(
+                            enabling,
+                            [*feature],
+                            "{name}: only the `{feature}` feature may enable {dep}"
+                        );
+                    }
+                    None => {
+                        deps.insert(dep.to_owned());
+                    }
+                }
+            }
+            out.insert(name.to_owned(), deps);
         }
         out
     }
