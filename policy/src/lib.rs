@@ -63,9 +63,12 @@ pub mod translate;
 pub mod verdict;
 pub mod webhook;
 
-/// Fuzzing entry points; not part of the API.
+/// Fuzzing entry points; not part of the public API; no semver guarantee
+/// (only with the `testing` feature or under `cfg(fuzzing)`).
+#[cfg(any(fuzzing, feature = "testing"))]
 #[doc(hidden)]
 pub mod __fuzz {
     pub use crate::fuzz::derive_translate;
 }
+#[cfg(any(fuzzing, feature = "testing"))]
 mod fuzz;

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use palisade_policy::admission::{Decision, Event};
+use palisade_policy::admission::{Admission, TriggerEvent};
 use palisade_policy::capability::{CapabilityRegistry, OutputContext};
 use palisade_policy::grant::GrantConfig;
 use palisade_policy::plan::{PlanInput, RunPlan, StepStatus, grant_for, plan, static_agent};
@@ -48,19 +48,19 @@ pub(crate) fn bundle_without(vector: &str, skip: &[&str]) -> HubConfig {
     config.unwrap()
 }
 
-fn slack_event(text: &str) -> Event {
-    Event {
+fn slack_event(text: &str) -> TriggerEvent {
+    TriggerEvent {
         name: "slack.mention".into(),
         actor_id: Some("U01234567".into()),
         workspace: Some("T01234567".into()),
         channel: Some("C01234567".into()),
         text: text.into(),
         bot_mentions: vec!["<@UBOT>".into()],
-        ..Event::default()
+        ..TriggerEvent::default()
     }
 }
 
-fn run_plan(config: &HubConfig, event: &Event, outputs: &[(String, Value)]) -> RunPlan {
+fn run_plan(config: &HubConfig, event: &TriggerEvent, outputs: &[(String, Value)]) -> RunPlan {
     plan(
         &PlanInput {
             config,
@@ -105,7 +105,7 @@ fn guarded_request_plan_advances_with_outputs() {
     let p = run_plan(&config, &e, &[]);
     assert_eq!(
         p.admission,
-        Decision::Admitted {
+        Admission::Admitted {
             prompt: "how do I build?".into()
         }
     );
@@ -150,7 +150,7 @@ fn rejected_events_run_nothing() {
     let mut e = slack_event("<@UBOT> hi");
     e.actor_id = Some("U666".into());
     let p = run_plan(&config, &e, &[]);
-    let Decision::Rejected(r) = &p.admission else {
+    let Admission::Rejected(r) = &p.admission else {
         panic!("admitted a stranger")
     };
     assert_eq!(r.code, "user_not_allowed");
@@ -249,12 +249,12 @@ fn invocation_inputs_are_parsed_after_the_marker_and_drive_conditions() {
     let (config, diags) = palisade_schema::parse_workflow("inputs.yml", INPUTS_WORKFLOW);
     let config = config.unwrap_or_else(|| panic!("{diags:#?}"));
     let go = |text: &str| {
-        let e = Event {
+        let e = TriggerEvent {
             name: "slack.mention".into(),
             actor_id: Some("U1".into()),
             text: text.into(),
             bot_mentions: vec!["<@B>".into()],
-            ..Event::default()
+            ..TriggerEvent::default()
         };
         let p = plan(
             &PlanInput {
@@ -273,7 +273,7 @@ fn invocation_inputs_are_parsed_after_the_marker_and_drive_conditions() {
     let (adm, steps) = go("<@B> deploy env=prod ship it");
     assert_eq!(
         adm,
-        Decision::Admitted {
+        Admission::Admitted {
             prompt: "ship it".into()
         }
     );
@@ -284,7 +284,9 @@ fn invocation_inputs_are_parsed_after_the_marker_and_drive_conditions() {
     let (_, steps) = go("<@B> deploy env=dev ship it");
     assert_eq!(steps, ["ship skipped"]);
     let (adm, steps) = go("<@B> deploy env=qa ship it");
-    let Decision::Rejected(r) = adm else { panic!() };
+    let Admission::Rejected(r) = adm else {
+        panic!()
+    };
     assert_eq!(
         (r.code, r.message.as_str()),
         (
@@ -294,10 +296,14 @@ fn invocation_inputs_are_parsed_after_the_marker_and_drive_conditions() {
     );
     assert_eq!(steps, ["ship not-run"]);
     let (adm, _) = go("<@B> deploy ship it");
-    let Decision::Rejected(r) = adm else { panic!() };
+    let Admission::Rejected(r) = adm else {
+        panic!()
+    };
     assert_eq!(r.code, "missing_required");
     // The filter's inputs condition sees the parsed (here: explicit) region.
     let (adm, _) = go("<@B> deploy env=prod region=us ship it");
-    let Decision::Rejected(r) = adm else { panic!() };
+    let Admission::Rejected(r) = adm else {
+        panic!()
+    };
     assert_eq!(r.code, "input_mismatch");
 }

@@ -1,7 +1,7 @@
 //! Property tests (a)–(g) of issue 3 and the differential test against
 //! [`crate::naive`].
 
-use palisade_policy::admission::{Event, Filters, admit};
+use palisade_policy::admission::{Filters, TriggerEvent, admit};
 use palisade_policy::capability::{
     Availability, Capability, CapabilityRegistry, OutputContext, ToolSpec,
 };
@@ -452,7 +452,7 @@ fn filters() -> impl Strategy<Value = Filters> {
         )
 }
 
-fn event() -> impl Strategy<Value = Event> {
+fn event() -> impl Strategy<Value = TriggerEvent> {
     (
         (
             prop::sample::select(EVENTS),
@@ -480,7 +480,7 @@ fn event() -> impl Strategy<Value = Event> {
                 (name, actor_id, actor_name, actor_is_bot),
                 (channel, parent),
                 (words, mentioned, label, labels, env),
-            )| Event {
+            )| TriggerEvent {
                 name: name.to_owned(),
                 actor_id: Some(actor_id.to_owned()),
                 actor_name: Some(actor_name.to_owned()),
