@@ -198,6 +198,47 @@ mod tests {
             .collect()
     }
 
+    /// Crates whose `__` internals (`__fuzz`, `__sign`, ...) have moved
+    /// behind the `testing` feature; the others join as theirs move.
+    const INTERNALS_GATED: &[&str] = &["evidence/src", "policy/src", "taint/src"];
+
+    #[test]
+    fn internals_sit_behind_the_testing_feature() {
+        let gate = r#"#[cfg(any(fuzzing, feature = "testing"))]"#;
+        let mut ungated = Vec::new();
+        let mut seen = 0;
+        for (path, text) in all_rust_files() {
+            if !INTERNALS_GATED.iter().any(|dir| path.starts_with(dir)) {
+                continue;
+            }
+            let lines: Vec<&str> = text.lines().collect();
+            for (i, line) in lines.iter().enumerate() {
+                let item = line.trim_start();
+                let internal = ["pub mod __", "pub fn __", "pub struct __", "pub use "]
+                    .iter()
+                    .any(|p| {
+                        item.starts_with(p) && (!p.ends_with("use ") || item.contains("::__"))
+                    });
+                if !internal {
+                    continue;
+                }
+                seen += 1;
+                // The gate is among the attributes right above the item.
+                let attrs = lines[..i].iter().rev().take_while(|l| {
+                    l.trim_start().starts_with("#[") || l.trim_start().starts_with("///")
+                });
+                if !attrs.into_iter().any(|l| l.trim() == gate) {
+                    ungated.push(format!("{}:{}", path.display(), i + 1));
+                }
+            }
+        }
+        assert!(seen > 0, "no internals found: is the scan still right?");
+        assert!(
+            ungated.is_empty(),
+            "internals without `{gate}` (not part of the public API): {ungated:?}"
+        );
+    }
+
     #[test]
     fn every_rust_file_starts_with_a_module_doc() {
         let missing: Vec<_> = all_rust_files()
