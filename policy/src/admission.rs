@@ -69,6 +69,7 @@ pub struct TriggerEvent {
 
 /// Why an event was not admitted.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Rejection {
     /// Stable code, e.g. `actor_forbidden`.
     pub code: &'static str,

@@ -36,6 +36,7 @@ pub struct PlanInput<'a> {
 
 /// A resolved agent.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct ResolvedAgent {
     /// The named agent's name, or `None` for an inline agent.
     pub name: Option<String>,
@@ -67,6 +68,7 @@ pub enum StepStatus {
 
 /// A step that runs: where, with which agent, and with which grant.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct RunStep {
     /// The daemon environment's name.
     pub environment: String,
@@ -78,6 +80,7 @@ pub struct RunStep {
 
 /// One step of the plan.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct StepPlan {
     /// The step id.
     pub id: String,
@@ -87,6 +90,7 @@ pub struct StepPlan {
 
 /// The plan of one run.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct RunPlan {
     /// The trigger's name.
     pub trigger: String,

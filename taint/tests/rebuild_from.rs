@@ -150,7 +150,7 @@ proptest! {
         let mut shadow = Session::new();
         for (delta, event, noise) in steps {
             at += delta;
-            let record = Record { at_ms: at, event };
+            let record = Record::new(at, event);
             entries.push(event_entry("s1", &record));
             let before = sources(&shadow);
             let fx = shadow.apply(&r, at, &record.event);
@@ -205,10 +205,9 @@ fn a_governed_journal_rebuilds_its_taint_whatever_the_rules_say_now() {
     let s = Session::rebuild_from(&relaxed, &entries).unwrap();
     assert!(s.is_tainted());
     assert_eq!(s.first_tainted_at_ms(), Some(7));
-    let first = s.first_source().unwrap();
     assert_eq!(
-        (first.source, first.detail.as_str()),
-        (TaintSource::Web, "fetch")
+        s.first_source(),
+        Some(&Source::new(TaintSource::Web, "fetch"))
     );
     // The control: the same journal without its taint record stays clean
     // (entries: opened, egress, taint, closed).
@@ -228,12 +227,12 @@ fn a_governed_journal_rebuilds_its_taint_whatever_the_rules_say_now() {
 #[test]
 fn malformed_entries_are_refused_with_their_seq() {
     let r = rules(POLICY);
-    let good = Record {
-        at_ms: 1,
-        event: Event::Read {
+    let good = Record::new(
+        1,
+        Event::Read {
             path: "inbox/a".into(),
         },
-    };
+    );
     let entries = journal(&[
         event_entry("s1", &good),
         entry(
@@ -282,18 +281,15 @@ fn malformed_entries_are_refused_with_their_seq() {
 #[test]
 fn entries_of_two_sessions_or_out_of_order_are_refused() {
     let r = rules(POLICY);
-    let read = |at, path: &str| Record {
-        at_ms: at,
-        event: Event::Read { path: path.into() },
-    };
-    let connect = Record {
-        at_ms: 3,
-        event: Event::Connect {
+    let read = |at, path: &str| Record::new(at, Event::Read { path: path.into() });
+    let connect = Record::new(
+        3,
+        Event::Connect {
             host: "a.example".into(),
             port: 443,
             relay: true,
         },
-    };
+    );
     let entries = journal(&[
         event_entry("s1", &read(1, "src/b")),
         event_entry("s2", &connect),

@@ -324,7 +324,7 @@ proptest! {
         ds in decls(), c in prop::sample::select(CONTEXTS), ord in ordering(),
     ) {
         let reg = CapabilityRegistry::default();
-        let cfg = GrantConfig { opencode_ordering: ord, ..GrantConfig::default() };
+        let cfg = GrantConfig::default().with_opencode_ordering(ord);
         let ctx = c.map(OutputContext::new);
         let real = grant_step(&StepInput {
             provider, options: options.as_ref(), allow_outputs: &ds, output_schema: None,
@@ -739,7 +739,7 @@ proptest! {
         }
         let config = config.unwrap_or_else(|| panic!("generated workflow does not parse: {diags:#?}"));
         let reg = CapabilityRegistry::default();
-        let cfg = GrantConfig { opencode_ordering: ord, ..GrantConfig::default() };
+        let cfg = GrantConfig::default().with_opencode_ordering(ord);
         let ctx = c.map(OutputContext::new);
         for (step, (provider, options, decls)) in config.triggers[0].steps.iter().zip(&steps) {
             let agent = palisade_policy::plan::static_agent(&config, step).unwrap().agent;
