@@ -99,3 +99,53 @@ fn a_body_that_is_not_json_fails_even_when_its_mac_matches() {
     let intact = palisade_evidence::__fuzz::reseal(&w.bytes, &w.key);
     assert_eq!(verify(&intact, &w.key, None).state(), JournalState::Closed);
 }
+
+/// Yields the first `good` bytes, then fails.
+struct FailingAfter<'a> {
+    data: &'a [u8],
+    good: usize,
+}
+
+impl std::io::Read for FailingAfter<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.good == 0 {
+            return Err(std::io::Error::other("disk on fire"));
+        }
+        let n = buf.len().min(self.good).min(self.data.len());
+        buf[..n].copy_from_slice(&self.data[..n]);
+        self.data = &self.data[n..];
+        self.good -= n;
+        Ok(n)
+    }
+}
+
+#[test]
+fn a_read_error_ends_the_entries_and_the_journal_is_not_valid() {
+    let w = written(10, every_records(100));
+    let starts = line_starts(&w.bytes);
+    // The error comes exactly at a line boundary, after three records.
+    let reader = FailingAfter {
+        data: &w.bytes,
+        good: starts[3],
+    };
+    let mut verifier = Verifier::new(reader, &w.key, None);
+    let items: Vec<_> = verifier.by_ref().collect();
+    assert_eq!(items.len(), 4, "three entries, then the error");
+    assert!(items[..3].iter().all(Result::is_ok));
+    assert_eq!(items[3].as_ref().unwrap_err().to_string(), "disk on fire");
+    assert!(verifier.next().is_none());
+    let report = verifier.finish();
+    assert_eq!(report.state(), JournalState::Invalid);
+    assert!(
+        report
+            .failure
+            .unwrap()
+            .message
+            .contains("could not be read"),
+        "a journal whose reading failed is never reported valid"
+    );
+    // The control: the same bytes read without an error verify.
+    let (entries, report) = read_all(&w.bytes, &w.key);
+    assert_eq!(report.state(), JournalState::Closed);
+    assert_eq!(entries.len() as u64, report.records);
+}
