@@ -85,6 +85,32 @@ impl Session {
     /// (a journal cut short loses the taint recorded after the cut unless an
     /// anchor kept elsewhere catches the cut).
     ///
+    /// ```
+    /// use palisade_evidence::{Body, Entry, JournalKey, JournalState, JournalWriter, Kind, Timestamp, Verifier, WriterOptions};
+    /// use palisade_schema::host_policy::parse_strict;
+    /// use palisade_taint::{EVIDENCE_KIND, Event, Record, Rules, Session};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("run.jsonl");
+    /// let (policy, _) = parse_strict("[taint]\nuntrusted_paths = [\"inbox/**\"]\n", "palisade.toml")
+    ///     .map_err(|d| d[0].to_string())?;
+    /// let rules = Rules::new(&policy, &[])?;
+    ///
+    /// let key = JournalKey::generate()?;
+    /// let writer = JournalWriter::create(&path, &key, &WriterOptions::default(), Timestamp(0))?;
+    /// let read = Record::new(5, Event::Read { path: "inbox/mail.eml".into() });
+    /// let body = Body::from_serialize(&read)?;
+    /// writer.append(&Entry::new(Timestamp(5), "s1", Kind::custom(EVIDENCE_KIND)?, body))?;
+    /// writer.close(Timestamp(6))?;
+    ///
+    /// let mut verifier = Verifier::new(std::fs::File::open(&path)?, &key, None);
+    /// let entries = verifier.by_ref().collect::<Result<Vec<_>, _>>()?;
+    /// assert_eq!(verifier.finish().state(), JournalState::Closed);
+    /// let session = Session::rebuild_from(&rules, &entries)?;
+    /// assert!(session.is_tainted());
+    /// assert_eq!(session, Session::rebuild(&rules, [&read]));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     /// An entry of either kind that does not have its body's shape, entries
     /// of more than one session, or entries out of journal order: nothing is
