@@ -327,20 +327,37 @@ impl<'a> Cursor<'a> {
         self.take(len, what)
     }
 
-    /// The contents of a JSON string whose opening quote was read; consumes
-    /// the closing quote.
+    /// The contents of a JSON string whose opening quote was read, in the
+    /// canonical form the writer produces (serde_json's escapes: `\"`, `\\`,
+    /// `\b`, `\f`, `\n`, `\r`, `\t` and `\u00xx` for other control
+    /// characters; UTF-8 otherwise), so that every line that parses decodes;
+    /// consumes the closing quote.
     fn json_string_body(&mut self) -> Result<&'a [u8], &'static str> {
         let mut idx = 0;
         loop {
             match self.rest.get(idx) {
                 None => return Err("unterminated session string"),
-                Some(b'\\') => idx += 2,
+                Some(b'\\') => {
+                    let escape = self.rest.get(idx + 1..).unwrap_or_default();
+                    idx += match escape {
+                        [b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't', ..] => 2,
+                        [b'u', b'0', b'0', b'0' | b'1', b, ..]
+                            if b.is_ascii_digit() || (b'a'..=b'f').contains(b) =>
+                        {
+                            6
+                        }
+                        _ => return Err("a non-canonical escape in the session"),
+                    };
+                }
                 Some(b'"') => break,
                 Some(b) if *b < 0x20 => return Err("raw control character in the session"),
                 Some(_) => idx += 1,
             }
         }
         let body = self.take(idx, "unterminated session string")?;
+        if std::str::from_utf8(body).is_err() {
+            return Err("the session is not UTF-8");
+        }
         self.literal(b"\"", "unterminated session string")?;
         Ok(body)
     }

@@ -149,3 +149,47 @@ fn a_read_error_ends_the_entries_and_the_journal_is_not_valid() {
     assert_eq!(report.state(), JournalState::Closed);
     assert_eq!(entries.len() as u64, report.records);
 }
+
+#[test]
+fn sessions_decode_exactly_and_a_non_canonical_one_never_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j");
+    let key = crate::util::test_key();
+    let writer = palisade_evidence::JournalWriter::create(
+        &path,
+        &key,
+        &crate::util::unsynced(every_records(100)),
+        Timestamp(0),
+    )
+    .unwrap();
+    let odd = "a\"b\\c\nd\t\u{1}\u{7f}é/";
+    for session in [odd, "plain"] {
+        writer
+            .append(&palisade_evidence::Entry::new(
+                Timestamp(1),
+                session,
+                Kind::EgressConnection,
+                palisade_evidence::Body::empty(),
+            ))
+            .unwrap();
+    }
+    writer.close(Timestamp(2)).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let (entries, report) = read_all(&bytes, &key);
+    assert_eq!(report.state(), JournalState::Closed);
+    assert_eq!(entries[1].session(), odd);
+    assert_eq!(entries[2].session(), "plain");
+    // Only the key's holder could seal an escape the writer never writes;
+    // it is refused where the line is read, by both verifiers alike.
+    let text = String::from_utf8(bytes).unwrap();
+    let forged = text.replacen(r#""session":"plain""#, r#""session":"pl\qain""#, 1);
+    assert_ne!(forged, text);
+    let resealed = palisade_evidence::__fuzz::reseal(forged.as_bytes(), &key);
+    let whole = verify(&resealed, &key, None);
+    let failure = whole.failure.clone().unwrap();
+    assert_eq!((failure.kind, failure.seq), (FailureKind::Malformed, 2));
+    assert!(failure.message.contains("escape"), "{}", failure.message);
+    let (entries, streamed) = read_all(&resealed, &key);
+    assert_eq!(streamed.failure, whole.failure);
+    assert_eq!(entries.len(), 2);
+}
