@@ -66,8 +66,8 @@ mod writer;
 pub use format::JournalId;
 pub use key::{EVOLVE_LABEL, JournalKey, KEY_LEN, KeyError, Secret};
 pub use record::{
-    Body, CustomKind, Entry, Flags, Kind, MAX_BODY_LEN, MAX_KIND_LEN, MAX_SESSION_LEN, RecordError,
-    Timestamp,
+    Body, CustomKind, Entry, Flags, Kind, MAX_BODY_DEPTH, MAX_BODY_LEN, MAX_KIND_LEN,
+    MAX_SESSION_LEN, RecordError, Timestamp,
 };
 pub use verify::{
     Anchor, AnchorError, Failure, FailureKind, JournalState, MAX_LINE_LEN, Report, VerifiedEntry,

@@ -12,6 +12,10 @@ pub const MAX_KIND_LEN: usize = 64;
 pub const MAX_SESSION_LEN: usize = 256;
 /// Largest accepted canonical body, in bytes.
 pub const MAX_BODY_LEN: usize = 1 << 20;
+/// Deepest accepted nesting of arrays and objects in a body (the verifier
+/// checks every body is JSON under serde_json's limit of 127 levels; a body
+/// it could not check is never written).
+pub const MAX_BODY_DEPTH: usize = 100;
 
 /// What a record is about. The listed kinds are palisade's own; callers may
 /// add theirs with [`Kind::custom`].
@@ -276,7 +280,7 @@ impl Body {
     /// Fails when the canonical form exceeds 1 MiB.
     pub fn from_value(value: &Value) -> Result<Self, RecordError> {
         let mut out = String::new();
-        write_canonical(value, &mut out)?;
+        write_canonical(value, &mut out, MAX_BODY_DEPTH)?;
         if out.len() > MAX_BODY_LEN {
             return Err(RecordError::BodyTooLarge { len: out.len() });
         }
@@ -393,7 +397,13 @@ pub enum RecordError {
 }
 
 /// Writes `value` in canonical form.
-fn write_canonical(value: &Value, out: &mut String) -> Result<(), RecordError> {
+fn write_canonical(value: &Value, out: &mut String, depth: usize) -> Result<(), RecordError> {
+    if matches!(value, Value::Object(_) | Value::Array(_)) && depth == 0 {
+        return Err(RecordError::Body(format!(
+            "the body nests arrays and objects deeper than {MAX_BODY_DEPTH} levels"
+        )));
+    }
+    let inner = depth.saturating_sub(1);
     match value {
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
@@ -405,7 +415,7 @@ fn write_canonical(value: &Value, out: &mut String) -> Result<(), RecordError> {
                 }
                 push_json_string(key, out)?;
                 out.push(':');
-                write_canonical(val, out)?;
+                write_canonical(val, out, inner)?;
             }
             out.push('}');
         }
@@ -415,7 +425,7 @@ fn write_canonical(value: &Value, out: &mut String) -> Result<(), RecordError> {
                 if idx > 0 {
                     out.push(',');
                 }
-                write_canonical(item, out)?;
+                write_canonical(item, out, inner)?;
             }
             out.push(']');
         }
@@ -479,6 +489,21 @@ mod tests {
         );
         assert_eq!(Flags::from_name("flagged"), Some(Flags::FLAGGED));
         assert_eq!(Flags::from_name("nope"), None);
+    }
+
+    #[test]
+    fn a_body_nested_deeper_than_the_verifier_checks_is_refused() {
+        let nest = |levels: usize| {
+            let mut v = Value::Null;
+            for _ in 0..levels {
+                v = Value::Array(vec![v]);
+            }
+            v
+        };
+        assert!(Body::from_value(&nest(MAX_BODY_DEPTH)).is_ok());
+        let err = Body::from_value(&nest(MAX_BODY_DEPTH + 1)).unwrap_err();
+        assert!(err.to_string().contains("deeper than 100"), "{err}");
+        assert!(Body::from_value(&nest(1_000)).is_err());
     }
 
     #[test]

@@ -243,8 +243,10 @@ impl<R: Read> Verifier<R> {
         match VerifiedEntry::from_verified_line(line) {
             Some(entry) => Ok(Some(entry)),
             None => {
-                // Unreachable for a line the chain accepted (it checks the
-                // body is JSON); fail closed rather than hand out less.
+                // The chain checks the body is JSON and the session canonical,
+                // and the writer nests bodies at most `MAX_BODY_DEPTH` deep; only
+                // the key's holder can seal a body nested too deep to decode.
+                // Fail closed rather than hand out less.
                 let msg = format!(
                     "record seq {} verified but could not be decoded",
                     self.replay.st.next_seq.saturating_sub(1)

@@ -193,3 +193,34 @@ fn sessions_decode_exactly_and_a_non_canonical_one_never_verifies() {
     assert_eq!(streamed.failure, whole.failure);
     assert_eq!(entries.len(), 2);
 }
+
+#[test]
+fn the_deepest_body_the_writer_accepts_verifies() {
+    let mut deep = serde_json::Value::Null;
+    for _ in 0..palisade_evidence::MAX_BODY_DEPTH {
+        deep = serde_json::json!({ "x": deep });
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j");
+    let key = crate::util::test_key();
+    let writer = palisade_evidence::JournalWriter::create(
+        &path,
+        &key,
+        &crate::util::unsynced(every_records(100)),
+        Timestamp(0),
+    )
+    .unwrap();
+    let body = palisade_evidence::Body::from_value(&deep).unwrap();
+    writer
+        .append(&palisade_evidence::Entry::new(
+            Timestamp(1),
+            "s",
+            Kind::OutwardAction,
+            body,
+        ))
+        .unwrap();
+    writer.close(Timestamp(2)).unwrap();
+    let (entries, report) = read_all(&std::fs::read(&path).unwrap(), &key);
+    assert_eq!(report.state(), JournalState::Closed, "{:?}", report.failure);
+    assert_eq!(entries[1].body(), &deep);
+}
