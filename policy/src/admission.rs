@@ -33,7 +33,12 @@ use unicode_normalization::UnicodeNormalization as _;
 pub use palisade_schema::model::Filters;
 
 /// An incoming event, as the caller parsed it from a verified webhook or a manual run.
+///
+/// Start from [`TriggerEvent::default`] (no actor, empty text) and set the
+/// fields the event has; the struct may gain fields, so it cannot be
+/// written as a literal outside this crate.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct TriggerEvent {
     /// The event name, e.g. `slack.mention`, `github.issue_comment`, `manual.run`.
     pub name: String,

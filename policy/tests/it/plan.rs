@@ -49,14 +49,15 @@ pub(crate) fn bundle_without(vector: &str, skip: &[&str]) -> HubConfig {
 }
 
 fn slack_event(text: &str) -> TriggerEvent {
-    TriggerEvent {
-        name: "slack.mention".into(),
-        actor_id: Some("U01234567".into()),
-        workspace: Some("T01234567".into()),
-        channel: Some("C01234567".into()),
-        text: text.into(),
-        bot_mentions: vec!["<@UBOT>".into()],
-        ..TriggerEvent::default()
+    {
+        let mut e = TriggerEvent::default();
+        e.name = "slack.mention".into();
+        e.actor_id = Some("U01234567".into());
+        e.workspace = Some("T01234567".into());
+        e.channel = Some("C01234567".into());
+        e.text = text.into();
+        e.bot_mentions = vec!["<@UBOT>".into()];
+        e
     }
 }
 
@@ -249,12 +250,13 @@ fn invocation_inputs_are_parsed_after_the_marker_and_drive_conditions() {
     let (config, diags) = palisade_schema::parse_workflow("inputs.yml", INPUTS_WORKFLOW);
     let config = config.unwrap_or_else(|| panic!("{diags:#?}"));
     let go = |text: &str| {
-        let e = TriggerEvent {
-            name: "slack.mention".into(),
-            actor_id: Some("U1".into()),
-            text: text.into(),
-            bot_mentions: vec!["<@B>".into()],
-            ..TriggerEvent::default()
+        let e = {
+            let mut e = TriggerEvent::default();
+            e.name = "slack.mention".into();
+            e.actor_id = Some("U1".into());
+            e.text = text.into();
+            e.bot_mentions = vec!["<@B>".into()];
+            e
         };
         let p = plan(
             &PlanInput {

@@ -480,26 +480,28 @@ fn event() -> impl Strategy<Value = TriggerEvent> {
                 (name, actor_id, actor_name, actor_is_bot),
                 (channel, parent),
                 (words, mentioned, label, labels, env),
-            )| TriggerEvent {
-                name: name.to_owned(),
-                actor_id: Some(actor_id.to_owned()),
-                actor_name: Some(actor_name.to_owned()),
-                actor_is_bot,
-                connection: Some("a".to_owned()),
-                workspace: Some("T1".to_owned()),
-                guild: Some("G1".to_owned()),
-                channel: Some(channel.to_owned()),
-                parent_channel: Some(parent.to_owned()),
-                repository: Some("o/r".to_owned()),
-                text: format!(
+            )| {
+                let mut e = TriggerEvent::default();
+                e.name = name.to_owned();
+                e.actor_id = Some(actor_id.to_owned());
+                e.actor_name = Some(actor_name.to_owned());
+                e.actor_is_bot = actor_is_bot;
+                e.connection = Some("a".to_owned());
+                e.workspace = Some("T1".to_owned());
+                e.guild = Some("G1".to_owned());
+                e.channel = Some(channel.to_owned());
+                e.parent_channel = Some(parent.to_owned());
+                e.repository = Some("o/r".to_owned());
+                e.text = format!(
                     "{}{}",
                     if mentioned { "<@B> " } else { "" },
                     words.join(" ")
-                ),
-                bot_mentions: vec!["<@B>".to_owned()],
-                label,
-                labels,
-                inputs: vec![("env".to_owned(), json!(env))],
+                );
+                e.bot_mentions = vec!["<@B>".to_owned()];
+                e.label = label;
+                e.labels = labels;
+                e.inputs = vec![("env".to_owned(), json!(env))];
+                e
             },
         )
 }
