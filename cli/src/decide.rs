@@ -12,7 +12,9 @@ use palisade_policy::route::RouteTable;
 use palisade_policy::verdict::{Decision, Verdict};
 use palisade_taint::{Event, Rules, Session};
 
-use crate::host_policy_file::{load_policy, load_session, marks_path, read_marks};
+use crate::host_policy_file::{
+    JournalSource, load_journal_session, load_policy, load_session, marks_path, read_marks,
+};
 
 /// Arguments of `palisade decide`.
 #[derive(Debug, clap::Args)]
@@ -64,8 +66,27 @@ struct Common {
     #[arg(long, default_value = "palisade.toml")]
     policy: PathBuf,
     /// Session state: a saved session JSON, or a JSON array / JSON lines of records.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "journal")]
     session: Option<PathBuf>,
+    /// Session state from a sealed journal, rebuilt from its verified
+    /// `session_event` and `taint_raised` records (needs --key).
+    #[arg(long, value_name = "JOURNAL", requires = "key")]
+    journal: Option<PathBuf>,
+    /// The journal's initial key file (with --journal).
+    #[arg(long, value_name = "KEY", requires = "journal")]
+    key: Option<PathBuf>,
+    /// An anchor file the journal must reach (with --journal).
+    #[arg(long, value_name = "ANCHOR", requires = "journal")]
+    anchor: Option<PathBuf>,
+    /// Accept a journal without `journal_closed` (a session that was
+    /// killed): what it recorded after its end is lost, so its taint may be
+    /// incomplete.
+    #[arg(long, requires = "journal")]
+    allow_open: bool,
+    /// Replay only this session's records (default: the journal must hold
+    /// one session's).
+    #[arg(long, value_name = "ID", requires = "journal")]
+    session_id: Option<String>,
     /// Treat the session as tainted (as if it had ingested untrusted input).
     #[arg(long)]
     tainted: bool,
@@ -84,9 +105,19 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     let loaded = load_policy(&common.policy)?;
     let marks = read_marks(&marks_path(&loaded, common.marks.as_deref()))?;
     let rules = Rules::new(&loaded.policy, &marks).map_err(|e| e.to_string())?;
-    let mut session = match &common.session {
-        Some(path) => load_session(path, &rules)?,
-        None => Session::new(),
+    let mut session = match (&common.session, &common.journal, &common.key) {
+        (Some(path), _, _) => load_session(path, &rules)?,
+        (None, Some(journal), Some(key)) => load_journal_session(
+            &JournalSource {
+                journal,
+                key,
+                anchor: common.anchor.as_deref(),
+                allow_open: common.allow_open,
+                session_id: common.session_id.as_deref(),
+            },
+            &rules,
+        )?,
+        _ => Session::new(),
     };
     if common.tainted {
         let _ = session.apply(

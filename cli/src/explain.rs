@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use palisade_policy::admission::{Decision, Event};
+use palisade_policy::admission::{Admission, TriggerEvent};
 use palisade_policy::capability::{CapabilityRegistry, OutputContext};
 use palisade_policy::plan::{PlanInput, RunPlan, StepStatus, plan};
 use serde_json::{Map, Value, json};
@@ -95,11 +95,11 @@ fn read_json(path: &std::path::Path) -> Result<Value, String> {
 
 /// Parses the event file; unknown keys are errors, so a typo cannot silently
 /// drop a field that admission would have checked.
-fn parse_event(v: &Value) -> Result<(Event, Option<OutputContext>), String> {
+fn parse_event(v: &Value) -> Result<(TriggerEvent, Option<OutputContext>), String> {
     let Value::Object(m) = v else {
         return Err("the event must be a JSON object".into());
     };
-    let mut e = Event::default();
+    let mut e = TriggerEvent::default();
     let mut context = None;
     let text = |k: &str, v: &Value| {
         v.as_str()
@@ -147,8 +147,8 @@ fn parse_event(v: &Value) -> Result<(Event, Option<OutputContext>), String> {
 
 fn plan_json(p: &RunPlan) -> Value {
     let admission = match &p.admission {
-        Decision::Admitted { prompt } => json!({"admitted": true, "prompt": prompt}),
-        Decision::Rejected(r) => json!({"admitted": false, "code": r.code, "reason": r.message}),
+        Admission::Admitted { prompt } => json!({"admitted": true, "prompt": prompt}),
+        Admission::Rejected(r) => json!({"admitted": false, "code": r.code, "reason": r.message}),
     };
     let steps: Vec<Value> = p
         .steps
@@ -206,8 +206,8 @@ fn human(p: &RunPlan) -> String {
         p.trigger, p.context.provider
     );
     match &p.admission {
-        Decision::Admitted { .. } => out += "  admitted\n",
-        Decision::Rejected(r) => out += &format!("  rejected ({}): {}\n", r.code, r.message),
+        Admission::Admitted { .. } => out += "  admitted\n",
+        Admission::Rejected(r) => out += &format!("  rejected ({}): {}\n", r.code, r.message),
     }
     for s in &p.steps {
         let line = match &s.status {

@@ -3,10 +3,11 @@
 
 use std::path::{Path, PathBuf};
 
+use palisade_evidence::{JournalState, Kind, Verifier};
 use palisade_schema::Diagnostic;
 use palisade_schema::LineIndex;
 use palisade_schema::host_policy::{self, HostPolicy};
-use palisade_taint::{Record, Rules, Session, parse_marks};
+use palisade_taint::{EVIDENCE_KIND, Record, Rules, Session, parse_marks};
 
 use crate::input;
 
@@ -80,6 +81,66 @@ pub(crate) fn load_session(path: &Path, rules: &Rules) -> Result<Session, String
         records.push(r);
     }
     Ok(Session::rebuild(rules, &records))
+}
+
+/// Where `decide --journal` takes a session from.
+pub(crate) struct JournalSource<'a> {
+    pub(crate) journal: &'a Path,
+    pub(crate) key: &'a Path,
+    pub(crate) anchor: Option<&'a Path>,
+    /// Accept a journal without `journal_closed`.
+    pub(crate) allow_open: bool,
+    /// Replay only this session's records.
+    pub(crate) session_id: Option<&'a str>,
+}
+
+/// Most session records `decide --journal` replays (bounds its memory).
+const MAX_JOURNAL_SESSION_RECORDS: usize = 100_000;
+
+/// Rebuilds a session from a sealed journal: the records are the entries
+/// the verifier handed out (never the file read again), and a journal that
+/// does not verify, or (without `allow_open`) is not closed, is refused.
+pub(crate) fn load_journal_session(
+    src: &JournalSource<'_>,
+    rules: &Rules,
+) -> Result<Session, String> {
+    let key = crate::journal::read_key(src.key)?;
+    let anchor = src.anchor.map(crate::journal::read_anchor).transpose()?;
+    let opened = input::open(src.journal, input::Kind::Journal)?;
+    let shown = src.journal.display();
+    let mut verifier = Verifier::new(opened.file, &key, anchor);
+    let mut entries = Vec::new();
+    for entry in verifier.by_ref() {
+        let entry = entry.map_err(|e| format!("journal `{shown}`: {e}"))?;
+        let replayed = entry.kind().as_str() == EVIDENCE_KIND || *entry.kind() == Kind::TaintRaised;
+        if !replayed || src.session_id.is_some_and(|id| id != entry.session()) {
+            continue;
+        }
+        if entries.len() == MAX_JOURNAL_SESSION_RECORDS {
+            return Err(format!(
+                "journal_too_large: `{shown}` has more than {MAX_JOURNAL_SESSION_RECORDS} session records to replay"
+            ));
+        }
+        entries.push(entry);
+    }
+    let report = verifier.finish();
+    match report.state() {
+        JournalState::Closed => {}
+        JournalState::Open if src.allow_open => {}
+        JournalState::Open => {
+            return Err(format!(
+                "journal_not_closed: `{shown}` has no `journal_closed` record (still open, or truncated); pass --allow-open to rebuild from the {} records it has",
+                report.records
+            ));
+        }
+        JournalState::Invalid => {
+            let why = report.failure.as_ref().map_or_else(String::new, |f| {
+                format!(" at seq {} (line {}): {}", f.seq, f.line, f.message)
+            });
+            return Err(format!("journal_invalid: `{shown}` does not verify{why}"));
+        }
+    }
+    Session::rebuild_from(rules, &entries).map_err(|e| format!("journal `{shown}`: {e}"))
 }
 
 /// Renders diagnostics rustc-style, with the offending line and a caret.

@@ -13,8 +13,8 @@ use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use palisade_evidence::{
-    Anchor, Body, Durability, Entry, Flags, JournalError, JournalKey, JournalWriter, Kind, Report,
-    SealPolicy, Timestamp, Verdict, WriterOptions, verify_reader,
+    Anchor, Body, Durability, Entry, Flags, JournalError, JournalKey, JournalState, JournalWriter,
+    Kind, Report, SealPolicy, Timestamp, Verifier, WriterOptions,
 };
 use serde_json::{Value, json};
 
@@ -139,10 +139,10 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
             &flags,
             close,
             evolve_key,
-            SealPolicy {
-                every_records: NonZeroU64::new(seal_every_records),
-                every_millis: NonZeroU64::new(seal_every_millis),
-            },
+            SealPolicy::new(
+                NonZeroU64::new(seal_every_records),
+                NonZeroU64::new(seal_every_millis),
+            ),
         ),
     }
 }
@@ -210,30 +210,36 @@ fn verify_cmd(
     let key = read_key(key)?;
     let anchor = anchor.map(read_anchor).transpose()?;
     let opened = input::open(file, input::Kind::Journal)?;
-    let report = verify_reader(opened.file, &key, anchor.as_ref())
-        .map_err(|e| format!("{}: {e}", file.display()))?;
+    // The verifier `report` and `decide --journal` read records through.
+    let mut verifier = Verifier::new(opened.file, &key, anchor);
+    while verifier
+        .next_line()
+        .map_err(|e| format!("{}: {e}", file.display()))?
+        .is_some()
+    {}
+    let report = verifier.finish();
     match format {
         Format::Json => println!("{}", report_json(&report)),
         Format::Human => print_report(file, &report),
     }
-    Ok(match report.verdict() {
-        Verdict::Closed => ExitCode::SUCCESS,
-        Verdict::Open => ExitCode::from(EXIT_NOT_CLOSED),
-        Verdict::Invalid => ExitCode::from(EXIT_INVALID),
+    Ok(match report.state() {
+        JournalState::Closed => ExitCode::SUCCESS,
+        JournalState::Open => ExitCode::from(EXIT_NOT_CLOSED),
+        JournalState::Invalid => ExitCode::from(EXIT_INVALID),
     })
 }
 
-fn verdict_name(verdict: Verdict) -> &'static str {
-    match verdict {
-        Verdict::Closed => "closed",
-        Verdict::Open => "not_closed",
-        Verdict::Invalid => "invalid",
+fn state_name(state: JournalState) -> &'static str {
+    match state {
+        JournalState::Closed => "closed",
+        JournalState::Open => "not_closed",
+        JournalState::Invalid => "invalid",
     }
 }
 
 fn report_json(report: &Report) -> Value {
     json!({
-        "verdict": verdict_name(report.verdict()),
+        "verdict": state_name(report.state()),
         "journal": report.journal.map(|id| id.to_hex()),
         "records": report.records,
         "sealed_epochs": report.sealed_epochs,
@@ -269,7 +275,7 @@ fn print_report(file: &Path, report: &Report) {
         .last
         .as_ref()
         .map_or_else(|| "none".to_owned(), |a| a.seq.to_string());
-    match (&report.failure, report.verdict()) {
+    match (&report.failure, report.state()) {
         (Some(failure), _) => {
             println!(
                 "{}: INVALID: {} at seq {} (line {}, byte {}): {}",
@@ -285,7 +291,7 @@ fn print_report(file: &Path, report: &Report) {
                 report.records
             );
         }
-        (None, Verdict::Closed) => println!(
+        (None, JournalState::Closed) => println!(
             "{}: valid and closed: journal {id}, {} records (seq 0 to {last}), {} sealed epochs",
             file.display(),
             report.records,
@@ -400,13 +406,12 @@ fn append(
         })?;
         all = all | flag;
     }
-    let options = WriterOptions {
-        durability: Durability::Synced {
+    let options = WriterOptions::default()
+        .with_durability(Durability::Synced {
             batch: 1,
             max_latency: std::time::Duration::ZERO,
-        },
-        seal,
-    };
+        })
+        .with_seal(seal);
     let now = now();
     let writer = if file.exists() {
         JournalWriter::open(file, &key, &options, now).map(|(writer, report)| {
@@ -422,13 +427,7 @@ fn append(
         JournalWriter::create(file, &key, &options, now)
     }
     .map_err(|e| journal_error(file, &e))?;
-    let entry = Entry {
-        time: now,
-        session,
-        kind,
-        flags: all,
-        body,
-    };
+    let entry = Entry::new(now, session, kind, body).with_flags(all);
     writer.append(&entry).map_err(|e| journal_error(file, &e))?;
     let anchor = if close {
         writer.close(now)

@@ -80,13 +80,10 @@ pub(crate) enum Ordering {
 
 impl Ordering {
     pub(crate) fn grant_config(self) -> GrantConfig {
-        GrantConfig {
-            opencode_ordering: match self {
-                Self::GrantsFirst => OpenCodeOrdering::GrantsFirst,
-                Self::GrantsLast => OpenCodeOrdering::GrantsLast,
-            },
-            ..GrantConfig::default()
-        }
+        GrantConfig::default().with_opencode_ordering(match self {
+            Self::GrantsFirst => OpenCodeOrdering::GrantsFirst,
+            Self::GrantsLast => OpenCodeOrdering::GrantsLast,
+        })
     }
 }
 

@@ -40,24 +40,16 @@ pub(crate) struct Rec {
 }
 
 impl Rec {
-    fn parse(line: &str) -> Option<Self> {
-        let v: Value = serde_json::from_str(line).ok()?;
-        Some(Self {
-            seq: v.get("seq")?.as_u64()?,
-            time: v.get("time")?.as_u64()?,
-            kind: v.get("kind")?.as_str()?.to_owned(),
-            flags: v
-                .get("flags")
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default(),
-            body: v.get("body").cloned().unwrap_or(Value::Null),
-        })
+    /// The report's view of a record the verifier handed out (no second
+    /// parse of the line).
+    fn from_entry(entry: palisade_evidence::VerifiedEntry) -> Self {
+        Self {
+            seq: entry.seq(),
+            time: entry.time().as_unix_millis(),
+            kind: entry.kind().as_str().to_owned(),
+            flags: entry.flags().names().map(str::to_owned).collect(),
+            body: entry.body().clone(),
+        }
     }
 
     fn s(&self, key: &str) -> Option<&str> {
@@ -344,17 +336,17 @@ pub(crate) fn render(status: &str, s: &Summary) -> String {
 
 /// Verification status in words, and whether it is valid (closed or open).
 fn status_words(r: &palisade_evidence::Report) -> String {
-    use palisade_evidence::Verdict;
-    match r.verdict() {
-        Verdict::Closed => format!(
+    use palisade_evidence::JournalState;
+    match r.state() {
+        JournalState::Closed => format!(
             "VALID, closed ({} records, {} sealed epochs)",
             r.records, r.sealed_epochs
         ),
-        Verdict::Open => format!(
+        JournalState::Open => format!(
             "VALID but OPEN: no journal_closed record, possibly truncated ({} records)",
             r.records
         ),
-        Verdict::Invalid => match &r.failure {
+        JournalState::Invalid => match &r.failure {
             Some(f) => format!(
                 "INVALID at seq {} (line {}): {} ({}); only the {} records before it are summarised",
                 f.seq,
@@ -369,7 +361,7 @@ fn status_words(r: &palisade_evidence::Report) -> String {
 }
 
 pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
-    use palisade_evidence::Verdict;
+    use palisade_evidence::JournalState;
     let key = crate::journal::read_key(&args.key)?;
     let anchor = args
         .anchor
@@ -380,36 +372,27 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     // only the lines it has verified reach the summary, and the verdict is
     // the one `journal verify` gives for the same file.
     let opened = crate::input::open(&args.file, crate::input::Kind::Journal)?;
-    let mut lines = palisade_evidence::VerifiedLines::new(opened.file, &key, anchor);
+    let mut verifier = palisade_evidence::Verifier::new(opened.file, &key, anchor);
     let mut read_error = None;
-    let recs = std::iter::from_fn(|| {
-        loop {
-            match lines.next_line() {
-                Ok(Some(line)) => {
-                    if let Some(r) = std::str::from_utf8(line).ok().and_then(Rec::parse) {
-                        return Some(r);
-                    }
-                }
-                Ok(None) => return None,
-                Err(e) => {
-                    read_error = Some(e);
-                    return None;
-                }
-            }
+    let recs = std::iter::from_fn(|| match verifier.next_entry() {
+        Ok(entry) => entry.map(Rec::from_entry),
+        Err(e) => {
+            read_error = Some(e);
+            None
         }
     });
     let summary = summarize(recs);
     if let Some(e) = read_error {
         return Err(format!("journal `{}`: {e}", args.file.display()));
     }
-    let report = lines.finish();
+    let report = verifier.finish();
     let status = status_words(&report);
     if args.format == "json" {
         let v = serde_json::json!({
-            "verification": match report.verdict() {
-                Verdict::Closed => "closed",
-                Verdict::Open => "open",
-                Verdict::Invalid => "invalid",
+            "verification": match report.state() {
+                JournalState::Closed => "closed",
+                JournalState::Open => "open",
+                JournalState::Invalid => "invalid",
             },
             "failure": report.failure.as_ref().map(|f| serde_json::json!({"seq": f.seq, "kind": f.kind.as_str(), "message": f.message})),
             "records": report.records,
@@ -425,10 +408,10 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     } else {
         print!("{}", render(&status, &summary));
     }
-    Ok(ExitCode::from(match report.verdict() {
-        Verdict::Closed => 0,
-        Verdict::Invalid => 1,
-        Verdict::Open => 3,
+    Ok(ExitCode::from(match report.state() {
+        JournalState::Closed => 0,
+        JournalState::Invalid => 1,
+        JournalState::Open => 3,
     }))
 }
 

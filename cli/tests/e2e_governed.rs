@@ -493,8 +493,8 @@ fn a_governed_worker_gets_relay_taint_approvals_steering_flags_and_a_sealed_jour
     // The journal verifies, is closed, and lists every event.
     let report = s.verify();
     assert_eq!(
-        report.verdict(),
-        palisade_evidence::Verdict::Closed,
+        report.state(),
+        palisade_evidence::JournalState::Closed,
         "{:?}",
         report.failure
     );
@@ -616,8 +616,8 @@ fn killing_the_session_leaves_a_verifiable_journal_ending_with_the_kill() {
     assert_eq!(code, 128 + 15, "{err}");
     let report = s.verify();
     assert_eq!(
-        report.verdict(),
-        palisade_evidence::Verdict::Closed,
+        report.state(),
+        palisade_evidence::JournalState::Closed,
         "{:?}",
         report.failure
     );
@@ -669,7 +669,7 @@ fn a_worker_that_ignores_the_stop_signal_is_killed_after_the_grace_period() {
         "{k:?}"
     );
     assert_eq!(recs[n - 2]["body"]["signal"], 9);
-    assert_eq!(s.verify().verdict(), palisade_evidence::Verdict::Closed);
+    assert_eq!(s.verify().state(), palisade_evidence::JournalState::Closed);
 }
 
 #[test]
@@ -686,8 +686,8 @@ fn a_worker_killed_by_a_signal_is_recorded_as_killed() {
     assert_eq!(code, 128 + 9, "{err}");
     let report = s.verify();
     assert_eq!(
-        report.verdict(),
-        palisade_evidence::Verdict::Closed,
+        report.state(),
+        palisade_evidence::JournalState::Closed,
         "{:?}",
         report.failure
     );
@@ -1044,8 +1044,8 @@ fn containment_table_of_governed_workers_section_11() {
     assert_eq!(relayed.len(), 2);
     let report = s.verify();
     assert_eq!(
-        report.verdict(),
-        palisade_evidence::Verdict::Closed,
+        report.state(),
+        palisade_evidence::JournalState::Closed,
         "{:?}",
         report.failure
     );
@@ -1086,7 +1086,7 @@ fn a_workflow_step_grant_is_handed_over_read_only_and_recorded() {
     assert_eq!(applied[0]["body"]["digest"], r["digest"]);
     assert_eq!(applied[0]["body"]["provider"], r["provider"]);
     assert!(applied[0]["body"]["digest"].as_str().unwrap().len() > 16);
-    assert_eq!(s.verify().verdict(), palisade_evidence::Verdict::Closed);
+    assert_eq!(s.verify().state(), palisade_evidence::JournalState::Closed);
 
     // The same step in a Discord context cannot be dispatched: the run is refused before any worker.
     let s2 = session();

@@ -374,3 +374,89 @@ fn check_policy_reports_errors_with_position() {
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty());
 }
+
+#[test]
+fn a_sealed_journal_rebuilds_taint_only_from_what_verified() {
+    let dir = setup();
+    let d = dir.path();
+    let ok = |out: &Output| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    ok(&palisade(d, &["journal", "keygen", "--out", "k"]));
+    let append = |kind: &str, body: &str, close: bool| {
+        let mut args = vec![
+            "journal",
+            "append",
+            "j",
+            "--key",
+            "k",
+            "--session",
+            "s1",
+            "--kind",
+            kind,
+            "--body",
+            body,
+        ];
+        if close {
+            args.push("--close");
+        }
+        ok(&palisade(d, &args));
+    };
+    let decide = |extra: &[&str]| {
+        let mut args = vec![
+            "decide",
+            "egress",
+            "--host",
+            "a.example.com",
+            "--port",
+            "443",
+            "--journal",
+            "j",
+            "--key",
+            "k",
+        ];
+        args.extend_from_slice(extra);
+        palisade(d, &args)
+    };
+    append(
+        "session_event",
+        r#"{"at_ms":1,"event":{"type":"read","path":"src/x"}}"#,
+        false,
+    );
+    append("egress_connection", r#"{"host":"a.example.com"}"#, false);
+    // An open journal is refused unless asked for; then the clean history
+    // allows the connection (the positive control).
+    let out = decide(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("journal_not_closed"));
+    assert_eq!(decide(&["--allow-open"]).status.code(), Some(0));
+    // A governed session's taint record taints the rebuilt session.
+    append(
+        "taint_raised",
+        r#"{"class":"untrusted_path","detail":"inbox/m.eml","first":true,"reported_by":"worker","source":"untrusted_path"}"#,
+        true,
+    );
+    let out = decide(&[]);
+    assert_eq!(
+        out.status.code(),
+        Some(11),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Rewriting the taint record away is caught: refused, never clean.
+    let text = std::fs::read_to_string(d.join("j")).unwrap();
+    let forged = text.replacen(r#""class":"untrusted_path""#, r#""class":"inbox_zero_""#, 1);
+    assert_ne!(forged, text);
+    std::fs::write(d.join("j"), forged).unwrap();
+    let out = decide(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("journal_invalid") && err.contains("seq 3"),
+        "{err}"
+    );
+}

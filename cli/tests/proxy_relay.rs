@@ -14,7 +14,7 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use palisade_evidence::{JournalKey, Verdict, verify};
+use palisade_evidence::{JournalKey, JournalState, verify};
 
 fn palisade() -> Command {
     Command::new(env!("CARGO_BIN_EXE_palisade"))
@@ -172,7 +172,7 @@ fn proxy_serves_from_the_policy_records_to_the_journal_and_stops_cleanly() {
     assert!(st.success(), "{st:?}");
     let bytes = std::fs::read(&journal).unwrap();
     let report = verify(&bytes, &key, None);
-    assert_eq!(report.verdict(), Verdict::Closed, "{report:?}");
+    assert_eq!(report.state(), JournalState::Closed, "{report:?}");
     let text = String::from_utf8(bytes).unwrap();
     assert_eq!(text.matches("\"egress_connection\"").count(), 3, "{text}");
     assert!(!text.contains(token), "the token never enters a record");

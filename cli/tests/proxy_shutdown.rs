@@ -15,7 +15,7 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use palisade_evidence::{JournalKey, Verdict, verify};
+use palisade_evidence::{JournalKey, JournalState, verify};
 
 fn echo_origin() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -133,7 +133,7 @@ fn sigterm_cuts_a_connection_still_sending_its_head_and_records_it() {
 
     let bytes = std::fs::read(&journal).unwrap();
     let report = verify(&bytes, &key, None);
-    assert_eq!(report.verdict(), Verdict::Closed, "{report:?}");
+    assert_eq!(report.state(), JournalState::Closed, "{report:?}");
     let records: Vec<serde_json::Value> = String::from_utf8(bytes)
         .unwrap()
         .lines()

@@ -226,7 +226,7 @@ pub fn evidence_kind(event: &ProxyEvent) -> Kind {
 mod tests {
     use std::time::SystemTime;
 
-    use palisade_evidence::{JournalKey, Timestamp, Verdict, WriterOptions, verify};
+    use palisade_evidence::{JournalKey, JournalState, Timestamp, WriterOptions, verify};
 
     use super::*;
     use crate::record::ConnectionRecord;
@@ -260,7 +260,7 @@ mod tests {
         let anchor = thread.finish(&rec).unwrap();
         let bytes = std::fs::read(&path).unwrap();
         let report = verify(&bytes, &key, Some(&anchor));
-        assert_eq!(report.verdict(), Verdict::Closed, "{report:?}");
+        assert_eq!(report.state(), JournalState::Closed, "{report:?}");
         let ids: Vec<u64> = String::from_utf8(bytes)
             .unwrap()
             .lines()

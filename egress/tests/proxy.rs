@@ -702,7 +702,9 @@ async fn records_reach_a_sealed_journal_that_verifies() {
     use palisade_egress::decide::HostRules;
     use palisade_egress::journal::JournalRecorder;
     use palisade_egress::proxy::{Listener, Proxy, shutdown_channel};
-    use palisade_evidence::{JournalKey, JournalWriter, Timestamp, Verdict, WriterOptions, verify};
+    use palisade_evidence::{
+        JournalKey, JournalState, JournalWriter, Timestamp, WriterOptions, verify,
+    };
     use std::sync::Arc;
     let origin = echo_origin().await;
     let dir = tempfile::tempdir().unwrap();
@@ -744,7 +746,7 @@ async fn records_reach_a_sealed_journal_that_verifies() {
     let anchor = thread.finish(&rec).unwrap();
     let bytes = std::fs::read(&path).unwrap();
     let report = verify(&bytes, &key, Some(&anchor));
-    assert_eq!(report.verdict(), Verdict::Closed, "{report:?}");
+    assert_eq!(report.state(), JournalState::Closed, "{report:?}");
     let text = String::from_utf8(bytes).unwrap();
     assert_eq!(text.matches("egress_connection").count(), 2, "{text}");
     assert!(

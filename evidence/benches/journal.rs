@@ -24,7 +24,7 @@ use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
 
 use palisade_evidence::{
-    Body, Durability, Entry, JournalKey, JournalWriter, Kind, SealPolicy, Timestamp, Verdict,
+    Body, Durability, Entry, JournalKey, JournalState, JournalWriter, Kind, SealPolicy, Timestamp,
     WriterOptions, verify,
 };
 
@@ -150,13 +150,12 @@ fn entry(body: Body, t: u64) -> Entry {
 }
 
 fn options(durability: Durability) -> WriterOptions {
-    WriterOptions {
-        durability,
-        seal: SealPolicy {
-            every_records: NonZeroU64::new(10_000),
-            every_millis: NonZeroU64::new(15 * 60 * 1000),
-        },
-    }
+    WriterOptions::default()
+        .with_durability(durability)
+        .with_seal(SealPolicy::new(
+            NonZeroU64::new(10_000),
+            NonZeroU64::new(15 * 60 * 1000),
+        ))
 }
 
 fn sample_line_len(dir: &tempfile::TempDir, key: &JournalKey, body: &Body) -> usize {
@@ -292,7 +291,7 @@ fn verify_throughput(
         let report = verify(&bytes, key, None);
         best_cpu = best_cpu.min(thread_cpu() - cpu);
         best = best.min(start.elapsed().as_secs_f64());
-        assert_eq!(report.verdict(), Verdict::Closed);
+        assert_eq!(report.state(), JournalState::Closed);
     }
     (bytes.len(), best, best_cpu)
 }

@@ -149,6 +149,9 @@ pub(crate) struct Parsed<'a> {
     pub(crate) epoch: u64,
     pub(crate) time: u64,
     pub(crate) kind: &'a [u8],
+    /// The session string's contents as written (JSON-escaped).
+    pub(crate) session: &'a [u8],
+    pub(crate) flags: Flags,
     pub(crate) body: &'a [u8],
     pub(crate) canonical: &'a [u8],
     pub(crate) mac: MacBytes,
@@ -190,19 +193,17 @@ pub(crate) fn parse_line(line: &[u8]) -> Result<Parsed<'_>, &'static str> {
         return Err("the kind is not 1 to 64 of a-z 0-9 _ . : -");
     }
     cur.literal(br#"","session":""#, "expected `\"session\"` after `kind`")?;
-    cur.json_string_body()?;
+    let session = cur.json_string_body()?;
     cur.literal(br#","flags":["#, "expected `\"flags\"` after `session`")?;
+    let mut flags = Flags::NONE;
     if !cur.rest.starts_with(b"]") {
         loop {
             cur.literal(b"\"", "a flag must be a string")?;
             let name = cur.until_quote("flag")?;
-            let known = std::str::from_utf8(name)
-                .ok()
-                .and_then(Flags::from_name)
-                .is_some();
-            if !known {
+            let Some(flag) = std::str::from_utf8(name).ok().and_then(Flags::from_name) else {
                 return Err("unknown flag");
-            }
+            };
+            flags = flags | flag;
             cur.literal(b"\"", "unterminated flag")?;
             if cur.rest.starts_with(b",") {
                 cur.literal(b",", "")?;
@@ -222,6 +223,8 @@ pub(crate) fn parse_line(line: &[u8]) -> Result<Parsed<'_>, &'static str> {
         epoch,
         time,
         kind,
+        session,
+        flags,
         body,
         canonical,
         mac,
@@ -324,20 +327,37 @@ impl<'a> Cursor<'a> {
         self.take(len, what)
     }
 
-    /// The contents of a JSON string whose opening quote was read; consumes
-    /// the closing quote.
+    /// The contents of a JSON string whose opening quote was read, in the
+    /// canonical form the writer produces (serde_json's escapes: `\"`, `\\`,
+    /// `\b`, `\f`, `\n`, `\r`, `\t` and `\u00xx` for other control
+    /// characters; UTF-8 otherwise), so that every line that parses decodes;
+    /// consumes the closing quote.
     fn json_string_body(&mut self) -> Result<&'a [u8], &'static str> {
         let mut idx = 0;
         loop {
             match self.rest.get(idx) {
                 None => return Err("unterminated session string"),
-                Some(b'\\') => idx += 2,
+                Some(b'\\') => {
+                    let escape = self.rest.get(idx + 1..).unwrap_or_default();
+                    idx += match escape {
+                        [b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't', ..] => 2,
+                        [b'u', b'0', b'0', b'0' | b'1', b, ..]
+                            if b.is_ascii_digit() || (b'a'..=b'f').contains(b) =>
+                        {
+                            6
+                        }
+                        _ => return Err("a non-canonical escape in the session"),
+                    };
+                }
                 Some(b'"') => break,
                 Some(b) if *b < 0x20 => return Err("raw control character in the session"),
                 Some(_) => idx += 1,
             }
         }
         let body = self.take(idx, "unterminated session string")?;
+        if std::str::from_utf8(body).is_err() {
+            return Err("the session is not UTF-8");
+        }
         self.literal(b"\"", "unterminated session string")?;
         Ok(body)
     }

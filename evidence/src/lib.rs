@@ -19,21 +19,40 @@
 //! `docs/journal.md`.
 //!
 //! Main types: [`JournalWriter`] (appends, group commit, [`JournalWriter::close`]),
-//! [`verify`] returning a [`Report`], [`JournalKey`], [`Entry`] and [`Body`],
-//! and [`Secret`], which has no `Serialize` so credential values cannot enter
-//! a record.
+//! [`Verifier`], the reader of verified records (an iterator of
+//! [`VerifiedEntry`], each handed out only after its MAC checked, ending in
+//! a [`Report`] and its [`JournalState`]), [`verify`] for a journal in
+//! memory, [`JournalKey`], [`Entry`], [`Kind`] and [`Body`], and [`Secret`],
+//! which has no `Serialize` so credential values cannot enter a record.
+//!
+//! **Invariant:** a record is only ever MAC-checked with its own epoch's
+//! key, a record is handed out only after it verified, and a journal
+//! without `journal_closed` never verifies as [`JournalState::Closed`].
+//!
+//! Write three records to a journal, close it, and read them back verified:
 //!
 //! ```
-//! use palisade_evidence::{Body, Entry, JournalKey, JournalWriter, Kind, Timestamp, Verdict, WriterOptions, verify};
-//! # let dir = tempfile::tempdir().unwrap();
+//! use palisade_evidence::{Body, Entry, JournalKey, JournalState, JournalWriter, Kind, Timestamp, Verifier, WriterOptions};
+//! # let dir = tempfile::tempdir()?;
 //! # let path = dir.path().join("run.jsonl");
 //! let key = JournalKey::generate()?;
 //! let writer = JournalWriter::create(&path, &key, &WriterOptions::default(), Timestamp(1_000))?;
-//! let body = Body::from_value(&serde_json::json!({"host": "example.org", "decision": "allow"}))?;
-//! writer.append(&Entry::new(Timestamp(1_005), "session-1", Kind::EgressConnection, body))?;
+//! for (i, host) in ["example.org", "example.com", "example.net"].into_iter().enumerate() {
+//!     let body = Body::from_value(&serde_json::json!({"host": host, "decision": "allow"}))?;
+//!     writer.append(&Entry::new(Timestamp(1_001 + i as u64), "session-1", Kind::EgressConnection, body))?;
+//! }
 //! let anchor = writer.close(Timestamp(1_010))?;
-//! let report = verify(&std::fs::read(&path)?, &key, Some(&anchor));
-//! assert_eq!(report.verdict(), Verdict::Closed);
+//!
+//! let mut verifier = Verifier::new(std::fs::File::open(&path)?, &key, Some(anchor));
+//! let mut hosts = Vec::new();
+//! for entry in verifier.by_ref() {
+//!     let entry = entry?;
+//!     if *entry.kind() == Kind::EgressConnection {
+//!         hosts.push(entry.body()["host"].as_str().unwrap_or_default().to_owned());
+//!     }
+//! }
+//! assert_eq!(verifier.finish().state(), JournalState::Closed);
+//! assert_eq!(hosts, ["example.org", "example.com", "example.net"]);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![forbid(unsafe_code)]
@@ -47,18 +66,21 @@ mod writer;
 pub use format::JournalId;
 pub use key::{EVOLVE_LABEL, JournalKey, KEY_LEN, KeyError, Secret};
 pub use record::{
-    Body, Entry, Flags, Kind, MAX_BODY_LEN, MAX_KIND_LEN, MAX_SESSION_LEN, RecordError, Timestamp,
+    Body, CustomKind, Entry, Flags, Kind, MAX_BODY_DEPTH, MAX_BODY_LEN, MAX_KIND_LEN,
+    MAX_SESSION_LEN, RecordError, Timestamp,
 };
 pub use verify::{
-    Anchor, AnchorError, Failure, FailureKind, MAX_LINE_LEN, Report, Verdict, VerifiedLines,
+    Anchor, AnchorError, Failure, FailureKind, JournalState, MAX_LINE_LEN, Report, VerifiedEntry,
     Verifier, verify, verify_reader,
 };
 pub use writer::{
     Durability, JournalError, JournalWriter, OpenReport, Receipt, SealPolicy, Ticket, WriterOptions,
 };
 
-/// Entry points for `cargo fuzz` (see `fuzz/fuzz_targets/`); not part of the
-/// API.
+/// Entry points for `cargo fuzz` (see `fuzz/fuzz_targets/`) and the tamper
+/// suite; not part of the public API; no semver guarantee (only with the
+/// `testing` feature or under `cfg(fuzzing)`).
+#[cfg(any(fuzzing, feature = "testing"))]
 #[doc(hidden)]
 pub mod __fuzz {
     use crate::{Anchor, JournalKey, verify};
@@ -123,5 +145,38 @@ pub mod __fuzz {
             }
         }
         out
+    }
+
+    /// The chain check fed in pieces, for the exhaustive tamper suite: a
+    /// snapshot (`Clone`) after every line of an intact journal, then the
+    /// damaged rest fed to it, costs one line per case instead of a whole
+    /// journal. Not part of the public API.
+    #[derive(Clone, Debug)]
+    pub struct Pieces(crate::verify::Replay);
+
+    impl Pieces {
+        /// A check expecting a journal from its first record.
+        #[must_use]
+        pub fn new(key: &JournalKey, anchor: Option<Anchor>) -> Self {
+            Self(crate::verify::Replay::new(key, anchor))
+        }
+
+        /// As [`crate::Verifier::set_classify`].
+        pub fn set_classify(&mut self, classify: bool) -> &mut Self {
+            self.0.set_classify(classify);
+            self
+        }
+
+        /// Checks every complete line of `bytes` (from a line boundary);
+        /// returns the bytes consumed, stopping at the first failure.
+        pub fn feed_lines(&mut self, bytes: &[u8]) -> usize {
+            self.0.feed_lines(bytes)
+        }
+
+        /// Ends the check; `tail` is what followed the last complete line.
+        #[must_use]
+        pub fn finish(self, tail: &[u8]) -> crate::Report {
+            self.0.finish(tail)
+        }
     }
 }

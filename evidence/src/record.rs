@@ -12,6 +12,10 @@ pub const MAX_KIND_LEN: usize = 64;
 pub const MAX_SESSION_LEN: usize = 256;
 /// Largest accepted canonical body, in bytes.
 pub const MAX_BODY_LEN: usize = 1 << 20;
+/// Deepest accepted nesting of arrays and objects in a body (the verifier
+/// checks every body is JSON under serde_json's limit of 127 levels; a body
+/// it could not check is never written).
+pub const MAX_BODY_DEPTH: usize = 100;
 
 /// What a record is about. The listed kinds are palisade's own; callers may
 /// add theirs with [`Kind::custom`].
@@ -47,16 +51,59 @@ pub enum Kind {
     RecoveredTornTail,
     /// Written by the journal: the clean end; also seals the last epoch.
     JournalClosed,
-    /// A caller's own kind.
-    Custom(String),
+    /// A caller's own kind, made by [`Kind::custom`] or [`Kind::parse`]
+    /// (a [`CustomKind`] cannot be built any other way, so it is always a
+    /// valid name and never one of the listed kinds).
+    Custom(CustomKind),
+}
+
+/// The name of a caller's own record kind: 1 to 64 bytes of `a-z`, `0-9`,
+/// `_`, `.`, `:` and `-`, other than the names of the listed kinds.
+///
+/// Only [`Kind::custom`] and [`Kind::parse`] make one, after checking the
+/// name, so an invalid or reserved name is refused where it is written, not
+/// later when the record is submitted:
+///
+/// ```
+/// use palisade_evidence::Kind;
+/// assert_eq!(Kind::custom("deploy.approved")?.as_str(), "deploy.approved");
+/// assert!(Kind::custom("Deploy Approved").is_err());
+/// # Ok::<(), palisade_evidence::RecordError>(())
+/// ```
+///
+/// and there is no way around the check:
+///
+/// ```compile_fail
+/// let kind = palisade_evidence::Kind::Custom("not\"checked".to_owned());
+/// ```
+///
+/// ```compile_fail
+/// let name = palisade_evidence::CustomKind("not\"checked".to_owned());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CustomKind(String);
+
+impl CustomKind {
+    /// The name.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for CustomKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 impl Kind {
-    /// A caller's own kind.
+    /// A caller's own kind. A name that is one of the listed kinds gives
+    /// that kind (`Kind::custom("taint_raised")` is [`Kind::TaintRaised`]).
     ///
     /// # Errors
     /// Fails when the name has a character outside `a-z0-9_.:-`, is empty or
-    /// longer than 64 bytes.
+    /// longer than 64 bytes ([`RecordError::InvalidKind`]).
     pub fn custom(name: &str) -> Result<Self, RecordError> {
         Self::parse(name)
     }
@@ -91,7 +138,7 @@ impl Kind {
             Self::EpochSealed => "epoch_sealed",
             Self::RecoveredTornTail => "recovered_torn_tail",
             Self::JournalClosed => "journal_closed",
-            Self::Custom(name) => name,
+            Self::Custom(name) => name.as_str(),
         }
     }
 
@@ -120,7 +167,7 @@ impl Kind {
             "epoch_sealed" => Self::EpochSealed,
             "recovered_torn_tail" => Self::RecoveredTornTail,
             "journal_closed" => Self::JournalClosed,
-            other => Self::Custom(other.to_owned()),
+            other => Self::Custom(CustomKind(other.to_owned())),
         }
     }
 }
@@ -233,7 +280,7 @@ impl Body {
     /// Fails when the canonical form exceeds 1 MiB.
     pub fn from_value(value: &Value) -> Result<Self, RecordError> {
         let mut out = String::new();
-        write_canonical(value, &mut out)?;
+        write_canonical(value, &mut out, MAX_BODY_DEPTH)?;
         if out.len() > MAX_BODY_LEN {
             return Err(RecordError::BodyTooLarge { len: out.len() });
         }
@@ -279,8 +326,9 @@ impl Timestamp {
 }
 
 /// What a caller appends; the journal adds `seq`, `epoch`, the journal id
-/// and the MAC.
+/// and the MAC. Made with [`Entry::new`] (and [`Entry::with_flags`]).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Entry {
     /// When it happened (the journal never reads a clock).
     pub time: Timestamp,
@@ -349,7 +397,13 @@ pub enum RecordError {
 }
 
 /// Writes `value` in canonical form.
-fn write_canonical(value: &Value, out: &mut String) -> Result<(), RecordError> {
+fn write_canonical(value: &Value, out: &mut String, depth: usize) -> Result<(), RecordError> {
+    if matches!(value, Value::Object(_) | Value::Array(_)) && depth == 0 {
+        return Err(RecordError::Body(format!(
+            "the body nests arrays and objects deeper than {MAX_BODY_DEPTH} levels"
+        )));
+    }
+    let inner = depth.saturating_sub(1);
     match value {
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
@@ -361,7 +415,7 @@ fn write_canonical(value: &Value, out: &mut String) -> Result<(), RecordError> {
                 }
                 push_json_string(key, out)?;
                 out.push(':');
-                write_canonical(val, out)?;
+                write_canonical(val, out, inner)?;
             }
             out.push('}');
         }
@@ -371,7 +425,7 @@ fn write_canonical(value: &Value, out: &mut String) -> Result<(), RecordError> {
                 if idx > 0 {
                     out.push(',');
                 }
-                write_canonical(item, out)?;
+                write_canonical(item, out, inner)?;
             }
             out.push(']');
         }
@@ -435,6 +489,21 @@ mod tests {
         );
         assert_eq!(Flags::from_name("flagged"), Some(Flags::FLAGGED));
         assert_eq!(Flags::from_name("nope"), None);
+    }
+
+    #[test]
+    fn a_body_nested_deeper_than_the_verifier_checks_is_refused() {
+        let nest = |levels: usize| {
+            let mut v = Value::Null;
+            for _ in 0..levels {
+                v = Value::Array(vec![v]);
+            }
+            v
+        };
+        assert!(Body::from_value(&nest(MAX_BODY_DEPTH)).is_ok());
+        let err = Body::from_value(&nest(MAX_BODY_DEPTH + 1)).unwrap_err();
+        assert!(err.to_string().contains("deeper than 100"), "{err}");
+        assert!(Body::from_value(&nest(1_000)).is_err());
     }
 
     #[test]

@@ -5,15 +5,22 @@
 //! its header fields and the canonical part (see `format`), MACs the
 //! canonical bytes, and never re-serializes. It never panics and allocates
 //! nothing per record, so its memory is bounded by the caller's input.
+//!
+//! There is one chain check, [`Replay`]; [`verify`] runs it over bytes in
+//! memory, [`Verifier`] over a reader, handing out each record (as a line or
+//! as a [`VerifiedEntry`]) only once it has verified, and the writer runs it
+//! when it reopens a journal.
 
 use std::fmt;
 use std::io::Read;
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use subtle::ConstantTimeEq;
 
 use crate::format::{self, JournalId, MacBytes, Parsed};
 use crate::key::{JournalKey, MacState};
+use crate::record::{Flags, Kind, Timestamp};
 
 /// How far past its own epoch a failing record's MAC is tried, to tell a
 /// record sealed with a later epoch's key (`epoch_key_mismatch`) from plain
@@ -30,7 +37,7 @@ const READ_CHUNK: usize = 1 << 20;
 /// chunks, holding at most one line beyond the chunk in memory. The report
 /// is the one [`verify`] gives for the same bytes, except that telling
 /// `reordered` from `seq_gap` only looks ahead within the bytes already
-/// read. It is [`VerifiedLines`] read to the end.
+/// read. It is [`Verifier`] read to the end.
 ///
 /// # Errors
 /// Only the reader's errors; every problem with the journal is in the
@@ -40,20 +47,146 @@ pub fn verify_reader<R: Read>(
     key: &JournalKey,
     anchor: Option<&Anchor>,
 ) -> std::io::Result<Report> {
-    let mut lines = VerifiedLines::new(reader, key, anchor.cloned());
-    while lines.next_line()?.is_some() {}
-    Ok(lines.finish())
+    let mut verifier = Verifier::new(reader, key, anchor.cloned());
+    while verifier.next_line()?.is_some() {}
+    Ok(verifier.finish())
 }
 
-/// A journal verified as it is read: [`VerifiedLines::next_line`] yields
-/// each record line only after it has verified, and stops at the first
-/// failure, so a caller that summarises the journal reads exactly what
-/// [`verify_reader`] verified, with no second parser. Memory is bounded by
-/// one read chunk (1 MiB) plus one line of at most [`MAX_LINE_LEN`] bytes,
-/// whatever the journal's size; nothing is allocated per record.
-pub struct VerifiedLines<R> {
+/// One record the verifier has checked: its MAC matched under its own
+/// epoch's key, it follows the record before it in the chain, and it passed
+/// every structural check up to it.
+///
+/// Only a [`Verifier`] makes one, from the very bytes it MAC-checked (the
+/// fields are read from the in-memory line after its MAC matched, never
+/// from the file again), so a `VerifiedEntry` cannot be forged or built
+/// from unverified text. It proves the record is authentic and in order,
+/// not that the journal is complete: that is the [`JournalState`] of
+/// [`Verifier::finish`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct VerifiedEntry {
+    seq: u64,
+    epoch: u64,
+    time: Timestamp,
+    kind: Kind,
+    session: String,
+    flags: Flags,
+    body: Value,
+    line: Vec<u8>,
+}
+
+impl VerifiedEntry {
+    /// The record's sequence number (0 is `journal_opened`).
+    #[must_use]
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// The epoch whose key sealed it.
+    #[must_use]
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The time the writer's caller gave it.
+    #[must_use]
+    pub fn time(&self) -> Timestamp {
+        self.time
+    }
+
+    /// What it is about.
+    #[must_use]
+    pub fn kind(&self) -> &Kind {
+        &self.kind
+    }
+
+    /// The session it belongs to.
+    #[must_use]
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+
+    /// Its flags.
+    #[must_use]
+    pub fn flags(&self) -> Flags {
+        self.flags
+    }
+
+    /// Its body.
+    #[must_use]
+    pub fn body(&self) -> &Value {
+        &self.body
+    }
+
+    /// The exact line that verified, without its newline.
+    #[must_use]
+    pub fn line(&self) -> &[u8] {
+        &self.line
+    }
+
+    /// Reads the fields of a line whose MAC has just been checked.
+    fn from_verified_line(line: &[u8]) -> Option<Self> {
+        let rec = format::parse_line(line).ok()?;
+        let kind = Kind::from_valid(std::str::from_utf8(rec.kind).ok()?);
+        let mut quoted = Vec::with_capacity(rec.session.len() + 2);
+        quoted.push(b'"');
+        quoted.extend_from_slice(rec.session);
+        quoted.push(b'"');
+        let session: String = serde_json::from_slice(&quoted).ok()?;
+        let body: Value = serde_json::from_slice(rec.body).ok()?;
+        Some(Self {
+            seq: rec.seq,
+            epoch: rec.epoch,
+            time: Timestamp(rec.time),
+            kind,
+            session,
+            flags: rec.flags,
+            body,
+            line: line.to_vec(),
+        })
+    }
+}
+
+/// A journal verified as it is read, the reader of verified records.
+///
+/// [`Verifier::next_entry`] (or the [`Iterator`] impl) hands out each record
+/// as a [`VerifiedEntry`] only after it has verified, and stops at the first
+/// failure, so a caller that rebuilds state or summarises the journal reads
+/// exactly what was verified, with no second parser and no second read of
+/// the file (no time-of-check/time-of-use gap); [`Verifier::next_line`] is
+/// the same without the decoding. Once the records run out,
+/// [`Verifier::finish`] gives the [`Report`] and its [`JournalState`]: the
+/// entries prove each record authentic and in order, the state whether the
+/// journal is complete.
+///
+/// Memory is bounded by one read chunk (1 MiB) plus one line of at most
+/// [`MAX_LINE_LEN`] bytes, whatever the journal's size; the only allocation
+/// per record is the entry handed out, which the caller owns.
+///
+/// ```
+/// use palisade_evidence::{Body, Entry, JournalKey, JournalState, JournalWriter, Kind, Timestamp, Verifier, WriterOptions};
+/// # let dir = tempfile::tempdir()?;
+/// # let path = dir.path().join("run.jsonl");
+/// let key = JournalKey::generate()?;
+/// let writer = JournalWriter::create(&path, &key, &WriterOptions::default(), Timestamp(1_000))?;
+/// let body = Body::from_value(&serde_json::json!({"n": 1}))?;
+/// writer.append(&Entry::new(Timestamp(1_001), "s", Kind::custom("my.kind")?, body))?;
+/// writer.close(Timestamp(1_002))?;
+///
+/// let mut verifier = Verifier::new(std::fs::File::open(&path)?, &key, None);
+/// let mut mine = Vec::new();
+/// for entry in verifier.by_ref() {
+///     let entry = entry?;
+///     if entry.kind().as_str() == "my.kind" {
+///         mine.push(entry.body().clone());
+///     }
+/// }
+/// assert_eq!(verifier.finish().state(), JournalState::Closed);
+/// assert_eq!(mine, [serde_json::json!({"n": 1})]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Verifier<R> {
     reader: R,
-    verifier: Verifier,
+    replay: Replay,
     buf: Vec<u8>,
     /// Where the unconsumed bytes of `buf` start.
     start: usize,
@@ -62,23 +195,23 @@ pub struct VerifiedLines<R> {
     eof: bool,
 }
 
-impl<R> fmt::Debug for VerifiedLines<R> {
+impl<R> fmt::Debug for Verifier<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("VerifiedLines")
-            .field("verifier", &self.verifier)
+        f.debug_struct("Verifier")
+            .field("replay", &self.replay)
             .field("eof", &self.eof)
             .finish_non_exhaustive()
     }
 }
 
-impl<R: Read> VerifiedLines<R> {
+impl<R: Read> Verifier<R> {
     /// Verifies the journal `reader` yields from its first record; `key`
     /// must be the initial key (see [`verify`]).
     #[must_use]
     pub fn new(reader: R, key: &JournalKey, anchor: Option<Anchor>) -> Self {
         Self {
             reader,
-            verifier: Verifier::new(key, anchor),
+            replay: Replay::new(key, anchor),
             buf: Vec::new(),
             start: 0,
             chunk: vec![0u8; READ_CHUNK],
@@ -86,27 +219,65 @@ impl<R: Read> VerifiedLines<R> {
         }
     }
 
+    /// Whether a failure is classified precisely (the default). Precise
+    /// classification costs extra work once, on the failure path: up to 64
+    /// later epoch keys are derived to recognise a record re-sealed with a
+    /// later key (`epoch_key_mismatch` rather than `mac_mismatch`), and the
+    /// bytes already read are scanned to tell `reordered` from `seq_gap`.
+    /// Detection is unaffected when it is off; only the kind gets coarser.
+    pub fn set_classify(&mut self, classify: bool) -> &mut Self {
+        self.replay.set_classify(classify);
+        self
+    }
+
+    /// The next verified record, decoded, or `None` at the end of the input
+    /// or at the first failure; then call [`Verifier::finish`] for the
+    /// state.
+    ///
+    /// # Errors
+    /// Only the reader's errors.
+    pub fn next_entry(&mut self) -> std::io::Result<Option<VerifiedEntry>> {
+        let Some(line) = self.next_line()? else {
+            return Ok(None);
+        };
+        match VerifiedEntry::from_verified_line(line) {
+            Some(entry) => Ok(Some(entry)),
+            None => {
+                // The chain checks the body is JSON and the session canonical,
+                // and the writer nests bodies at most `MAX_BODY_DEPTH` deep; only
+                // the key's holder can seal a body nested too deep to decode.
+                // Fail closed rather than hand out less.
+                let msg = format!(
+                    "record seq {} verified but could not be decoded",
+                    self.replay.st.next_seq.saturating_sub(1)
+                );
+                self.replay.fail(FailureKind::Malformed, msg);
+                Ok(None)
+            }
+        }
+    }
+
     /// The next verified record line (without its newline), or `None` at
     /// the end of the input or at the first failure; then call
-    /// [`VerifiedLines::finish`] for the verdict.
+    /// [`Verifier::finish`] for the state.
     ///
     /// # Errors
     /// Only the reader's errors.
     pub fn next_line(&mut self) -> std::io::Result<Option<&[u8]>> {
         loop {
-            if self.verifier.report.failure.is_some() {
+            if self.replay.report.failure.is_some() {
                 return Ok(None);
             }
             let rest = self.buf.get(self.start..).unwrap_or_default();
             if let Some(nl) = memchr::memchr(b'\n', rest) {
                 let line = rest.get(..nl).unwrap_or_default();
                 let after = rest.get(nl + 1..).unwrap_or_default();
-                self.verifier.line(line, after);
-                if self.verifier.report.failure.is_some() {
+                self.replay.line(line, after);
+                if self.replay.report.failure.is_some() {
                     return Ok(None);
                 }
-                self.verifier.st.offset += (nl + 1) as u64;
-                self.verifier.st.line += 1;
+                self.replay.st.offset += (nl + 1) as u64;
+                self.replay.st.line += 1;
                 let from = self.start;
                 self.start += nl + 1;
                 return Ok(self.buf.get(from..from + nl));
@@ -114,9 +285,9 @@ impl<R: Read> VerifiedLines<R> {
             if rest.len() > MAX_LINE_LEN {
                 let msg = format!(
                     "line {} is longer than {MAX_LINE_LEN} bytes",
-                    self.verifier.st.line
+                    self.replay.st.line
                 );
-                self.verifier.fail(FailureKind::Malformed, msg);
+                self.replay.fail(FailureKind::Malformed, msg);
                 return Ok(None);
             }
             if self.eof {
@@ -137,17 +308,37 @@ impl<R: Read> VerifiedLines<R> {
         }
     }
 
-    /// Ends verification and reports. Call it once
-    /// [`VerifiedLines::next_line`] returned `None`: called earlier, it
-    /// reads nothing more and judges the journal as if it ended there.
+    /// Ends verification and reports. Call it once the records ran out
+    /// ([`Verifier::next_entry`] or [`Verifier::next_line`] returned
+    /// `None`): called earlier, it reads nothing more and judges the journal
+    /// as if it ended there.
     #[must_use]
     pub fn finish(self) -> Report {
-        let tail = if self.verifier.report.failure.is_some() {
+        let tail = if self.replay.report.failure.is_some() {
             &[][..]
         } else {
             self.buf.get(self.start..).unwrap_or_default()
         };
-        self.verifier.finish(tail)
+        self.replay.finish(tail)
+    }
+}
+
+impl<R: Read> Iterator for Verifier<R> {
+    type Item = std::io::Result<VerifiedEntry>;
+
+    /// As [`Verifier::next_entry`]; a read error ends the iteration after
+    /// it is yielded.
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.next_entry() {
+            Ok(Some(entry)) => Some(Ok(entry)),
+            Ok(None) => None,
+            Err(err) => {
+                self.eof = true;
+                let msg = format!("the journal could not be read: {err}");
+                self.replay.fail(FailureKind::Malformed, msg);
+                Some(Err(err))
+            }
+        }
     }
 }
 
@@ -157,7 +348,7 @@ impl<R: Read> VerifiedLines<R> {
 /// journal must reach the anchored record and carry the anchored MAC there.
 #[must_use]
 pub fn verify(bytes: &[u8], key: &JournalKey, anchor: Option<&Anchor>) -> Report {
-    let mut verifier = Verifier::new(key, anchor.cloned());
+    let mut verifier = Replay::new(key, anchor.cloned());
     let used = verifier.feed_lines(bytes);
     verifier.finish(bytes.get(used..).unwrap_or_default())
 }
@@ -291,6 +482,7 @@ impl fmt::Display for FailureKind {
 
 /// The first failure found.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Failure {
     /// What failed.
     pub kind: FailureKind,
@@ -305,9 +497,9 @@ pub struct Failure {
     pub message: String,
 }
 
-/// The verdict of a verification.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
+/// The state a verification leaves a journal in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum JournalState {
     /// Every record verifies and the journal ends with `journal_closed`.
     Closed,
     /// Every record verifies but there is no `journal_closed`: the journal is
@@ -319,6 +511,7 @@ pub enum Verdict {
 
 /// What verification found.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Report {
     /// The journal's id (from its first record), if any line parsed.
     pub journal: Option<JournalId>,
@@ -343,15 +536,16 @@ pub struct Report {
 }
 
 impl Report {
-    /// The verdict: `Invalid` on any failure, else `Closed` or `Open`.
+    /// The journal's state: `Invalid` on any failure, else `Closed` or
+    /// `Open`.
     #[must_use]
-    pub fn verdict(&self) -> Verdict {
+    pub fn state(&self) -> JournalState {
         if self.failure.is_some() {
-            Verdict::Invalid
+            JournalState::Invalid
         } else if self.closed {
-            Verdict::Closed
+            JournalState::Closed
         } else {
-            Verdict::Open
+            JournalState::Open
         }
     }
 
@@ -383,20 +577,20 @@ pub(crate) struct SealBody {
     pub(crate) records: u64,
 }
 
-/// A resumable, streaming verifier. [`verify`] is the usual entry point;
-/// this type serves callers that verify a journal in pieces (feed whole
-/// lines, then [`Verifier::finish`] with the remainder).
+/// The chain check itself, resumable: feed whole lines, then
+/// [`Replay::finish`] with the remainder. [`verify`], [`Verifier`] and the
+/// writer's reopening all run it; there is no other.
 #[derive(Clone)]
-pub struct Verifier {
+pub(crate) struct Replay {
     pub(crate) st: ChainState,
     anchor: Option<Anchor>,
-    report: Report,
+    pub(crate) report: Report,
     classify: bool,
 }
 
-impl fmt::Debug for Verifier {
+impl fmt::Debug for Replay {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Verifier")
+        f.debug_struct("Replay")
             .field("next_seq", &self.st.next_seq)
             .field("epoch", &self.st.epoch)
             .finish_non_exhaustive()
@@ -425,10 +619,10 @@ pub(crate) struct ChainState {
     pub(crate) line: u64,
 }
 
-impl Verifier {
+impl Replay {
     /// A verifier expecting a journal from its first record.
     #[must_use]
-    pub fn new(key: &JournalKey, anchor: Option<Anchor>) -> Self {
+    pub(crate) fn new(key: &JournalKey, anchor: Option<Anchor>) -> Self {
         let mut verifier = Self::with_trust(key, anchor, 0);
         if key.epoch() != 0 {
             verifier.fail(
@@ -491,15 +685,15 @@ impl Verifier {
     /// Turn it off when verifying very many candidate journals (fuzzing,
     /// exhaustive tamper tests); detection is unaffected, only the reported
     /// kind gets coarser.
-    pub fn set_classify(&mut self, classify: bool) -> &mut Self {
+    pub(crate) fn set_classify(&mut self, classify: bool) -> &mut Self {
         self.classify = classify;
         self
     }
 
     /// Verifies every complete line of `bytes` (which must start at a line
     /// boundary) and returns how many bytes were consumed; it stops at the
-    /// first failure. Pass the rest to [`Verifier::finish`].
-    pub fn feed_lines(&mut self, bytes: &[u8]) -> usize {
+    /// first failure. Pass the rest to [`Replay::finish`].
+    pub(crate) fn feed_lines(&mut self, bytes: &[u8]) -> usize {
         let mut used = 0;
         while self.report.failure.is_none() {
             let rest = bytes.get(used..).unwrap_or_default();
@@ -549,7 +743,7 @@ impl Verifier {
 
     /// Ends verification; `tail` is whatever followed the last complete line.
     #[must_use]
-    pub fn finish(mut self, tail: &[u8]) -> Report {
+    pub(crate) fn finish(mut self, tail: &[u8]) -> Report {
         if self.report.failure.is_none() {
             if tail.len() > MAX_LINE_LEN {
                 // Too long to be a line cut short by a crash: the same
@@ -592,7 +786,7 @@ impl Verifier {
         &self.report
     }
 
-    fn fail(&mut self, kind: FailureKind, message: String) {
+    pub(crate) fn fail(&mut self, kind: FailureKind, message: String) {
         if self.report.failure.is_none() {
             self.report.failure = Some(Failure {
                 kind,
@@ -606,7 +800,7 @@ impl Verifier {
 
     /// Verifies one line; `after` is the rest of the input (used only to
     /// classify a failure).
-    fn line(&mut self, line: &[u8], after: &[u8]) {
+    pub(crate) fn line(&mut self, line: &[u8], after: &[u8]) {
         let expected = self.st.next_seq;
         if line.len() > MAX_LINE_LEN {
             let msg = format!("line {} is longer than {MAX_LINE_LEN} bytes", self.st.line);
@@ -734,6 +928,15 @@ impl Verifier {
                 rec.time, self.st.last_time
             );
             return self.fail(FailureKind::TimeRegression, msg);
+        }
+        // The writer only seals canonical JSON bodies; a body that is not
+        // JSON could only come from the key's holder, and is refused here so
+        // that every verified record can be handed out decoded.
+        if serde_json::from_slice::<serde::de::IgnoredAny>(rec.body).is_err() {
+            return self.fail(
+                FailureKind::Malformed,
+                format!("the body of record seq {seq} is not JSON"),
+            );
         }
         let kind = rec.kind;
         if seq == 0 {

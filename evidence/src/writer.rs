@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 use crate::format::{self, Fields, JournalId, MacBytes};
 use crate::key::{JournalKey, KeyError, MacState};
 use crate::record::{Body, Entry, Flags, Kind, MAX_SESSION_LEN, RecordError, Timestamp};
-use crate::verify::{Anchor, Failure, OpenedBody, SealBody, Verifier};
+use crate::verify::{Anchor, Failure, OpenedBody, Replay, SealBody};
 
 /// Most empty epochs sealed in one go before the writer refuses (a clock
 /// jump of years with short epochs).
@@ -31,7 +31,10 @@ const UNSYNCED_BUFFER: usize = 1 << 20;
 
 /// When epochs end. Fixed when the journal is created (it is written into
 /// the `journal_opened` record) and enforced by the verifier.
+///
+/// Made with [`SealPolicy::default`] or [`SealPolicy::new`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SealPolicy {
     /// Seal after this many records in the epoch.
     pub every_records: Option<NonZeroU64>,
@@ -39,6 +42,19 @@ pub struct SealPolicy {
     /// (checked at each append, at [`JournalWriter::tick`] and at close;
     /// elapsed empty epochs are sealed too).
     pub every_millis: Option<NonZeroU64>,
+}
+
+impl SealPolicy {
+    /// Seal after `every_records` records in an epoch and/or when
+    /// `every_millis` milliseconds have passed since it began (`None`: no
+    /// such limit).
+    #[must_use]
+    pub const fn new(every_records: Option<NonZeroU64>, every_millis: Option<NonZeroU64>) -> Self {
+        Self {
+            every_records,
+            every_millis,
+        }
+    }
 }
 
 impl Default for SealPolicy {
@@ -82,8 +98,18 @@ impl Default for Durability {
     }
 }
 
-/// How a writer behaves.
+/// How a writer behaves: [`WriterOptions::default`] (synced group commit,
+/// the default seal policy), adjusted with the `with_` methods.
+///
+/// ```
+/// use palisade_evidence::{Durability, SealPolicy, WriterOptions};
+/// let options = WriterOptions::default()
+///     .with_durability(Durability::Unsynced)
+///     .with_seal(SealPolicy::new(std::num::NonZeroU64::new(100), None));
+/// assert_eq!(options.durability, Durability::Unsynced);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WriterOptions {
     /// When appends are acknowledged.
     pub durability: Durability,
@@ -91,8 +117,25 @@ pub struct WriterOptions {
     pub seal: SealPolicy,
 }
 
+impl WriterOptions {
+    /// The same options with `durability`.
+    #[must_use]
+    pub const fn with_durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// The same options with the seal policy `seal`.
+    #[must_use]
+    pub const fn with_seal(mut self, seal: SealPolicy) -> Self {
+        self.seal = seal;
+        self
+    }
+}
+
 /// An acknowledged append.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Receipt {
     /// The record's sequence number.
     pub seq: u64,
@@ -102,6 +145,7 @@ pub struct Receipt {
 
 /// What [`JournalWriter::open`] found and did.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OpenReport {
     /// Records already in the journal (after recovery).
     pub records: u64,
@@ -370,7 +414,7 @@ impl JournalWriter {
             );
             return Err(io_err("open", path, source));
         }
-        let mut verifier = Verifier::for_writer(key);
+        let mut verifier = Replay::for_writer(key);
         let tail = verifier
             .feed_reader(&mut file)
             .map_err(|source| io_err("read", path, source))?;
@@ -500,9 +544,10 @@ impl JournalWriter {
     /// As [`JournalWriter::append`], except that write failures surface in
     /// [`Ticket::wait`].
     pub fn submit(&self, entry: &Entry) -> Result<Ticket, JournalError> {
-        // `Kind::Custom` can be built directly, so check the name itself:
-        // it is written unescaped, and a custom kind spelled like one of the
-        // journal's own would forge a seal or an end marker.
+        // Only the journal writes its own kinds (a caller could pass
+        // `Kind::JournalClosed` to forge an end marker). A custom kind is
+        // valid by construction; its name is checked again all the same,
+        // as it is written unescaped.
         let name = entry.kind.as_str();
         if !crate::record::is_valid_kind(name.as_bytes()) {
             return Err(RecordError::InvalidKind {

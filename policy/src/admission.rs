@@ -1,7 +1,7 @@
 //! Trigger admission: does an incoming event start a trigger's run?
 //!
-//! [`admit`] is total: it returns [`Decision::Admitted`] with the prompt text,
-//! or [`Decision::Rejected`] with a stable code and a reason. The per-provider
+//! [`admit`] is total: it returns [`Admission::Admitted`] with the prompt text,
+//! or [`Admission::Rejected`] with a stable code and a reason. The per-provider
 //! semantics follow the Hub (spec §1.5):
 //!
 //! - Slack: `filters` must be present; the bot must be mentioned and the
@@ -33,8 +33,13 @@ use unicode_normalization::UnicodeNormalization as _;
 pub use palisade_schema::model::Filters;
 
 /// An incoming event, as the caller parsed it from a verified webhook or a manual run.
+///
+/// Start from [`TriggerEvent::default`] (no actor, empty text) and set the
+/// fields the event has; the struct may gain fields, so it cannot be
+/// written as a literal outside this crate.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Event {
+#[non_exhaustive]
+pub struct TriggerEvent {
     /// The event name, e.g. `slack.mention`, `github.issue_comment`, `manual.run`.
     pub name: String,
     /// The actor id (Slack/Discord user id; the manual-run actor).
@@ -69,6 +74,7 @@ pub struct Event {
 
 /// Why an event was not admitted.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Rejection {
     /// Stable code, e.g. `actor_forbidden`.
     pub code: &'static str,
@@ -78,7 +84,7 @@ pub struct Rejection {
 
 /// The admission decision.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decision {
+pub enum Admission {
     /// The trigger runs; `prompt` is the text after the mention (Slack/Discord)
     /// or the whole text.
     Admitted {
@@ -89,7 +95,7 @@ pub enum Decision {
     Rejected(Rejection),
 }
 
-impl Decision {
+impl Admission {
     /// Whether the event was admitted.
     pub fn is_admitted(&self) -> bool {
         matches!(self, Self::Admitted { .. })
@@ -105,10 +111,10 @@ enum Source {
 }
 
 /// Decides whether `event` starts the trigger `on` with `filters`.
-pub fn admit(on: &str, filters: Option<&Filters>, event: &Event) -> Decision {
+pub fn admit(on: &str, filters: Option<&Filters>, event: &TriggerEvent) -> Admission {
     match admit_inner(on, filters, event) {
-        Ok(prompt) => Decision::Admitted { prompt },
-        Err(r) => Decision::Rejected(r),
+        Ok(prompt) => Admission::Admitted { prompt },
+        Err(r) => Admission::Rejected(r),
     }
 }
 
@@ -119,7 +125,11 @@ fn reject(code: &'static str, message: impl Into<String>) -> Rejection {
     }
 }
 
-fn admit_inner(on: &str, filters: Option<&Filters>, event: &Event) -> Result<String, Rejection> {
+fn admit_inner(
+    on: &str,
+    filters: Option<&Filters>,
+    event: &TriggerEvent,
+) -> Result<String, Rejection> {
     if event.name != on {
         return Err(reject(
             "event_mismatch",
@@ -360,8 +370,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn slack_event(text: &str) -> Event {
-        Event {
+    fn slack_event(text: &str) -> TriggerEvent {
+        TriggerEvent {
             name: "slack.mention".into(),
             actor_id: Some("U01234567".into()),
             actor_name: Some("ana".into()),
@@ -369,7 +379,7 @@ mod tests {
             channel: Some("C01234567".into()),
             text: text.into(),
             bot_mentions: vec!["<@UBOT>".into()],
-            ..Event::default()
+            ..TriggerEvent::default()
         }
     }
 
@@ -383,10 +393,10 @@ mod tests {
         }
     }
 
-    fn code(d: &Decision) -> &'static str {
+    fn code(d: &Admission) -> &'static str {
         match d {
-            Decision::Admitted { .. } => "admitted",
-            Decision::Rejected(r) => r.code,
+            Admission::Admitted { .. } => "admitted",
+            Admission::Rejected(r) => r.code,
         }
     }
 
@@ -400,7 +410,7 @@ mod tests {
         );
         assert_eq!(
             ok,
-            Decision::Admitted {
+            Admission::Admitted {
                 prompt: "fix the build".into()
             }
         );
@@ -506,20 +516,20 @@ mod tests {
             v.contains = Some("@bot".into());
             v
         };
-        let e = Event {
+        let e = TriggerEvent {
             name: "github.issue_comment".into(),
             actor_name: Some("octo".into()),
             repository: Some("org/repo".into()),
             text: "hey @bot please look".into(),
-            ..Event::default()
+            ..TriggerEvent::default()
         };
         assert_eq!(
             admit("github.issue_comment", Some(&f), &e),
-            Decision::Admitted {
+            Admission::Admitted {
                 prompt: e.text.clone()
             }
         );
-        let other = Event {
+        let other = TriggerEvent {
             repository: Some("org/other".into()),
             ..e.clone()
         };
@@ -527,7 +537,7 @@ mod tests {
             code(&admit("github.issue_comment", Some(&f), &other)),
             "repo_mismatch"
         );
-        let quiet = Event {
+        let quiet = TriggerEvent {
             text: "hey there".into(),
             ..e.clone()
         };
@@ -536,7 +546,7 @@ mod tests {
             "contains_mismatch"
         );
         // A GitHub user id is not a login: ids do not match from_users.
-        let by_id = Event {
+        let by_id = TriggerEvent {
             actor_name: Some("x".into()),
             actor_id: Some("octo".into()),
             ..e.clone()
@@ -552,13 +562,13 @@ mod tests {
             v.from_users = Some(vec!["octo".into()]);
             v
         };
-        let labelled = Event {
+        let labelled = TriggerEvent {
             name: "github.issue_label_added".into(),
             label: Some("Cafe\u{301}".into()),
             ..e.clone()
         };
         assert!(admit("github.issue_label_added", Some(&lf), &labelled).is_admitted());
-        let plain = Event {
+        let plain = TriggerEvent {
             label: Some("cafe".into()),
             ..labelled.clone()
         };
@@ -572,7 +582,7 @@ mod tests {
             v.from_users = Some(vec!["octo".into()]);
             v
         };
-        let some = Event {
+        let some = TriggerEvent {
             labels: vec!["a".into()],
             ..labelled.clone()
         };
@@ -580,7 +590,7 @@ mod tests {
             code(&admit("github.issue_label_added", Some(&lsf), &some)),
             "labels_missing"
         );
-        let all = Event {
+        let all = TriggerEvent {
             labels: vec!["b".into(), "a".into()],
             ..labelled
         };
@@ -595,19 +605,19 @@ mod tests {
             v.inputs = Some(vec![("env".into(), json!("prod"))]);
             v
         };
-        let e = Event {
+        let e = TriggerEvent {
             name: "manual.run".into(),
             actor_id: Some("automation".into()),
             text: "go".into(),
             inputs: vec![("env".into(), json!("prod"))],
-            ..Event::default()
+            ..TriggerEvent::default()
         };
         assert!(admit("manual.run", Some(&f), &e).is_admitted());
-        let stranger = Event {
+        let stranger = TriggerEvent {
             actor_id: Some("eve".into()),
             ..e.clone()
         };
-        let Decision::Rejected(r) = admit("manual.run", Some(&f), &stranger) else {
+        let Admission::Rejected(r) = admit("manual.run", Some(&f), &stranger) else {
             panic!()
         };
         assert_eq!(
@@ -615,7 +625,7 @@ mod tests {
             ("actor_forbidden", "manual run rejected: actor_forbidden")
         );
         assert_eq!(code(&admit("manual.run", None, &e)), "actor_forbidden");
-        let staging = Event {
+        let staging = TriggerEvent {
             inputs: vec![("env".into(), json!("staging"))],
             ..e.clone()
         };
@@ -634,7 +644,7 @@ mod tests {
             v.from_users = Some(vec!["ana".into()]);
             v
         };
-        let e = Event {
+        let e = TriggerEvent {
             name: "discord.mention".into(),
             actor_id: Some("42".into()),
             actor_name: Some("ana".into()),
@@ -643,11 +653,11 @@ mod tests {
             parent_channel: Some("C1".into()),
             text: "<@&ROLE> hello".into(),
             bot_mentions: vec!["<@1>".into(), "<@&ROLE>".into()],
-            ..Event::default()
+            ..TriggerEvent::default()
         };
         assert_eq!(
             admit("discord.mention", Some(&f), &e),
-            Decision::Admitted {
+            Admission::Admitted {
                 prompt: "hello".into()
             }
         );
@@ -677,12 +687,12 @@ mod tests {
             v.from_users = Some(vec!["octo".into()]);
             v
         };
-        let gh_e = Event {
+        let gh_e = TriggerEvent {
             name: "github.issue_comment".into(),
             actor_name: Some("octo".into()),
             repository: Some("o/r".into()),
             text: "hello".into(),
-            ..Event::default()
+            ..TriggerEvent::default()
         };
         assert!(admit("github.issue_comment", Some(&gh_f), &gh_e).is_admitted());
         let f = |g: &dyn Fn(&mut Filters)| {
@@ -690,7 +700,7 @@ mod tests {
             g(&mut x);
             x
         };
-        let e = |g: &dyn Fn(&mut Event)| {
+        let e = |g: &dyn Fn(&mut TriggerEvent)| {
             let mut x = base_e.clone();
             g(&mut x);
             x
@@ -700,12 +710,12 @@ mod tests {
             g(&mut x);
             x
         };
-        let ghe = |g: &dyn Fn(&mut Event)| {
+        let ghe = |g: &dyn Fn(&mut TriggerEvent)| {
             let mut x = gh_e.clone();
             g(&mut x);
             x
         };
-        let cases: Vec<(&str, Option<Filters>, Event, &str, &str)> = vec![
+        let cases: Vec<(&str, Option<Filters>, TriggerEvent, &str, &str)> = vec![
             (
                 "slack.mention",
                 Some(base_f.clone()),
@@ -844,17 +854,17 @@ mod tests {
             (
                 "manual.run",
                 Some(gh_f.clone()),
-                Event {
+                TriggerEvent {
                     name: "manual.run".into(),
                     actor_id: Some("eve".into()),
-                    ..Event::default()
+                    ..TriggerEvent::default()
                 },
                 "actor_forbidden",
                 "manual run rejected: actor_forbidden",
             ),
         ];
         for (on, filters, event, want_code, want_message) in cases {
-            let Decision::Rejected(r) = admit(on, filters.as_ref(), &event) else {
+            let Admission::Rejected(r) = admit(on, filters.as_ref(), &event) else {
                 panic!("{want_code}: admitted")
             };
             assert_eq!((r.code, r.message.as_str()), (want_code, want_message));

@@ -94,6 +94,7 @@ impl ToolPolicy {
 
 /// A declaration that became a tool.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Materialized {
     /// The declaration (the first one of its type).
     pub decl: OutputDecl,
@@ -103,6 +104,7 @@ pub struct Materialized {
 
 /// A tool as the execution's MCP server lists it.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct ToolDefinition {
     /// Tool name.
     pub name: String,
@@ -121,6 +123,7 @@ impl ToolDefinition {
 
 /// The result of [`derive()`].
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Derived {
     /// The exact tool policy.
     pub policy: ToolPolicy,

@@ -29,13 +29,31 @@ pub struct StepInput<'a> {
     pub output_schema: Option<&'a Value>,
 }
 
-/// Dispatcher settings.
+/// Dispatcher settings: [`GrantConfig::default`], adjusted with the `with_`
+/// methods.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct GrantConfig {
     /// OpenCode rule ordering (default grants first).
     pub opencode_ordering: OpenCodeOrdering,
     /// The URL of the injected `hub` MCP server, shown in Codex options.
     pub hub_url: String,
+}
+
+impl GrantConfig {
+    /// The same settings with the OpenCode rule ordering `ordering`.
+    #[must_use]
+    pub fn with_opencode_ordering(mut self, ordering: OpenCodeOrdering) -> Self {
+        self.opencode_ordering = ordering;
+        self
+    }
+
+    /// The same settings with the `hub` MCP server at `url`.
+    #[must_use]
+    pub fn with_hub_url(mut self, url: impl Into<String>) -> Self {
+        self.hub_url = url.into();
+        self
+    }
 }
 
 impl Default for GrantConfig {
@@ -49,6 +67,7 @@ impl Default for GrantConfig {
 
 /// A step's complete grant.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct StepGrant {
     /// The provider's base id (`claude`, `codex`, `opencode`).
     pub provider: Provider,

@@ -38,6 +38,7 @@ pub struct InputSpec {
 
 /// Parsed inputs and the remaining prompt.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Invocation {
     /// Every declared input with a value (given or default), in declaration order.
     pub inputs: Vec<(String, Value)>,

@@ -13,7 +13,7 @@ use palisade_schema::{
 };
 use serde_json::{Map, Value, json};
 
-use crate::admission::{self, Decision, Event};
+use crate::admission::{self, Admission, TriggerEvent};
 use crate::capability::{CapabilityRegistry, OutputContext};
 use crate::derive::OutputDecl;
 use crate::grant::{GrantConfig, StepError, StepGrant, StepInput, grant_step};
@@ -27,7 +27,7 @@ pub struct PlanInput<'a> {
     /// The trigger's name.
     pub trigger: &'a str,
     /// The incoming event.
-    pub event: &'a Event,
+    pub event: &'a TriggerEvent,
     /// `(step id, outputs)` of the earlier steps that succeeded.
     pub outputs: &'a [(String, Value)],
     /// The run's output context; `None` derives it from the event's provider.
@@ -36,6 +36,7 @@ pub struct PlanInput<'a> {
 
 /// A resolved agent.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct ResolvedAgent {
     /// The named agent's name, or `None` for an inline agent.
     pub name: Option<String>,
@@ -67,6 +68,7 @@ pub enum StepStatus {
 
 /// A step that runs: where, with which agent, and with which grant.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct RunStep {
     /// The daemon environment's name.
     pub environment: String,
@@ -78,6 +80,7 @@ pub struct RunStep {
 
 /// One step of the plan.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct StepPlan {
     /// The step id.
     pub id: String,
@@ -87,11 +90,12 @@ pub struct StepPlan {
 
 /// The plan of one run.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct RunPlan {
     /// The trigger's name.
     pub trigger: String,
     /// The admission decision.
-    pub admission: Decision,
+    pub admission: Admission,
     /// The output context the steps were derived for.
     pub context: OutputContext,
     /// One entry per step, in order.
@@ -111,7 +115,7 @@ pub enum PlanError {
 }
 
 /// The output context a run gets from its event's provider.
-pub fn context_for(event: &Event) -> OutputContext {
+pub fn context_for(event: &TriggerEvent) -> OutputContext {
     OutputContext::new(event.name.split('.').next().unwrap_or_default())
 }
 
@@ -203,7 +207,7 @@ pub fn plan(
     let invocation = match invocation_for(trigger, filters, &event) {
         Ok(inv) => inv,
         Err(e) => {
-            let admission = Decision::Rejected(admission::Rejection {
+            let admission = Admission::Rejected(admission::Rejection {
                 code: e.code(),
                 message: e.to_string(),
             });
@@ -214,10 +218,10 @@ pub fn plan(
         event.inputs.clone_from(&inv.inputs);
     }
     let mut admission = admission::admit(&trigger.on, filters, &event);
-    if let (Decision::Admitted { prompt }, Some(inv)) = (&mut admission, &invocation) {
+    if let (Admission::Admitted { prompt }, Some(inv)) = (&mut admission, &invocation) {
         prompt.clone_from(&inv.prompt);
     }
-    let Decision::Admitted { prompt } = &admission else {
+    let Admission::Admitted { prompt } = &admission else {
         let steps = trigger
             .steps
             .iter()
@@ -359,7 +363,7 @@ fn step_status(
     }))
 }
 
-fn not_run(trigger: &Trigger, admission: Decision, context: OutputContext) -> RunPlan {
+fn not_run(trigger: &Trigger, admission: Admission, context: OutputContext) -> RunPlan {
     let steps = trigger
         .steps
         .iter()
@@ -407,7 +411,7 @@ pub fn input_specs(trigger: &Trigger) -> Vec<InputSpec> {
 pub fn invocation_for(
     trigger: &Trigger,
     filters: Option<&admission::Filters>,
-    event: &Event,
+    event: &TriggerEvent,
 ) -> Result<Option<Invocation>, InvocationError> {
     let specs = input_specs(trigger);
     if specs.is_empty() {
@@ -447,7 +451,7 @@ fn eval_name(t: &Template, ctx: &Value) -> Result<String, Result<EvalError, Stri
 }
 
 /// The expression context: `paseo.prompt`, `paseo.inputs`, `values`, `steps`.
-fn eval_context(trigger: &Trigger, event: &Event, prompt: &str) -> Value {
+fn eval_context(trigger: &Trigger, event: &TriggerEvent, prompt: &str) -> Value {
     let mut inputs = Map::new();
     for decl in &trigger.inputs {
         let given = event

@@ -25,6 +25,7 @@ pub const RESERVED_SERVER: &str = "paseo";
 
 /// A provider that can preapprove exact MCP tools.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Provider {
     /// Anthropic Claude (Agent SDK).
     Claude,

@@ -162,7 +162,10 @@ fn check_window(ts_text: &str, header: &'static str, now_unix: i64) -> Result<()
     Ok(())
 }
 
-/// Signing helpers for tests and fuzzing; not for production use.
+/// Signing helpers for tests and fuzzing; not for production use, not part
+/// of the public API; no semver guarantee (only with the `testing` feature
+/// or under `cfg(fuzzing)`).
+#[cfg(any(fuzzing, feature = "testing"))]
 #[doc(hidden)]
 pub mod __sign {
     use hmac::Mac as _;

@@ -9,6 +9,10 @@
 //! and the routing-restricted paths it read (a later dispatch must go to a
 //! provider allowed for every one of them).
 //!
+//! **Invariant:** taint is monotone (no API clears it) and replaying the
+//! same records yields the same session; the crate does no IO and reads no
+//! clock.
+//!
 //! The decisions themselves (may this connection open, may this action run,
 //! may this provider receive the session) live in `palisade-policy`; this
 //! crate only keeps the state. It does no IO and reads no clock: the caller
@@ -38,7 +42,11 @@
 //!
 //! [`Record`] serialises to `{"at_ms":…,"event":{"type":…}}`. A journal
 //! (`palisade-evidence`) keeps it as the body of a record of kind
-//! [`EVIDENCE_KIND`], so [`Session::rebuild`] can replay a verified journal.
+//! [`EVIDENCE_KIND`]. With the `evidence` feature, `Session::rebuild_from`
+//! rebuilds a session from the entries `palisade_evidence::Verifier` handed
+//! out (each only after its MAC checked, so nothing is parsed again after
+//! verification): it replays those records as [`Session::rebuild`] does, and
+//! also takes the taint of every `taint_raised` record.
 //! The [`Effects`] of each event say which other records the caller writes:
 //! `newly_tainted` → a `taint_raised` record, `steering_write` → a
 //! `steering_write` record flagged for review, `irreversible` → the
@@ -51,12 +59,16 @@
 #![forbid(unsafe_code)]
 
 mod path;
+#[cfg(feature = "evidence")]
+mod rebuild;
 mod session;
 
 pub use path::{normalize_path, parse_marks};
 /// The journal record kind whose body is a serialised [`Record`].
 pub const EVIDENCE_KIND: &str = "session_event";
 
+#[cfg(feature = "evidence")]
+pub use rebuild::RebuildError;
 pub use session::{
     Effects, Event, MAX_SOURCES, Record, Rules, RulesError, Session, Source, SteeringWrite,
     TaintSource, TaintState, ToolClass,

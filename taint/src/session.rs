@@ -15,6 +15,7 @@ pub const MAX_SOURCES: usize = 256;
 /// Why a session became tainted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum TaintSource {
     /// A web fetch or search result.
     Web,
@@ -62,14 +63,33 @@ impl TaintSource {
     }
 }
 
+impl std::fmt::Display for TaintSource {
+    /// The stable snake_case name, as [`TaintSource::as_str`] and the
+    /// journal's `taint_raised` records spell it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One recorded reason for taint: the source class and what exactly
 /// (a path, `host:port`, a tool or input label).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Source {
     /// The source class.
     pub source: TaintSource,
     /// What exactly tainted the session.
     pub detail: String,
+}
+
+impl Source {
+    /// The reason `source` with its `detail`.
+    pub fn new(source: TaintSource, detail: impl Into<String>) -> Self {
+        Self {
+            source,
+            detail: detail.into(),
+        }
+    }
 }
 
 /// Clean or tainted.
@@ -80,6 +100,7 @@ pub enum TaintState {
     #[default]
     Clean,
     /// Untrusted content has been seen; this never reverts.
+    #[non_exhaustive]
     Tainted {
         /// The distinct reasons, at most [`MAX_SOURCES`].
         sources: BTreeSet<Source>,
@@ -93,6 +114,7 @@ pub enum TaintState {
 /// What a tool result came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ToolClass {
     /// Web fetch or web search.
     Web,
@@ -111,6 +133,7 @@ pub enum ToolClass {
 /// onto them one to one, so a session can be rebuilt after a restart.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Event {
     /// A tool returned a result to the model.
     ToolResult {
@@ -158,6 +181,7 @@ pub enum Event {
 
 /// An event with its time, as a journal stores it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Record {
     /// Unix milliseconds.
     pub at_ms: u64,
@@ -165,8 +189,16 @@ pub struct Record {
     pub event: Event,
 }
 
+impl Record {
+    /// `event` at `at_ms` (Unix milliseconds).
+    pub fn new(at_ms: u64, event: Event) -> Self {
+        Self { at_ms, event }
+    }
+}
+
 /// A write to a steering path, which the caller must record.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SteeringWrite {
     /// The path written, normalised.
     pub path: String,
@@ -177,6 +209,7 @@ pub struct SteeringWrite {
 /// What applying one event did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[must_use = "a steering write must be recorded by the caller"]
+#[non_exhaustive]
 pub struct Effects {
     /// The event tainted the session (it may have been tainted already).
     pub tainted_by: Option<TaintSource>,
@@ -418,7 +451,13 @@ impl Session {
         }
     }
 
-    fn taint_with(&mut self, fx: &mut Effects, src: TaintSource, detail: &str, at_ms: u64) {
+    pub(crate) fn taint_with(
+        &mut self,
+        fx: &mut Effects,
+        src: TaintSource,
+        detail: &str,
+        at_ms: u64,
+    ) {
         let source = Source {
             source: src,
             detail: detail.to_owned(),

@@ -52,6 +52,12 @@ mod tests {
         ),
     ];
 
+    /// Internal dependencies a crate may have only as an optional
+    /// dependency behind the named feature (the dashed edges of
+    /// ARCHITECTURE.md's graph): `(crate, dependency, feature)`.
+    const OPTIONAL_INTERNAL: &[(&str, &str, &str)] =
+        &[("palisade-taint", "palisade-evidence", "evidence")];
+
     /// External crates that would break a crate's invariant if they ever
     /// became a normal dependency of it.
     const FORBIDDEN_EXTERNAL: &[(&str, &[&str])] = &[
@@ -98,14 +104,49 @@ mod tests {
             if !members.contains(pkg["id"].as_str().unwrap()) {
                 continue;
             }
-            let deps = pkg["dependencies"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|d| d["kind"].is_null())
-                .map(|d| d["name"].as_str().unwrap().to_owned())
-                .collect();
-            out.insert(pkg["name"].as_str().unwrap().to_owned(), deps);
+            let name = pkg["name"].as_str().unwrap();
+            let mut deps = BTreeSet::new();
+            for d in pkg["dependencies"].as_array().unwrap() {
+                if !d["kind"].is_null() {
+                    continue;
+                }
+                let dep = d["name"].as_str().unwrap();
+                let optional = OPTIONAL_INTERNAL
+                    .iter()
+                    .find(|(krate, allowed, _)| *krate == name && *allowed == dep);
+                match optional {
+                    // Allowed only as `optional = true`, switched on by its
+                    // feature alone.
+                    Some((_, _, feature)) => {
+                        assert_eq!(
+                            d["optional"].as_bool(),
+                            Some(true),
+                            "{name} may depend on {dep} only as an optional dependency (see ARCHITECTURE.md)"
+                        );
+                        let enabling: Vec<&str> = pkg["features"]
+                            .as_object()
+                            .unwrap()
+                            .iter()
+                            .filter(|(_, list)| {
+                                list.as_array().unwrap().iter().any(|f| {
+                                    f.as_str()
+                                        .is_some_and(|f| f == format!("dep:{dep}") || f == dep)
+                                })
+                            })
+                            .map(|(f, _)| f.as_str())
+                            .collect();
+                        assert_eq!(
+                            enabling,
+                            [*feature],
+                            "{name}: only the `{feature}` feature may enable {dep}"
+                        );
+                    }
+                    None => {
+                        deps.insert(dep.to_owned());
+                    }
+                }
+            }
+            out.insert(name.to_owned(), deps);
         }
         out
     }
@@ -167,6 +208,47 @@ mod tests {
                 (p.strip_prefix(&root).unwrap().to_path_buf(), text)
             })
             .collect()
+    }
+
+    /// Crates whose `__` internals (`__fuzz`, `__sign`, ...) have moved
+    /// behind the `testing` feature; the others join as theirs move.
+    const INTERNALS_GATED: &[&str] = &["evidence/src", "policy/src", "taint/src"];
+
+    #[test]
+    fn internals_sit_behind_the_testing_feature() {
+        let gate = r#"#[cfg(any(fuzzing, feature = "testing"))]"#;
+        let mut ungated = Vec::new();
+        let mut seen = 0;
+        for (path, text) in all_rust_files() {
+            if !INTERNALS_GATED.iter().any(|dir| path.starts_with(dir)) {
+                continue;
+            }
+            let lines: Vec<&str> = text.lines().collect();
+            for (i, line) in lines.iter().enumerate() {
+                let item = line.trim_start();
+                let internal = ["pub mod __", "pub fn __", "pub struct __", "pub use "]
+                    .iter()
+                    .any(|p| {
+                        item.starts_with(p) && (!p.ends_with("use ") || item.contains("::__"))
+                    });
+                if !internal {
+                    continue;
+                }
+                seen += 1;
+                // The gate is among the attributes right above the item.
+                let attrs = lines[..i].iter().rev().take_while(|l| {
+                    l.trim_start().starts_with("#[") || l.trim_start().starts_with("///")
+                });
+                if !attrs.into_iter().any(|l| l.trim() == gate) {
+                    ungated.push(format!("{}:{}", path.display(), i + 1));
+                }
+            }
+        }
+        assert!(seen > 0, "no internals found: is the scan still right?");
+        assert!(
+            ungated.is_empty(),
+            "internals without `{gate}` (not part of the public API): {ungated:?}"
+        );
     }
 
     #[test]

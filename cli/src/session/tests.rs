@@ -276,8 +276,8 @@ async fn taint_tightens_egress_and_outward_flags_steering_and_the_journal_shows_
     let bytes = std::fs::read(&r.journal).unwrap();
     let report = palisade_evidence::verify(&bytes, &r.key, None);
     assert_eq!(
-        report.verdict(),
-        palisade_evidence::Verdict::Closed,
+        report.state(),
+        palisade_evidence::JournalState::Closed,
         "{:?}",
         report.failure
     );

@@ -3,8 +3,8 @@
 use std::num::NonZeroU64;
 
 use palisade_evidence::{
-    Body, Durability, Entry, FailureKind, Flags, JournalError, JournalKey, JournalWriter, Kind,
-    SealPolicy, Timestamp, Verdict, WriterOptions, verify,
+    Body, Durability, Entry, FailureKind, Flags, JournalError, JournalKey, JournalState,
+    JournalWriter, Kind, SealPolicy, Timestamp, WriterOptions, verify,
 };
 
 use crate::util::{entry, every_records, line_starts, open_retry, test_key, unsynced, written};
@@ -13,7 +13,7 @@ use crate::util::{entry, every_records, line_starts, open_retry, test_key, unsyn
 fn closed_journal_verifies_and_every_line_is_json() {
     let w = written(50, every_records(8));
     let report = verify(&w.bytes, &w.key, Some(&w.anchor));
-    assert_eq!(report.verdict(), Verdict::Closed, "{:?}", report.failure);
+    assert_eq!(report.state(), JournalState::Closed, "{:?}", report.failure);
     assert!(report.closed);
     // 50 records + journal_opened + seals + journal_closed.
     let lines = line_starts(&w.bytes).len() - 1;
@@ -54,13 +54,13 @@ fn journal_without_close_is_open_never_clean() {
     e.time = Timestamp(6);
     writer.append(&e).unwrap();
     let report = verify(&std::fs::read(&path).unwrap(), &key, None);
-    assert_eq!(report.verdict(), Verdict::Open);
+    assert_eq!(report.state(), JournalState::Open);
     assert_eq!(report.failure_kind(), Some(FailureKind::NotClosed));
     assert_eq!(report.unsealed_records, 2);
     // Positive control: closing makes the same journal clean.
     writer.close(Timestamp(10)).unwrap();
     let report = verify(&std::fs::read(&path).unwrap(), &key, None);
-    assert_eq!(report.verdict(), Verdict::Closed);
+    assert_eq!(report.state(), JournalState::Closed);
     assert_eq!(report.failure_kind(), None);
 }
 
@@ -75,7 +75,7 @@ fn wrong_key_fails_deterministically_at_the_first_record() {
         assert_eq!(failure.seq, 0);
         assert_eq!(failure.line, 1);
     }
-    assert_eq!(verify(&w.bytes, &w.key, None).verdict(), Verdict::Closed);
+    assert_eq!(verify(&w.bytes, &w.key, None).state(), JournalState::Closed);
 }
 
 #[test]
@@ -84,7 +84,7 @@ fn an_evolved_key_cannot_verify() {
     let later = w.key.derive(1).unwrap();
     let report = verify(&w.bytes, &later, None);
     assert_eq!(report.failure.unwrap().kind, FailureKind::KeyNotInitial);
-    assert_eq!(verify(&w.bytes, &w.key, None).verdict(), Verdict::Closed);
+    assert_eq!(verify(&w.bytes, &w.key, None).state(), JournalState::Closed);
 }
 
 #[test]
@@ -92,7 +92,7 @@ fn empty_and_garbage_inputs_are_invalid() {
     let key = test_key();
     for input in [&b""[..], b"\n", b"{}\n", b"not a journal", &[0xff; 100]] {
         let report = verify(input, &key, None);
-        assert_eq!(report.verdict(), Verdict::Invalid, "{input:?}");
+        assert_eq!(report.state(), JournalState::Invalid, "{input:?}");
     }
 }
 
@@ -114,16 +114,21 @@ fn reserved_kinds_are_refused_custom_kinds_accepted() {
             .unwrap_err();
         assert!(matches!(err, JournalError::Record(_)), "{err}");
     }
-    // A `Custom` kind built directly cannot smuggle in a reserved name or
-    // characters that would break the line.
-    for name in ["journal_closed", "epoch_sealed", "bad\",\"x", "", "UPPER"] {
+    // A custom kind is checked where it is made: a name that would break
+    // the line never becomes a `Kind`, and a reserved name becomes the
+    // reserved kind, which the writer refuses.
+    for name in ["bad\",\"x", "", "UPPER", "with space", &"a".repeat(65)] {
+        let err = Kind::custom(name).unwrap_err();
+        assert!(
+            matches!(err, palisade_evidence::RecordError::InvalidKind { .. }),
+            "{name:?}: {err}"
+        );
+    }
+    for name in ["journal_closed", "epoch_sealed"] {
+        let kind = Kind::custom(name).unwrap();
+        assert!(kind.is_reserved(), "{name}");
         let err = writer
-            .append(&Entry::new(
-                Timestamp(1),
-                "s",
-                Kind::Custom(name.to_owned()),
-                Body::empty(),
-            ))
+            .append(&Entry::new(Timestamp(1), "s", kind, Body::empty()))
             .unwrap_err();
         assert!(matches!(err, JournalError::Record(_)), "{name:?}: {err}");
     }
@@ -145,8 +150,8 @@ fn reserved_kinds_are_refused_custom_kinds_accepted() {
     );
     writer.close(Timestamp(2)).unwrap();
     assert_eq!(
-        verify(&std::fs::read(&path).unwrap(), &key, None).verdict(),
-        Verdict::Closed
+        verify(&std::fs::read(&path).unwrap(), &key, None).state(),
+        JournalState::Closed
     );
 }
 
@@ -198,10 +203,7 @@ fn time_epochs_seal_empty_epochs_too() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("j");
     let key = test_key();
-    let seal = SealPolicy {
-        every_records: None,
-        every_millis: NonZeroU64::new(100),
-    };
+    let seal = SealPolicy::new(None, NonZeroU64::new(100));
     let writer = JournalWriter::create(&path, &key, &unsynced(seal), Timestamp(1_000)).unwrap();
     writer.append(&entry(0)).unwrap(); // time 1_000_000: far past 1_000.
     let mut e = entry(1);
@@ -211,7 +213,7 @@ fn time_epochs_seal_empty_epochs_too() {
     let anchor = writer.close(Timestamp(1_000_000 + 1_260)).unwrap();
     let bytes = std::fs::read(&path).unwrap();
     let report = verify(&bytes, &key, Some(&anchor));
-    assert_eq!(report.verdict(), Verdict::Closed, "{:?}", report.failure);
+    assert_eq!(report.state(), JournalState::Closed, "{:?}", report.failure);
     // Epoch 0 starts at 1_000; the record at 1_000_000 needs 9_990 seals.
     let seals = String::from_utf8(bytes)
         .unwrap()
@@ -234,7 +236,7 @@ fn time_never_runs_backwards_in_the_journal() {
     writer.append(&late).unwrap();
     writer.close(Timestamp(0)).unwrap();
     let bytes = std::fs::read(&path).unwrap();
-    assert_eq!(verify(&bytes, &key, None).verdict(), Verdict::Closed);
+    assert_eq!(verify(&bytes, &key, None).state(), JournalState::Closed);
     assert!(
         String::from_utf8(bytes)
             .unwrap()
@@ -278,7 +280,7 @@ fn reopen_continues_the_chain_with_initial_or_evolved_key() {
     let (writer, _) = open_retry(&path, &k0, &opts, Timestamp(2_000_000)).unwrap();
     let anchor = writer.close(Timestamp(2_000_001)).unwrap();
     let report = verify(&std::fs::read(&path).unwrap(), &k0, Some(&anchor));
-    assert_eq!(report.verdict(), Verdict::Closed, "{:?}", report.failure);
+    assert_eq!(report.state(), JournalState::Closed, "{:?}", report.failure);
 }
 
 #[test]
@@ -308,7 +310,7 @@ fn torn_tail_is_cut_and_recorded_at_every_offset_of_the_last_line() {
         drop(writer);
         let bytes = std::fs::read(&path).unwrap();
         let report = verify(&bytes, &k0, None);
-        assert_eq!(report.verdict(), Verdict::Closed, "{:?}", report.failure);
+        assert_eq!(report.state(), JournalState::Closed, "{:?}", report.failure);
         assert_eq!(report.recovered_torn_tails, 1);
         let text = String::from_utf8(bytes).unwrap();
         let recovery = text.lines().nth(3).unwrap();
@@ -348,13 +350,12 @@ fn group_commit_acknowledges_concurrent_appends() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("j");
     let key = test_key();
-    let opts = WriterOptions {
-        durability: Durability::Synced {
+    let opts = WriterOptions::default()
+        .with_durability(Durability::Synced {
             batch: 8,
             max_latency: std::time::Duration::from_millis(1),
-        },
-        seal: every_records(50),
-    };
+        })
+        .with_seal(every_records(50));
     let writer = JournalWriter::create(&path, &key, &opts, Timestamp(0)).unwrap();
     let threads: Vec<_> = (0..8)
         .map(|t| {
@@ -382,7 +383,7 @@ fn group_commit_acknowledges_concurrent_appends() {
     assert!(durable.seq >= *all.last().unwrap());
     let anchor = writer.close(Timestamp(1)).unwrap();
     let report = verify(&std::fs::read(&path).unwrap(), &key, Some(&anchor));
-    assert_eq!(report.verdict(), Verdict::Closed, "{:?}", report.failure);
+    assert_eq!(report.state(), JournalState::Closed, "{:?}", report.failure);
 }
 
 #[test]
@@ -399,7 +400,7 @@ fn fuzz_harness_runs_on_valid_and_damaged_journals() {
     let bytes = std::fs::read(&path).unwrap();
     // The harness's key verifies this journal: the fuzzer starts from a
     // meaningful input when seeded with it.
-    assert_eq!(verify(&bytes, &key, None).verdict(), Verdict::Closed);
+    assert_eq!(verify(&bytes, &key, None).state(), JournalState::Closed);
     palisade_evidence::__fuzz::verify_bytes(&bytes);
     for cut in [0, 1, bytes.len() / 2, bytes.len() - 1] {
         palisade_evidence::__fuzz::verify_bytes(&bytes[..cut]);
@@ -418,7 +419,7 @@ fn golden_journal_from_an_independent_writer_verifies() {
     .unwrap();
     let key = JournalKey::from_bytes([0x42; 32], 0);
     let report = verify(&bytes, &key, None);
-    assert_eq!(report.verdict(), Verdict::Closed, "{:?}", report.failure);
+    assert_eq!(report.state(), JournalState::Closed, "{:?}", report.failure);
     assert_eq!(report.records, 4);
     assert_eq!(report.sealed_epochs, 2);
     assert_eq!(
@@ -427,7 +428,7 @@ fn golden_journal_from_an_independent_writer_verifies() {
     );
     // The same file fails under any other key.
     let other = JournalKey::from_bytes([0x43; 32], 0);
-    assert_eq!(verify(&bytes, &other, None).verdict(), Verdict::Invalid);
+    assert_eq!(verify(&bytes, &other, None).state(), JournalState::Invalid);
     // The evolved key matches the independent derivation.
     let k1 = key.derive(1).unwrap();
     assert!(
@@ -441,13 +442,12 @@ fn a_lone_appender_does_not_wait_for_its_batch_to_fill() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("j");
     let key = test_key();
-    let opts = WriterOptions {
-        durability: Durability::Synced {
+    let opts = WriterOptions::default()
+        .with_durability(Durability::Synced {
             batch: 64,
             max_latency: std::time::Duration::from_secs(20),
-        },
-        seal: every_records(100),
-    };
+        })
+        .with_seal(every_records(100));
     let writer = JournalWriter::create(&path, &key, &opts, Timestamp(0)).unwrap();
     let started = std::time::Instant::now();
     for i in 0..3 {
@@ -477,8 +477,8 @@ fn fuzz_harness_reseals_lines_so_structure_checks_are_reached() {
         .collect();
     let key = JournalKey::from_bytes([0x42; 32], 0);
     assert_eq!(
-        verify(zeroed.as_bytes(), &key, None).verdict(),
-        Verdict::Invalid
+        verify(zeroed.as_bytes(), &key, None).state(),
+        JournalState::Invalid
     );
     let resealed = palisade_evidence::__fuzz::reseal(zeroed.as_bytes(), &key);
     assert_eq!(resealed, golden.as_bytes());
@@ -490,7 +490,8 @@ fn writer_handles_and_tickets_cross_threads() {
     fn send_sync<T: Send + Sync>() {}
     fn send<T: Send>() {}
     send_sync::<JournalWriter>();
-    send_sync::<palisade_evidence::Verifier>();
+    send_sync::<palisade_evidence::Verifier<std::fs::File>>();
+    send_sync::<palisade_evidence::VerifiedEntry>();
     send::<palisade_evidence::Ticket>();
     // And a ticket waited on by another thread than the submitter's.
     let dir = tempfile::tempdir().unwrap();

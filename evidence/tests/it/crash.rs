@@ -13,8 +13,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use palisade_evidence::{
-    Body, Durability, Entry, FailureKind, JournalError, JournalWriter, Kind, Timestamp, Verdict,
-    WriterOptions, verify,
+    Body, Durability, Entry, FailureKind, JournalError, JournalState, JournalWriter, Kind,
+    Timestamp, WriterOptions, verify,
 };
 
 use crate::util::{every_records, open_retry, test_key};
@@ -26,13 +26,12 @@ const KILLS: u32 = 60;
 const ROUNDS_PER_JOURNAL: u32 = 10;
 
 fn options() -> WriterOptions {
-    WriterOptions {
-        durability: Durability::Synced {
+    WriterOptions::default()
+        .with_durability(Durability::Synced {
             batch: 32,
             max_latency: Duration::from_millis(1),
-        },
-        seal: every_records(64),
-    }
+        })
+        .with_seal(every_records(64))
 }
 
 /// The child's role: append from four threads forever, printing `ack N`
@@ -166,7 +165,7 @@ fn sigkill_never_loses_an_acknowledged_record() {
         }
         let report = verify(&bytes, &key, None);
         match report.failure.as_ref().map(|f| f.kind) {
-            None => assert_eq!(report.verdict(), Verdict::Open),
+            None => assert_eq!(report.state(), JournalState::Open),
             Some(FailureKind::TornTail) => torn += 1,
             Some(other) => panic!(
                 "round {round}: the crash left {other}: {:?}",
@@ -206,7 +205,7 @@ fn finish(path: &Path, acked: &BTreeSet<u64>, recoveries: u64) {
     writer.close(Timestamp(2_000_000_000_003)).unwrap();
     let bytes = std::fs::read(path).unwrap();
     let report = verify(&bytes, &key, None);
-    assert_eq!(report.verdict(), Verdict::Closed, "{:?}", report.failure);
+    assert_eq!(report.state(), JournalState::Closed, "{:?}", report.failure);
     assert_eq!(report.recovered_torn_tails, recoveries);
     let text = String::from_utf8(bytes).unwrap();
     let by_seq: Vec<serde_json::Value> = text

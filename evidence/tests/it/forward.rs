@@ -2,7 +2,7 @@
 //! rewrite any record of an earlier epoch undetected (systemd
 //! CVE-2023-31439 re-sealing), nor skip epochs (CVE-2023-31438).
 
-use palisade_evidence::{FailureKind, Verdict, verify};
+use palisade_evidence::{FailureKind, JournalState, verify};
 
 use crate::util::{
     TEST_KEY_BYTES, epoch_of, every_records, line_starts, raw_key, rechain, written,
@@ -70,7 +70,7 @@ fn holding_only_a_later_key_cannot_rewrite_earlier_epochs() {
     let forged = rechain(&edited, idx, &|epoch| {
         raw_key(&stolen, epoch - stolen_epoch)
     });
-    assert_eq!(verify(&forged, &w.key, None).verdict(), Verdict::Closed);
+    assert_eq!(verify(&forged, &w.key, None).state(), JournalState::Closed);
     // ... but an anchor taken before the theft still exposes it.
     let report = verify(&forged, &w.key, Some(&w.anchor));
     assert_eq!(report.failure.unwrap().kind, FailureKind::AnchorMismatch);
@@ -78,7 +78,7 @@ fn holding_only_a_later_key_cannot_rewrite_earlier_epochs() {
     // Positive control 2: the holder of the initial key can forge anything.
     let edited = edit_line(&w.bytes, 3);
     let forged = rechain(&edited, 3, &|epoch| raw_key(TEST_KEY_BYTES, epoch));
-    assert_eq!(verify(&forged, &w.key, None).verdict(), Verdict::Closed);
+    assert_eq!(verify(&forged, &w.key, None).state(), JournalState::Closed);
 }
 
 #[test]

@@ -13,5 +13,6 @@
 mod basics;
 mod crash;
 mod forward;
+mod reader;
 mod tamper;
 mod util;

@@ -8,7 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use palisade_evidence::{FailureKind, Verdict, Verifier, verify};
+use palisade_evidence::__fuzz::Pieces;
+use palisade_evidence::{FailureKind, JournalState, verify};
 
 use crate::util::{Written, every_records, line_starts, written};
 
@@ -18,9 +19,9 @@ struct Suite {
     w: Written,
     starts: Vec<usize>,
     /// `snaps[i]`: the verifier (with the final anchor) after lines `..i`.
-    snaps: Vec<Verifier>,
+    snaps: Vec<Pieces>,
     /// The same without an anchor.
-    bare: Vec<Verifier>,
+    bare: Vec<Pieces>,
 }
 
 fn suite() -> Suite {
@@ -29,8 +30,8 @@ fn suite() -> Suite {
     let starts = line_starts(&w.bytes);
     let mut snaps = Vec::with_capacity(starts.len());
     let mut bare = Vec::with_capacity(starts.len());
-    let mut v = Verifier::new(&w.key, Some(w.anchor.clone()));
-    let mut b = Verifier::new(&w.key, None);
+    let mut v = Pieces::new(&w.key, Some(w.anchor.clone()));
+    let mut b = Pieces::new(&w.key, None);
     // The bare verifier serves the exhaustive loops: it skips the costly
     // failure classification (detection is unaffected).
     b.set_classify(false);
@@ -76,11 +77,11 @@ impl Suite {
 fn untouched_journal_verifies_from_scratch_and_from_every_snapshot() {
     let s = suite();
     let report = verify(&s.w.bytes, &s.w.key, Some(&s.w.anchor));
-    assert_eq!(report.verdict(), Verdict::Closed, "{:?}", report.failure);
+    assert_eq!(report.state(), JournalState::Closed, "{:?}", report.failure);
     assert!(report.sealed_epochs >= 10);
     for idx in 0..s.lines() {
         let rest = &s.w.bytes[s.starts[idx]..];
-        assert_eq!(s.resume(idx, rest, true).verdict(), Verdict::Closed);
+        assert_eq!(s.resume(idx, rest, true).state(), JournalState::Closed);
     }
 }
 
@@ -137,7 +138,7 @@ fn deleting_any_record_is_detected() {
         // a consistent journal, and that one is reported open, never clean.
         let report = s.resume(idx, rest, false);
         if idx + 1 == s.lines() {
-            assert_eq!(report.verdict(), Verdict::Open);
+            assert_eq!(report.state(), JournalState::Open);
         } else {
             let kind = report.failure.unwrap().kind;
             assert!(
@@ -147,14 +148,14 @@ fn deleting_any_record_is_detected() {
             );
         }
         // With the anchor it is an error in every case.
-        assert_eq!(s.resume(idx, rest, true).verdict(), Verdict::Invalid);
+        assert_eq!(s.resume(idx, rest, true).state(), JournalState::Invalid);
     }
     // A sample verified from scratch.
     for idx in [0, 1, 97, 500, s.lines() - 2, s.lines() - 1] {
         let mut bytes = s.w.bytes[..s.starts[idx]].to_vec();
         bytes.extend_from_slice(&s.w.bytes[s.starts[idx + 1]..]);
         let report = verify(&bytes, &s.w.key, Some(&s.w.anchor));
-        assert_eq!(report.verdict(), Verdict::Invalid, "line {}", idx + 1);
+        assert_eq!(report.state(), JournalState::Invalid, "line {}", idx + 1);
     }
 }
 
@@ -222,10 +223,10 @@ fn truncating_at_every_record_boundary_is_detected_with_the_anchor() {
             assert_eq!(report.failure.unwrap().kind, expected);
         }
         // Without the anchor it is never reported clean.
-        assert_ne!(s.resume(keep, &[], false).verdict(), Verdict::Closed);
+        assert_ne!(s.resume(keep, &[], false).state(), JournalState::Closed);
     }
     // Positive control: the whole journal with its anchor.
-    assert_eq!(s.resume(s.lines(), &[], true).verdict(), Verdict::Closed);
+    assert_eq!(s.resume(s.lines(), &[], true).state(), JournalState::Closed);
 }
 
 #[test]
@@ -234,7 +235,7 @@ fn truncating_at_every_byte_offset_is_never_clean() {
     for idx in 0..s.lines() {
         for cut in s.starts[idx]..s.starts[idx + 1] {
             let report = s.resume(idx, &s.w.bytes[s.starts[idx]..cut], false);
-            assert_ne!(report.verdict(), Verdict::Closed, "cut at {cut}");
+            assert_ne!(report.state(), JournalState::Closed, "cut at {cut}");
             if cut > s.starts[idx] {
                 assert_eq!(report.failure.unwrap().kind, FailureKind::TornTail);
             }
@@ -246,7 +247,7 @@ fn truncating_at_every_byte_offset_is_never_clean() {
 fn splicing_two_journals_written_with_the_same_key_is_detected() {
     let a = suite();
     let b = written(RECORDS, every_records(97));
-    assert_eq!(verify(&b.bytes, &b.key, None).verdict(), Verdict::Closed);
+    assert_eq!(verify(&b.bytes, &b.key, None).state(), JournalState::Closed);
     let b_starts = line_starts(&b.bytes);
     // Replace any one record of A by B's record at the same position.
     for idx in (0..a.lines()).step_by(7) {
@@ -266,7 +267,7 @@ fn splicing_two_journals_written_with_the_same_key_is_detected() {
     assert_eq!(report.failure.unwrap().kind, FailureKind::ForeignRecord);
     // A's anchor does not fit B.
     let report = verify(&b.bytes, &b.key, Some(&a.w.anchor));
-    assert_eq!(report.verdict(), Verdict::Invalid);
+    assert_eq!(report.state(), JournalState::Invalid);
 }
 
 /// A small deterministic generator (xorshift64).
@@ -323,8 +324,8 @@ fn random_multi_byte_mutations_insertions_and_deletions_are_detected() {
         }
         let report = verify(&bytes, &w.key, Some(&w.anchor));
         assert_eq!(
-            report.verdict(),
-            Verdict::Invalid,
+            report.state(),
+            JournalState::Invalid,
             "round {round} (mutation {what}) went undetected"
         );
     }
@@ -367,7 +368,7 @@ fn streaming_verification_agrees_with_whole_buffer_verification() {
                 Some(&w.anchor),
             )
             .unwrap();
-            assert_eq!(streamed.verdict(), whole.verdict(), "{name} step {step}");
+            assert_eq!(streamed.state(), whole.state(), "{name} step {step}");
             assert_eq!(streamed.failure, whole.failure, "{name} step {step}");
             assert_eq!(streamed.records, whole.records, "{name} step {step}");
             assert_eq!(streamed.torn_tail_bytes, whole.torn_tail_bytes, "{name}");
@@ -375,8 +376,8 @@ fn streaming_verification_agrees_with_whole_buffer_verification() {
     }
     // Positive control for the verdicts compared above.
     assert_eq!(
-        verify(&w.bytes, &w.key, Some(&w.anchor)).verdict(),
-        Verdict::Closed
+        verify(&w.bytes, &w.key, Some(&w.anchor)).state(),
+        JournalState::Closed
     );
 }
 
@@ -442,11 +443,11 @@ fn verified_lines_yield_exactly_the_verified_records() {
     let mut flipped = w.bytes.clone();
     flipped[starts[20] + 40] ^= 4;
     for (name, bytes, expect) in [
-        ("intact", &w.bytes[..], Verdict::Closed),
-        ("flipped", &flipped[..], Verdict::Invalid),
+        ("intact", &w.bytes[..], JournalState::Closed),
+        ("flipped", &flipped[..], JournalState::Invalid),
     ] {
         let whole = verify(bytes, &w.key, None);
-        let mut lines = palisade_evidence::VerifiedLines::new(
+        let mut lines = palisade_evidence::Verifier::new(
             Trickle {
                 data: bytes,
                 step: 333,
@@ -459,7 +460,7 @@ fn verified_lines_yield_exactly_the_verified_records() {
             seen.push(line.to_vec());
         }
         let report = lines.finish();
-        assert_eq!(report.verdict(), expect, "{name}");
+        assert_eq!(report.state(), expect, "{name}");
         assert_eq!(report.failure, whole.failure, "{name}");
         assert_eq!(seen.len() as u64, whole.records, "{name}");
         let expected: Vec<Vec<u8>> = bytes

@@ -24,17 +24,13 @@ pub(crate) fn test_key() -> JournalKey {
 }
 
 pub(crate) fn unsynced(seal: SealPolicy) -> WriterOptions {
-    WriterOptions {
-        durability: Durability::Unsynced,
-        seal,
-    }
+    WriterOptions::default()
+        .with_durability(Durability::Unsynced)
+        .with_seal(seal)
 }
 
 pub(crate) fn every_records(n: u64) -> SealPolicy {
-    SealPolicy {
-        every_records: NonZeroU64::new(n),
-        every_millis: None,
-    }
+    SealPolicy::new(NonZeroU64::new(n), None)
 }
 
 pub(crate) fn entry(i: u64) -> Entry {

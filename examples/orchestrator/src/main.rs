@@ -36,11 +36,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use palisade_evidence::{
-    Body, Entry, FailureKind, JournalKey, JournalWriter, Kind, Timestamp,
-    Verdict as JournalVerdict, VerifiedLines, WriterOptions, verify,
+    Body, Entry, FailureKind, JournalKey, JournalState, JournalWriter, Kind, Timestamp, Verifier,
+    WriterOptions, verify,
 };
 use palisade_isolate::{Command, Exit, Profile, Sandbox, SandboxChild, Signal, Stdio};
-use palisade_policy::admission::{self, Decision as Admission, Event as TriggerEvent};
+use palisade_policy::admission::{self, Admission, TriggerEvent};
 use palisade_policy::capability::CapabilityRegistry;
 use palisade_policy::egress::ConnectRequest;
 use palisade_policy::grant::GrantConfig;
@@ -148,20 +148,19 @@ fn render<'a>(
 
 /// The Slack mention the example receives.
 fn slack_mention(user: &str) -> TriggerEvent {
-    TriggerEvent {
-        name: "slack.mention".into(),
-        actor_id: Some(user.into()),
-        workspace: Some("T01234567".into()),
-        channel: Some("C01234567".into()),
-        text: "<@U0BOT> what does the retry loop in fetch.rs do?".into(),
-        bot_mentions: vec!["<@U0BOT>".into()],
-        ..TriggerEvent::default()
-    }
+    // The event may gain fields, so it starts from its default.
+    let mut event = TriggerEvent::default();
+    event.name = "slack.mention".into();
+    event.actor_id = Some(user.into());
+    event.workspace = Some("T01234567".into());
+    event.channel = Some("C01234567".into());
+    event.text = "<@U0BOT> what does the retry loop in fetch.rs do?".into();
+    event.bot_mentions = vec!["<@U0BOT>".into()];
+    event
 }
 
 /// Step 2: admission. The allowed author's mention starts the trigger and
 /// yields the prompt; the same mention from anyone else does not.
-// Intended names: `admission::TriggerEvent` and `admission::Admission`.
 fn admit_event(config: &HubConfig) -> Result<String> {
     let trigger = plan::find_trigger(config, "guarded-request")?;
     let admitted = admission::admit(
@@ -312,7 +311,7 @@ async fn shared_taint(policy: &HostPolicy) -> Result<(Session, Vec<Record>)> {
         let mut guard = shared.lock().map_err(|_| "taint session lock poisoned")?;
         let (session, records) = &mut *guard;
         let effects = session.apply(rules, at_ms, &event);
-        records.push(Record { at_ms, event });
+        records.push(Record::new(at_ms, event));
         Ok::<_, &str>(effects)
     };
 
@@ -356,7 +355,7 @@ async fn shared_taint(policy: &HostPolicy) -> Result<(Session, Vec<Record>)> {
                     relay: false,
                 };
                 let _ = session.apply(&rules, at_ms, &event);
-                records.push(Record { at_ms, event });
+                records.push(Record::new(at_ms, event));
             }
             Ok::<_, &str>((host, verdict.decision))
         }));
@@ -406,10 +405,9 @@ fn journal(policy: &HostPolicy, live: &Session, records: &[Record]) -> Result<()
     }
     let anchor = writer.close(Timestamp(now_ms()))?;
     let bytes = std::fs::read(&path)?;
-    // Intended name: `JournalState`.
     let report = verify(&bytes, &key, Some(&anchor));
     ensure(
-        report.verdict() == JournalVerdict::Closed,
+        report.state() == JournalState::Closed,
         format!(
             "the journal does not verify as closed: {:?}",
             report.failure
@@ -434,25 +432,17 @@ fn journal(policy: &HostPolicy, live: &Session, records: &[Record]) -> Result<()
         format!("a tampered journal: {:?}", report_tampered.failure),
     )?;
 
-    // workaround: evidence hands back verified *lines*, not entries, so the
-    // records are parsed again here (and must be, from the verified bytes
-    // only, never from a second read of the file). Intended: a `Verifier`
-    // iterator of `VerifiedEntry` and `Session::rebuild_from(&[VerifiedEntry])`.
-    let mut lines = VerifiedLines::new(bytes.as_slice(), &key, Some(anchor));
-    let mut replayed = Vec::new();
-    while let Some(line) = lines.next_line()? {
-        let value: serde_json::Value = serde_json::from_slice(line)?;
-        if value.get("kind").and_then(serde_json::Value::as_str) == Some(EVIDENCE_KIND) {
-            let body = value.get("body").cloned().ok_or("a record without body")?;
-            replayed.push(serde_json::from_value::<Record>(body)?);
-        }
-    }
+    // The taint session rebuilt from the journal, from entries the
+    // verifier hands out only once their MAC checked: nothing is re-read or
+    // re-parsed after the check.
+    let mut verifier = Verifier::new(bytes.as_slice(), &key, Some(anchor));
+    let entries = verifier.by_ref().collect::<std::io::Result<Vec<_>>>()?;
     ensure(
-        lines.finish().verdict() == JournalVerdict::Closed,
+        verifier.finish().state() == JournalState::Closed,
         "the streamed verification disagrees",
     )?;
     let rules = Rules::new(policy, &[])?;
-    let rebuilt = Session::rebuild(&rules, &replayed);
+    let rebuilt = Session::rebuild_from(&rules, &entries)?;
     ensure(
         &rebuilt == live,
         "the session rebuilt from the journal differs",

@@ -479,7 +479,7 @@ proptest! {
             }
         }
         // Rebuilding from the recorded events gives the same session.
-        let records: Vec<_> = events.iter().enumerate().map(|(t, e)| palisade_taint::Record { at_ms: t as u64, event: real_event(e) }).collect();
+        let records: Vec<_> = events.iter().enumerate().map(|(t, e)| palisade_taint::Record::new(t as u64, real_event(e))).collect();
         prop_assert_eq!(Session::rebuild(&rules, &records), real);
     }
 

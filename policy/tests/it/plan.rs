@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use palisade_policy::admission::{Decision, Event};
+use palisade_policy::admission::{Admission, TriggerEvent};
 use palisade_policy::capability::{CapabilityRegistry, OutputContext};
 use palisade_policy::grant::GrantConfig;
 use palisade_policy::plan::{PlanInput, RunPlan, StepStatus, grant_for, plan, static_agent};
@@ -48,19 +48,20 @@ pub(crate) fn bundle_without(vector: &str, skip: &[&str]) -> HubConfig {
     }
 }
 
-fn slack_event(text: &str) -> Event {
-    Event {
-        name: "slack.mention".into(),
-        actor_id: Some("U01234567".into()),
-        workspace: Some("T01234567".into()),
-        channel: Some("C01234567".into()),
-        text: text.into(),
-        bot_mentions: vec!["<@UBOT>".into()],
-        ..Event::default()
+fn slack_event(text: &str) -> TriggerEvent {
+    {
+        let mut e = TriggerEvent::default();
+        e.name = "slack.mention".into();
+        e.actor_id = Some("U01234567".into());
+        e.workspace = Some("T01234567".into());
+        e.channel = Some("C01234567".into());
+        e.text = text.into();
+        e.bot_mentions = vec!["<@UBOT>".into()];
+        e
     }
 }
 
-fn run_plan(config: &HubConfig, event: &Event, outputs: &[(String, Value)]) -> RunPlan {
+fn run_plan(config: &HubConfig, event: &TriggerEvent, outputs: &[(String, Value)]) -> RunPlan {
     plan(
         &PlanInput {
             config,
@@ -105,7 +106,7 @@ fn guarded_request_plan_advances_with_outputs() {
     let p = run_plan(&config, &e, &[]);
     assert_eq!(
         p.admission,
-        Decision::Admitted {
+        Admission::Admitted {
             prompt: "how do I build?".into()
         }
     );
@@ -150,7 +151,7 @@ fn rejected_events_run_nothing() {
     let mut e = slack_event("<@UBOT> hi");
     e.actor_id = Some("U666".into());
     let p = run_plan(&config, &e, &[]);
-    let Decision::Rejected(r) = &p.admission else {
+    let Admission::Rejected(r) = &p.admission else {
         panic!("admitted a stranger")
     };
     assert_eq!(r.code, "user_not_allowed");
@@ -250,12 +251,13 @@ fn invocation_inputs_are_parsed_after_the_marker_and_drive_conditions() {
         .unwrap_or_else(|diags| panic!("{diags:#?}"))
         .into_value();
     let go = |text: &str| {
-        let e = Event {
-            name: "slack.mention".into(),
-            actor_id: Some("U1".into()),
-            text: text.into(),
-            bot_mentions: vec!["<@B>".into()],
-            ..Event::default()
+        let e = {
+            let mut e = TriggerEvent::default();
+            e.name = "slack.mention".into();
+            e.actor_id = Some("U1".into());
+            e.text = text.into();
+            e.bot_mentions = vec!["<@B>".into()];
+            e
         };
         let p = plan(
             &PlanInput {
@@ -274,7 +276,7 @@ fn invocation_inputs_are_parsed_after_the_marker_and_drive_conditions() {
     let (adm, steps) = go("<@B> deploy env=prod ship it");
     assert_eq!(
         adm,
-        Decision::Admitted {
+        Admission::Admitted {
             prompt: "ship it".into()
         }
     );
@@ -285,7 +287,9 @@ fn invocation_inputs_are_parsed_after_the_marker_and_drive_conditions() {
     let (_, steps) = go("<@B> deploy env=dev ship it");
     assert_eq!(steps, ["ship skipped"]);
     let (adm, steps) = go("<@B> deploy env=qa ship it");
-    let Decision::Rejected(r) = adm else { panic!() };
+    let Admission::Rejected(r) = adm else {
+        panic!()
+    };
     assert_eq!(
         (r.code, r.message.as_str()),
         (
@@ -295,10 +299,14 @@ fn invocation_inputs_are_parsed_after_the_marker_and_drive_conditions() {
     );
     assert_eq!(steps, ["ship not-run"]);
     let (adm, _) = go("<@B> deploy ship it");
-    let Decision::Rejected(r) = adm else { panic!() };
+    let Admission::Rejected(r) = adm else {
+        panic!()
+    };
     assert_eq!(r.code, "missing_required");
     // The filter's inputs condition sees the parsed (here: explicit) region.
     let (adm, _) = go("<@B> deploy env=prod region=us ship it");
-    let Decision::Rejected(r) = adm else { panic!() };
+    let Admission::Rejected(r) = adm else {
+        panic!()
+    };
     assert_eq!(r.code, "input_mismatch");
 }

@@ -1,7 +1,7 @@
 //! Property tests (a)–(g) of issue 3 and the differential test against
 //! [`crate::naive`].
 
-use palisade_policy::admission::{Event, Filters, admit};
+use palisade_policy::admission::{Filters, TriggerEvent, admit};
 use palisade_policy::capability::{
     Availability, Capability, CapabilityRegistry, OutputContext, ToolSpec,
 };
@@ -324,7 +324,7 @@ proptest! {
         ds in decls(), c in prop::sample::select(CONTEXTS), ord in ordering(),
     ) {
         let reg = CapabilityRegistry::default();
-        let cfg = GrantConfig { opencode_ordering: ord, ..GrantConfig::default() };
+        let cfg = GrantConfig::default().with_opencode_ordering(ord);
         let ctx = c.map(OutputContext::new);
         let real = grant_step(&StepInput {
             provider, options: options.as_ref(), allow_outputs: &ds, output_schema: None,
@@ -454,7 +454,7 @@ fn filters() -> impl Strategy<Value = Filters> {
         )
 }
 
-fn event() -> impl Strategy<Value = Event> {
+fn event() -> impl Strategy<Value = TriggerEvent> {
     (
         (
             prop::sample::select(EVENTS),
@@ -482,26 +482,28 @@ fn event() -> impl Strategy<Value = Event> {
                 (name, actor_id, actor_name, actor_is_bot),
                 (channel, parent),
                 (words, mentioned, label, labels, env),
-            )| Event {
-                name: name.to_owned(),
-                actor_id: Some(actor_id.to_owned()),
-                actor_name: Some(actor_name.to_owned()),
-                actor_is_bot,
-                connection: Some("a".to_owned()),
-                workspace: Some("T1".to_owned()),
-                guild: Some("G1".to_owned()),
-                channel: Some(channel.to_owned()),
-                parent_channel: Some(parent.to_owned()),
-                repository: Some("o/r".to_owned()),
-                text: format!(
+            )| {
+                let mut e = TriggerEvent::default();
+                e.name = name.to_owned();
+                e.actor_id = Some(actor_id.to_owned());
+                e.actor_name = Some(actor_name.to_owned());
+                e.actor_is_bot = actor_is_bot;
+                e.connection = Some("a".to_owned());
+                e.workspace = Some("T1".to_owned());
+                e.guild = Some("G1".to_owned());
+                e.channel = Some(channel.to_owned());
+                e.parent_channel = Some(parent.to_owned());
+                e.repository = Some("o/r".to_owned());
+                e.text = format!(
                     "{}{}",
                     if mentioned { "<@B> " } else { "" },
                     words.join(" ")
-                ),
-                bot_mentions: vec!["<@B>".to_owned()],
-                label,
-                labels,
-                inputs: vec![("env".to_owned(), json!(env))],
+                );
+                e.bot_mentions = vec!["<@B>".to_owned()];
+                e.label = label;
+                e.labels = labels;
+                e.inputs = vec![("env".to_owned(), json!(env))];
+                e
             },
         )
 }
@@ -747,7 +749,7 @@ proptest! {
         }
         let config = config.unwrap_or_else(|| panic!("generated workflow does not parse: {diags:#?}"));
         let reg = CapabilityRegistry::default();
-        let cfg = GrantConfig { opencode_ordering: ord, ..GrantConfig::default() };
+        let cfg = GrantConfig::default().with_opencode_ordering(ord);
         let ctx = c.map(OutputContext::new);
         for (step, (provider, options, decls)) in config.triggers[0].steps.iter().zip(&steps) {
             let agent = palisade_policy::plan::static_agent(&config, step).unwrap().agent;

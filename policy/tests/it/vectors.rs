@@ -38,10 +38,7 @@ fn actual_step(
         allow_outputs: &step.allow_outputs,
         output_schema: step.output_schema.as_ref(),
     };
-    let config = GrantConfig {
-        opencode_ordering: ord,
-        ..GrantConfig::default()
-    };
+    let config = GrantConfig::default().with_opencode_ordering(ord);
     match grant_step(&input, ctx, &CapabilityRegistry::default(), &config) {
         Ok(g) => {
             // The digest is recomputable from the printed parts.

@@ -322,3 +322,23 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn taint_sources_display_as_the_journal_spells_them() {
+    let all = [
+        TaintSource::Web,
+        TaintSource::ExternalMcp,
+        TaintSource::Shell,
+        TaintSource::ProxyNonRelay,
+        TaintSource::UntrustedPath,
+        TaintSource::MarkedFile,
+        TaintSource::Input,
+    ];
+    for src in all {
+        // The serde form is what `Record`s and `Source`s carry.
+        let json = serde_json::to_value(src).unwrap();
+        assert_eq!(json, serde_json::Value::String(src.to_string()), "{src:?}");
+        assert_eq!(src.to_string(), src.as_str());
+    }
+    assert_eq!(TaintSource::ProxyNonRelay.to_string(), "proxy_non_relay");
+}
