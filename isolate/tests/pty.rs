@@ -480,10 +480,12 @@ fn a_new_window_size_reaches_the_worker() {
         let path = t.path.clone();
         let user = std::thread::spawn(move || {
             let ready = read_until(&master, |s| s.contains("ready"));
-            // The user resizes the terminal's window.
+            // The user resizes the terminal's window. One dimension only:
+            // `stty rows R cols C` is two ioctls, so two SIGWINCHs, and the
+            // worker may read the size between them (seen under load).
             let stty = std::fs::File::open(&path).and_then(|tty| {
                 std::process::Command::new("stty")
-                    .args(["rows", "40", "cols", "100"])
+                    .args(["cols", "100"])
                     .stdin(tty)
                     .status()
             });
@@ -503,7 +505,7 @@ fn a_new_window_size_reaches_the_worker() {
         let seen = user.join().map_err(|_| String::from("user thread"))?;
         Ok(format!("code={code} {seen}"))
     });
-    assert_eq!(report, "code=0 ready=true stty=true ok 40x100");
+    assert_eq!(report, "code=0 ready=true stty=true ok 33x100");
 }
 
 #[test]
