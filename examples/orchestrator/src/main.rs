@@ -20,9 +20,10 @@
 //! It prints a short summary and exits non-zero on any unexpected result,
 //! so `cargo xtask ci` runs it as a test of the public API.
 //!
-//! The crates are being reshaped (issue 15). Where a step differs from the
-//! intended API, a comment names it; where today's API forces code an
-//! embedder should not have to write, a `// workaround:` comment says so.
+//! Every step uses the same library calls `palisade` itself makes (the
+//! `[worker]` section through `Profile::resolve` and
+//! `Sandbox::apply_worker`, the journal through `Verifier`), so an
+//! orchestrator and the CLI cannot drift apart.
 //! `cargo run -p palisade-example-orchestrator` runs it.
 
 #![allow(clippy::print_stdout, reason = "an example program prints its summary")]
@@ -46,7 +47,7 @@ use palisade_policy::egress::ConnectRequest;
 use palisade_policy::grant::GrantConfig;
 use palisade_policy::outward::OutwardRequest;
 use palisade_policy::plan::{self, PlanInput, StepStatus};
-use palisade_policy::verdict::Decision;
+use palisade_policy::verdict::{Decision, Reason};
 use palisade_schema::HubConfig;
 use palisade_schema::host_policy::{self, HostPolicy};
 use palisade_taint::{EVIDENCE_KIND, Event, Record, Rules, Session};
@@ -244,24 +245,35 @@ fn grant_step(config: &HubConfig, prompt: &str) -> Result<()> {
 /// Step 4: host-policy decisions for a clean session.
 fn decide(policy: &HostPolicy) -> Result<()> {
     let clean = Session::new();
-    // Intended: one egress decision API (this one), with a typed,
-    // serialisable reason and the time from the caller; today egress has a
-    // second `decide::Decider` with its own `Verdict { allow, reason }`.
+    // The one egress decision API: the proxy's `Decider` in
+    // palisade-egress returns this same `Verdict`, with a typed reason.
     let egress = |host: &str| {
         palisade_policy::egress::decide(policy, &clean, &ConnectRequest { host, port: 443 })
     };
-    for (host, want) in [
-        ("api.github.com", Decision::Allow),
-        ("crates.io", Decision::Allow),
-        ("gist.githubusercontent.com", Decision::Deny),
-        ("example.org", Decision::Deny),
+    for (host, want, reason) in [
+        ("api.github.com", Decision::Allow, Reason::Allowed),
+        ("crates.io", Decision::Allow, Reason::Allowed),
+        (
+            "gist.githubusercontent.com",
+            Decision::Deny,
+            Reason::HostDenied,
+        ),
+        ("example.org", Decision::Deny, Reason::HostNotAllowed),
     ] {
         let v = egress(host);
         ensure(
-            v.decision == want,
+            v.decision == want && v.reason == reason,
             format!("egress {host}:443: {} ({})", v.decision, v.reason),
         )?;
     }
+    // A verdict serializes with its stable reason code, for an
+    // orchestrator's own logs or API.
+    let json = serde_json::to_value(egress("gist.githubusercontent.com"))?;
+    ensure(
+        json.get("decision").and_then(serde_json::Value::as_str) == Some("deny")
+            && json.get("reason").and_then(serde_json::Value::as_str) == Some("host_denied"),
+        format!("a serialized verdict: {json}"),
+    )?;
     let outward = |kind: &str, target: &str| {
         palisade_policy::outward::decide(policy, &clean, &OutwardRequest { kind, target })
     };
