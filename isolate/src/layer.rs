@@ -150,6 +150,7 @@ impl LayerStatus {
 
 /// Kernel facts and the status of every layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ProbeReport {
     /// `uname -r`.
     pub kernel_release: String,

@@ -190,6 +190,7 @@ pub(crate) fn record(dir: &Path, created: &mut [Placeholder]) {
 
 /// What [`clean_stale`] did.
 #[derive(Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StaleCleanup {
     /// Placeholders removed.
     pub removed: Vec<PathBuf>,

@@ -109,6 +109,7 @@ impl MountOp {
 
 /// The effective mount plan of one launch.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MountPlan {
     /// The operations, in order.
     pub ops: Vec<MountOp>,
