@@ -559,24 +559,34 @@ impl RelayConfig {
     /// its default; a `max_body` above the default total raises the total
     /// to it, so a body within the cap can be relayed.
     pub fn with_limits(mut self, limits: &palisade_schema::host_policy::RelayLimits) -> Self {
+        // Every field named (no `..`): a key added to `[[egress.relay]]
+        // limits` fails to compile here until it is applied.
+        let palisade_schema::host_policy::RelayLimits {
+            max_body,
+            max_buffered,
+            connections,
+            header_timeout,
+            body_idle_timeout,
+            body_timeout,
+        } = *limits;
         let bytes = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
-        if let Some(n) = limits.max_body {
+        if let Some(n) = max_body {
             self.max_body = bytes(n);
             self.max_buffered = self.max_buffered.max(self.max_body);
         }
-        if let Some(n) = limits.max_buffered {
+        if let Some(n) = max_buffered {
             self.max_buffered = bytes(n);
         }
-        if let Some(n) = limits.connections {
+        if let Some(n) = connections {
             self.max_connections = bytes(n);
         }
-        if let Some(s) = limits.header_timeout {
+        if let Some(s) = header_timeout {
             self.header_timeout = Duration::from_secs(s);
         }
-        if let Some(s) = limits.body_idle_timeout {
+        if let Some(s) = body_idle_timeout {
             self.body_idle_timeout = Duration::from_secs(s);
         }
-        if let Some(s) = limits.body_timeout {
+        if let Some(s) = body_timeout {
             self.body_timeout = Duration::from_secs(s);
         }
         self

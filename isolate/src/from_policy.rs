@@ -8,10 +8,15 @@
 //! Both only tighten: a custom profile starts from its built-in base and
 //! only adds read-only binds, masks, writable roots, no network and lower
 //! limits; `[worker]` only adds binds, masks, variables and lower limits.
-//! What would weaken (a bind that uncovers a built-in mask, a raised limit,
-//! a credential-like variable) or what the sandbox cannot enforce
-//! (`limits.memory`) is an error naming the policy key, never clamped or
-//! dropped. Both destructure the policy types field by field (no `..`), so
+//! What would weaken (in a `[profiles.*]` table, a bind that uncovers a
+//! built-in mask; anywhere, a raised limit or a credential-like variable)
+//! or what the sandbox cannot enforce (`limits.memory`) is an error naming
+//! the policy key, never clamped or dropped. A `[worker]` bind is the
+//! operator's explicit choice of what this worker sees and may lie under a
+//! built-in mask (a repository under `/home`): it shows that path and
+//! everything below it (a bind of `/home/alice` shows `~/.ssh`), and a mask
+//! inside it is refused at spawn (`mask_uncovered`), so name the narrowest
+//! path. Both destructure the policy types field by field (no `..`), so
 //! a key added to the policy does not compile until it is applied here.
 //!
 //! The policy types are plain data with public fields, so an embedder can
@@ -278,21 +283,21 @@ impl Profile {
     /// # Ok::<(), palisade_isolate::ResolveError>(())
     /// ```
     pub fn resolve(policy: &HostPolicy, name: &str) -> Result<Profile, ResolveError> {
+        // A table is looked at before the built-in of the same name, so a
+        // hand-built `[profiles.governed]` (the parser refuses one) is a
+        // `reserved_name` error, never silently dropped with its tightenings.
+        if let Some(c) = policy.profiles.get(name) {
+            return convert(name, c);
+        }
         if let Some(p) = Profile::by_name(name) {
             return Ok(p);
         }
-        match policy.profiles.get(name) {
-            Some(c) => convert(name, c),
-            None => {
-                let mut known: Vec<String> =
-                    Profile::BUILT_IN.iter().map(|s| (*s).to_owned()).collect();
-                known.extend(policy.profiles.keys().cloned());
-                Err(ResolveError::UnknownProfile {
-                    name: name.to_owned(),
-                    known,
-                })
-            }
-        }
+        let mut known: Vec<String> = Profile::BUILT_IN.iter().map(|s| (*s).to_owned()).collect();
+        known.extend(policy.profiles.keys().cloned());
+        Err(ResolveError::UnknownProfile {
+            name: name.to_owned(),
+            known,
+        })
     }
 }
 
@@ -613,6 +618,26 @@ mod tests {
         .unwrap();
         assert_eq!(s.root(), Profile::strict().root());
         assert_eq!(s.network(), NetworkMode::None);
+    }
+
+    #[test]
+    fn a_hand_built_table_with_a_built_in_name_is_refused_not_dropped() {
+        // The parser refuses `[profiles.governed]`; a hand-built policy can
+        // still hold one, with tightenings that must not vanish silently.
+        let mut p = policy("masks = [\"/opt/secret\"]\nnetwork = \"none\"");
+        let table = p.profiles.get("ci").cloned().unwrap();
+        // Positive control: under its own name the table resolves, tightened.
+        let ci = Profile::resolve(&p, "ci").unwrap();
+        assert_eq!(ci.network(), NetworkMode::None);
+        p.profiles.insert("governed".to_owned(), table);
+        let e = Profile::resolve(&p, "governed").unwrap_err();
+        assert_eq!(e.code(), "reserved_name", "{e}");
+        // Without such a table the built-in resolves as before.
+        p.profiles.remove("governed");
+        assert_eq!(
+            Profile::resolve(&p, "governed").unwrap(),
+            Profile::governed()
+        );
     }
 
     #[test]

@@ -231,7 +231,10 @@ pub(crate) fn run(
     listeners: Vec<BridgeListener>,
     wall_limit: Option<std::time::Duration>,
 ) -> Exit {
-    let deadline = wall_limit.map(|d| std::time::Instant::now() + d);
+    // A limit too far away to be represented as an instant can never be
+    // reached: no deadline (an overflowing `+` panicked init, and the
+    // sandbox ended as if the worker had crashed).
+    let deadline = wall_limit.and_then(|d| std::time::Instant::now().checked_add(d));
     let mut walled = false;
     let Ok(sfd) = SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK) else {
         return wait_blocking(worker);

@@ -176,6 +176,20 @@ fn a_reused_probe_is_taken_once_and_launches_alike() {
 }
 
 #[test]
+fn a_wall_limit_too_far_to_reach_is_no_deadline() {
+    if skip_unless_root() {
+        return;
+    }
+    // `Instant::now() + u64::MAX s` overflowed in init (PID 1), which
+    // panicked, and the launch ended `Signaled(SIGSEGV)` as if the worker
+    // had crashed.
+    let mut p = Profile::strict();
+    p.limit_wall(Duration::from_secs(u64::MAX)).unwrap();
+    let c = Sandbox::new(p).spawn(Command::new(["/bin/true"])).unwrap();
+    assert_eq!(c.wait().unwrap(), Exit::Exited(0));
+}
+
+#[test]
 fn a_wall_limit_kill_is_its_own_exit() {
     if skip_unless_root() {
         return;
