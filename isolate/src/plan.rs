@@ -244,18 +244,25 @@ fn secret_mask(path: &Path) -> Option<MountOp> {
     })
 }
 
+/// Why `path` cannot name a place in the sandbox's plan, if it cannot: it
+/// must be absolute (else it would be looked up from the launcher's working
+/// directory) and have no `..` component.
+pub(crate) fn not_plain(path: &Path) -> Option<&'static str> {
+    if !path.is_absolute() {
+        Some("must be absolute")
+    } else if path.components().any(|c| matches!(c, Component::ParentDir)) {
+        Some("must not contain `..`")
+    } else {
+        None
+    }
+}
+
 /// Canonicalise a profile path: absolute, no `..`, symlinks resolved.
 pub(crate) fn canonical(path: &Path) -> Result<PathBuf, SandboxError> {
-    if !path.is_absolute() {
+    if let Some(reason) = not_plain(path) {
         return Err(SandboxError::InvalidPath {
             path: path.to_owned(),
-            reason: String::from("must be absolute"),
-        });
-    }
-    if path.components().any(|c| matches!(c, Component::ParentDir)) {
-        return Err(SandboxError::InvalidPath {
-            path: path.to_owned(),
-            reason: String::from("must not contain `..`"),
+            reason: reason.to_owned(),
         });
     }
     std::fs::canonicalize(path).map_err(|e| SandboxError::InvalidPath {

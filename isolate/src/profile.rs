@@ -604,20 +604,12 @@ impl Profile {
     /// directory, or skip it as missing, and hide nothing it was meant to.
     pub(crate) fn check_masks(&self) -> Result<(), SandboxError> {
         for m in &self.host_masks {
-            let reason = if !m.is_absolute() {
-                "a mask must be absolute"
-            } else if m
-                .components()
-                .any(|c| matches!(c, std::path::Component::ParentDir))
-            {
-                "a mask must not contain `..`"
-            } else {
-                continue;
-            };
-            return Err(SandboxError::InvalidPath {
-                path: m.clone(),
-                reason: reason.to_owned(),
-            });
+            if let Some(reason) = crate::plan::not_plain(m) {
+                return Err(SandboxError::InvalidPath {
+                    path: m.clone(),
+                    reason: format!("a mask {reason}"),
+                });
+            }
         }
         let resolve = |p: &PathBuf| std::fs::canonicalize(p).ok();
         let mut binds: Vec<PathBuf> = self
