@@ -91,6 +91,7 @@ mod pty;
 mod reaper;
 mod seccomp;
 mod spawn;
+pub mod stage;
 #[expect(
     unsafe_code,
     reason = "raw system calls: fork, mount_setattr, close_range, prctl, ioctl"
