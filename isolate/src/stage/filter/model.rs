@@ -142,7 +142,11 @@ struct Model {
 fn wrap(comps: &[Vec<u8>], fold: bool) -> Vec<u8> {
     let mut s = b"/".to_vec();
     for c in comps {
-        let c = if fold { c.to_ascii_lowercase() } else { c.clone() };
+        let c = if fold {
+            c.to_ascii_lowercase()
+        } else {
+            c.clone()
+        };
         s.extend_from_slice(&c);
         s.push(b'/');
     }
@@ -156,7 +160,11 @@ fn git_rule(rest: &[u8], as_: As) -> Option<&'static str> {
         return Some(match as_ {
             As::Target => "git_internal",
             As::Node { dir: false, .. } => "git_pointer",
-            As::Node { dir: true, made: true, .. } => "new_repository",
+            As::Node {
+                dir: true,
+                made: true,
+                ..
+            } => "new_repository",
             As::Node { dir: true, .. } => "git_internal",
         });
     }
@@ -437,11 +445,8 @@ fn set_strategy() -> impl Strategy<Value = Vec<Change>> {
 }
 
 fn policy_strategy() -> impl Strategy<Value = Vec<Vec<u8>>> {
-    prop::collection::vec(
-        prop::sample::select(POLICY_NAMES),
-        0..3,
-    )
-    .prop_map(|v| v.into_iter().map(<[u8]>::to_vec).collect())
+    prop::collection::vec(prop::sample::select(POLICY_NAMES), 0..3)
+        .prop_map(|v| v.into_iter().map(<[u8]>::to_vec).collect())
 }
 
 fn filter_with(policy: &[Vec<u8>]) -> CommitFilter {
