@@ -4,7 +4,9 @@
 //!
 //! One `Sandbox` under the `strict` profile (working directory bound
 //! writable and entered, the socket-walk cache and placeholder records in a
-//! state directory, as `palisade run` sets them up) spawns `/bin/true` and
+//! state directory, as `palisade run` sets them up; with direct writes, the
+//! same plain bind as bwrap's `--bind`: staged writes are measured by
+//! `cargo xtask bench staging`) spawns `/bin/true` and
 //! waits for it, alternated A B A B with `bwrap` started from this same
 //! process by `std::process::Command` with the same layers. Prints one JSON
 //! line per figure (`crates.rs` in xtask describes the format):
@@ -41,7 +43,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use palisade_isolate::{Command, Profile, Sandbox, Stdio, probe};
+use palisade_isolate::{Command, Layer, Profile, Sandbox, Stdio, probe};
 
 /// Directories masked with an empty tmpfs by the default bwrap argv (those
 /// that exist), as in xtask's spawn suite.
@@ -217,6 +219,12 @@ fn main() {
     let mut sb = Sandbox::new(Profile::strict());
     sb.writable(cwd.clone()).cwd(cwd.clone());
     sb.walk_cache(&state).placeholder_records(&state);
+    // A plain read-write bind, like bwrap's `--bind`: the overlay of staged
+    // writes (one stage per launch) is what `cargo xtask bench staging`
+    // measures against it.
+    sb.dangerous()
+        .disable(Layer::StagedWrites)
+        .expect("staged writes can be switched off");
     // Probe once, as an embedder launching many workers does.
     sb.reuse_probe();
     let bwrap = bwrap_argv(&cwd);

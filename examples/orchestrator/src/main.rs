@@ -15,7 +15,8 @@
 //! 6. [`journal`]: write a sealed journal, verify it, and rebuild the taint
 //!    session from it (`palisade-evidence`);
 //! 7. [`sandbox`]: spawn workers in the sandbox with piped stdout, a wall
-//!    limit and a signal (`palisade-isolate`; needs root, skipped otherwise).
+//!    limit and a signal, and commit what the worker wrote through the
+//!    commit filter (`palisade-isolate`; needs root, skipped otherwise).
 //!
 //! It prints a short summary and exits non-zero on any unexpected result,
 //! so `cargo xtask ci` runs it as a test of the public API.
@@ -40,6 +41,7 @@ use palisade_evidence::{
     Body, Entry, FailureKind, JournalKey, JournalState, JournalWriter, Kind, Timestamp, Verifier,
     WriterOptions, verify,
 };
+use palisade_isolate::stage::{CommitEvent, CommitFilter, FilterVerdict};
 use palisade_isolate::{Command, Exit, Profile, Sandbox, SandboxChild, Signal, Stdio};
 use palisade_policy::admission::{self, Admission, TriggerEvent};
 use palisade_policy::capability::CapabilityRegistry;
@@ -476,11 +478,21 @@ async fn sandbox(policy: &HostPolicy) -> Result<()> {
         return Ok(());
     }
     let workspace = tempfile::tempdir()?;
-    let base = worker_sandbox(policy, workspace.path())?;
+    // Each launch stages the writable roots in a session directory of its
+    // own, outside every root; nothing the worker writes reaches the
+    // workspace until it is committed.
+    let stages = tempfile::tempdir()?;
+    let mut base = worker_sandbox(policy, workspace.path())?;
 
-    // 1. Piped stdout.
+    // 1. Piped stdout, and the worker's writes committed through the filter.
+    base.stage_in(stages.path(), "example-1");
     let mut child = base.spawn(
-        Command::new(["/bin/sh", "-c", "echo hello from $CI; pwd"]).stdout(Stdio::piped()),
+        Command::new([
+            "/bin/sh",
+            "-c",
+            "echo hello from $CI; pwd; echo done > result.txt; echo '{}' > .mcp.json",
+        ])
+        .stdout(Stdio::piped()),
     )?;
     let report = child.report().clone();
     let mut out = String::new();
@@ -494,6 +506,7 @@ async fn sandbox(policy: &HostPolicy) -> Result<()> {
         exit == Exit::Exited(0) && out == format!("hello from 1\n{cwd}\n"),
         format!("worker ended {exit:?} with {out:?}"),
     )?;
+    commit(&mut child, policy, workspace.path())?;
     println!(
         "sandbox: profile {}, plan {}, worker uid {}, printed {:?}",
         report.profile,
@@ -506,6 +519,7 @@ async fn sandbox(policy: &HostPolicy) -> Result<()> {
     // is told apart from any other SIGKILL.
     let mut limited = base.clone();
     limited.limit_wall(Duration::from_secs(1))?;
+    limited.stage_in(stages.path(), "example-2");
     let mut child = limited.spawn(Command::new(["/bin/sleep", "60"]))?;
     let exit = wait(&mut child).await?;
     ensure(
@@ -518,6 +532,7 @@ async fn sandbox(policy: &HostPolicy) -> Result<()> {
     );
 
     // 3. A typed signal, once the worker is known to run.
+    base.stage_in(stages.path(), "example-3");
     let mut child = base.spawn(
         Command::new(["/bin/sh", "-c", "echo ready; exec /bin/sleep 60"]).stdout(Stdio::piped()),
     )?;
@@ -531,6 +546,48 @@ async fn sandbox(policy: &HostPolicy) -> Result<()> {
         format!("signalled worker ended {exit:?}"),
     )?;
     println!("sandbox: SIGTERM ended the worker ({exit:?})");
+    Ok(())
+}
+
+/// Commit what the ended worker left in its stage: the change set, the
+/// commit filter of the policy's `[worker.commit]` (which can only add to
+/// the built-in list), and the commit, recording each outcome (an
+/// orchestrator would journal these). The ordinary file lands; the agent
+/// config the worker planted goes to the quarantine instead.
+fn commit(child: &mut SandboxChild, policy: &HostPolicy, workspace: &Path) -> Result<()> {
+    let stage = child.take_stage().ok_or("the launch was staged")?;
+    let set = stage.changes()?;
+    let verdicts = CommitFilter::from_worker(&policy.worker)?.check(&set);
+    let mut refused = Vec::new();
+    let report = stage.commit(&set, &verdicts, None, &mut |event| {
+        if let CommitEvent::Refused {
+            change, refusal, ..
+        } = event
+        {
+            refused.push(format!("{} ({})", change.path.display(), refusal.rule));
+        }
+        Ok(())
+    })?;
+    ensure(
+        verdicts
+            .iter()
+            .filter(|v| **v == FilterVerdict::Commit)
+            .count()
+            == report.applied,
+        format!("the commit applied {report:?} of {verdicts:?}"),
+    )?;
+    ensure(
+        std::fs::read_to_string(workspace.join("result.txt"))? == "done\n"
+            && !workspace.join(".mcp.json").exists()
+            && refused == [".mcp.json (tool_config)"],
+        format!("committed {report:?}, refused {refused:?}"),
+    )?;
+    println!(
+        "sandbox: committed {} change(s), quarantined {}",
+        report.applied,
+        refused.join(", ")
+    );
+    stage.remove()?;
     Ok(())
 }
 
