@@ -181,6 +181,8 @@ pub struct Sandbox {
     /// A probe taken by [`Sandbox::reuse_probe`], shared by clones; `None`
     /// probes afresh on every launch.
     probed: Option<std::sync::Arc<ProbeReport>>,
+    /// The filter the stage's changes pass before they reach the host.
+    commit_filter: crate::stage::CommitFilter,
 }
 
 /// The explicit, named downgrade door: see [`Sandbox::dangerous`].
@@ -608,6 +610,7 @@ impl Sandbox {
             root_worker: false,
             stage_in: None,
             probed: None,
+            commit_filter: crate::stage::CommitFilter::new(),
         }
     }
 
@@ -640,6 +643,19 @@ impl Sandbox {
     /// The profile.
     pub fn profile(&self) -> &Profile {
         &self.profile
+    }
+
+    /// The commit filter for this sandbox's staged writes: the built-in
+    /// list plus what [`Sandbox::apply_worker`] added from
+    /// `[worker.commit]`.
+    pub fn commit_filter(&self) -> &crate::stage::CommitFilter {
+        &self.commit_filter
+    }
+
+    /// The commit filter, to add refusals to (a filter only grows: it has
+    /// no way to remove one).
+    pub fn commit_filter_mut(&mut self) -> &mut crate::stage::CommitFilter {
+        &mut self.commit_filter
     }
 
     /// The working directory set with [`Sandbox::cwd`], if any.
