@@ -311,13 +311,43 @@ pub(crate) fn set_digest(set: &ChangeSet) -> String {
     format!("sha256:{}", hex::encode(h.finalize()))
 }
 
-/// The filter of a stage: the built-in list, plus what the policy adds
-/// and the policy file itself when it lies inside a root.
+/// The filter of `stage`: `base` (the built-in list plus the policy's
+/// `[worker.commit] refuse`), and the policy file itself, refused with rule
+/// `policy_file`, when it lies inside one of the stage's roots.
 pub(crate) fn filter_for(
-    _policy: Option<&palisade_schema::host_policy::HostPolicy>,
-    _policy_file: Option<&Path>,
+    mut base: CommitFilter,
+    policy_file: Option<&Path>,
+    stage: &Stage,
 ) -> CommitFilter {
-    CommitFilter::new()
+    let Some(abs) = policy_file.and_then(|p| std::fs::canonicalize(p).ok()) else {
+        return base;
+    };
+    for (i, r) in stage.roots().iter().enumerate() {
+        let root = std::fs::canonicalize(r.root()).unwrap_or_else(|_| r.root().to_path_buf());
+        if let Ok(rel) = abs.strip_prefix(&root)
+            && !rel.as_os_str().is_empty()
+        {
+            base.refuse_exact(i, rel, "policy_file");
+        }
+    }
+    base
+}
+
+/// The filter a policy gives a kept stage (`palisade diff`, `palisade
+/// commit`): as [`filter_for`] with the policy's `[worker.commit]`, or the
+/// built-in list alone without a policy.
+pub(crate) fn filter_of_policy(
+    loaded: Option<&crate::host_policy_file::Loaded>,
+    stage: &Stage,
+) -> Result<CommitFilter, String> {
+    match loaded {
+        Some(l) => {
+            let base = CommitFilter::from_worker(&l.policy.worker)
+                .map_err(|e| format!("{}: {e}", l.path.display()))?;
+            Ok(filter_for(base, Some(&l.path), stage))
+        }
+        None => Ok(CommitFilter::new()),
+    }
 }
 
 /// Exit status of a commit that stopped half-way or could not start
