@@ -206,6 +206,10 @@ impl Session {
             .arg(&self.approve)
             .arg("--approval-timeout")
             .arg("20")
+            // Stages (kept when something is refused) go to the test's
+            // directory, not the host's default.
+            .arg("--stage-dir")
+            .arg(self.dir.path().join("stages"))
             .arg("--")
             .arg("/usr/bin/python3")
             .arg(self.work.join("worker.py"))
