@@ -172,6 +172,7 @@ fn probe_json_lists_every_layer() {
         "no_new_privs",
         "rlimits",
         "cgroups",
+        "staged_writes",
     ] {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }
