@@ -936,7 +936,13 @@ mod tests {
             nix::unistd::geteuid().as_raw(),
             nix::unistd::getegid().as_raw(),
         );
-        let st = Stage::create(&d.path().join("stages"), "halfway", &[root.clone()], ids).unwrap();
+        let st = Stage::create(
+            &d.path().join("stages"),
+            "halfway",
+            std::slice::from_ref(&root),
+            ids,
+        )
+        .unwrap();
         // What a worker would have left in the upper layer: three new files.
         let upper = st.roots()[0].upper().to_path_buf();
         for f in ["a.txt", "b.txt", "c.txt"] {
