@@ -614,9 +614,13 @@ impl Outcome {
     /// Whether the stage still holds something (refused, conflicting,
     /// skipped or unapplied changes).
     pub(crate) fn leaves_something(&self) -> bool {
+        // The commit's own totals count too: a stage is removed only when
+        // both say nothing is left.
         self.error.is_some()
             || !self.refused.is_empty()
             || !self.conflicts.is_empty()
+            || self.report.refused > 0
+            || self.report.conflicts > 0
             || self.report.skipped > 0
     }
 }
