@@ -46,10 +46,22 @@ pub enum MountOp {
         /// Target inside.
         path: PathBuf,
     },
-    /// A recursive read-write bind (a writable root).
+    /// A recursive read-write bind (a writable root, under direct writes).
     BindWritable {
         /// The path, same inside and out.
         path: PathBuf,
+    },
+    /// A staged writable root: an overlayfs over the host directory (its
+    /// read-only lower layer) whose upper layer and work directory are the
+    /// stage's, so the worker's writes land in the stage, never in the host
+    /// tree. Mounted inside the sandbox's user namespace (`userxattr`).
+    Overlay {
+        /// The root, same inside and out (the lower layer).
+        path: PathBuf,
+        /// The host path of the upper layer.
+        upper: PathBuf,
+        /// The host path of the overlay work directory.
+        work: PathBuf,
     },
     /// An empty read-only tmpfs over a directory.
     MaskDir {
@@ -96,6 +108,12 @@ impl MountOp {
                 format!("ro {} <- {}", path.display(), source.display())
             }
             MountOp::BindWritable { path } => format!("rw {}", path.display()),
+            MountOp::Overlay { path, upper, work } => format!(
+                "overlay {} upper={} work={}",
+                path.display(),
+                upper.display(),
+                work.display()
+            ),
             MountOp::MaskDir { path } => format!("mask-dir {}", path.display()),
             MountOp::MaskFile { path } => format!("mask-file {}", path.display()),
             MountOp::Tmp { size } => format!("tmp size={size}"),
@@ -559,6 +577,40 @@ pub(crate) struct PlanInput {
     pub(crate) walk_cache: Option<PathBuf>,
     /// The directory of the placeholder records ([`crate::placeholder_log`]).
     pub(crate) placeholder_records: Option<PathBuf>,
+    /// Staged writes: the stage base (masked inside) and, for each root of
+    /// [`writable_roots`] in order, its upper layer and work directory.
+    /// `None` is direct writes.
+    pub(crate) staged: Option<Staged>,
+}
+
+/// The stage of a staged launch, as the plan needs it.
+#[derive(Debug, Default)]
+pub(crate) struct Staged {
+    /// The stage base directory (canonical): hidden inside the sandbox so
+    /// the worker reads no stage, its own or another session's.
+    pub(crate) base: PathBuf,
+    /// `(root, upper, work)` per writable root, in [`writable_roots`]
+    /// order; the plan refuses a stage whose roots are not its own.
+    pub(crate) layers: Vec<(PathBuf, PathBuf, PathBuf)>,
+}
+
+/// The writable roots of a profile, canonical, deduplicated, in order: the
+/// plan's [`MountPlan::writable`], and the roots a stage is created for.
+pub(crate) fn writable_roots(profile: &Profile) -> Result<Vec<PathBuf>, SandboxError> {
+    let mut writable = Vec::new();
+    for w in &profile.writable {
+        let c = canonical(w)?;
+        if c == Path::new("/") {
+            return Err(SandboxError::InvalidPath {
+                path: w.clone(),
+                reason: String::from("the root cannot be writable"),
+            });
+        }
+        if !writable.contains(&c) {
+            writable.push(c);
+        }
+    }
+    Ok(writable)
 }
 
 /// Host-side work of a launch that does not change the mount plan: run by
@@ -744,7 +796,6 @@ pub(crate) fn build(
 ) -> Result<(MountPlan, Deferred), SandboxError> {
     let mut ops = Vec::new();
     let mut read_paths = Vec::new();
-    let mut writable = Vec::new();
     // A protected name is joined to each writable root, and a placeholder is
     // made there when it is absent: an absolute name or one with `..` would
     // have the launcher create files outside the roots.
@@ -763,17 +814,33 @@ pub(crate) fn build(
             });
         }
     }
-    for w in &profile.writable {
-        let c = canonical(w)?;
-        if c == Path::new("/") {
-            return Err(SandboxError::InvalidPath {
-                path: w.clone(),
-                reason: String::from("the root cannot be writable"),
-            });
-        }
-        if !writable.contains(&c) {
-            writable.push(c);
-        }
+    let writable = writable_roots(profile)?;
+    let staged = input.staged.as_ref();
+    // The stage was made for the roots resolved a moment ago; a root that
+    // resolves elsewhere now (a symlink swapped meanwhile) would have its
+    // upper layer applied to another host directory at commit.
+    if let Some(st) = staged
+        && (st.layers.len() != writable.len()
+            || st.layers.iter().zip(&writable).any(|((r, _, _), w)| r != w))
+    {
+        return Err(SandboxError::InvalidPath {
+            path: st.base.clone(),
+            reason: format!(
+                "the stage has {} roots ({}), the profile {} writable roots ({}); a root resolved differently since the stage was created",
+                st.layers.len(),
+                st.layers
+                    .iter()
+                    .map(|(r, _, _)| r.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                writable.len(),
+                writable
+                    .iter()
+                    .map(|w| w.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        });
     }
     let mut masks: Vec<PathBuf> = Vec::new();
     match profile.root {
@@ -898,10 +965,41 @@ pub(crate) fn build(
         });
         read_paths.push(c);
     }
-    for w in &writable {
-        ops.push(MountOp::BindWritable { path: w.clone() });
+    match staged {
+        Some(st) => {
+            for (w, (_, upper, work)) in writable.iter().zip(&st.layers) {
+                ops.push(MountOp::Overlay {
+                    path: w.clone(),
+                    upper: upper.clone(),
+                    work: work.clone(),
+                });
+            }
+        }
+        None => {
+            for w in &writable {
+                ops.push(MountOp::BindWritable { path: w.clone() });
+            }
+        }
     }
     ops.extend(secrets_late.iter().filter_map(|p| secret_mask(p)));
+    // The stage base, after every bind that could show it (an explicit
+    // read path over it): the worker reads no stage.
+    if let Some(st) = staged {
+        // The view's /tmp, /dev and /proc are its own; elsewhere the base
+        // shows under the host root, or under a bound read path.
+        let private = ["/tmp", "/dev", "/proc"]
+            .iter()
+            .any(|p| st.base.starts_with(p));
+        let shown = !private
+            && (profile.root == RootView::HostReadOnly
+                || read_paths.iter().any(|r| st.base.starts_with(r)));
+        if shown {
+            ops.push(MountOp::MaskDir {
+                path: st.base.clone(),
+            });
+            masks.push(st.base.clone());
+        }
+    }
     masks.extend(secrets_early);
     masks.extend(secrets_late);
 
@@ -946,6 +1044,9 @@ pub(crate) fn build(
                 Some(is_link) => {
                     looked.insert(p.clone(), is_link);
                 }
+                // Staged: no placeholder, nothing to bind; the commit
+                // filter handles an absent protected name.
+                None if staged.is_some() => continue,
                 None if (root.is_dir() && !name.contains('/')) || placeholder_parent_ok(&p) => {
                     placeholders.push(p.clone());
                     to_create.push((p.clone(), name == ".palisade"));
@@ -981,9 +1082,14 @@ pub(crate) fn build(
             .filter(|n| n.starts_with(".git/"))
         {
             let p = repo.join(name);
-            if std::fs::symlink_metadata(&p).is_err() && placeholder_parent_ok(&p) {
-                placeholders.push(p.clone());
-                to_create.push((p.clone(), name.ends_with("hooks")));
+            if std::fs::symlink_metadata(&p).is_err() {
+                if staged.is_some() {
+                    continue;
+                }
+                if placeholder_parent_ok(&p) {
+                    placeholders.push(p.clone());
+                    to_create.push((p.clone(), name.ends_with("hooks")));
+                }
             }
             protect.insert(p);
         }
@@ -1321,6 +1427,63 @@ mod tests {
             "removed a placeholder that was written to"
         );
         std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_staged_plan_mounts_overlays_masks_the_base_and_plants_nothing() {
+        let t = tempfile::tempdir().unwrap();
+        let w = t.path().join("w");
+        std::fs::create_dir_all(w.join(".git")).unwrap();
+        std::fs::write(w.join(".git/config"), "").unwrap();
+        let mut p = Profile::governed();
+        p.add_writable(&w);
+        let wc = canonical(&w).unwrap();
+        let staged = |n: usize| PlanInput {
+            staged: Some(Staged {
+                base: PathBuf::from("/srv/stages"),
+                layers: (0..n)
+                    .map(|i| {
+                        (
+                            wc.clone(),
+                            PathBuf::from(format!("/srv/stages/s/{i}/upper")),
+                            PathBuf::from(format!("/srv/stages/s/{i}/work")),
+                        )
+                    })
+                    .collect(),
+            }),
+            ..PlanInput::default()
+        };
+        let (plan, _) = build(&p, &staged(1)).unwrap();
+        let text = plan.text();
+        assert!(
+            text.contains(&format!(
+                "overlay {} upper=/srv/stages/s/0/upper work=/srv/stages/s/0/work\n",
+                wc.display()
+            )),
+            "{text}"
+        );
+        assert!(!text.contains(&format!("rw {}", wc.display())), "{text}");
+        assert!(text.contains("mask-dir /srv/stages\n"), "{text}");
+        // The existing protected name stays bound read-only; no absent one
+        // gets a placeholder or a bind.
+        assert!(text.contains(&format!("protect {}/.git/config", wc.display())));
+        assert!(!text.contains(".bashrc"), "{text}");
+        assert!(plan.placeholders.is_empty());
+        // Control: direct writes bind the root and plan placeholders.
+        let (direct, _) = build(&p, &PlanInput::default()).unwrap();
+        assert!(direct.text().contains(&format!("rw {}\n", wc.display())));
+        assert!(direct.placeholders.iter().any(|x| x.ends_with(".bashrc")));
+        assert_ne!(direct.digest(), plan.digest());
+        // A stage of another shape is refused.
+        let e = build(&p, &staged(2)).unwrap_err().to_string();
+        assert!(e.contains("the stage has 2 roots"), "{e}");
+        // So is one made for another root (resolved differently since).
+        let mut other = staged(1);
+        if let Some(st) = other.staged.as_mut() {
+            st.layers[0].0 = t.path().to_path_buf();
+        }
+        let e = build(&p, &other).unwrap_err().to_string();
+        assert!(e.contains("resolved differently"), "{e}");
     }
 
     #[test]
