@@ -37,7 +37,7 @@
 //! host path (the same filesystem: one `renameat`, replacing atomically;
 //! `RENAME_NOREPLACE` for a created path; `RENAME_EXCHANGE` then `rmdir` of
 //! the old, empty directory when it replaces a directory), after its mode is
-//! set to the one the filter judged and its `*.overlay.*` and
+//! checked to be the one the filter judged and its `*.overlay.*`, ACL and
 //! `security.capability` xattrs are removed. Across filesystems it is copied
 //! (content and mode, no xattrs, no owner) to a temporary name in the host
 //! directory, `fsync`ed and renamed; the upper copy goes only after that. A
