@@ -172,6 +172,7 @@ fn probe_json_lists_every_layer() {
         "no_new_privs",
         "rlimits",
         "cgroups",
+        "staged_writes",
     ] {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }
@@ -232,8 +233,11 @@ fn worker_uid_is_selectable_as_root() {
         return;
     }
     let cwd = tempfile::tempdir().unwrap();
+    // A stage kept for its refused change goes here, not to the host's default.
+    let stages = tempfile::tempdir().unwrap();
+    let stage_dir = stages.path().to_str().unwrap().to_owned();
     let run = |extra: &[&str]| {
-        let mut args = vec!["run", "--profile", "governed"];
+        let mut args = vec!["run", "--profile", "governed", "--stage-dir", &stage_dir];
         args.extend_from_slice(extra);
         args.extend_from_slice(&["--", "/bin/sh", "-c", "id -u; touch written"]);
         Command::new(BIN)
@@ -243,8 +247,16 @@ fn worker_uid_is_selectable_as_root() {
             .unwrap()
     };
     // Default as root: the dedicated worker uid, which cannot write the
-    // root-owned working directory.
+    // root-owned working directory. Staged, the overlay lets it write there
+    // (the stage's upper directory is the worker's), but the commit refuses
+    // what its uid could not have written on the host: nothing lands.
     let out = run(&[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "64000");
+    assert!(err.contains("root_not_writable"), "{err}");
+    assert!(!cwd.path().join("written").exists(), "{err}");
+    // Under direct writes the kernel says no at once: the worker fails.
+    let out = run(&["--writes", "direct"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "64000");
     assert_ne!(out.status.code(), Some(0));
     assert!(!cwd.path().join("written").exists());
@@ -584,11 +596,21 @@ fn records(state: &std::path::Path) -> Vec<std::path::PathBuf> {
         .unwrap_or_default()
 }
 
-/// Start `palisade run -- /bin/sleep 60` in `cwd`, wait until its
-/// placeholders are recorded, and kill it with SIGKILL.
+/// Start `palisade run --writes direct -- /bin/sleep 60` in `cwd` (only
+/// direct writes make placeholders), wait until its placeholders are
+/// recorded, and kill it with SIGKILL.
 fn launch_and_kill(cwd: &std::path::Path, state: &std::path::Path) {
     let mut child = Command::new(BIN)
-        .args(["run", "--profile", "governed", "--", "/bin/sleep", "60"])
+        .args([
+            "run",
+            "--profile",
+            "governed",
+            "--writes",
+            "direct",
+            "--",
+            "/bin/sleep",
+            "60",
+        ])
         .current_dir(cwd)
         .env("XDG_RUNTIME_DIR", state)
         .spawn()
@@ -670,7 +692,15 @@ fn placeholders_a_killed_launch_left_are_removed_later_and_only_those() {
     launch_and_kill(other.path(), state.path());
     assert!(other.path().join(".bash_profile").exists());
     let out = Command::new(BIN)
-        .args(["run", "--profile", "governed", "--", "/bin/true"])
+        .args([
+            "run",
+            "--profile",
+            "governed",
+            "--writes",
+            "direct",
+            "--",
+            "/bin/true",
+        ])
         .current_dir(other.path())
         .env("XDG_RUNTIME_DIR", state.path())
         .output()
