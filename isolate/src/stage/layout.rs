@@ -339,9 +339,10 @@ impl Stage {
     /// directory of the launcher's, not writable by group or others unless
     /// sticky, and lie outside every root (and no root inside it). The
     /// stage must not exist yet. `owner` is the worker's uid and gid as the
-    /// host sees them: each upper, work and quarantine directory is chowned
-    /// to it, and each upper takes its root's permission bits, since the
-    /// overlay shows the upper's root directory as the root's. On error,
+    /// host sees them: each work and quarantine directory is chowned to it,
+    /// and each upper takes its root's permission bits and, when the
+    /// launcher is root, its root's owner (else `owner`), since the overlay
+    /// shows the upper's root directory as the root's. On error,
     /// what this call created is removed again.
     pub fn create(
         base: &Path,
@@ -445,7 +446,19 @@ impl Stage {
             mkdir(&upper, meta.mode() & 0o7777)?;
             mkdir(&work, 0o700)?;
             mkdir(&quarantine, 0o700)?;
-            for p in [&upper, &work, &quarantine] {
+            // The overlay shows the upper as the root's top directory, so
+            // it takes the root's owner where the launcher can give it
+            // (as root): the worker then may write there exactly when a
+            // plain bind would have let it. A launcher that is not root
+            // can only hand out its own uid (the worker's); the commit
+            // refuses what that widened (`root_not_writable` in the CLI).
+            let top = if nix::unistd::geteuid().is_root() {
+                (meta.uid(), meta.gid())
+            } else {
+                owner
+            };
+            chown(&upper, top)?;
+            for p in [&work, &quarantine] {
                 chown(p, owner)?;
             }
             // chown clears setuid/setgid; the upper keeps the root's bits.
