@@ -1,0 +1,818 @@
+//! The acceptance tests of staged writes (issue 16), run from the host with
+//! the real programs that would run what a worker leaves behind.
+//!
+//! Each escape is planted by a hostile worker under the default governed
+//! profile (`palisade run --policy … --journal … --key …`, staged writes),
+//! then checked FROM THE HOST after the run: the host's own `git status`,
+//! `git commit`, `bash -i` and `ssh` must not run the planted payload (each
+//! payload creates a marker file in a directory of the test's that the
+//! worker cannot see). Every escape has a control: the same payload planted
+//! by the same uid directly on the host, where the same host check must
+//! find every marker, so no refusal passes vacuously (a host check that
+//! cannot run the payload would pass every time). Every refused path is in
+//! the stage's quarantine and in the journal as `commit_refused`.
+//!
+//! The positive controls of the issue (an edit, a new file, a `git commit`
+//! and a branch made inside) each land on the host, checked with the host's
+//! `git status --porcelain`, `git log`, `git branch` and `git fsck`.
+//!
+//! Host programs run with a scratch `HOME`, no system git config and
+//! `safe.directory=*` (the most trusting host user: the escape must fail
+//! even for them). `ssh` only ever targets a closed port on 127.0.0.1.
+//! Needs root (as CI runs it), `git`, `bash` and `ssh`; otherwise each test
+//! says it was skipped, and under CI a missing prerequisite is a failure.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stderr,
+    clippy::disallowed_methods,
+    reason = "tests"
+)]
+
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The worker's uid when palisade runs as root (`palisade run --help`).
+const WORKER: u32 = 64_000;
+/// An upper bound on one launch, far above what it takes on a loaded machine.
+const LIMIT: Duration = Duration::from_secs(180);
+const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+fn palisade() -> &'static str {
+    env!("CARGO_BIN_EXE_palisade")
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+fn have(program: &str) -> bool {
+    PATH.split(':').any(|d| Path::new(d).join(program).exists())
+}
+
+/// Whether to skip on this machine. Under CI (`CI` set) a missing
+/// prerequisite is a failure, never a silent pass.
+fn skip() -> bool {
+    let ci = std::env::var_os("CI").is_some();
+    if !is_root() {
+        assert!(!ci, "CI must run the staged-writes suite as root");
+        eprintln!("skipped: the staged-writes suite runs as root (CI does)");
+        return true;
+    }
+    for p in ["git", "bash", "ssh", "timeout"] {
+        if !have(p) {
+            assert!(!ci, "CI must provide `{p}` for the staged-writes suite");
+            eprintln!("skipped: the host checks need `{p}`");
+            return true;
+        }
+    }
+    false
+}
+
+/// Every path under `p`, `p` included (symlinks not followed).
+fn walk(p: &Path) -> Vec<PathBuf> {
+    let mut out = vec![p.to_path_buf()];
+    let mut i = 0;
+    while let Some(d) = out.get(i).cloned() {
+        i += 1;
+        if std::fs::symlink_metadata(&d).is_ok_and(|m| m.is_dir()) {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+fn chown_tree(p: &Path, uid: u32) {
+    for q in walk(p) {
+        std::os::unix::fs::lchown(&q, Some(uid), Some(uid)).unwrap();
+    }
+}
+
+/// A host program, bounded by `timeout`, in a clean environment: scratch
+/// `HOME` (unless `home` names one), no system config, `safe.directory=*`.
+fn host(home: &Path, cwd: &Path, program: &str, args: &[&str]) -> std::process::Output {
+    Command::new("timeout")
+        .arg("60")
+        .arg(program)
+        .args(args)
+        .current_dir(cwd)
+        .env_clear()
+        .env("PATH", PATH)
+        .env("HOME", home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_COUNT", "2")
+        .env("GIT_CONFIG_KEY_0", "safe.directory")
+        .env("GIT_CONFIG_VALUE_0", "*")
+        .env("GIT_CONFIG_KEY_1", "protocol.file.allow")
+        .env("GIT_CONFIG_VALUE_1", "always")
+        .env("GIT_AUTHOR_NAME", "host")
+        .env("GIT_AUTHOR_EMAIL", "host@example.invalid")
+        .env("GIT_COMMITTER_NAME", "host")
+        .env("GIT_COMMITTER_EMAIL", "host@example.invalid")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// `host`, asserting success; its stdout.
+fn host_ok(home: &Path, cwd: &Path, program: &str, args: &[&str]) -> String {
+    let out = host(home, cwd, program, args);
+    assert!(
+        out.status.success(),
+        "{program} {args:?} in {}: {:?}\n{}{}",
+        cwd.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// One test's scratch space: a root-only directory (the worker never sees
+/// it) holding the markers, the host's scratch HOME, the policy, journal,
+/// key and stage directory, and the trees.
+struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        let dir = tempfile::Builder::new()
+            .prefix("palisade-staged-")
+            .tempdir()
+            .unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        for d in ["markers", "home", "stages"] {
+            std::fs::create_dir(dir.path().join(d)).unwrap();
+        }
+        std::fs::set_permissions(
+            dir.path().join("stages"),
+            std::fs::Permissions::from_mode(0o700),
+        )
+        .unwrap();
+        Scratch { dir }
+    }
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+    fn markers(&self) -> PathBuf {
+        self.path().join("markers")
+    }
+    fn marker(&self, name: &str) -> PathBuf {
+        self.markers().join(name)
+    }
+    /// The host user's HOME for the host checks (empty, root's).
+    fn home(&self) -> PathBuf {
+        self.path().join("home")
+    }
+    fn stages(&self) -> PathBuf {
+        self.path().join("stages")
+    }
+    fn journal(&self) -> PathBuf {
+        self.path().join("run.journal")
+    }
+    /// The markers present now, removed.
+    fn take_markers(&self) -> Vec<String> {
+        let mut found: Vec<String> = std::fs::read_dir(self.markers())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        found.sort();
+        for f in &found {
+            std::fs::remove_file(self.marker(f)).unwrap();
+        }
+        found
+    }
+    /// A new directory `name` of the scratch space, set up by `setup` as the
+    /// host user, then owned by the worker uid (writable roots must be
+    /// writable by it).
+    fn tree(&self, name: &str, setup: &dyn Fn(&Scratch, &Path)) -> PathBuf {
+        let t = self.path().join(name);
+        std::fs::create_dir(&t).unwrap();
+        setup(self, &t);
+        chown_tree(&t, WORKER);
+        t
+    }
+
+    /// Runs `script` with `sh -e` as the worker uid directly on the host in
+    /// `tree`: the control, where nothing filters what it leaves.
+    fn plant_directly(&self, tree: &Path, script: &str) {
+        let out = Command::new("timeout")
+            .arg("60")
+            .arg("/bin/sh")
+            .arg("-ec")
+            .arg(script)
+            .current_dir(tree)
+            .env_clear()
+            .env("PATH", PATH)
+            .env("HOME", tree)
+            .uid(WORKER)
+            .gid(WORKER)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("planted"),
+            "the payload failed on the host: {:?}\n{stdout}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// `palisade run` of `sh -ec SCRIPT` with `--cwd tree` under the
+    /// governed profile, journaled, staged in this scratch space, with
+    /// `extra` flags before the `--`.
+    fn run(&self, tree: &Path, script: &str, extra: &[&str]) -> Run {
+        let policy = self.path().join("palisade.toml");
+        std::fs::write(&policy, "[worker]\nprofile = \"governed\"\n").unwrap();
+        let key = self.path().join("journal.key");
+        if !key.exists() {
+            let k = palisade_evidence::JournalKey::generate().unwrap();
+            std::fs::write(&key, k.expose_text().as_bytes()).unwrap();
+            std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        let _ = std::fs::remove_file(self.journal());
+        let mut child = Command::new(palisade())
+            .arg("run")
+            .arg("--profile")
+            .arg("governed")
+            .arg("--cwd")
+            .arg(tree)
+            .arg("--policy")
+            .arg(&policy)
+            .arg("--journal")
+            .arg(self.journal())
+            .arg("--key")
+            .arg(&key)
+            .arg("--stage-dir")
+            .arg(self.stages())
+            .args(extra)
+            .arg("--")
+            .arg("/bin/sh")
+            .arg("-ec")
+            .arg(format!("export PATH={PATH}\n{script}"))
+            .env_remove("XDG_RUNTIME_DIR")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if t0.elapsed() > LIMIT {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("palisade run did not finish within {LIMIT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut stdout = String::new();
+        let mut stderr = String::new();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut stdout)
+            .unwrap();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        let records = std::fs::read_to_string(self.journal())
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        Run {
+            code: status.code(),
+            stdout,
+            stderr,
+            records,
+        }
+    }
+
+    /// Asserts that `rel` (relative to the run's root 0) was refused: kept
+    /// in a quarantine of the stage directory, and journaled as
+    /// `commit_refused` naming it.
+    fn assert_refused(&self, run: &Run, rel: &str) {
+        let q = Path::new("quarantine").join(rel);
+        let all = walk(&self.stages());
+        assert!(
+            all.iter().any(|p| p.ends_with(&q)),
+            "`{rel}` is not in the quarantine; the stage holds {all:#?}\n{run}"
+        );
+        let refused: Vec<&Value> = run
+            .records
+            .iter()
+            .filter(|r| r["kind"] == "commit_refused")
+            .collect();
+        assert!(
+            refused.iter().any(|r| r.to_string().contains(rel)),
+            "no commit_refused record names `{rel}`: {refused:#?}\n{run}"
+        );
+    }
+}
+
+/// What one `palisade run` left.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    records: Vec<Value>,
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {:?}\n--- stdout\n{}--- stderr\n{}--- journal kinds {:?}",
+            self.code,
+            self.stdout,
+            self.stderr,
+            self.records
+                .iter()
+                .map(|r| r["kind"].as_str().unwrap_or("?").to_owned())
+                .collect::<Vec<_>>()
+        )
+    }
+}
+
+impl Run {
+    /// The worker's script ran to its end (it prints `planted` last).
+    fn assert_planted(&self) {
+        assert_eq!(self.code, Some(0), "{self}");
+        assert!(self.stdout.contains("planted"), "{self}");
+    }
+}
+
+/// One escape of the issue.
+struct Escape {
+    /// Builds the host tree before the run (as the host user).
+    setup: &'static dyn Fn(&Scratch, &Path),
+    /// The worker's shell script (`sh -e`, cwd the root, prints `planted`
+    /// at its end); `{M}` stands for the markers directory.
+    payload: &'static str,
+    /// Runs the host programs on the tree after the run.
+    check: &'static dyn Fn(&Scratch, &Path),
+    /// The markers (or findings) the check produces when the escape works.
+    escapes: &'static [&'static str],
+    /// The paths (relative to the root) the commit must refuse.
+    refused: &'static [&'static str],
+}
+
+impl Escape {
+    fn payload(&self, s: &Scratch) -> String {
+        self.payload
+            .replace("{M}", &s.markers().display().to_string())
+            .replace("WGIT", WGIT)
+    }
+
+    /// The control (planted directly: every escape works, seen by the host
+    /// check), then the attack (planted by a sandboxed worker under staged
+    /// writes: none does, and each refused path is quarantined and
+    /// journaled).
+    fn assert_closed(&self) {
+        if skip() {
+            return;
+        }
+        let s = Scratch::new();
+        let control = s.tree("control", self.setup);
+        s.plant_directly(&control, &self.payload(&s));
+        (self.check)(&s, &control);
+        let mut want: Vec<String> = self.escapes.iter().map(|&e| e.to_owned()).collect();
+        want.sort();
+        assert_eq!(
+            s.take_markers(),
+            want,
+            "control: planted directly, the host check must see every escape"
+        );
+
+        let work = s.tree("work", self.setup);
+        let run = s.run(&work, &self.payload(&s), &[]);
+        run.assert_planted();
+        assert_eq!(s.take_markers(), Vec::<String>::new(), "ran inside: {run}");
+        (self.check)(&s, &work);
+        assert_eq!(
+            s.take_markers(),
+            Vec::<String>::new(),
+            "escaped to the host through a staged root\n{run}"
+        );
+        for rel in self.refused {
+            s.assert_refused(&run, rel);
+        }
+    }
+}
+
+/// A repository with one commit: `README`, `src/lib.rs`.
+fn repo(s: &Scratch, t: &Path) {
+    let home = s.home();
+    host_ok(&home, t, "git", &["init", "-q", "-b", "main"]);
+    std::fs::create_dir(t.join("src")).unwrap();
+    std::fs::write(t.join("README"), "hello\n").unwrap();
+    std::fs::write(t.join("src/lib.rs"), "//! lib\n").unwrap();
+    host_ok(&home, t, "git", &["add", "-A"]);
+    host_ok(&home, t, "git", &["commit", "-q", "-m", "initial"]);
+}
+
+/// A repository whose `lib` is a submodule (`.git/modules/lib`, `lib/.git`
+/// a gitdir pointer).
+fn repo_with_submodule(s: &Scratch, t: &Path) {
+    let home = s.home();
+    let src = s.path().join("libsrc");
+    if !src.exists() {
+        std::fs::create_dir(&src).unwrap();
+        repo(s, &src);
+    }
+    repo(s, t);
+    host_ok(
+        &home,
+        t,
+        "git",
+        &["submodule", "add", "-q", &src.display().to_string(), "lib"],
+    );
+    host_ok(&home, t, "git", &["commit", "-q", "-m", "lib"]);
+}
+
+/// The host's `git status` and `git commit` (which runs the pre-commit hook).
+fn git_status_and_commit(s: &Scratch, t: &Path) {
+    let home = s.home();
+    let _ = host(&home, t, "git", &["status"]);
+    let _ = host(
+        &home,
+        t,
+        "git",
+        &["commit", "-q", "--allow-empty", "-m", "host"],
+    );
+}
+
+fn git_status(s: &Scratch, t: &Path) {
+    let _ = host(&s.home(), t, "git", &["status"]);
+}
+
+/// `git -c` options for a git run inside the sandbox (no config of its own).
+const WGIT: &str = "git -c user.name=w -c user.email=w@example.invalid -c safe.directory=* -c protocol.file.allow=always";
+
+#[test]
+fn git_config_and_hooks_through_commondir_do_not_reach_the_host() {
+    Escape {
+        setup: &repo,
+        payload: r#"
+git init -q --bare .evil
+cp -R .git/objects/. .evil/objects/
+cp -R .git/refs/. .evil/refs/
+git config -f .evil/config core.bare false
+git config -f .evil/config core.fsmonitor 'touch {M}/fsmonitor; false'
+printf '#!/bin/sh\ntouch {M}/hook\n' > .evil/hooks/pre-commit
+chmod +x .evil/hooks/pre-commit
+echo ../.evil > .git/commondir
+echo planted
+"#,
+        check: &git_status_and_commit,
+        escapes: &["fsmonitor", "hook"],
+        refused: &[".git/commondir"],
+    }
+    .assert_closed();
+}
+
+#[test]
+fn a_new_nested_repository_recorded_in_the_index_does_not_reach_the_host() {
+    Escape {
+        setup: &repo,
+        payload: r#"
+git init -q sub
+git -C sub config core.fsmonitor 'touch {M}/fsmonitor; false'
+echo a > sub/a
+WGIT -C sub add a
+WGIT -C sub commit -q -m sub
+WGIT add sub
+WGIT commit -q -m 'add sub'
+echo planted
+"#,
+        check: &git_status,
+        escapes: &["fsmonitor"],
+        refused: &["sub/.git"],
+    }
+    .assert_closed();
+}
+
+#[test]
+fn a_submodules_config_in_git_modules_does_not_reach_the_host() {
+    Escape {
+        setup: &repo_with_submodule,
+        payload: r#"
+git config -f .git/modules/lib/config core.fsmonitor 'touch {M}/fsmonitor; false'
+mkdir .hooks
+printf '#!/bin/sh\ntouch {M}/hook\n' > .hooks/pre-commit
+chmod +x .hooks/pre-commit
+git config -f .git/modules/lib/config core.hooksPath "$PWD/.hooks"
+echo planted
+"#,
+        check: &|s: &Scratch, t: &Path| {
+            git_status(s, t);
+            git_status_and_commit(s, &t.join("lib"));
+        },
+        escapes: &["fsmonitor", "hook"],
+        refused: &[".git/modules/lib/config"],
+    }
+    .assert_closed();
+}
+
+#[test]
+fn a_git_directory_created_where_there_was_no_repository_does_not_reach_the_host() {
+    Escape {
+        setup: &|_: &Scratch, t: &Path| std::fs::write(t.join("notes.txt"), "notes\n").unwrap(),
+        // `git init` where it can; where `.git/config` cannot be written,
+        // the same repository through a commondir pointer.
+        payload: r#"
+if git init -q . 2>/dev/null && git config core.fsmonitor 'touch {M}/fsmonitor; false' 2>/dev/null; then
+  :
+else
+  git init -q --bare .g2
+  git config -f .g2/config core.bare false
+  git config -f .g2/config core.fsmonitor 'touch {M}/fsmonitor; false'
+  mkdir -p .git
+  echo ../.g2 > .git/commondir
+  echo 'ref: refs/heads/main' > .git/HEAD
+fi
+echo planted
+"#,
+        check: &git_status,
+        escapes: &["fsmonitor"],
+        refused: &[".git"],
+    }
+    .assert_closed();
+}
+
+/// A HOME as a user has it: a `.bashrc` that reads `~/.bash_aliases`
+/// (as Debian's and Ubuntu's default does), and a repository to run git in.
+fn a_home(s: &Scratch, t: &Path) {
+    std::fs::write(
+        t.join(".bashrc"),
+        "[ -f ~/.bash_aliases ] && . ~/.bash_aliases\n",
+    )
+    .unwrap();
+    std::fs::create_dir(t.join("project")).unwrap();
+    repo(s, &t.join("project"));
+}
+
+#[test]
+fn shell_rc_files_and_git_config_in_a_home_cwd_do_not_reach_the_host() {
+    Escape {
+        setup: &a_home,
+        payload: r#"
+echo 'touch {M}/bash_aliases' > .bash_aliases
+echo 'touch {M}/bashrc' >> .bashrc
+mkdir -p .config/git
+printf '[core]\n\tfsmonitor = "touch {M}/xdg_git_config; false"\n' > .config/git/config
+echo planted
+"#,
+        check: &|_: &Scratch, t: &Path| {
+            // The host user's own programs, with the tree as their HOME.
+            let _ = host(t, t, "bash", &["-i", "-c", "true"]);
+            let _ = host(t, &t.join("project"), "git", &["status"]);
+        },
+        escapes: &["bash_aliases", "bashrc", "xdg_git_config"],
+        refused: &[".bash_aliases", ".bashrc", ".config/git/config"],
+    }
+    .assert_closed();
+}
+
+/// A port on 127.0.0.1 where nothing listens (bound, then closed).
+fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+#[test]
+fn ssh_config_and_authorized_keys_in_a_home_cwd_do_not_reach_the_host() {
+    Escape {
+        setup: &|_: &Scratch, _: &Path| {},
+        payload: r#"
+mkdir -p .ssh
+echo 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPlanted0000000000000000000000000000000000 planted@worker' > .ssh/authorized_keys
+printf 'Host *\n  ProxyCommand sh -c "touch {M}/proxycommand; exit 1"\n  PermitLocalCommand yes\n  LocalCommand touch {M}/localcommand\n' > .ssh/config
+echo planted
+"#,
+        check: &|s: &Scratch, t: &Path| {
+            let cfg = t.join(".ssh/config");
+            let port = closed_port().to_string();
+            // Loopback only: a ProxyCommand runs instead of connecting; without
+            // one, 127.0.0.1:PORT refuses the connection.
+            let _ = host(
+                t,
+                t,
+                "ssh",
+                &[
+                    "-F",
+                    &cfg.display().to_string(),
+                    "-o",
+                    "BatchMode=yes",
+                    "-o",
+                    "ConnectTimeout=10",
+                    "-o",
+                    "UserKnownHostsFile=/dev/null",
+                    "-p",
+                    &port,
+                    "127.0.0.1",
+                    "true",
+                ],
+            );
+            // sshd is not run here: the key landing at all is the escape.
+            if std::fs::read_to_string(t.join(".ssh/authorized_keys"))
+                .is_ok_and(|k| k.contains("planted@worker"))
+            {
+                std::fs::write(s.marker("authorized_keys"), "").unwrap();
+            }
+        },
+        escapes: &["authorized_keys", "proxycommand"],
+        refused: &[".ssh/authorized_keys", ".ssh/config"],
+    }
+    .assert_closed();
+}
+
+#[test]
+fn agent_and_editor_configs_created_inside_do_not_reach_the_host() {
+    const PLANTED: [&str; 4] = [
+        ".claude/settings.json",
+        ".mcp.json",
+        ".vscode/tasks.json",
+        ".envrc",
+    ];
+    Escape {
+        setup: &repo,
+        payload: r#"
+mkdir -p .claude .vscode
+echo '{"hooks":{"SessionStart":[{"hooks":[{"type":"command","command":"touch {M}/claude"}]}]}}' > .claude/settings.json
+echo '{"mcpServers":{"x":{"command":"sh","args":["-c","touch {M}/mcp"]}}}' > .mcp.json
+echo '{"version":"2.0.0","tasks":[{"label":"x","type":"shell","command":"touch {M}/vscode","runOptions":{"runOn":"folderOpen"}}]}' > .vscode/tasks.json
+echo 'touch {M}/envrc' > .envrc
+echo planted
+"#,
+        // The programs that would run these (an agent, an editor, direnv)
+        // are not here: each file landing at all is the escape.
+        check: &|s: &Scratch, t: &Path| {
+            for (p, m) in PLANTED.iter().zip(["claude", "mcp", "vscode", "envrc"]) {
+                if std::fs::symlink_metadata(t.join(p)).is_ok() {
+                    std::fs::write(s.marker(m), "").unwrap();
+                }
+            }
+        },
+        escapes: &["claude", "envrc", "mcp", "vscode"],
+        refused: &PLANTED,
+    }
+    .assert_closed();
+}
+
+#[test]
+fn a_setuid_file_made_inside_does_not_reach_the_host_with_the_bit() {
+    Escape {
+        setup: &repo,
+        payload: r#"
+cp /bin/true suid-tool
+chmod u+s suid-tool
+cp /bin/true sgid-tool
+chmod g+s sgid-tool
+echo planted
+"#,
+        check: &|s: &Scratch, t: &Path| {
+            for (f, bit, m) in [
+                ("suid-tool", 0o4000, "setuid"),
+                ("sgid-tool", 0o2000, "setgid"),
+            ] {
+                if std::fs::symlink_metadata(t.join(f))
+                    .is_ok_and(|md| md.permissions().mode() & bit != 0)
+                {
+                    std::fs::write(s.marker(m), "").unwrap();
+                }
+            }
+        },
+        escapes: &["setgid", "setuid"],
+        refused: &["suid-tool", "sgid-tool"],
+    }
+    .assert_closed();
+}
+
+// ---- positive controls: ordinary work lands on the host ----
+
+/// A repository tree, a staged run of `script` in it; the tree and the run.
+fn staged_work(s: &Scratch, script: &str) -> (PathBuf, Run) {
+    let work = s.tree("work", &repo);
+    let run = s.run(&work, &script.replace("WGIT", WGIT), &[]);
+    run.assert_planted();
+    (work, run)
+}
+
+fn porcelain(s: &Scratch, t: &Path) -> String {
+    host_ok(&s.home(), t, "git", &["status", "--porcelain"])
+}
+
+fn fsck(s: &Scratch, t: &Path) {
+    host_ok(&s.home(), t, "git", &["fsck", "--strict"]);
+}
+
+#[test]
+fn an_edit_of_a_tracked_file_lands_on_the_host() {
+    if skip() {
+        return;
+    }
+    let s = Scratch::new();
+    let (work, run) = staged_work(&s, "echo edited >> README\necho planted\n");
+    assert_eq!(porcelain(&s, &work), " M README\n", "{run}");
+    assert_eq!(
+        std::fs::read_to_string(work.join("README")).unwrap(),
+        "hello\nedited\n"
+    );
+    assert!(
+        run.records.iter().any(|r| r["kind"] == "commit_applied"),
+        "{run}"
+    );
+    fsck(&s, &work);
+}
+
+#[test]
+fn a_new_source_file_lands_on_the_host() {
+    if skip() {
+        return;
+    }
+    let s = Scratch::new();
+    let (work, run) = staged_work(
+        &s,
+        "mkdir -p src/net\necho 'pub fn f() {}' > src/net/mod.rs\necho planted\n",
+    );
+    assert_eq!(porcelain(&s, &work), "?? src/net/\n", "{run}");
+    assert_eq!(
+        std::fs::read_to_string(work.join("src/net/mod.rs")).unwrap(),
+        "pub fn f() {}\n"
+    );
+    fsck(&s, &work);
+}
+
+#[test]
+fn a_git_commit_made_inside_lands_on_the_host() {
+    if skip() {
+        return;
+    }
+    let s = Scratch::new();
+    let (work, run) = staged_work(
+        &s,
+        "echo more >> src/lib.rs\necho new > NEW\nWGIT add -A\nWGIT commit -q -m 'worker change'\necho planted\n",
+    );
+    let log = host_ok(&s.home(), &work, "git", &["log", "--format=%s"]);
+    assert_eq!(log, "worker change\ninitial\n", "{run}");
+    assert_eq!(porcelain(&s, &work), "", "{run}");
+    assert_eq!(
+        host_ok(&s.home(), &work, "git", &["show", "HEAD:NEW"]),
+        "new\n"
+    );
+    fsck(&s, &work);
+}
+
+#[test]
+fn a_branch_created_inside_lands_on_the_host() {
+    if skip() {
+        return;
+    }
+    let s = Scratch::new();
+    let (work, run) = staged_work(
+        &s,
+        "WGIT switch -q -c agent/feature\necho f > feature.txt\nWGIT add feature.txt\nWGIT commit -q -m feature\nWGIT switch -q main\necho planted\n",
+    );
+    let branches = host_ok(
+        &s.home(),
+        &work,
+        "git",
+        &["branch", "--format=%(refname:short)"],
+    );
+    assert_eq!(branches, "agent/feature\nmain\n", "{run}");
+    assert_eq!(
+        host_ok(
+            &s.home(),
+            &work,
+            "git",
+            &["log", "--format=%s", "agent/feature"]
+        ),
+        "feature\ninitial\n"
+    );
+    assert_eq!(porcelain(&s, &work), "", "{run}");
+    fsck(&s, &work);
+}
