@@ -838,3 +838,122 @@ fn a_branch_created_inside_lands_on_the_host() {
     assert_eq!(porcelain(&s, &work), "", "{run}");
     fsck(&s, &work);
 }
+
+// ---- `--writes direct`: today's binds with placeholders, the weaker mode ----
+
+/// Tries each write of the protected names, then an ordinary one, printing
+/// `<name>:ok` or `<name>:refused` for each.
+const DIRECT_PROBES: &str = r#"
+try() { if sh -c "$2" 2>/dev/null; then echo "$1:ok"; else echo "$1:refused"; fi; }
+try git_config 'echo x >> .git/config'
+try git_hook 'echo x > .git/hooks/pre-commit'
+try nested_hook 'echo x > sub/.git/hooks/pre-commit'
+try bashrc 'echo x >> .bashrc'
+try gitconfig 'echo x >> .gitconfig'
+try palisade_dir 'mkdir -p .palisade/x'
+try vscode 'echo x > .vscode/tasks.json'
+try rename_git 'mv .git moved'
+try ordinary 'echo x > ordinary.txt'
+echo planted
+"#;
+
+/// The protected names `DIRECT_PROBES` writes.
+const PROTECTED: [&str; 8] = [
+    "git_config",
+    "git_hook",
+    "nested_hook",
+    "bashrc",
+    "gitconfig",
+    "palisade_dir",
+    "vscode",
+    "rename_git",
+];
+
+/// A repository with a nested repository `sub` and an existing `.vscode`.
+fn repo_for_direct(s: &Scratch, t: &Path) {
+    repo(s, t);
+    std::fs::create_dir(t.join("sub")).unwrap();
+    repo(s, &t.join("sub"));
+    std::fs::create_dir(t.join(".vscode")).unwrap();
+}
+
+/// The `name:word` lines of a probe run.
+fn probe_results(stdout: &str) -> Vec<(String, String)> {
+    stdout
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        .collect()
+}
+
+#[test]
+fn direct_writes_keep_the_protected_names_read_only_and_are_reported_as_weaker() {
+    if skip() {
+        return;
+    }
+    let s = Scratch::new();
+    // Control: directly on the host, the same uid can make every write, so
+    // each refusal below is the sandbox's.
+    let control = s.tree("control", &repo_for_direct);
+    let out = Command::new("timeout")
+        .args(["60", "/bin/sh", "-c", DIRECT_PROBES])
+        .current_dir(&control)
+        .env_clear()
+        .env("PATH", PATH)
+        .uid(WORKER)
+        .gid(WORKER)
+        .output()
+        .unwrap();
+    let results = probe_results(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(results.len(), PROTECTED.len() + 1, "{results:?}");
+    assert!(
+        results.iter().all(|(_, w)| w == "ok"),
+        "control: {results:?}"
+    );
+
+    let work = s.tree("work", &repo_for_direct);
+    let report = s.path().join("launch.json");
+    let run = s.run(
+        &work,
+        DIRECT_PROBES,
+        &[
+            "--writes",
+            "direct",
+            "--launch-report",
+            &report.display().to_string(),
+        ],
+    );
+    run.assert_planted();
+    let results = probe_results(&run.stdout);
+    for name in PROTECTED {
+        assert!(
+            results.contains(&(name.to_owned(), "refused".to_owned())),
+            "`{name}` was writable under --writes direct\n{run}"
+        );
+    }
+    // Positive control: an ordinary write lands directly, with no stage
+    // and no commit.
+    assert!(
+        results.contains(&("ordinary".to_owned(), "ok".to_owned())),
+        "{run}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.join("ordinary.txt")).unwrap(),
+        "x\n"
+    );
+    assert_eq!(walk(&s.stages()), vec![s.stages()], "a stage was made");
+    // Placeholders are gone after the run; the host's files are unchanged.
+    assert!(!work.join(".bashrc").exists(), "a placeholder stayed");
+    assert!(work.join(".git/HEAD").exists());
+    assert_eq!(porcelain(&s, &work), "?? ordinary.txt\n?? sub/\n", "{run}");
+    // The weaker mode is reported as a downgrade.
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert!(
+        v["downgraded"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l == "staged_writes"),
+        "{v:#}"
+    );
+}
