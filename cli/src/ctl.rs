@@ -50,6 +50,11 @@ enum Cmd {
     },
     /// Print the session state as JSON.
     State,
+    /// Host only: the staged change set as it is now (counts per kind,
+    /// refused paths with their rules), recorded as `stage_checkpoint`.
+    /// Talks to the host endpoint (`--socket`, else `$PALISADE_HOST_CONTROL`);
+    /// the worker's endpoint refuses it.
+    Checkpoint,
 }
 
 fn endpoint(socket: Option<String>) -> Result<ControlAddr, String> {
@@ -65,7 +70,12 @@ fn endpoint(socket: Option<String>) -> Result<ControlAddr, String> {
 }
 
 pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
-    let addr = endpoint(args.socket)?;
+    // A checkpoint is the host's operation: its endpoint by default.
+    let socket = match (&args.command, args.socket) {
+        (Cmd::Checkpoint, None) => std::env::var(crate::approve::HOST_CONTROL_ENV).ok(),
+        (_, s) => s,
+    };
+    let addr = endpoint(socket)?;
     // Outward asks may block until the host approves; other requests answer at once.
     let timeout = match args.command {
         Cmd::Outward { .. } => None,
@@ -81,6 +91,14 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
             println!(
                 "{}",
                 serde_json::to_string(&state).map_err(|e| e.to_string())?
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Checkpoint => {
+            let summary = client.checkpoint().map_err(|e| e.to_string())?;
+            println!(
+                "{}",
+                serde_json::to_string(&summary).map_err(|e| e.to_string())?
             );
             Ok(ExitCode::SUCCESS)
         }

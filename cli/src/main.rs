@@ -27,6 +27,8 @@ mod report;
 mod run;
 mod schema_cmd;
 mod session;
+mod stage;
+mod stage_cmd;
 mod steering;
 
 use std::process::ExitCode;
@@ -54,6 +56,10 @@ enum Command {
     /// Run a command in a fail-closed sandbox (exit code: the command's;
     /// 125 on setup failure).
     Run(Box<run::Args>),
+    /// Show the change set of a kept stage, with the commit filter's verdicts.
+    Diff(stage_cmd::DiffArgs),
+    /// Apply a kept stage to the host through the commit filter.
+    Commit(stage_cmd::CommitArgs),
     /// Report every isolation layer as active, degraded or unavailable.
     Probe(probe::Args),
     /// Remove the placeholders a killed `palisade run` left in the host tree.
@@ -107,6 +113,8 @@ fn main() -> ExitCode {
         Command::Approve(args) => approve::run(args),
         Command::Report(args) => report::run(args),
         Command::Run(args) => run::run(*args),
+        Command::Diff(args) => stage_cmd::diff(args),
+        Command::Commit(args) => stage_cmd::commit(args),
         Command::Probe(args) => probe::run(args),
         Command::Cleanup(args) => cleanup::run(args),
         Command::Decide(args) => decide::run(args),

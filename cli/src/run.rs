@@ -64,6 +64,9 @@ pub(crate) struct Args {
     /// `/run/palisade` for root; see docs/sandbox.md).
     #[arg(long)]
     no_walk_cache: bool,
+    /// Staged writes: `--writes staged|direct`, `--keep-staged`, `--stage-dir DIR`.
+    #[command(flatten)]
+    pub(crate) staged: crate::stage::RunArgs,
     /// The governed form: `--policy palisade.toml --journal FILE --key KEY`.
     #[command(flatten)]
     governed: crate::session::launch::GovernedArgs,
@@ -272,14 +275,46 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         }
         eprintln!("palisade: warning: running without `{name}` (dangerously disabled)");
     }
+    match args.staged.writes {
+        Some(crate::stage::Writes::Direct) => {
+            if args.staged.keep_staged {
+                return setup_failure("--keep-staged needs staged writes, not --writes direct");
+            }
+            if let Err(e) = sb.dangerous().disable(Layer::StagedWrites) {
+                return setup_failure(e);
+            }
+            eprintln!(
+                "palisade: warning: writes go straight to the host (--writes direct): nothing filters what the worker leaves in the writable roots"
+            );
+        }
+        Some(crate::stage::Writes::Staged) | None => {}
+    }
     if let Some(loaded) = loaded {
         return crate::session::launch::run(
             sb,
             loaded,
             args.governed,
+            args.staged,
             args.command,
             args.launch_report,
         );
+    }
+    // Staged writes: the stage is named by a fresh session id, in a base
+    // outside every writable root.
+    let session = match crate::session::launch::random_id() {
+        Ok(id) => id,
+        Err(e) => return setup_failure(e),
+    };
+    if args.staged.writes != Some(crate::stage::Writes::Direct)
+        && !sb.profile().writable().is_empty()
+    {
+        let base =
+            match crate::stage::run_base(args.staged.stage_dir.as_deref(), sb.profile().writable())
+            {
+                Ok(b) => b,
+                Err(e) => return setup_failure(format!("staged_writes: {e}")),
+            };
+        sb.stage_in(base, session.clone());
     }
     // Termination signals are forwarded to the worker (through the
     // supervisor and init) instead of killing palisade; the worker's exit
@@ -305,17 +340,38 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         .iter()
         .filter_map(|s| palisade_isolate::Signal::from_raw(*s as i32))
         .collect();
+    let stage = child.take_stage();
+    if stage.is_some() {
+        eprintln!("palisade: session {session}: writes are staged");
+    }
     let waited = child.wait_forwarding(&signals);
     // The command's status is known and every process of the sandbox is
     // gone: exit now, as bwrap does, rather than wait for the kernel to tear
     // the namespaces down (the orphaned supervisor is reaped by our parent's
     // init).
     child.detach();
-    match waited {
+    let code = match waited {
         // The shell's number: a wall-limit kill is 137, as documented.
-        Ok(exit) => Ok(ExitCode::from(
-            u8::try_from(exit.code()).unwrap_or(EXIT_SETUP),
-        )),
-        Err(e) => setup_failure(format!("waiting for the sandbox: {e}")),
-    }
+        Ok(exit) => u8::try_from(exit.code()).unwrap_or(EXIT_SETUP),
+        Err(e) => {
+            if let Some(stage) = &stage {
+                eprintln!(
+                    "palisade: the stage is kept in {} (session {session})",
+                    crate::stage::show_path(stage.dir())
+                );
+            }
+            return setup_failure(format!("waiting for the sandbox: {e}"));
+        }
+    };
+    let Some(stage) = stage else {
+        return Ok(ExitCode::from(code));
+    };
+    let filter = crate::stage::filter_for(None, None);
+    Ok(ExitCode::from(crate::stage::finish(
+        stage,
+        &filter,
+        args.staged.keep_staged,
+        None,
+        code,
+    )))
 }

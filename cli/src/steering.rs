@@ -71,6 +71,22 @@ pub(crate) struct Change {
     pub(crate) after: Option<String>,
 }
 
+/// The steering globs `patterns` (relative to a root, `/`-separated, `*`
+/// stays within one segment, `**` crosses segments) as one set, matched
+/// against paths relative to their root.
+pub(crate) fn glob_set(patterns: &[String]) -> Result<GlobSet, String> {
+    let mut b = GlobSetBuilder::new();
+    for p in patterns {
+        let glob = GlobBuilder::new(p.strip_prefix("./").unwrap_or(p))
+            .literal_separator(true)
+            .backslash_escape(true)
+            .build()
+            .map_err(|e| format!("steering path `{p}`: {e}"))?;
+        b.add(glob);
+    }
+    b.build().map_err(|e| format!("steering paths: {e}"))
+}
+
 /// Watches the steering paths of a set of writable roots.
 #[derive(Debug)]
 pub(crate) struct SteeringWatch {
@@ -84,16 +100,7 @@ impl SteeringWatch {
     /// `/`-separated, `*` stays within one segment, `**` crosses segments).
     /// Takes the first snapshot.
     pub(crate) fn new(roots: &[PathBuf], patterns: &[String]) -> Result<Self, String> {
-        let mut b = GlobSetBuilder::new();
-        for p in patterns {
-            let glob = GlobBuilder::new(p.strip_prefix("./").unwrap_or(p))
-                .literal_separator(true)
-                .backslash_escape(true)
-                .build()
-                .map_err(|e| format!("steering path `{p}`: {e}"))?;
-            b.add(glob);
-        }
-        let globs = b.build().map_err(|e| format!("steering paths: {e}"))?;
+        let globs = glob_set(patterns)?;
         let mut w = Self {
             roots: roots.to_vec(),
             globs,

@@ -6,7 +6,8 @@
 //! reads, MCP results, marked files), to ask before outward actions
 //! (`git.push`, `github.post`, `mail.send`, …) and to read its session
 //! state. The host uses a second, private endpoint to list and settle the
-//! actions that wait for approval (`palisade approve`).
+//! actions that wait for approval (`palisade approve`) and to take a
+//! checkpoint of the staged writes (`palisade ctl checkpoint`).
 //!
 //! The server does not decide anything itself: a [`ControlBackend`] (the
 //! session) answers from the host policy and the shared taint state, and
@@ -27,9 +28,9 @@ mod server;
 
 pub use client::{CONTROL_ENV, ClientError, ControlAddr, ControlClient};
 pub use protocol::{
-    Approval, AskAnswer, MAX_FIELD_BYTES, MAX_LINE_BYTES, OutwardAnswer, PROTOCOL_VERSION,
-    PendingAction, ProtocolError, Request, Response, SessionView, TaintEntry, TaintKind, WireError,
-    parse_request,
+    Approval, AskAnswer, CheckpointRefusal, CheckpointSummary, MAX_CHECKPOINT_REFUSED,
+    MAX_FIELD_BYTES, MAX_LINE_BYTES, OutwardAnswer, PROTOCOL_VERSION, PendingAction, ProtocolError,
+    Request, Response, SessionView, TaintEntry, TaintKind, WireError, parse_request,
 };
 pub use server::{
     ControlBackend, ControlConfig, ControlError, ControlListener, ControlServer, Endpoint,

@@ -16,9 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use palisade_egress::control::{
-    Approval, AskAnswer, ClientError, ControlAddr, ControlBackend, ControlClient, ControlConfig,
-    ControlListener, ControlServer, Endpoint, MAX_LINE_BYTES, OutwardAnswer, PolicyAnswer,
-    SessionView, TaintEntry, TaintKind,
+    Approval, AskAnswer, CheckpointRefusal, CheckpointSummary, ClientError, ControlAddr,
+    ControlBackend, ControlClient, ControlConfig, ControlListener, ControlServer, Endpoint,
+    MAX_LINE_BYTES, OutwardAnswer, PolicyAnswer, SessionView, TaintEntry, TaintKind,
 };
 
 /// A tiny session: git.push allowed when clean (ask when tainted), payment denied, else ask.
@@ -66,6 +66,20 @@ impl ControlBackend for Fake {
     }
     fn state(&self) -> SessionView {
         self.state.lock().unwrap().clone()
+    }
+    fn checkpoint(&self) -> Result<CheckpointSummary, String> {
+        self.events.lock().unwrap().push("checkpoint".to_owned());
+        Ok(CheckpointSummary {
+            changes: 1,
+            counts: [("created".to_owned(), 1)].into_iter().collect(),
+            refused: vec![CheckpointRefusal {
+                root: "/work".into(),
+                path: ".git/hooks/pre-commit".into(),
+                rule: "git_internal".into(),
+            }],
+            refused_total: 1,
+            digest: "sha256:ab".into(),
+        })
     }
 }
 
@@ -397,4 +411,39 @@ fn addresses_parse_strictly() {
     assert!(ControlAddr::parse("tcp:localhost:9").is_err());
     assert!(ControlAddr::parse("relative.sock").is_err());
     assert!(ControlAddr::parse("unix:").is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_endpoint_cannot_take_a_checkpoint() {
+    let h = start(Duration::from_secs(10));
+    let w = h.worker.clone();
+    match blocking(move || client(&w).checkpoint()).await {
+        Err(ClientError::Refused { code, .. }) => assert_eq!(code, "host_only"),
+        other => panic!("the worker took a checkpoint: {other:?}"),
+    }
+    // The backend was never asked: a refused request records nothing.
+    assert!(
+        !h.fake
+            .events
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| e == "checkpoint"),
+        "the worker's request reached the backend"
+    );
+    // Positive control: the host endpoint answers with the backend's summary.
+    let hh = h.host.clone();
+    let summary = blocking(move || client(&hh).checkpoint().unwrap()).await;
+    assert_eq!(summary.changes, 1);
+    assert_eq!(summary.refused[0].rule, "git_internal");
+    assert_eq!(
+        h.fake
+            .events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| *e == "checkpoint")
+            .count(),
+        1
+    );
 }

@@ -41,6 +41,18 @@ pub enum Kind {
     TaintRaised,
     /// A flagged write to steering files.
     SteeringWrite,
+    /// A staged change applied to the host tree by a commit (root, path,
+    /// change kind, before and after digests).
+    CommitApplied,
+    /// A staged change the commit filter refused and quarantined (root,
+    /// path, rule, quarantine path).
+    CommitRefused,
+    /// A staged change left in the stage because its host path changed
+    /// since the stage was created (root, path, detail).
+    CommitConflict,
+    /// A read-only look at a stage's change set while the worker ran
+    /// (counts per kind, refused paths, a digest of the list).
+    StageCheckpoint,
     /// A policy was loaded.
     PolicyLoaded,
     /// Written by the journal: the first record, carrying the seal policy.
@@ -133,6 +145,10 @@ impl Kind {
             Self::OutwardAction => "outward_action",
             Self::TaintRaised => "taint_raised",
             Self::SteeringWrite => "steering_write",
+            Self::CommitApplied => "commit_applied",
+            Self::CommitRefused => "commit_refused",
+            Self::CommitConflict => "commit_conflict",
+            Self::StageCheckpoint => "stage_checkpoint",
             Self::PolicyLoaded => "policy_loaded",
             Self::JournalOpened => "journal_opened",
             Self::EpochSealed => "epoch_sealed",
@@ -162,6 +178,10 @@ impl Kind {
             "outward_action" => Self::OutwardAction,
             "taint_raised" => Self::TaintRaised,
             "steering_write" => Self::SteeringWrite,
+            "commit_applied" => Self::CommitApplied,
+            "commit_refused" => Self::CommitRefused,
+            "commit_conflict" => Self::CommitConflict,
+            "stage_checkpoint" => Self::StageCheckpoint,
             "policy_loaded" => Self::PolicyLoaded,
             "journal_opened" => Self::JournalOpened,
             "epoch_sealed" => Self::EpochSealed,
@@ -478,6 +498,20 @@ mod tests {
         }
         assert!(Kind::JournalClosed.is_reserved());
         assert!(!Kind::OutwardAction.is_reserved());
+        // The staged-writes kinds are listed kinds, not custom ones, and a
+        // caller may write them.
+        for (name, kind) in [
+            ("commit_applied", Kind::CommitApplied),
+            ("commit_refused", Kind::CommitRefused),
+            ("commit_conflict", Kind::CommitConflict),
+            ("stage_checkpoint", Kind::StageCheckpoint),
+        ] {
+            assert_eq!(Kind::parse(name).unwrap(), kind, "{name}");
+            assert_eq!(kind.as_str(), name);
+            assert!(!kind.is_reserved(), "{name}");
+        }
+        // Positive control: an unlisted name stays custom.
+        assert!(matches!(Kind::parse("commit_other").unwrap(), Kind::Custom(_)));
     }
 
     #[test]

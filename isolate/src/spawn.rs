@@ -27,6 +27,7 @@ use crate::exit::{Exit, Signal};
 use crate::layer::{Layer, LayerStatus, ProbeReport, probe};
 use crate::plan::{self, MountPlan, PlanInput};
 use crate::profile::{DEFAULT_PATH, NetworkMode, Profile};
+use crate::stage::Stage;
 use crate::{init, landlock_rules, seccomp, sys};
 
 /// The uid/gid the worker runs as when the launcher is root.
@@ -174,9 +175,14 @@ pub struct Sandbox {
     walk_cache: Option<PathBuf>,
     placeholder_records: Option<PathBuf>,
     root_worker: bool,
+    /// Where the stage of a staged launch is created: the base directory
+    /// and the session name ([`Sandbox::stage_in`]).
+    stage_in: Option<(PathBuf, String)>,
     /// A probe taken by [`Sandbox::reuse_probe`], shared by clones; `None`
     /// probes afresh on every launch.
     probed: Option<std::sync::Arc<ProbeReport>>,
+    /// The filter the stage's changes pass before they reach the host.
+    commit_filter: crate::stage::CommitFilter,
 }
 
 /// The explicit, named downgrade door: see [`Sandbox::dangerous`].
@@ -275,6 +281,9 @@ pub struct SandboxChild {
     /// (`pty.rs`), when one of fds 0–2 was a terminal; dropped (terminal
     /// restored) once the status is known.
     terminal: Option<crate::pty::Relay>,
+    /// The stage of a staged launch. Never removed here: dropping the
+    /// child leaves it on disk for the embedder to commit or remove.
+    stage: Option<Stage>,
 }
 
 impl AsFd for SandboxChild {
@@ -295,6 +304,20 @@ impl SandboxChild {
     /// What was enforced.
     pub fn report(&self) -> &LaunchReport {
         &self.report
+    }
+
+    /// The stage of a staged launch (`None` under direct writes or without
+    /// writable roots). Its upper layers are the worker's writes; commit
+    /// them once the worker has ended.
+    pub fn stage(&self) -> Option<&Stage> {
+        self.stage.as_ref()
+    }
+
+    /// Take the stage out of the handle (e.g. before [`SandboxChild::wait`],
+    /// which consumes it). Dropping the handle never removes the stage
+    /// either way.
+    pub fn take_stage(&mut self) -> Option<Stage> {
+        self.stage.take()
     }
 
     /// The writing end of the worker's standard input, when it was
@@ -585,7 +608,9 @@ impl Sandbox {
             walk_cache: None,
             placeholder_records: None,
             root_worker: false,
+            stage_in: None,
             probed: None,
+            commit_filter: crate::stage::CommitFilter::new(),
         }
     }
 
@@ -618,6 +643,19 @@ impl Sandbox {
     /// The profile.
     pub fn profile(&self) -> &Profile {
         &self.profile
+    }
+
+    /// The commit filter for this sandbox's staged writes: the built-in
+    /// list plus what [`Sandbox::apply_worker`] added from
+    /// `[worker.commit]`.
+    pub fn commit_filter(&self) -> &crate::stage::CommitFilter {
+        &self.commit_filter
+    }
+
+    /// The commit filter, to add refusals to (a filter only grows: it has
+    /// no way to remove one).
+    pub fn commit_filter_mut(&mut self) -> &mut crate::stage::CommitFilter {
+        &mut self.commit_filter
     }
 
     /// The working directory set with [`Sandbox::cwd`], if any.
@@ -716,6 +754,15 @@ impl Sandbox {
     /// [`crate::clean_stale_placeholders`] and `docs/sandbox.md`.
     pub fn placeholder_records(&mut self, dir: impl Into<PathBuf>) -> &mut Self {
         self.placeholder_records = Some(dir.into());
+        self
+    }
+
+    /// Create the stage of each launch as `<base>/<session>` (see
+    /// [`crate::stage::Stage::create`]): with [`Layer::StagedWrites`] on and
+    /// writable roots, a launch without it is refused. `base` must lie
+    /// outside every writable root; the worker cannot see it.
+    pub fn stage_in(&mut self, base: impl Into<PathBuf>, session: impl Into<String>) -> &mut Self {
+        self.stage_in = Some((base.into(), session.into()));
         self
     }
 
@@ -990,6 +1037,7 @@ impl Sandbox {
             stdout,
             stderr,
             terminal: None,
+            stage: None,
         };
         // The relay thread starts once the forks are done; should it fail,
         // the dropped child kills the sandbox.

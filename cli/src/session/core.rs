@@ -9,16 +9,17 @@
 //! rules before the worker even gets its answer.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use palisade_egress::control::{
-    AskAnswer, ControlBackend, Endpoint, OutwardAnswer, PendingAction, PolicyAnswer, SessionView,
-    TaintEntry, TaintKind,
+    AskAnswer, CheckpointSummary, ControlBackend, Endpoint, OutwardAnswer, PendingAction,
+    PolicyAnswer, SessionView, TaintEntry, TaintKind,
 };
 use palisade_egress::decide::Decider;
 use palisade_egress::record::{Acceptance, ProxyEvent, Recorder};
 use palisade_evidence::{Body, Entry, Flags, JournalWriter, Kind, Timestamp};
+use palisade_isolate::stage::{CommitFilter, Stage};
 use palisade_policy::egress::decide_host;
 use palisade_policy::outward::{OutwardRequest, OutwardTable};
 use palisade_policy::verdict::{Decision, Verdict};
@@ -126,6 +127,12 @@ struct State {
     sources: Vec<TaintEntry>,
 }
 
+/// A staged worker's stage and the filter its commit will use.
+struct StagedWrites {
+    stage: Arc<Stage>,
+    filter: Arc<CommitFilter>,
+}
+
 /// One governed session.
 pub(crate) struct SessionCore {
     id: String,
@@ -135,6 +142,9 @@ pub(crate) struct SessionCore {
     state: Mutex<State>,
     journal: Journal,
     steering: Mutex<Option<SteeringWatch>>,
+    /// The worker's stage and its commit filter, once a staged worker runs
+    /// (for `checkpoint`; taken back for the commit once it ended).
+    stage: Mutex<Option<StagedWrites>>,
     pending: AtomicUsize,
     /// Print approval prompts for the operator (`palisade approve`).
     host_endpoint: Option<String>,
@@ -171,6 +181,7 @@ impl SessionCore {
             }),
             journal,
             steering: Mutex::new(steering),
+            stage: Mutex::new(None),
             pending: AtomicUsize::new(0),
             host_endpoint,
         })
@@ -254,6 +265,39 @@ impl SessionCore {
     pub(crate) fn would_allow(&self, host: &RequestHost, port: u16) -> bool {
         let st = lock(&self.state);
         self.egress_verdict(&st.session, host, port).decision == Decision::Allow
+    }
+
+    /// The worker's writes are staged in `stage`: checkpoints read it, and
+    /// the commit (not the point-in-time checks, which no longer run) records
+    /// every steering write, exactly.
+    pub(crate) fn set_stage(&self, stage: Stage, filter: CommitFilter) {
+        *lock(&self.stage) = Some(StagedWrites {
+            stage: Arc::new(stage),
+            filter: Arc::new(filter),
+        });
+        *lock(&self.steering) = None;
+    }
+
+    /// Takes the stage back for the commit (the control channel is shut
+    /// down first); `None` when there is none, or when a checkpoint still
+    /// reads it after 5 s.
+    pub(crate) fn take_stage(&self) -> Option<(Stage, CommitFilter)> {
+        let mut s = lock(&self.stage).take()?;
+        // A checkpoint answered just before the channel went down may still
+        // hold the stage for a moment.
+        for _ in 0..100 {
+            match Arc::try_unwrap(s.stage) {
+                Ok(stage) => {
+                    let filter = Arc::try_unwrap(s.filter).unwrap_or_else(|f| (*f).clone());
+                    return Some((stage, filter));
+                }
+                Err(back) => {
+                    s.stage = back;
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+            }
+        }
+        None
     }
 
     /// Hashes the steering paths again and records each change; changes made
@@ -510,6 +554,20 @@ impl ControlBackend for SessionCore {
             contacted,
             pending: self.pending.load(Ordering::SeqCst),
         }
+    }
+
+    /// The stage's change set now, read only, recorded as `stage_checkpoint`.
+    fn checkpoint(&self) -> Result<CheckpointSummary, String> {
+        // The lock is not held while the upper layers are read.
+        let (stage, filter) = match lock(&self.stage).as_ref() {
+            Some(s) => (s.stage.clone(), s.filter.clone()),
+            None => {
+                return Err(String::from(
+                    "this session's writes are not staged (direct writes, or no writable root)",
+                ));
+            }
+        };
+        crate::stage::checkpoint_record(&self.journal, &stage, &filter, "ctl")
     }
 }
 

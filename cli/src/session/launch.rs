@@ -173,7 +173,7 @@ fn session_dir(id: &str) -> Result<PathBuf, String> {
     ))
 }
 
-fn random_id() -> Result<String, String> {
+pub(crate) fn random_id() -> Result<String, String> {
     let mut b = [0u8; 8];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
@@ -350,6 +350,7 @@ pub(crate) fn run(
     mut sb: Sandbox,
     loaded: crate::host_policy_file::Loaded,
     args: GovernedArgs,
+    staged: crate::stage::RunArgs,
     command: Vec<OsString>,
     launch_report: Option<PathBuf>,
 ) -> Result<ExitCode, String> {
@@ -417,6 +418,35 @@ pub(crate) fn run(
     {
         sb.protect(abs);
     }
+    // Staged writes: the stage is named by the session id, in a base outside
+    // every writable root (the policy's included).
+    if staged.writes != Some(crate::stage::Writes::Direct) && !sb.profile().writable().is_empty() {
+        let base =
+            match crate::stage::run_base(staged.stage_dir.as_deref(), sb.profile().writable()) {
+                Ok(b) => b,
+                Err(e) => return setup_failure(format!("staged_writes: {e}")),
+            };
+        sb.stage_in(base, id.clone());
+    }
+    let policy_in_root = std::fs::canonicalize(&policy_path).ok().filter(|abs| {
+        sb.profile()
+            .writable()
+            .iter()
+            .filter_map(|w| std::fs::canonicalize(w).ok())
+            .any(|w| abs.starts_with(w))
+    });
+    let commit_filter = crate::stage::filter_for(Some(&policy), policy_in_root.as_deref());
+    let steering_set = match crate::steering::glob_set(
+        &policy
+            .taint
+            .steering_paths
+            .iter()
+            .map(|g| g.as_str().to_owned())
+            .collect::<Vec<_>>(),
+    ) {
+        Ok(g) => g,
+        Err(e) => return setup_failure(e),
+    };
     let provider_credentials = sb.profile().provider_credentials();
     let roots_for_steering: Vec<PathBuf> = sb.profile().writable().to_vec();
     let steering_globs: Vec<String> = policy
@@ -535,6 +565,7 @@ pub(crate) fn run(
             &policy_path,
             &policy_digest,
             launch_report.as_deref(),
+            (commit_filter, &steering_set, staged.keep_staged),
         )
         .await
     });
@@ -812,6 +843,11 @@ async fn supervise(
     policy_path: &Path,
     policy_digest: &str,
     launch_report: Option<&Path>,
+    (filter, steering, keep): (
+        palisade_isolate::stage::CommitFilter,
+        &globset::GlobSet,
+        bool,
+    ),
 ) -> Result<ExitCode, String> {
     // The worker's view: proxy, control and relays on loopback ports, bridged to our sockets.
     let proxy_url = format!(
@@ -872,10 +908,19 @@ async fn supervise(
 
     // Fork while this runtime is still single-threaded: nothing has been polled yet.
     // A refusal here is a setup refusal: the caller removes the journal.
-    let child = sb
+    let mut child = sb
         .spawn(Command::new(command.to_vec()))
         .map_err(|e| e.to_string())?;
     *started = true;
+    // A staged worker: checkpoints read its stage, and the commit records
+    // the steering writes (the point-in-time checks stop).
+    let staged = match child.take_stage() {
+        Some(stage) => {
+            core.set_stage(stage, filter);
+            true
+        }
+        None => false,
+    };
     let report = crate::run::report_json(child.report());
     let degraded = !child.report().downgraded.is_empty() || !child.report().deviations.is_empty();
     let mut status = report.clone();
@@ -897,8 +942,16 @@ async fn supervise(
         );
     }
     eprintln!(
-        "palisade: governed session {id}: approvals with `palisade approve --socket {}`",
-        s.host_path.display()
+        "palisade: governed session {id}: approvals with `palisade approve --socket {}`{}",
+        s.host_path.display(),
+        if staged {
+            format!(
+                "; writes are staged, checkpoint with `palisade ctl --socket {} checkpoint`",
+                s.host_path.display()
+            )
+        } else {
+            String::new()
+        }
     );
 
     // Serve.
@@ -1014,13 +1067,40 @@ async fn supervise(
             Flags::NONE
         },
     );
+    // The control channel is down before the commit: no checkpoint reads
+    // the stage while it is applied.
     stop_all(&stop, &s.control, &mut tasks).await;
+    let code = u8::try_from(code).unwrap_or(EXIT_SETUP);
+    let stage = core.take_stage();
     if core.journal().failed() {
+        // The journal must hold every applied path: without it, nothing is
+        // committed.
+        if let Some((stage, _)) = &stage {
+            eprintln!(
+                "palisade: the stage of session {id} is kept in {}, not committed",
+                crate::stage::show_path(stage.dir())
+            );
+        }
         return Err(String::from(
             "the journal could not be written; the worker was stopped",
         ));
     }
-    Ok(ExitCode::from(u8::try_from(code).unwrap_or(EXIT_SETUP)))
+    let code = match stage {
+        Some((stage, filter)) => {
+            let journaling = crate::stage::Journaling {
+                journal: core.journal(),
+                steering: Some(steering),
+                tainted: Some(core.is_tainted()),
+            };
+            crate::stage::finish(stage, &filter, keep, Some(&journaling), code)
+        }
+        None if staged => {
+            eprintln!("palisade: the stage of session {id} is still in use; not committed");
+            crate::stage::EXIT_COMMIT
+        }
+        None => code,
+    };
+    Ok(ExitCode::from(code))
 }
 
 fn signal_stream(

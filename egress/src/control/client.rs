@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::protocol::{
-    MAX_LINE_BYTES, OutwardAnswer, PendingAction, ProtocolError, Request, Response, SessionView,
-    TaintKind,
+    CheckpointSummary, MAX_LINE_BYTES, OutwardAnswer, PendingAction, ProtocolError, Request,
+    Response, SessionView, TaintKind,
 };
 
 /// Environment variable that tells a worker where its control endpoint is.
@@ -234,6 +234,16 @@ impl ControlClient {
         self.request(&Request::Pending)?
             .pending
             .ok_or(ClientError::Incomplete("pending"))
+    }
+
+    /// Host only: a checkpoint of the session's staged writes.
+    ///
+    /// # Errors
+    /// See [`ControlClient::request`].
+    pub fn checkpoint(&mut self) -> Result<CheckpointSummary, ClientError> {
+        self.request(&Request::Checkpoint)?
+            .checkpoint
+            .ok_or(ClientError::Incomplete("checkpoint"))
     }
 
     /// Host only: approve or deny a pending action.

@@ -92,13 +92,19 @@ pub enum Request {
         /// `true` approves, `false` denies.
         approve: bool,
     },
+    /// Host only: compute the staged change set while the worker runs (read
+    /// only), record it and return its summary.
+    Checkpoint,
 }
 
 impl Request {
     /// Whether only the host endpoint may send this request.
     #[must_use]
     pub fn host_only(&self) -> bool {
-        matches!(self, Self::Pending | Self::Resolve { .. })
+        matches!(
+            self,
+            Self::Pending | Self::Resolve { .. } | Self::Checkpoint
+        )
     }
 
     /// The stable operation name.
@@ -111,6 +117,7 @@ impl Request {
             Self::State => "state",
             Self::Pending => "pending",
             Self::Resolve { .. } => "resolve",
+            Self::Checkpoint => "checkpoint",
         }
     }
 
@@ -148,6 +155,10 @@ impl Request {
                 op: "resolve".into(),
                 ticket: Some(*ticket),
                 approve: Some(*approve),
+                ..WireRequest::new()
+            },
+            Self::Checkpoint => WireRequest {
+                op: "checkpoint".into(),
                 ..WireRequest::new()
             },
         };
@@ -307,6 +318,7 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ProtocolError> {
         "state" => "state",
         "pending" => "pending",
         "resolve" => "resolve",
+        "checkpoint" => "checkpoint",
         _ => {
             let mut shown = wire.op;
             shown.truncate(shown.floor_char_boundary(64));
@@ -359,6 +371,7 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ProtocolError> {
             approve: take(op, "approve", wire.approve)?,
         },
         "pending" => Request::Pending,
+        "checkpoint" => Request::Checkpoint,
         _ => Request::State,
     };
     Ok(req)
@@ -489,9 +502,47 @@ pub struct Response {
     /// The pending actions, for `pending`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending: Option<Vec<PendingAction>>,
+    /// The staged change set's summary, for `checkpoint`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<CheckpointSummary>,
     /// The failure, when `ok` is false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<WireError>,
+}
+
+/// Most refused paths a [`CheckpointSummary`] lists ([`CheckpointSummary::refused_total`]
+/// counts them all), so that its line stays well under the response limit.
+pub const MAX_CHECKPOINT_REFUSED: usize = 64;
+
+/// The answer to `checkpoint`: the staged change set as it is now.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointSummary {
+    /// Changes in the set.
+    pub changes: usize,
+    /// Changes per kind (`created`, `modified`, `mode_changed`, `deleted`,
+    /// `renamed`); kinds with no change are absent.
+    pub counts: std::collections::BTreeMap<String, usize>,
+    /// The changes the commit filter would refuse, at most
+    /// [`MAX_CHECKPOINT_REFUSED`] of them.
+    pub refused: Vec<CheckpointRefusal>,
+    /// How many changes the filter would refuse in all.
+    pub refused_total: usize,
+    /// `sha256:<hex>` of the change list (root, kind, path of each change),
+    /// as recorded in the journal's `stage_checkpoint` record.
+    pub digest: String,
+}
+
+/// One change the commit filter would refuse, in a [`CheckpointSummary`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointRefusal {
+    /// The writable root it is under (its host path).
+    pub root: String,
+    /// The path relative to the root.
+    pub path: String,
+    /// The filter rule's stable code.
+    pub rule: String,
 }
 
 /// An error on the wire.
@@ -514,6 +565,7 @@ impl Response {
             state: None,
             outward: None,
             pending: None,
+            checkpoint: None,
             error: None,
         }
     }
@@ -600,6 +652,7 @@ mod tests {
                 ticket: 9,
                 approve: false,
             },
+            Request::Checkpoint,
         ];
         for r in reqs {
             let line = r.to_line();
@@ -631,6 +684,10 @@ mod tests {
                 "missing_field",
             ),
             (br#"{"v":1,"op":"resolve","ticket":1}"#, "missing_field"),
+            (
+                br#"{"v":1,"op":"checkpoint","ticket":1}"#,
+                "unexpected_field",
+            ),
             (br#"[1,2]"#, "malformed"),
             (b"\xff\xfe", "not_utf8"),
             (b"", "malformed"),
@@ -688,5 +745,20 @@ mod tests {
         assert_eq!(Response::parse(r.to_line().as_bytes()), Ok(r));
         let e = Response::error("host_only", "no");
         assert_eq!(Response::parse(e.to_line().as_bytes()), Ok(e));
+        let c = Response {
+            checkpoint: Some(CheckpointSummary {
+                changes: 2,
+                counts: [("created".to_owned(), 2)].into_iter().collect(),
+                refused: vec![CheckpointRefusal {
+                    root: "/w".into(),
+                    path: ".git/hooks/pre-commit".into(),
+                    rule: "git_internal".into(),
+                }],
+                refused_total: 1,
+                digest: "sha256:00".into(),
+            }),
+            ..Response::ok()
+        };
+        assert_eq!(Response::parse(c.to_line().as_bytes()), Ok(c));
     }
 }

@@ -13,8 +13,8 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{Semaphore, oneshot, watch};
 
 use super::protocol::{
-    Approval, AskAnswer, MAX_LINE_BYTES, OutwardAnswer, PendingAction, ProtocolError, Request,
-    Response, SessionView, TaintKind, parse_request,
+    Approval, AskAnswer, CheckpointSummary, MAX_LINE_BYTES, OutwardAnswer, PendingAction,
+    ProtocolError, Request, Response, SessionView, TaintKind, parse_request,
 };
 
 /// Which endpoint a connection arrived on.
@@ -58,6 +58,15 @@ pub trait ControlBackend: Send + Sync + 'static {
     fn outward_executed(&self, ticket: u64, kind: &str, target: &str, status: Option<i32>);
     /// The current session state.
     fn state(&self) -> SessionView;
+    /// Host only: the staged change set as it is now, read without touching
+    /// the stage, recorded as a checkpoint. A session without a stage says
+    /// so (the default), and the host gets that error.
+    ///
+    /// # Errors
+    /// A message for the host (`checkpoint_unavailable`).
+    fn checkpoint(&self) -> Result<CheckpointSummary, String> {
+        Err(String::from("this session has no staged writes"))
+    }
 }
 
 /// Server limits.
@@ -429,6 +438,13 @@ async fn handle(shared: &Arc<Shared>, endpoint: Endpoint, req: Request) -> Respo
                     .collect(),
             ),
             ..Response::ok()
+        },
+        Request::Checkpoint => match shared.backend.checkpoint() {
+            Ok(summary) => Response {
+                checkpoint: Some(summary),
+                ..Response::ok()
+            },
+            Err(why) => Response::error("checkpoint_unavailable", why),
         },
         Request::Resolve { ticket, approve } => {
             if resolve(shared, ticket, approve) {
