@@ -24,6 +24,7 @@
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
+    clippy::indexing_slicing,
     clippy::panic,
     clippy::print_stderr,
     clippy::disallowed_methods,
@@ -316,24 +317,40 @@ impl Scratch {
         }
     }
 
-    /// Asserts that `rel` (relative to the run's root 0) was refused: kept
-    /// in a quarantine of the stage directory, and journaled as
-    /// `commit_refused` naming it.
-    fn assert_refused(&self, run: &Run, rel: &str) {
-        let q = Path::new("quarantine").join(rel);
-        let all = walk(&self.stages());
-        assert!(
-            all.iter().any(|p| p.ends_with(&q)),
-            "`{rel}` is not in the quarantine; the stage holds {all:#?}\n{run}"
-        );
+    /// Asserts that `rel` (relative to the run's root `tree`) was refused:
+    /// journaled as `commit_refused` naming it with a rule, kept at the
+    /// record's quarantine path in the stage directory, and listed in the
+    /// run's summary on stderr.
+    fn assert_refused(&self, run: &Run, tree: &Path, rel: &str) {
         let refused: Vec<&Value> = run
             .records
             .iter()
-            .filter(|r| r["kind"] == "commit_refused")
+            .filter(|r| r["kind"] == "commit_refused" && r["body"]["path"] == rel)
             .collect();
+        let [record] = refused.as_slice() else {
+            panic!("not one commit_refused record of `{rel}`: {refused:#?}\n{run}");
+        };
         assert!(
-            refused.iter().any(|r| r.to_string().contains(rel)),
-            "no commit_refused record names `{rel}`: {refused:#?}\n{run}"
+            record["body"]["rule"]
+                .as_str()
+                .is_some_and(|r| !r.is_empty()),
+            "{record:#}"
+        );
+        let q = PathBuf::from(record["body"]["quarantine"].as_str().unwrap());
+        assert!(
+            q.starts_with(self.stages()) && q.ends_with(Path::new("quarantine").join(rel)),
+            "`{rel}` quarantined at {}\n{run}",
+            q.display()
+        );
+        assert!(
+            std::fs::symlink_metadata(&q).is_ok(),
+            "the quarantine of `{rel}` is not there: {}\n{run}",
+            q.display()
+        );
+        let line = format!("refused: {}: ", tree.join(rel).display());
+        assert!(
+            run.stderr.contains(&line),
+            "no `{line}` in the summary\n{run}"
         );
     }
 }
@@ -426,7 +443,7 @@ impl Escape {
         );
         for rel in self.refused {
             if !run.stdout.contains(&format!("refused-inside:{rel}\n")) {
-                s.assert_refused(&run, rel);
+                s.assert_refused(&run, &work, rel);
             }
         }
     }
