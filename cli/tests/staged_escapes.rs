@@ -498,11 +498,12 @@ fn git_status(s: &Scratch, t: &Path) {
 /// `git -c` options for a git run inside the sandbox (no config of its own).
 const WGIT: &str = "git -c user.name=w -c user.email=w@example.invalid -c safe.directory=* -c protocol.file.allow=always";
 
-#[test]
-fn git_config_and_hooks_through_commondir_do_not_reach_the_host() {
-    Escape {
-        setup: &repo,
-        payload: r#"
+/// Host git reads the config and hooks of the directory `.git/commondir`
+/// names: a bare repository the worker made, with its own `core.fsmonitor`
+/// and `pre-commit`.
+macro_rules! commondir {
+    () => {
+        r#"
 git init -q --bare .evil
 cp -R .git/objects/. .evil/objects/
 cp -R .git/refs/. .evil/refs/
@@ -511,8 +512,15 @@ git config -f .evil/config core.fsmonitor 'touch {M}/fsmonitor; false'
 printf '#!/bin/sh\ntouch {M}/hook\n' > .evil/hooks/pre-commit
 chmod +x .evil/hooks/pre-commit
 echo ../.evil > .git/commondir
-echo planted
-"#,
+"#
+    };
+}
+
+#[test]
+fn git_config_and_hooks_through_commondir_do_not_reach_the_host() {
+    Escape {
+        setup: &repo,
+        payload: concat!(commondir!(), "echo planted\n"),
         check: &git_status_and_commit,
         escapes: &["fsmonitor", "hook"],
         refused: &[".git/commondir"],
@@ -973,4 +981,91 @@ fn direct_writes_keep_the_protected_names_read_only_and_are_reported_as_weaker()
             .any(|l| l == "staged_writes"),
         "{v:#}"
     );
+}
+
+// ---- a kept stage, committed later through the same filter ----
+
+/// `palisade SUBCOMMAND ARGS…` on the host: (exit code, stdout, stderr).
+fn palisade_cmd(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(palisade())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_kept_stage_changes_nothing_and_its_later_commit_goes_through_the_same_filter() {
+    if skip() {
+        return;
+    }
+    let s = Scratch::new();
+    let payload = concat!(commondir!(), "echo edited >> README\necho planted\n")
+        .replace("{M}", &s.markers().display().to_string());
+    // Control: planted directly, the host check sees both payloads.
+    let control = s.tree("control", &repo);
+    s.plant_directly(&control, &payload);
+    git_status_and_commit(&s, &control);
+    assert_eq!(s.take_markers(), ["fsmonitor", "hook"]);
+
+    let work = s.tree("work", &repo);
+    let run = s.run(&work, &payload, &["--keep-staged"]);
+    run.assert_planted();
+    // Nothing reached the host: not the edit, not the pointer.
+    assert_eq!(porcelain(&s, &work), "", "{run}");
+    assert!(!work.join(".git/commondir").exists(), "{run}");
+    let sessions: Vec<_> = std::fs::read_dir(s.stages())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let [session] = sessions.as_slice() else {
+        panic!("not one kept stage: {sessions:?}\n{run}");
+    };
+    let stages = s.stages().display().to_string();
+
+    let (code, diff, err) = palisade_cmd(&["diff", session, "--stage-dir", &stages]);
+    assert_eq!(code, Some(0), "palisade diff: {err}");
+    for want in ["README", ".git/commondir"] {
+        assert!(diff.contains(want), "palisade diff lacks `{want}`:\n{diff}");
+    }
+
+    let journal = s.path().join("commit.journal");
+    let key = s.path().join("journal.key");
+    let (code, _, err) = palisade_cmd(&[
+        "commit",
+        session,
+        "--stage-dir",
+        &stages,
+        "--journal",
+        &journal.display().to_string(),
+        "--key",
+        &key.display().to_string(),
+    ]);
+    // Something was refused, so the stage is kept and the status says so.
+    assert_eq!(code, Some(1), "palisade commit: {err}");
+    assert_eq!(porcelain(&s, &work), " M README\n", "{err}");
+    assert!(!work.join(".git/commondir").exists(), "{err}");
+    git_status_and_commit(&s, &work);
+    assert_eq!(s.take_markers(), Vec::<String>::new(), "{err}");
+    let records: Vec<Value> = std::fs::read_to_string(&journal)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let with = |kind: &str, path: &str| {
+        records
+            .iter()
+            .any(|r| r["kind"] == kind && r["body"]["path"] == path)
+    };
+    assert!(with("commit_applied", "README"), "{records:#?}");
+    assert!(with("commit_refused", ".git/commondir"), "{records:#?}");
+    assert!(!with("commit_applied", ".git/commondir"), "{records:#?}");
 }
