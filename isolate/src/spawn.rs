@@ -835,6 +835,8 @@ impl Sandbox {
         for (layer, status) in report.layers {
             let required = match layer {
                 Layer::Cgroups => self.profile.require_cgroups,
+                // Only a launch with writable roots stages anything.
+                Layer::StagedWrites => !self.profile.writable.is_empty(),
                 _ => true,
             };
             if self.disabled.contains(&layer) {
@@ -946,12 +948,90 @@ impl Sandbox {
         if let Some(dir) = &self.placeholder_records {
             let _ = crate::placeholder_log::clean_stale(dir);
         }
+        self.profile.check_masks()?;
+        // Staged writes: the stage is created now, before anything of the
+        // sandbox exists, and removed again if the launch fails.
+        let stage = self.create_stage(uid, gid)?;
+        let launched = self.spawn_with(
+            command,
+            &argv,
+            stage.as_ref(),
+            (uid, gid),
+            layers,
+            landlock_abi,
+            [stdin, stdout, stderr],
+            terminal,
+        );
+        match launched {
+            Ok(mut child) => {
+                child.stage = stage;
+                Ok(child)
+            }
+            Err(e) => {
+                if let Some(st) = stage {
+                    let _ = st.remove();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The stage of a staged launch: `None` under direct writes
+    /// ([`Layer::StagedWrites`] disabled) or without writable roots; an
+    /// error naming the layer when it cannot be created.
+    fn create_stage(&self, uid: u32, gid: u32) -> Result<Option<Stage>, SandboxError> {
+        if self.disabled.contains(&Layer::StagedWrites) {
+            return Ok(None);
+        }
+        let roots = plan::writable_roots(&self.profile)?;
+        if roots.is_empty() {
+            return Ok(None);
+        }
+        let Some((base, session)) = &self.stage_in else {
+            return Err(SandboxError::LayerUnavailable {
+                layer: Layer::StagedWrites,
+                detail: String::from(
+                    "no stage directory: the sandbox has writable roots but Sandbox::stage_in was not called (palisade run: --stage-dir; or direct writes through dangerous().disable(staged_writes))",
+                ),
+            });
+        };
+        Stage::create(base, session, &roots, (uid, gid))
+            .map(Some)
+            .map_err(|e| SandboxError::LayerUnavailable {
+                layer: Layer::StagedWrites,
+                detail: e.to_string(),
+            })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn spawn_with(
+        &self,
+        command: Command,
+        argv: &[CString],
+        stage: Option<&Stage>,
+        (uid, gid): (u32, u32),
+        layers: Vec<(Layer, LayerStatus)>,
+        landlock_abi: u32,
+        [stdin, stdout, stderr]: [Option<std::fs::File>; 3],
+        terminal: Option<crate::pty::Prepared>,
+    ) -> Result<SandboxChild, SandboxError> {
+        let staged = match stage {
+            None => None,
+            Some(st) => Some(plan::Staged {
+                base: st.dir().parent().map(Path::to_path_buf).unwrap_or_default(),
+                layers: st
+                    .roots()
+                    .iter()
+                    .map(|r| (r.upper().to_path_buf(), r.work().to_path_buf()))
+                    .collect(),
+            }),
+        };
         let input = PlanInput {
             allowed_sockets: self.bridges.iter().map(|b| b.target.clone()).collect(),
             walk_cache: self.walk_cache.clone(),
             placeholder_records: self.placeholder_records.clone(),
+            staged,
         };
-        self.profile.check_masks()?;
         let (plan, deferred) = plan::build(&self.profile, &input)?;
         let cwd = match &self.cwd {
             Some(c) => plan::canonical(c)?,
@@ -993,7 +1073,7 @@ impl Sandbox {
             ipc: !self.disabled.contains(&Layer::IpcNamespace),
             uts: !self.disabled.contains(&Layer::UtsNamespace),
             bridges: &self.bridges,
-            argv: &argv,
+            argv,
             envp: &envp,
             cwd: &cwd_c,
             rlimits: self.profile.rlimits,
@@ -1394,6 +1474,20 @@ fn decode_failure(buf: &[u8], setup: &ChildSetup<'_>) -> SandboxError {
                 .unwrap_or_default(),
             errno,
         },
+        // A staged root that could not be mounted: the layer is named,
+        // whatever the errno (there is no fallback to a bind).
+        (Some(Step::MountPlan), Some(errno))
+            if detail.starts_with(crate::mounts::STAGED_PREFIX) =>
+        {
+            SandboxError::LayerUnavailable {
+                layer: Layer::StagedWrites,
+                detail: format!(
+                    "{}: {}",
+                    detail.trim_start_matches(crate::mounts::STAGED_PREFIX),
+                    nix::errno::Errno::from_raw(errno).desc()
+                ),
+            }
+        }
         (Some(step), Some(errno)) => {
             if let (Some(layer), true) = (step.layer(), is_unavailable(step, errno)) {
                 SandboxError::LayerUnavailable {

@@ -244,6 +244,10 @@ pub struct CommitFilter {
     exact: Vec<(usize, PathBuf, &'static str)>,
 }
 
+/// The `.git` directories the worker created, per root, as ASCII-lowercased
+/// path bytes.
+type Created = BTreeSet<(usize, Vec<u8>)>;
+
 /// What a path is judged as: the changed node itself, or the target a
 /// symlink leads to.
 #[derive(Clone, Copy)]
@@ -335,11 +339,11 @@ impl CommitFilter {
     /// directory is then refused too, so the commit never removes what it
     /// must keep).
     pub fn check(&self, set: &ChangeSet) -> Vec<FilterVerdict> {
-        let created: BTreeSet<(usize, &Path)> = set
+        let created: Created = set
             .changes
             .iter()
             .filter(|c| creates_repository(c))
-            .map(|c| (c.root, c.path.as_path()))
+            .map(|c| (c.root, c.path.as_os_str().as_bytes().to_ascii_lowercase()))
             .collect();
         let mut verdicts: Vec<FilterVerdict> = set
             .changes
@@ -376,7 +380,7 @@ impl CommitFilter {
     }
 
     /// The refusal of one change, if any.
-    fn judge(&self, c: &Change, created: &BTreeSet<(usize, &Path)>) -> Option<Refusal> {
+    fn judge(&self, c: &Change, created: &Created) -> Option<Refusal> {
         let how = match &c.kind {
             ChangeKind::Created => How::Created,
             ChangeKind::Modified => How::Modified,
@@ -409,7 +413,7 @@ impl CommitFilter {
         root: usize,
         path: &Path,
         subject: Subject,
-        created: &BTreeSet<(usize, &Path)>,
+        created: &Created,
     ) -> Option<Refusal> {
         let refuse = |rule: &'static str, detail: String| Some(Refusal { rule, detail });
         let Some(comps) = normal_components(path) else {
@@ -455,7 +459,7 @@ impl CommitFilter {
 
     /// The refusal of the node a change leaves, from its kind, mode and
     /// (for a symlink) target.
-    fn kind_refusal(&self, c: &Change, created: &BTreeSet<(usize, &Path)>) -> Option<Refusal> {
+    fn kind_refusal(&self, c: &Change, created: &Created) -> Option<Refusal> {
         let n = &c.node;
         let refuse = |rule: &'static str, detail: String| Some(Refusal { rule, detail });
         let setgid_counts = n.kind != NodeKind::Dir;
@@ -477,7 +481,7 @@ impl CommitFilter {
 
     /// A symlink's refusal: absolute, out of the root, or into a refused
     /// path.
-    fn symlink_refusal(&self, c: &Change, created: &BTreeSet<(usize, &Path)>) -> Option<Refusal> {
+    fn symlink_refusal(&self, c: &Change, created: &Created) -> Option<Refusal> {
         let refuse = |rule: &'static str, detail: String| Some(Refusal { rule, detail });
         let Some(target) = c.node.link_target.as_deref() else {
             return refuse("symlink_escape", "a symlink of unknown target".to_owned());
@@ -523,11 +527,11 @@ fn git_refusal(
     comps: &[&OsStr],
     i: usize,
     subject: Subject,
-    created: &BTreeSet<(usize, &Path)>,
+    created: &Created,
 ) -> Option<Refusal> {
     let refuse = |rule: &'static str, detail: String| Some(Refusal { rule, detail });
     let git: PathBuf = comps.iter().take(i + 1).collect();
-    if created.contains(&(root, git.as_path())) {
+    if created.contains(&(root, git.as_os_str().as_bytes().to_ascii_lowercase())) {
         return refuse(
             "new_repository",
             format!("`{}` is a repository the worker created", git.display()),
@@ -649,3 +653,8 @@ fn starts_with_seq(comps: &[&OsStr], seq: &[&str]) -> bool {
 fn contains_run(comps: &[&OsStr], seq: &[&str]) -> bool {
     (0..comps.len()).any(|k| comps.get(k..).is_some_and(|tail| starts_with_seq(tail, seq)))
 }
+
+#[cfg(test)]
+mod model;
+#[cfg(test)]
+mod tests;
