@@ -615,7 +615,7 @@ fn shell_rc_files_and_git_config_in_a_home_cwd_do_not_reach_the_host() {
         setup: &a_home,
         payload: r#"
 echo 'touch {M}/bash_aliases' > .bash_aliases
-echo 'touch {M}/bashrc' >> .bashrc
+echo 'touch {M}/bashrc' >> .bashrc || echo refused-inside:.bashrc
 mkdir -p .config/git
 printf '[core]\n\tfsmonitor = "touch {M}/xdg_git_config; false"\n' > .config/git/config
 echo planted
