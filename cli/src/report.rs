@@ -81,6 +81,14 @@ pub(crate) struct Summary {
     taint: Vec<Rec>,
     outward: Vec<Rec>,
     steering: Vec<Rec>,
+    /// `commit_applied` records: staged changes that reached the host.
+    committed: u64,
+    /// `commit_refused` records: staged changes kept in the quarantine.
+    refused_changes: Vec<Rec>,
+    /// `commit_conflict` records: staged changes left in the stage.
+    conflicts: Vec<Rec>,
+    /// `stage_checkpoint` records.
+    checkpoints: u64,
     ended: Option<Rec>,
     other: BTreeMap<String, u64>,
 }
@@ -152,6 +160,10 @@ pub(crate) fn summarize(recs: impl IntoIterator<Item = Rec>) -> Summary {
             "taint_raised" => s.taint.push(r.clone()),
             "outward_action" => s.outward.push(r.clone()),
             "steering_write" => s.steering.push(r.clone()),
+            "commit_applied" => s.committed = s.committed.saturating_add(1),
+            "commit_refused" => s.refused_changes.push(r.clone()),
+            "commit_conflict" => s.conflicts.push(r.clone()),
+            "stage_checkpoint" => s.checkpoints = s.checkpoints.saturating_add(1),
             "execution_ended" | "execution_killed" => s.ended = Some(r.clone()),
             "journal_opened" | "epoch_sealed" | "journal_closed" => {}
             other => *s.other.entry(other.to_owned()).or_insert(0) += 1,
@@ -316,6 +328,47 @@ pub(crate) fn render(status: &str, s: &Summary) -> String {
             r.s("path").unwrap_or("?")
         );
     }
+    if s.committed > 0
+        || !s.refused_changes.is_empty()
+        || !s.conflicts.is_empty()
+        || s.checkpoints > 0
+    {
+        // Paths are the worker's choice: escaped, so none drives the terminal.
+        let shown = |r: &Rec, key: &str| r.s(key).unwrap_or("?").escape_debug().to_string();
+        let _ = writeln!(
+            o,
+            "\nstaged writes: {} applied, {} refused, {} conflicts, {} checkpoints",
+            s.committed,
+            s.refused_changes.len(),
+            s.conflicts.len(),
+            s.checkpoints
+        );
+        for r in &s.refused_changes {
+            let _ = writeln!(
+                o,
+                "  {} #{} refused {} {}/{} ({}): kept in quarantine {}",
+                clock(r.time),
+                r.seq,
+                shown(r, "change"),
+                shown(r, "root"),
+                shown(r, "path"),
+                shown(r, "rule"),
+                shown(r, "quarantine"),
+            );
+        }
+        for r in &s.conflicts {
+            let _ = writeln!(
+                o,
+                "  {} #{} conflict {} {}/{}: {} (left in the stage)",
+                clock(r.time),
+                r.seq,
+                shown(r, "change"),
+                shown(r, "root"),
+                shown(r, "path"),
+                shown(r, "detail"),
+            );
+        }
+    }
     if !s.other.is_empty() {
         let _ = writeln!(o, "\nother records:");
         for (k, n) in &s.other {
@@ -402,6 +455,9 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
             "taint": summary.taint.iter().map(|r| r.body.clone()).collect::<Vec<_>>(),
             "outward": summary.outward.iter().map(|r| { let mut b = r.body.clone(); if let Some(o) = b.as_object_mut() { o.insert("irreversible".into(), serde_json::Value::Bool(r.flags.iter().any(|f| f == "irreversible"))); } b }).collect::<Vec<_>>(),
             "steering_writes": summary.steering.iter().map(|r| r.body.clone()).collect::<Vec<_>>(),
+            "committed": summary.committed,
+            "refused_changes": summary.refused_changes.iter().map(|r| r.body.clone()).collect::<Vec<_>>(),
+            "conflicts": summary.conflicts.iter().map(|r| r.body.clone()).collect::<Vec<_>>(),
             "ended": summary.ended.as_ref().map(|r| serde_json::json!({"kind": r.kind, "body": r.body})),
         });
         println!("{v}");
@@ -495,5 +551,45 @@ mod tests {
             "{out}"
         );
         assert_eq!(recs[0].seq, 1);
+    }
+
+    #[test]
+    fn the_report_lists_refused_changes_with_their_quarantine_and_conflicts() {
+        use serde_json::json;
+        let recs = [
+            rec(
+                1,
+                "commit_applied",
+                json!({"root":"/w","path":"src/main.rs","change":"modified","before":"sha256:aa","after":"sha256:bb"}),
+                &[],
+            ),
+            rec(
+                2,
+                "commit_refused",
+                json!({"root":"/w","path":".git/hooks/pre-commit","change":"created","rule":"git_internal","quarantine":"/s/0/quarantine/.git/hooks/pre-commit"}),
+                &["flagged"],
+            ),
+            rec(
+                3,
+                "commit_conflict",
+                json!({"root":"/w","path":"shared\u{1b}[2J.txt","change":"modified","detail":"the host file changed"}),
+                &["flagged"],
+            ),
+        ];
+        let out = render("valid, closed", &summarize(recs));
+        assert!(
+            out.contains("staged writes: 1 applied, 1 refused, 1 conflicts"),
+            "{out}"
+        );
+        assert!(
+            out.contains("refused created /w/.git/hooks/pre-commit (git_internal): kept in quarantine /s/0/quarantine/.git/hooks/pre-commit"),
+            "{out}"
+        );
+        assert!(out.contains("conflict modified /w/shared"), "{out}");
+        assert!(out.contains("the host file changed"), "{out}");
+        // A path cannot drive the terminal.
+        assert!(!out.contains('\u{1b}'), "{out:?}");
+        // Not counted as unknown records.
+        assert!(!out.contains("other records"), "{out}");
     }
 }

@@ -323,6 +323,8 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     if let Err(e) = forwarded.thread_block() {
         return setup_failure(format!("cannot block signals: {e}"));
     }
+    // The built-in list (a plain run has no policy to add to it).
+    let sb_filter = sb.commit_filter().clone();
     let mut child = match sb.spawn(Command::new(args.command)) {
         Ok(c) => c,
         Err(e) => return setup_failure(e),
@@ -366,7 +368,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     let Some(stage) = stage else {
         return Ok(ExitCode::from(code));
     };
-    let filter = crate::stage::filter_for(None, None);
+    let filter = sb_filter;
     Ok(ExitCode::from(crate::stage::finish(
         stage,
         &filter,

@@ -145,7 +145,8 @@ fn private_dir(dir: &Path) -> Result<(), String> {
 
 /// The base directory of a run's stage, created: `flag` (`--stage-dir`),
 /// else the default; outside every writable root (`roots`). A default that
-/// lies inside a root (e.g. a run in `$HOME`) falls back to
+/// lies inside a root (e.g. a run in `$HOME`), or on another filesystem
+/// than the first root when the fallback is on the same, gives way to
 /// `/var/tmp/palisade-<uid>/stages`, created 0700 and owner-checked without
 /// following symlinks; an explicit `--stage-dir` inside a root is refused.
 pub(crate) fn run_base(flag: Option<&Path>, roots: &[PathBuf]) -> Result<PathBuf, String> {
@@ -165,32 +166,56 @@ pub(crate) fn run_base(flag: Option<&Path>, roots: &[PathBuf]) -> Result<PathBuf
         private_dir(dir)?;
         return Ok(dir.to_path_buf());
     }
-    let base = default_base().filter(|b| inside_root(b, roots).is_none());
-    if let Some(b) = base {
-        let made = std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&b)
-            .map_err(|e| format!("{}: {e}", b.display()))
-            .and_then(|()| private_dir(&b));
-        if made.is_ok() {
-            return Ok(b);
+    // The default, then the fallback: each outside every root and made
+    // private; of those, the first on the first root's filesystem (the
+    // commit is then a rename), else the first at all (the commit copies).
+    let root_dev = roots
+        .first()
+        .and_then(|r| std::fs::metadata(r).ok())
+        .map(|m| m.dev());
+    let mut usable: Vec<PathBuf> = Vec::new();
+    let mut last = String::from("no default stage directory (no HOME)");
+    for b in default_base().into_iter().chain([fallback_base()]) {
+        if let Some(r) = inside_root(&b, roots) {
+            last = format!(
+                "{} lies inside the writable root {}",
+                b.display(),
+                r.display()
+            );
+            continue;
+        }
+        match make_base(&b) {
+            Ok(()) => {
+                let dev = std::fs::metadata(&b).ok().map(|m| m.dev());
+                if dev.is_some() && dev == root_dev {
+                    return Ok(b);
+                }
+                usable.push(b);
+            }
+            Err(e) => last = e,
         }
     }
-    let fb = fallback_base();
-    if let Some(r) = inside_root(&fb, roots) {
-        return Err(format!(
-            "no stage directory outside the writable roots: {} lies inside {}; pass --stage-dir",
-            fb.display(),
-            r.display()
-        ));
+    usable.into_iter().next().ok_or_else(|| {
+        format!("no stage directory outside the writable roots ({last}); pass --stage-dir")
+    })
+}
+
+/// Makes a stage base: the default under the user's own state directory
+/// recursively, the shared `/var/tmp` fallback one private level at a
+/// time (each made by us, or refused).
+fn make_base(b: &Path) -> Result<(), String> {
+    if b.starts_with("/var/tmp") {
+        if let Some(parent) = b.parent() {
+            private_dir(parent)?;
+        }
+        return private_dir(b);
     }
-    // `/var/tmp` is shared: each level is made by us, or refused.
-    if let Some(parent) = fb.parent() {
-        private_dir(parent)?;
-    }
-    private_dir(&fb)?;
-    Ok(fb)
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(b)
+        .map_err(|e| format!("{}: {e}", b.display()))?;
+    private_dir(b)
 }
 
 /// Refuses a session id that is not a plain name (it becomes a directory).
@@ -311,13 +336,43 @@ pub(crate) fn set_digest(set: &ChangeSet) -> String {
     format!("sha256:{}", hex::encode(h.finalize()))
 }
 
-/// The filter of a stage: the built-in list, plus what the policy adds
-/// and the policy file itself when it lies inside a root.
+/// The filter of `stage`: `base` (the built-in list plus the policy's
+/// `[worker.commit] refuse`), and the policy file itself, refused with rule
+/// `policy_file`, when it lies inside one of the stage's roots.
 pub(crate) fn filter_for(
-    _policy: Option<&palisade_schema::host_policy::HostPolicy>,
-    _policy_file: Option<&Path>,
+    mut base: CommitFilter,
+    policy_file: Option<&Path>,
+    stage: &Stage,
 ) -> CommitFilter {
-    CommitFilter::new()
+    let Some(abs) = policy_file.and_then(|p| std::fs::canonicalize(p).ok()) else {
+        return base;
+    };
+    for (i, r) in stage.roots().iter().enumerate() {
+        let root = std::fs::canonicalize(r.root()).unwrap_or_else(|_| r.root().to_path_buf());
+        if let Ok(rel) = abs.strip_prefix(&root)
+            && !rel.as_os_str().is_empty()
+        {
+            base.refuse_exact(i, rel, "policy_file");
+        }
+    }
+    base
+}
+
+/// The filter a policy gives a kept stage (`palisade diff`, `palisade
+/// commit`): as [`filter_for`] with the policy's `[worker.commit]`, or the
+/// built-in list alone without a policy.
+pub(crate) fn filter_of_policy(
+    loaded: Option<&crate::host_policy_file::Loaded>,
+    stage: &Stage,
+) -> Result<CommitFilter, String> {
+    match loaded {
+        Some(l) => {
+            let base = CommitFilter::from_worker(&l.policy.worker)
+                .map_err(|e| format!("{}: {e}", l.path.display()))?;
+            Ok(filter_for(base, Some(&l.path), stage))
+        }
+        None => Ok(CommitFilter::new()),
+    }
 }
 
 /// Exit status of a commit that stopped half-way or could not start

@@ -70,10 +70,7 @@ pub(crate) fn diff(args: DiffArgs) -> Result<ExitCode, String> {
         Some(p) => Some(crate::host_policy_file::load_policy(p)?),
         None => None,
     };
-    let filter = stage::filter_for(
-        loaded.as_ref().map(|l| &l.policy),
-        loaded.as_ref().map(|l| l.path.as_path()),
-    );
+    let filter = stage::filter_of_policy(loaded.as_ref(), &st)?;
     let set = st.changes().map_err(|e| e.to_string())?;
     let verdicts = filter.check(&set);
     if args.json {
@@ -86,22 +83,24 @@ pub(crate) fn diff(args: DiffArgs) -> Result<ExitCode, String> {
                     .roots()
                     .get(c.root)
                     .map(|r| r.root().to_string_lossy().into_owned());
-                let mut o = json!({
-                    "root": root,
-                    "path": c.path.to_string_lossy(),
-                    "kind": stage::kind_name(&c.kind),
-                    "letter": stage::kind_letter(&c.kind).to_string(),
-                    "verdict": "commit",
-                });
+                let mut o = serde_json::Map::new();
+                o.insert("root".into(), json!(root));
+                o.insert("path".into(), json!(c.path.to_string_lossy()));
+                o.insert("kind".into(), json!(stage::kind_name(&c.kind)));
+                o.insert(
+                    "letter".into(),
+                    json!(stage::kind_letter(&c.kind).to_string()),
+                );
+                o.insert("verdict".into(), json!("commit"));
                 if let ChangeKind::Renamed { from } = &c.kind {
-                    o["from"] = json!(from.to_string_lossy());
+                    o.insert("from".into(), json!(from.to_string_lossy()));
                 }
                 if let FilterVerdict::Refuse(r) = v {
-                    o["verdict"] = json!("refuse");
-                    o["rule"] = json!(r.rule);
-                    o["detail"] = json!(r.detail);
+                    o.insert("verdict".into(), json!("refuse"));
+                    o.insert("rule".into(), json!(r.rule));
+                    o.insert("detail".into(), json!(r.detail));
                 }
-                o
+                serde_json::Value::Object(o)
             })
             .collect();
         let out = json!({
@@ -150,10 +149,7 @@ pub(crate) fn commit(args: CommitArgs) -> Result<ExitCode, String> {
         Some(p) => Some(crate::host_policy_file::load_policy(p)?),
         None => None,
     };
-    let filter = stage::filter_for(
-        loaded.as_ref().map(|l| &l.policy),
-        loaded.as_ref().map(|l| l.path.as_path()),
-    );
+    let filter = stage::filter_of_policy(loaded.as_ref(), &st)?;
     let only = if args.only.is_empty() {
         None
     } else {

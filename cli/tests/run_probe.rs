@@ -584,11 +584,21 @@ fn records(state: &std::path::Path) -> Vec<std::path::PathBuf> {
         .unwrap_or_default()
 }
 
-/// Start `palisade run -- /bin/sleep 60` in `cwd`, wait until its
-/// placeholders are recorded, and kill it with SIGKILL.
+/// Start `palisade run --writes direct -- /bin/sleep 60` in `cwd` (only
+/// direct writes make placeholders), wait until its placeholders are
+/// recorded, and kill it with SIGKILL.
 fn launch_and_kill(cwd: &std::path::Path, state: &std::path::Path) {
     let mut child = Command::new(BIN)
-        .args(["run", "--profile", "governed", "--", "/bin/sleep", "60"])
+        .args([
+            "run",
+            "--profile",
+            "governed",
+            "--writes",
+            "direct",
+            "--",
+            "/bin/sleep",
+            "60",
+        ])
         .current_dir(cwd)
         .env("XDG_RUNTIME_DIR", state)
         .spawn()
@@ -670,7 +680,15 @@ fn placeholders_a_killed_launch_left_are_removed_later_and_only_those() {
     launch_and_kill(other.path(), state.path());
     assert!(other.path().join(".bash_profile").exists());
     let out = Command::new(BIN)
-        .args(["run", "--profile", "governed", "--", "/bin/true"])
+        .args([
+            "run",
+            "--profile",
+            "governed",
+            "--writes",
+            "direct",
+            "--",
+            "/bin/true",
+        ])
         .current_dir(other.path())
         .env("XDG_RUNTIME_DIR", state.path())
         .output()

@@ -428,14 +428,9 @@ pub(crate) fn run(
             };
         sb.stage_in(base, id.clone());
     }
-    let policy_in_root = std::fs::canonicalize(&policy_path).ok().filter(|abs| {
-        sb.profile()
-            .writable()
-            .iter()
-            .filter_map(|w| std::fs::canonicalize(w).ok())
-            .any(|w| abs.starts_with(w))
-    });
-    let commit_filter = crate::stage::filter_for(Some(&policy), policy_in_root.as_deref());
+    // The built-in list plus `[worker.commit]` (applied with `[worker]`);
+    // the policy file is added once the stage's roots are known.
+    let commit_filter = sb.commit_filter().clone();
     let steering_set = match crate::steering::glob_set(
         &policy
             .taint
@@ -916,6 +911,7 @@ async fn supervise(
     // the steering writes (the point-in-time checks stop).
     let staged = match child.take_stage() {
         Some(stage) => {
+            let filter = crate::stage::filter_for(filter, Some(policy_path), &stage);
             core.set_stage(stage, filter);
             true
         }
