@@ -369,3 +369,49 @@ fn the_stage_survives_the_dropped_child() {
     stage.remove().unwrap();
     assert!(!dir.exists());
 }
+
+#[test]
+fn a_committed_stage_lands_its_ordinary_edits_and_quarantines_the_planted_configs() {
+    if skip_unless_root() {
+        return;
+    }
+    let r = root();
+    let base = stage_base();
+    let sb = staged(r.path(), base.path(), "s-commit");
+    let (exit, _, stage) = run(
+        &sb,
+        "echo 'pub fn f() {}' > src/new.rs && echo edit >> src/lib.rs \
+         && echo '{}' > .mcp.json && echo 'alias ls=evil' > .bashrc",
+    );
+    assert_eq!(exit, Exit::Exited(0));
+    let stage = stage.unwrap();
+    // Nothing on the host before the commit.
+    assert!(!r.path().join("src/new.rs").exists());
+    assert!(!r.path().join(".mcp.json").exists());
+    assert!(!r.path().join(".bashrc").exists());
+    let set = stage.changes().unwrap();
+    let verdicts = sb.commit_filter().check(&set);
+    let mut events = Vec::new();
+    let report = stage
+        .commit(&set, &verdicts, None, &mut |e| {
+            events.push(format!("{e:?}"));
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(report.refused, 2, "{events:?}");
+    // Positive control: the ordinary edits land on the host.
+    assert_eq!(
+        std::fs::read_to_string(r.path().join("src/new.rs")).unwrap(),
+        "pub fn f() {}\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(r.path().join("src/lib.rs")).unwrap(),
+        "// lib\nedit\n"
+    );
+    // The planted configs do not; they are kept in the quarantine.
+    assert!(!r.path().join(".mcp.json").exists());
+    assert!(!r.path().join(".bashrc").exists());
+    let q = stage.roots()[0].quarantine();
+    assert!(q.join(".mcp.json").exists() && q.join(".bashrc").exists());
+    stage.remove().unwrap();
+}

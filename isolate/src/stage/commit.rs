@@ -1064,6 +1064,11 @@ fn quarantine(fds: &RootFds, change: &Change) -> Result<PathBuf, StageError> {
         // Nothing in the upper any more (the stage moved on): nothing to keep.
         _ => {}
     }
+    // A refused rename is refused whole: its node is in the quarantine, and
+    // the host keeps the old path (its whiteout leaves the upper).
+    if let ChangeKind::Renamed { from } = &change.kind {
+        remove_whiteout(fds, from)?;
+    }
     Ok(quarantined)
 }
 

@@ -779,6 +779,9 @@ impl Stage {
                         work,
                         quarantine,
                         started,
+                        // Not measured for a hand-built stage (h-mount's
+                        // field; added here only to keep this compiling).
+                        same_fs: false,
                     },
                 )
                 .collect(),
