@@ -658,6 +658,12 @@ impl Sandbox {
         &mut self.commit_filter
     }
 
+    /// The layers switched off through [`Sandbox::dangerous`].
+    #[cfg(test)]
+    pub(crate) fn disabled_layers(&self) -> &BTreeSet<Layer> {
+        &self.disabled
+    }
+
     /// The working directory set with [`Sandbox::cwd`], if any.
     pub fn working_dir(&self) -> Option<&Path> {
         self.cwd.as_deref()

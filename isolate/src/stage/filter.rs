@@ -13,7 +13,7 @@
 //! policy patterns match the bytes as written. Matching is on the path's
 //! bytes, never on a lossy UTF-8 rendering.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
@@ -236,7 +236,7 @@ const GIT_OBJECTS_REFUSED: &[&[&str]] = &[&["info", "alternates"], &["info", "ht
 pub struct CommitFilter {
     /// The policy patterns, as given.
     patterns: Vec<String>,
-    /// `patterns`, compiled one by one.
+    /// `patterns`, compiled: each as given, then with `/**` appended.
     globs: Vec<globset::Glob>,
     /// `globs` as one set.
     set: globset::GlobSet,
@@ -246,7 +246,7 @@ pub struct CommitFilter {
 
 /// The `.git` directories the worker created, per root, as ASCII-lowercased
 /// path bytes.
-type Created = BTreeSet<(usize, Vec<u8>)>;
+type Created = BTreeMap<usize, BTreeSet<Vec<u8>>>;
 
 /// What a path is judged as: the changed node itself, or the target a
 /// symlink leads to.
@@ -287,7 +287,8 @@ impl CommitFilter {
     /// `pattern` is a glob relative to the root, in the grammar of
     /// `palisade-schema`'s `PathGlob`: `*` and `?` never match `/`, `**`
     /// matches any number of components, `\` escapes; a leading `./` is
-    /// dropped. It matches the path's bytes as written (case-sensitive).
+    /// dropped, and so is a trailing `/`. It matches the path's bytes as
+    /// written (case-sensitive).
     pub fn refuse(&mut self, pattern: &str) -> Result<&mut Self, FilterError> {
         let bad = |reason: String| FilterError {
             pattern: pattern.to_owned(),
@@ -300,14 +301,24 @@ impl CommitFilter {
             ));
         }
         let glob = palisade_schema::host_policy::PathGlob::parse(pattern).map_err(bad)?;
-        let compiled = glob.compile().map_err(|e| bad(e.to_string()))?;
+        // A path never ends in `/`: `deploy/` means the directory `deploy`.
+        let text = glob.as_str().trim_end_matches('/');
+        if text.is_empty() {
+            return Err(bad("names no path".to_owned()));
+        }
+        let compile = |t: &str| {
+            palisade_schema::host_policy::PathGlob::parse(t)
+                .and_then(|g| g.compile().map_err(|e| e.to_string()))
+                .map_err(bad)
+        };
+        let pair = [compile(text)?, compile(&format!("{text}/**"))?];
         let mut builder = globset::GlobSetBuilder::new();
-        for g in self.globs.iter().chain([&compiled]) {
+        for g in self.globs.iter().chain(&pair) {
             builder.add(g.clone());
         }
         self.set = builder.build().map_err(|e| bad(e.to_string()))?;
-        self.globs.push(compiled);
-        self.patterns.push(glob.as_str().to_owned());
+        self.globs.extend(pair);
+        self.patterns.push(text.to_owned());
         Ok(self)
     }
 
@@ -339,12 +350,13 @@ impl CommitFilter {
     /// directory is then refused too, so the commit never removes what it
     /// must keep).
     pub fn check(&self, set: &ChangeSet) -> Vec<FilterVerdict> {
-        let created: Created = set
-            .changes
-            .iter()
-            .filter(|c| creates_repository(c))
-            .map(|c| (c.root, c.path.as_os_str().as_bytes().to_ascii_lowercase()))
-            .collect();
+        let mut created = Created::new();
+        for c in set.changes.iter().filter(|c| creates_repository(c)) {
+            created
+                .entry(c.root)
+                .or_default()
+                .insert(c.path.as_os_str().as_bytes().to_ascii_lowercase());
+        }
         let mut verdicts: Vec<FilterVerdict> = set
             .changes
             .iter()
@@ -420,16 +432,29 @@ impl CommitFilter {
             return refuse(
                 "invalid_path",
                 format!(
-                    "`{}` is not a plain relative path (empty, absolute, `.` or `..`)",
+                    "`{}` is not a plain relative path (empty, absolute, `.`, `..` or an empty component)",
                     path.display()
                 ),
             );
         };
+        // Below, `comps` are exactly the `/`-separated segments of `bytes`.
+        let bytes = path.as_os_str().as_bytes();
+        let made = created.get(&root);
         if comps.iter().any(|c| is(c, ".palisade")) {
             return refuse("palisade", "`.palisade/**`".to_owned());
         }
-        for (i, _) in comps.iter().enumerate().filter(|(_, c)| is(c, ".git")) {
-            if let Some(r) = git_refusal(root, &comps, i, subject, created) {
+        let lower = made.map(|_| bytes.to_ascii_lowercase());
+        let mut end = 0;
+        for (i, c) in comps.iter().enumerate() {
+            end += c.len() + usize::from(i > 0);
+            if !is(c, ".git") {
+                continue;
+            }
+            let git = bytes.get(..end).unwrap_or(bytes);
+            let new = made
+                .zip(lower.as_deref())
+                .is_some_and(|(m, l)| l.get(..end).is_some_and(|g| m.contains(g)));
+            if let Some(r) = git_refusal(&comps, i, git, new, subject) {
                 return Some(r);
             }
         }
@@ -443,16 +468,11 @@ impl CommitFilter {
                 return refuse(rule, format!("`{}`", p.display()));
             }
         }
-        if !self.patterns.is_empty() {
-            let mut prefix = PathBuf::new();
-            for c in &comps {
-                prefix.push(c);
-                let hits = self.set.matches(&prefix);
-                if let Some(&first) = hits.first() {
-                    let pattern = self.patterns.get(first).map_or("?", String::as_str);
-                    return refuse("policy_refused", format!("`{pattern}`"));
-                }
-            }
+        // Each pattern is in the set twice, as given and with `/**`, so
+        // one match over the path covers it and everything below it.
+        if let Some(&first) = self.set.matches(path).first() {
+            let pattern = self.patterns.get(first / 2).map_or("?", String::as_str);
+            return refuse("policy_refused", format!("`{pattern}`"));
         }
         None
     }
@@ -522,16 +542,18 @@ fn creates_repository(c: &Change) -> bool {
 }
 
 /// The `.git` rules for the `.git` component at index `i` of `comps`.
+/// `git` is the path's bytes up to and with that component, `new` whether
+/// the worker created that `.git` directory.
 fn git_refusal(
-    root: usize,
     comps: &[&OsStr],
     i: usize,
+    git: &[u8],
+    new: bool,
     subject: Subject,
-    created: &Created,
 ) -> Option<Refusal> {
     let refuse = |rule: &'static str, detail: String| Some(Refusal { rule, detail });
-    let git: PathBuf = comps.iter().take(i + 1).collect();
-    if created.contains(&(root, git.as_os_str().as_bytes().to_ascii_lowercase())) {
+    let git = Path::new(OsStr::from_bytes(git));
+    if new {
         return refuse(
             "new_repository",
             format!("`{}` is a repository the worker created", git.display()),
@@ -602,7 +624,7 @@ fn normal_components(path: &Path) -> Option<Vec<&OsStr>> {
             .as_os_str()
             .as_bytes()
             .split(|b| *b == b'/')
-            .any(|s| s == b"." || s == b"..")
+            .any(|s| s.is_empty() || s == b"." || s == b"..")
     {
         return None;
     }

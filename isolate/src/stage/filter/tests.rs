@@ -589,9 +589,37 @@ fn bad_patterns_are_errors_naming_them() {
 
 #[test]
 fn paths_the_scan_never_produces_are_refused() {
-    for p in ["a/../b", "/abs", "a/./b", ""] {
+    for p in ["a/../b", "/abs", "a/./b", "", "a//b", "a/"] {
         refused(file(p), "invalid_path");
     }
+}
+
+#[test]
+fn a_trailing_slash_names_the_directory() {
+    let mut f = CommitFilter::new();
+    f.refuse("deploy/").unwrap();
+    assert_eq!(f.patterns(), ["deploy"]);
+    let got = rules_of(&f, vec![file("deploy/x"), file("deployx")]);
+    assert_eq!(got, [Some("policy_refused"), None]);
+    assert!(f.refuse("/").is_err());
+    assert!(f.refuse("./").is_err());
+}
+
+#[test]
+fn a_very_deep_path_is_judged_whole() {
+    // 20,000 components: each of the loops over a path is linear in it.
+    let mut deep = String::from(".git/refs");
+    for _ in 0..10_000 {
+        deep.push_str("/.git/refs");
+    }
+    let mut f = CommitFilter::new();
+    f.refuse("**/never").unwrap().refuse("x/**").unwrap();
+    let hook = format!("{deep}/.git/hooks/h");
+    let got = rules_of(
+        &f,
+        vec![dir("sub/.git"), file(&format!("{deep}/a")), file(&hook)],
+    );
+    assert_eq!(got, [Some("new_repository"), None, Some("git_internal")]);
 }
 
 #[test]
