@@ -47,6 +47,7 @@
 //! it. Empty upper directories with nothing left below them are removed at
 //! the end.
 
+use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
 use std::io::{Seek, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -166,8 +167,8 @@ impl Stage {
         let mut report = CommitReport::default();
         // Per root: directories of the upper to try to remove at the end, and
         // the paths left in the stage (nothing above them is removed).
-        let mut visited: Vec<Vec<PathBuf>> = vec![Vec::new(); roots.len()];
-        let mut left: Vec<Vec<PathBuf>> = vec![Vec::new(); roots.len()];
+        let mut visited: Vec<BTreeSet<PathBuf>> = vec![BTreeSet::new(); roots.len()];
+        let mut left: Vec<BTreeSet<PathBuf>> = vec![BTreeSet::new(); roots.len()];
         for (change, verdict) in set.changes.iter().zip(verdicts) {
             let Some(fds) = roots.get(change.root) else {
                 return Err(StageError::Invalid {
@@ -190,19 +191,15 @@ impl Stage {
                 })?;
             }
             if let Some(v) = visited.get_mut(change.root) {
-                if let Some(parent) = change.path.parent() {
-                    v.push(parent.to_path_buf());
-                }
-                if change.node.kind == NodeKind::Dir {
-                    v.push(change.path.clone());
-                }
+                let own = change.node.kind == NodeKind::Dir;
+                with_ancestors(v, &change.path, own);
             }
             if let Some(only) = only
                 && !selected(change, only, set)
             {
                 report.skipped += 1;
                 if let Some(l) = left.get_mut(change.root) {
-                    l.push(change.path.clone());
+                    with_ancestors(l, &change.path, true);
                 }
                 continue;
             }
@@ -234,15 +231,15 @@ impl Stage {
                     Outcome::Conflict(detail) => {
                         report.conflicts += 1;
                         if let Some(l) = left.get_mut(change.root) {
-                            l.push(change.path.clone());
+                            with_ancestors(l, &change.path, true);
                         }
                         record(&CommitEvent::Conflict { change, detail }).map_err(stop)?;
                     }
                 },
             }
         }
-        for ((fds, mut dirs), left) in roots.iter().zip(visited).zip(left) {
-            tidy_upper(fds, &mut dirs, &left)?;
+        for ((fds, dirs), left) in roots.iter().zip(visited).zip(left) {
+            tidy_upper(fds, dirs, &left)?;
         }
         Ok(report)
     }
@@ -1072,18 +1069,28 @@ fn quarantine(fds: &RootFds, change: &Change) -> Result<PathBuf, StageError> {
     Ok(quarantined)
 }
 
+/// Add the directories above `path` (and `path` itself when `own`) to
+/// `set`, stopping at the first one already there.
+fn with_ancestors(set: &mut BTreeSet<PathBuf>, path: &Path, own: bool) {
+    let skip = usize::from(!own);
+    for a in path.ancestors().skip(skip) {
+        if a.as_os_str().is_empty() || !set.insert(a.to_path_buf()) {
+            break;
+        }
+    }
+}
+
 /// Remove the now-empty upper directories the commit went through, deepest
 /// first, except those with something left below them.
-fn tidy_upper(fds: &RootFds, dirs: &mut Vec<PathBuf>, left: &[PathBuf]) -> Result<(), StageError> {
-    dirs.sort_by(|a, b| {
-        b.components()
-            .count()
-            .cmp(&a.components().count())
-            .then_with(|| a.cmp(b))
-    });
-    dirs.dedup();
-    for dir in dirs.iter() {
-        if dir.as_os_str().is_empty() || left.iter().any(|l| l.starts_with(dir)) {
+fn tidy_upper(
+    fds: &RootFds,
+    dirs: BTreeSet<PathBuf>,
+    left: &BTreeSet<PathBuf>,
+) -> Result<(), StageError> {
+    let mut dirs: Vec<PathBuf> = dirs.into_iter().collect();
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    for dir in &dirs {
+        if dir.as_os_str().is_empty() || left.contains(dir) {
             continue;
         }
         let (parent, name) = split(dir);
