@@ -550,6 +550,36 @@ echo planted
 }
 
 #[test]
+fn a_directory_made_into_a_git_directory_does_not_reach_the_host() {
+    // Not in the issue's list: git discovers any directory holding `HEAD`,
+    // `objects/` and `refs/` as a repository (a bare one; `core.worktree`
+    // makes it a work tree's), so `src/` of the host's own repository, or a
+    // bare repository under any name, runs its `core.fsmonitor` on the
+    // host's next `git status` there. Which path the commit refuses is the
+    // filter's choice; the host check is the assertion.
+    Escape {
+        setup: &repo,
+        payload: r#"
+mkdir -p src/objects src/refs
+echo 'ref: refs/heads/main' > src/HEAD
+printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = ..\n\tfsmonitor = "touch {M}/src; false"\n' > src/config
+git init -q --bare cache.git
+git config -f cache.git/config core.bare false
+git config -f cache.git/config core.worktree ..
+git config -f cache.git/config core.fsmonitor 'touch {M}/bare; false'
+echo planted
+"#,
+        check: &|s: &Scratch, t: &Path| {
+            git_status(s, &t.join("src"));
+            git_status(s, &t.join("cache.git"));
+        },
+        escapes: &["bare", "src"],
+        refused: &[],
+    }
+    .assert_closed();
+}
+
+#[test]
 fn a_submodules_config_in_git_modules_does_not_reach_the_host() {
     Escape {
         setup: &repo_with_submodule,
