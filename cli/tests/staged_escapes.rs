@@ -355,6 +355,33 @@ impl Scratch {
     }
 }
 
+impl Scratch {
+    /// The paths `palisade report --format json` lists as refused changes
+    /// of the last run's journal.
+    fn reported_refusals(&self) -> Vec<String> {
+        let out = Command::new(palisade())
+            .arg("report")
+            .arg(self.journal())
+            .arg("--key")
+            .arg(self.path().join("journal.key"))
+            .args(["--format", "json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "palisade report: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["refused_changes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no refused_changes in {v:#}"))
+            .iter()
+            .filter_map(|b| b["path"].as_str().map(ToOwned::to_owned))
+            .collect()
+    }
+}
+
 /// What one `palisade run` left.
 struct Run {
     code: Option<i32>,
@@ -441,9 +468,14 @@ impl Escape {
             Vec::<String>::new(),
             "escaped to the host through a staged root\n{run}"
         );
+        let listed = s.reported_refusals();
         for rel in self.refused {
             if !run.stdout.contains(&format!("refused-inside:{rel}\n")) {
                 s.assert_refused(&run, &work, rel);
+                assert!(
+                    listed.iter().any(|p| p == rel),
+                    "palisade report does not list `{rel}`: {listed:?}"
+                );
             }
         }
     }
