@@ -31,6 +31,7 @@
     reason = "tests"
 )]
 
+use std::ffi::OsString;
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -244,8 +245,17 @@ impl Scratch {
     /// governed profile, journaled, staged in this scratch space, with
     /// `extra` flags before the `--`.
     fn run(&self, tree: &Path, script: &str, extra: &[&str]) -> Run {
+        self.run_with(tree, script, extra, "")
+    }
+
+    /// `run`, with `worker` appended to the policy's `[worker]` section.
+    fn run_with(&self, tree: &Path, script: &str, extra: &[&str], worker: &str) -> Run {
         let policy = self.path().join("palisade.toml");
-        std::fs::write(&policy, "[worker]\nprofile = \"governed\"\n").unwrap();
+        std::fs::write(
+            &policy,
+            format!("[worker]\nprofile = \"governed\"\n{worker}"),
+        )
+        .unwrap();
         let key = self.path().join("journal.key");
         if !key.exists() {
             let k = palisade_evidence::JournalKey::generate().unwrap();
@@ -265,8 +275,11 @@ impl Scratch {
             .arg(self.journal())
             .arg("--key")
             .arg(&key)
-            .arg("--stage-dir")
-            .arg(self.stages())
+            .args(if extra.contains(&"--stage-dir") {
+                vec![]
+            } else {
+                vec![OsString::from("--stage-dir"), self.stages().into()]
+            })
             .args(extra)
             .arg("--")
             .arg("/bin/sh")
@@ -998,24 +1011,31 @@ fn direct_writes_keep_the_protected_names_read_only_and_are_reported_as_weaker()
         "control: {results:?}"
     );
 
-    let work = s.tree("work", &repo_for_direct);
-    let report = s.path().join("launch.json");
-    let run = s.run(
-        &work,
-        DIRECT_PROBES,
-        &[
-            "--writes",
-            "direct",
-            "--launch-report",
-            &report.display().to_string(),
-        ],
-    );
+    let forms: [(&str, &[&str], &str); 2] = [
+        ("--writes direct", &["--writes", "direct"], ""),
+        ("[worker] writes = \"direct\"", &[], "writes = \"direct\"\n"),
+    ];
+    for (i, (form, flags, worker)) in forms.into_iter().enumerate() {
+        eprintln!("direct writes through {form}");
+        direct_writes_under(&s, &format!("work{i}"), form, flags, worker);
+    }
+}
+
+/// `direct_writes_keep_…` for one way of asking for direct writes: `flags`
+/// on the command line, `worker` in the policy's `[worker]` section.
+fn direct_writes_under(s: &Scratch, name: &str, form: &str, flags: &[&str], worker: &str) {
+    let work = s.tree(name, &repo_for_direct);
+    let report = s.path().join(format!("{name}.launch.json"));
+    let report_arg = report.display().to_string();
+    let mut extra = flags.to_vec();
+    extra.extend(["--launch-report", &report_arg]);
+    let run = s.run_with(&work, DIRECT_PROBES, &extra, worker);
     run.assert_planted();
     let results = probe_results(&run.stdout);
     for name in PROTECTED {
         assert!(
             results.contains(&(name.to_owned(), "refused".to_owned())),
-            "`{name}` was writable under --writes direct\n{run}"
+            "`{name}` was writable under {form}\n{run}"
         );
     }
     // Positive control: an ordinary write lands directly, with no stage
@@ -1032,7 +1052,7 @@ fn direct_writes_keep_the_protected_names_read_only_and_are_reported_as_weaker()
     // Placeholders are gone after the run; the host's files are unchanged.
     assert!(!work.join(".bashrc").exists(), "a placeholder stayed");
     assert!(work.join(".git/HEAD").exists());
-    assert_eq!(porcelain(&s, &work), "?? ordinary.txt\n?? sub/\n", "{run}");
+    assert_eq!(porcelain(s, &work), "?? ordinary.txt\n?? sub/\n", "{run}");
     // The weaker mode is reported as a downgrade.
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert!(
@@ -1131,4 +1151,43 @@ fn a_kept_stage_changes_nothing_and_its_later_commit_goes_through_the_same_filte
     assert!(with("commit_applied", "README"), "{records:#?}");
     assert!(with("commit_refused", ".git/commondir"), "{records:#?}");
     assert!(!with("commit_applied", ".git/commondir"), "{records:#?}");
+}
+
+// ---- fail closed ----
+
+#[test]
+fn a_stage_that_cannot_be_set_up_refuses_the_run_naming_staged_writes() {
+    if skip() {
+        return;
+    }
+    let s = Scratch::new();
+    let work = s.tree("work", &repo);
+    // A stage directory inside the writable root: the worker could edit
+    // its own upper layer and the quarantine.
+    let inside = work.join("stages");
+    let inside_arg = inside.display().to_string();
+    let run = s.run(
+        &work,
+        "echo ran > ran.txt\necho planted\n",
+        &["--stage-dir", &inside_arg],
+    );
+    assert_eq!(run.code, Some(125), "{run}");
+    assert!(run.stderr.contains("staged_writes"), "{run}");
+    assert!(!run.stdout.contains("planted"), "the worker ran: {run}");
+    assert!(!work.join("ran.txt").exists(), "{run}");
+    assert!(
+        walk(&work)
+            .iter()
+            .all(|p| !p.starts_with(&inside) || p == &inside),
+        "a stage was made inside the root: {run}"
+    );
+    assert_eq!(porcelain(&s, &work), "", "{run}");
+    // Positive control: the same run with the stage outside the root runs
+    // and commits.
+    let run = s.run(&work, "echo ran > ran.txt\necho planted\n", &[]);
+    run.assert_planted();
+    assert_eq!(
+        std::fs::read_to_string(work.join("ran.txt")).unwrap(),
+        "ran\n"
+    );
 }
