@@ -54,6 +54,10 @@ pub(crate) struct RunArgs {
     /// for root). It must lie outside every writable root.
     #[arg(long, value_name = "DIR")]
     pub(crate) stage_dir: Option<PathBuf>,
+    /// The worker's host uid and gid (from `--worker-uid`), for the check
+    /// that staging widens no writable root.
+    #[arg(skip)]
+    pub(crate) worker_ids: (u32, u32),
 }
 
 /// The default stage base of this user: `$XDG_STATE_HOME/palisade/stages`,
@@ -216,6 +220,60 @@ fn make_base(b: &Path) -> Result<(), String> {
         .create(b)
         .map_err(|e| format!("{}: {e}", b.display()))?;
     private_dir(b)
+}
+
+/// The worker's host uid and gid, as the sandbox will choose them:
+/// `--worker-uid` (uid and gid), else the dedicated worker uid for root,
+/// else the invoking user.
+pub(crate) fn worker_ids(flag: Option<u32>) -> (u32, u32) {
+    match flag {
+        Some(uid) => (uid, uid),
+        None if nix::unistd::getuid().is_root() => (
+            palisade_isolate::DEFAULT_WORKER_UID,
+            palisade_isolate::DEFAULT_WORKER_UID,
+        ),
+        None => (
+            nix::unistd::getuid().as_raw(),
+            nix::unistd::getgid().as_raw(),
+        ),
+    }
+}
+
+/// Refuses a writable root the worker (`uid`, `gid`) could not write on the
+/// host. Staged, the overlay shows the root's top directory as the stage's
+/// upper directory, which is the worker's: without this check such a root
+/// would become writable, and the commit would then put the worker's files
+/// where its uid may not write. Judged from the owner and mode bits (ACLs
+/// are not consulted, so an ACL-only grant is refused too); uid 0 writes
+/// everywhere.
+pub(crate) fn check_roots_writable(
+    roots: &[PathBuf],
+    (uid, gid): (u32, u32),
+) -> Result<(), String> {
+    if uid == 0 {
+        return Ok(());
+    }
+    for r in roots {
+        let meta = std::fs::metadata(r).map_err(|e| format!("{}: {e}", r.display()))?;
+        let mode = meta.permissions().mode();
+        let writable = if meta.uid() == uid {
+            mode & 0o200 != 0
+        } else if meta.gid() == gid {
+            mode & 0o020 != 0
+        } else {
+            mode & 0o002 != 0
+        };
+        if !writable {
+            return Err(format!(
+                "the writable root {} (owner {}, group {}, mode {:04o}) is not writable by the worker (uid {uid}, gid {gid}); staged, the overlay would make it writable and the commit would put the worker's files there: make it writable by uid {uid} or do not bind it writable",
+                r.display(),
+                meta.uid(),
+                meta.gid(),
+                mode & 0o7777
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses a session id that is not a plain name (it becomes a directory).
@@ -832,6 +890,40 @@ mod tests {
         private_dir(&real).unwrap();
         let mode = std::fs::metadata(&real).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
+    }
+
+    fn roots_of(p: &Path) -> Vec<PathBuf> {
+        vec![p.to_path_buf()]
+    }
+
+    #[test]
+    fn a_root_the_worker_cannot_write_is_refused_before_staging() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("work");
+        std::fs::create_dir(&root).unwrap();
+        // uid 0 writes everywhere: as root, the root is given to another uid.
+        if nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::chown(&root, Some(5000), Some(5000)).unwrap();
+        }
+        let meta = std::fs::metadata(&root).unwrap();
+        let (owner, group) = (meta.uid(), meta.gid());
+        check_roots_writable(&roots_of(&root), (0, 0)).unwrap();
+        let other = owner.wrapping_add(4242);
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let roots = vec![root.clone()];
+        // Another uid and gid: only the owner may write.
+        let e = check_roots_writable(&roots, (other, other)).unwrap_err();
+        assert!(e.contains("is not writable by the worker"), "{e}");
+        // Positive controls: the owner; the group with g+w; anyone with o+w.
+        check_roots_writable(&roots, (owner, group)).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o775)).unwrap();
+        check_roots_writable(&roots, (other, group)).unwrap();
+        assert!(check_roots_writable(&roots, (other, other)).is_err());
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+        check_roots_writable(&roots, (other, other)).unwrap();
+        // The owner without u+w is refused too.
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o577)).unwrap();
+        assert!(check_roots_writable(&roots, (owner, owner.wrapping_add(1))).is_err());
     }
 
     #[test]

@@ -206,6 +206,10 @@ impl Session {
             .arg(&self.approve)
             .arg("--approval-timeout")
             .arg("20")
+            // Stages (kept when something is refused) go to the test's
+            // directory, not the host's default.
+            .arg("--stage-dir")
+            .arg(self.dir.path().join("stages"))
             .arg("--")
             .arg("/usr/bin/python3")
             .arg(self.work.join("worker.py"))
@@ -527,12 +531,17 @@ fn a_governed_worker_gets_relay_taint_approvals_steering_flags_and_a_sealed_jour
         .collect();
     assert_eq!(steering.len(), 1, "{steering:?}");
     assert!(has_flag(steering[0], "flagged"), "{:?}", steering[0]);
-    // Seen at the control request that followed it, not only at exit.
+    // Staged writes: recorded exactly, from the commit once the worker
+    // ended, with the digests before and after (the point-in-time checks
+    // are for direct writes).
     assert_eq!(
-        steering[0]["body"]["trigger"], "control:state",
+        steering[0]["body"]["trigger"], "commit",
         "{:?}",
         steering[0]
     );
+    assert_eq!(steering[0]["body"]["relative"], "AGENTS.md");
+    assert_eq!(steering[0]["body"]["tainted"], true);
+    assert_ne!(steering[0]["body"]["before"], steering[0]["body"]["after"]);
     let executed: Vec<_> = recs
         .iter()
         .filter(|x| x["kind"] == "outward_action" && x["body"]["event"] == "executed")
@@ -586,9 +595,21 @@ if sys.argv[1:] == ["self-kill"]:
     os.kill(os.getpid(), 9)
 if sys.argv[1:] == ["ignore-term"]:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-open("started", "w").write("1")
+# On stdout, not in a file: the worker's writes are staged, so the host
+# would not see a file before the run ends.
+print("started", flush=True)
 time.sleep(60)
 "#;
+
+/// Waits until the sleeper says it started (its first line of stdout).
+fn wait_started(child: &mut Child) {
+    use std::io::BufRead;
+    let mut reader = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert_eq!(line, "started\n", "the worker never started");
+    child.stdout = Some(reader.into_inner());
+}
 
 #[test]
 fn killing_the_session_leaves_a_verifiable_journal_ending_with_the_kill() {
@@ -596,16 +617,9 @@ fn killing_the_session_leaves_a_verifiable_journal_ending_with_the_kill() {
         return;
     }
     let s = session();
-    let child = s.command(SLEEPER, &[]).spawn().unwrap();
+    let mut child = s.command(SLEEPER, &[]).spawn().unwrap();
     let pid = child.id();
-    let t0 = Instant::now();
-    while !s.work.join("started").exists() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "the worker never started"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_started(&mut child);
     let killed = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status()
@@ -640,19 +654,12 @@ fn a_worker_that_ignores_the_stop_signal_is_killed_after_the_grace_period() {
         return;
     }
     let s = session();
-    let child = s
+    let mut child = s
         .command(SLEEPER, &["ignore-term".to_owned()])
         .spawn()
         .unwrap();
     let pid = child.id();
-    let t0 = Instant::now();
-    while !s.work.join("started").exists() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "the worker never started"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_started(&mut child);
     let killed = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status()

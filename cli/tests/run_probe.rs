@@ -172,6 +172,7 @@ fn probe_json_lists_every_layer() {
         "no_new_privs",
         "rlimits",
         "cgroups",
+        "staged_writes",
     ] {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }
@@ -243,8 +244,20 @@ fn worker_uid_is_selectable_as_root() {
             .unwrap()
     };
     // Default as root: the dedicated worker uid, which cannot write the
-    // root-owned working directory.
+    // root-owned working directory. Staged, the overlay would make it
+    // writable (the stage's upper directory is the worker's) and the
+    // commit would put the file there: refused before anything runs.
     let out = run(&[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("staged_writes") && err.contains("is not writable by the worker (uid 64000"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    assert!(!cwd.path().join("written").exists());
+    // Under direct writes the kernel says no: the worker runs and fails.
+    let out = run(&["--writes", "direct"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "64000");
     assert_ne!(out.status.code(), Some(0));
     assert!(!cwd.path().join("written").exists());

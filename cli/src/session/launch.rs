@@ -421,6 +421,11 @@ pub(crate) fn run(
     // Staged writes: the stage is named by the session id, in a base outside
     // every writable root (the policy's included).
     if staged.writes != Some(crate::stage::Writes::Direct) && !sb.profile().writable().is_empty() {
+        if let Err(e) =
+            crate::stage::check_roots_writable(sb.profile().writable(), staged.worker_ids)
+        {
+            return setup_failure(format!("staged_writes: {e}"));
+        }
         let base =
             match crate::stage::run_base(staged.stage_dir.as_deref(), sb.profile().writable()) {
                 Ok(b) => b,
