@@ -93,6 +93,11 @@ const RULES: &[BuiltinRule] = &[
         why: "`config`, `hooks/**`, `commondir`, `info/**`, `worktrees/**`, `rebase-merge/**` and `sequencer/**` (their todo lists run `exec` lines) are run or trusted by host git",
     },
     BuiltinRule {
+        rule: "bare_repository",
+        paths: "a `HEAD` outside every `.git`, at any depth",
+        why: "`HEAD` with `objects` and `refs` beside it makes a directory a bare repository, whose `config` and `hooks` host git runs when it is started there",
+    },
+    BuiltinRule {
         rule: "shell_startup",
         paths: "`.bashrc`, `.bash_profile`, `.bash_login`, `.bash_logout`, `.bash_aliases`, `.profile`, `.zshrc`, `.zshenv`, `.zprofile`, `.zlogin`, `.zlogout`, `.cshrc`, `.tcshrc`, `.kshrc`, `.inputrc`, `.pam_environment`, `.xprofile`, `.xinitrc`, `.xsessionrc`, `.config/fish/**`, `.config/environment.d/**`, `.config/autostart/**`, `.config/systemd/**`, `.local/bin/**`, `.cargo/bin/**`",
         why: "shells, sessions and the user's systemd read them at login or put them on `PATH`",
@@ -457,6 +462,17 @@ impl CommitFilter {
             if let Some(r) = git_refusal(&comps, i, git, new, subject) {
                 return Some(r);
             }
+        }
+        // A `HEAD` outside every `.git` makes its directory a bare
+        // repository once `objects` and `refs` are there too, and git
+        // reads that directory's `config` and `hooks`.
+        let first_git = comps.iter().position(|c| is(c, ".git"));
+        if comps
+            .iter()
+            .take(first_git.unwrap_or(comps.len()))
+            .any(|c| is(c, "HEAD"))
+        {
+            return refuse("bare_repository", "`HEAD` outside `.git`".to_owned());
         }
         for (rule, seq) in NAMES {
             if contains_run(&comps, seq) {

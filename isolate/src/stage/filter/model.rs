@@ -223,6 +223,14 @@ impl Model {
             }
             at = end - 1;
         }
+        // `/head/` before any `/.git/`.
+        let before_git = low
+            .windows(6)
+            .position(|w| w == b"/.git/")
+            .map_or(&low[..], |at| &low[..at + 1]);
+        if has(before_git, b"/head/") {
+            return Some("bare_repository");
+        }
         for (rule, needle) in ANY_DEPTH {
             if has(&low, needle.as_bytes()) {
                 return Some(rule);

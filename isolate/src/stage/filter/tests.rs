@@ -231,6 +231,31 @@ fn the_git_directory_itself_cannot_be_deleted_or_rechmodded() {
 }
 
 #[test]
+fn a_head_outside_git_is_a_bare_repository() {
+    for p in ["HEAD", "fixtures/bare/HEAD", "a/head", "HEAD/x"] {
+        refused(file(p), "bare_repository");
+    }
+    refused(
+        with_kind(file("fixtures/bare/HEAD"), ChangeKind::Deleted),
+        "bare_repository",
+    );
+    // Inside `.git` a HEAD is git's own.
+    for p in [
+        ".git/HEAD",
+        ".git/logs/HEAD",
+        ".git/refs/remotes/origin/HEAD",
+        ".git/logs/refs/remotes/origin/HEAD",
+        "sub/.git/HEAD",
+    ] {
+        commits(file(p));
+    }
+    // Positive control: names that merely contain it.
+    commits(file("docs/HEAD.md"));
+    commits(file("HEADER.h"));
+    commits(file("fixtures/bare/config"));
+}
+
+#[test]
 fn shell_startup_files_at_any_depth() {
     for p in [
         ".bashrc",
@@ -639,6 +664,7 @@ fn every_rule_the_filter_gives_is_listed() {
         "ssh",
         "git_config",
         "tool_config",
+        "bare_repository",
         "refused_below",
         "invalid_path",
         "setuid",
