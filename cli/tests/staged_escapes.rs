@@ -600,8 +600,8 @@ fn a_directory_made_into_a_git_directory_does_not_reach_the_host() {
     // `objects/` and `refs/` as a repository (a bare one; `core.worktree`
     // makes it a work tree's), so `src/` of the host's own repository, or a
     // bare repository under any name, runs its `core.fsmonitor` on the
-    // host's next `git status` there. Which path the commit refuses is the
-    // filter's choice; the host check is the assertion.
+    // host's next `git status` there. Without its `HEAD` it is no
+    // repository.
     Escape {
         setup: &repo,
         payload: r#"
@@ -619,7 +619,7 @@ echo planted
             git_status(s, &t.join("cache.git"));
         },
         escapes: &["bare", "src"],
-        refused: &[],
+        refused: &["src/HEAD", "cache.git/HEAD"],
     }
     .assert_closed();
 }
