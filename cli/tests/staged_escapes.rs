@@ -1191,3 +1191,55 @@ fn a_stage_that_cannot_be_set_up_refuses_the_run_naming_staged_writes() {
         "ran\n"
     );
 }
+
+// ---- the policy adds to the refused list ----
+
+#[test]
+fn a_policy_refuse_glob_keeps_a_tool_config_of_its_choice_off_the_host() {
+    if skip() {
+        return;
+    }
+    // Configs a host tool runs from on its own (yarn's `yarnPath` on any
+    // `yarn`, mise's hooks on `cd`): the operator adds them.
+    const PAYLOAD: &str = r#"
+mkdir -p .yarn/releases web
+echo 'yarnPath: .yarn/releases/yarn.cjs' > .yarnrc.yml
+echo 'require("fs").writeFileSync("/tmp/x", "")' > .yarn/releases/yarn.cjs
+printf '[hooks]\nenter = "touch /tmp/x"\n' > web/mise.toml
+echo 'pub fn ok() {}' > src/ok.rs
+echo planted
+"#;
+    let planted = [".yarnrc.yml", "web/mise.toml"];
+    let s = Scratch::new();
+    // Control: planted directly, every file is there.
+    let control = s.tree("control", &repo);
+    s.plant_directly(&control, PAYLOAD);
+    for p in planted {
+        assert!(control.join(p).exists(), "control: {p}");
+    }
+
+    let work = s.tree("work", &repo);
+    let run = s.run_with(
+        &work,
+        PAYLOAD,
+        &[],
+        "\n[worker.commit]\nrefuse = [\".yarnrc.yml\", \"**/mise.toml\"]\n",
+    );
+    run.assert_planted();
+    for p in planted {
+        assert!(!work.join(p).exists(), "`{p}` reached the host\n{run}");
+        s.assert_refused(&run, &work, p);
+        let rule = run
+            .records
+            .iter()
+            .find(|r| r["kind"] == "commit_refused" && r["body"]["path"] == p)
+            .map(|r| r["body"]["rule"].clone());
+        assert_eq!(rule, Some(Value::from("policy_refused")), "{run}");
+    }
+    // Positive control: the rest of the same run lands.
+    assert_eq!(
+        std::fs::read_to_string(work.join("src/ok.rs")).unwrap(),
+        "pub fn ok() {}\n"
+    );
+    assert!(work.join(".yarn/releases/yarn.cjs").exists(), "{run}");
+}
