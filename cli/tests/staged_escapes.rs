@@ -9,12 +9,18 @@
 //! worker cannot see). Every escape has a control: the same payload planted
 //! by the same uid directly on the host, where the same host check must
 //! find every marker, so no refusal passes vacuously (a host check that
-//! cannot run the payload would pass every time). Every refused path is in
-//! the stage's quarantine and in the journal as `commit_refused`.
+//! cannot run the payload would pass every time). Every refused path is
+//! one `commit_refused` record with its rule, kept in the stage's
+//! quarantine, listed in the run's summary and by `palisade report`.
 //!
 //! The positive controls of the issue (an edit, a new file, a `git commit`
 //! and a branch made inside) each land on the host, checked with the host's
-//! `git status --porcelain`, `git log`, `git branch` and `git fsck`.
+//! `git status --porcelain`, `git log`, `git branch` and `git fsck`. Then:
+//! direct writes (`--writes direct`, `[worker] writes = "direct"`) keep the
+//! protected names read-only and are reported as a downgrade; a kept stage
+//! changes nothing until `palisade commit`, which filters the same way; a
+//! stage that cannot be set up refuses the run; a policy's
+//! `[worker.commit] refuse` adds to the list.
 //!
 //! Host programs run with a scratch `HOME`, no system git config and
 //! `safe.directory=*` (the most trusting host user: the escape must fail
@@ -366,9 +372,7 @@ impl Scratch {
             "no `{line}` in the summary\n{run}"
         );
     }
-}
 
-impl Scratch {
     /// The paths `palisade report --format json` lists as refused changes
     /// of the last run's journal.
     fn reported_refusals(&self) -> Vec<String> {
