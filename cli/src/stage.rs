@@ -927,6 +927,82 @@ mod tests {
     }
 
     #[test]
+    fn a_commit_the_journal_stops_halfway_names_the_path_and_keeps_the_rest() {
+        use palisade_evidence::{JournalKey, JournalWriter, Timestamp, WriterOptions};
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("work");
+        std::fs::create_dir(&root).unwrap();
+        let ids = (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        );
+        let st = Stage::create(
+            &d.path().join("stages"),
+            "halfway",
+            std::slice::from_ref(&root),
+            ids,
+        )
+        .unwrap();
+        // What a worker would have left in the upper layer: three new files.
+        let upper = st.roots()[0].upper().to_path_buf();
+        for f in ["a.txt", "b.txt", "c.txt"] {
+            std::fs::write(upper.join(f), format!("{f}\n")).unwrap();
+        }
+        // A journal that refuses every record (it is closed already).
+        let key = JournalKey::generate().unwrap();
+        let writer = JournalWriter::create(
+            &d.path().join("j"),
+            &key,
+            &WriterOptions::default(),
+            Timestamp(crate::session::core::now_ms()),
+        )
+        .unwrap();
+        let journal = Journal::new(writer, "halfway".to_owned());
+        journal.close().unwrap();
+        let j = Journaling {
+            journal: &journal,
+            steering: None,
+            tainted: Some(false),
+        };
+        let out = commit(&st, &CommitFilter::new(), None, Some(&j)).unwrap();
+        let e = out
+            .error
+            .clone()
+            .expect("the commit went on without its record");
+        assert!(e.contains("a.txt"), "{e}");
+        assert!(out.leaves_something());
+        // Applied: the first path only; the second is still staged.
+        assert!(root.join("a.txt").exists());
+        assert!(!root.join("b.txt").exists());
+        assert!(upper.join("b.txt").exists());
+        // The summary names the stop and says the stage is kept.
+        let text = summary("halfway", st.dir(), &out);
+        assert!(
+            text.contains("the commit stopped") && text.contains("a.txt"),
+            "{text}"
+        );
+        assert!(text.contains("the stage is kept"), "{text}");
+        // The end of a run stops the same way, with palisade's own status
+        // instead of the worker's, and keeps the rest.
+        let dir = st.dir().to_path_buf();
+        assert_eq!(
+            finish(st, &CommitFilter::new(), false, Some(&j), 0),
+            EXIT_COMMIT
+        );
+        assert!(dir.join("0/upper/c.txt").exists());
+        assert!(!root.join("c.txt").exists());
+        // Positive control: without a refusing journal the rest commits and
+        // the stage goes.
+        let st = Stage::open(&dir).unwrap();
+        assert_eq!(finish(st, &CommitFilter::new(), false, None, 3), 3);
+        assert_eq!(
+            std::fs::read_to_string(root.join("c.txt")).unwrap(),
+            "c.txt\n"
+        );
+        assert!(!dir.exists());
+    }
+
+    #[test]
     fn session_ids_are_plain_names() {
         for bad in ["", "../x", "a/b", ".", "..", "x\n", &"a".repeat(65)] {
             assert!(check_session(bad).is_err(), "{bad:?}");

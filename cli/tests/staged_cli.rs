@@ -629,3 +629,45 @@ fn direct_writes_keep_the_point_in_time_steering_checks_and_staged_ones_record_t
         assert_eq!(committed, trigger == "commit", "{extra:?}");
     }
 }
+
+#[test]
+fn a_policys_direct_writes_are_applied_and_a_flag_cannot_turn_staging_back_on() {
+    if skip() {
+        return;
+    }
+    let g = governed();
+    std::fs::write(
+        &g.policy,
+        "[worker]\nprofile = \"governed\"\nwrites = \"direct\"\n\n[taint]\nsources = [\"web\"]\nsteering_paths = [\"AGENTS.md\"]\n",
+    )
+    .unwrap();
+    // Asking for staged writes against the policy is refused, nothing runs.
+    let out = g
+        .command_with(&["--writes", "staged"], "echo x > refused.txt")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("worker.writes = \"direct\""),
+        "{}",
+        text(&out)
+    );
+    assert!(!g.t.work.join("refused.txt").exists());
+    // Positive control: the policy's direct writes land straight on the
+    // host, with no stage, recorded as a downgrade.
+    let out = g.command("echo x > direct.txt").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(g.t.work.join("direct.txt").exists());
+    assert!(g.t.stage_dirs().is_empty(), "{:?}", g.t.stage_dirs());
+    let recs = g.records();
+    let status = recs.iter().find(|r| r["kind"] == "sandbox_status").unwrap();
+    assert!(
+        status["body"]["downgraded"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l == "staged_writes"),
+        "{status}"
+    );
+    assert!(!recs.iter().any(|r| r["kind"] == "commit_applied"));
+}

@@ -415,3 +415,99 @@ fn a_committed_stage_lands_its_ordinary_edits_and_quarantines_the_planted_config
     assert!(q.join(".mcp.json").exists() && q.join(".bashrc").exists());
     stage.remove().unwrap();
 }
+
+/// Run `f` in a forked copy of this test process; its exit code.
+fn fork_and(f: impl FnOnce() -> i32) -> i32 {
+    match palisade_isolate::__escape::fork_for_tests() {
+        0 => {
+            let c = f();
+            palisade_isolate::__escape::exit_for_tests(c)
+        }
+        pid => palisade_isolate::__escape::wait_for_tests(pid),
+    }
+}
+
+#[test]
+fn an_overlay_that_cannot_be_mounted_is_refused_naming_the_layer() {
+    if skip_unless_root() {
+        return;
+    }
+    // A root that is itself an overlay over an overlay: a third level
+    // exceeds the kernel's stacking depth, so the staged mount fails at
+    // setup. Built in a forked child with its own mount namespace, so the
+    // host is untouched.
+    let t = tempfile::tempdir().unwrap();
+    let d = |n: &str| {
+        let p = t.path().join(n);
+        std::fs::create_dir(&p).unwrap();
+        p
+    };
+    let (l0, u1, w1, m1, u2, w2, m2) = (
+        d("l0"),
+        d("u1"),
+        d("w1"),
+        d("m1"),
+        d("u2"),
+        d("w2"),
+        d("m2"),
+    );
+    let stages = d("stages");
+    let code = fork_and(|| {
+        use nix::mount::{MsFlags, mount};
+        if nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).is_err()
+            || mount(
+                None::<&str>,
+                "/",
+                None::<&str>,
+                MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+                None::<&str>,
+            )
+            .is_err()
+        {
+            return 10;
+        }
+        let ovl = |lower: &Path, upper: &Path, work: &Path, at: &Path| {
+            let opts = format!(
+                "lowerdir={},upperdir={},workdir={}",
+                lower.display(),
+                upper.display(),
+                work.display()
+            );
+            mount(
+                Some("overlay"),
+                at,
+                Some("overlay"),
+                MsFlags::empty(),
+                Some(opts.as_str()),
+            )
+            .is_ok()
+        };
+        if !ovl(&l0, &u1, &w1, &m1) || !ovl(&m1, &u2, &w2, &m2) {
+            return 11;
+        }
+        // No printing in the forked child: the code says what happened.
+        let deep = staged(&m2, &stages, "s-deep").spawn(Command::new(["/bin/true"]));
+        match deep {
+            Err(e)
+                if e.layer() == Some(Layer::StagedWrites)
+                    && e.to_string().starts_with(
+                        "isolation_layer_unavailable: staged_writes (create the overlay of",
+                    ) => {}
+            Err(_) => return 2,
+            Ok(_) => return 3,
+        }
+        // The failed launch removed its stage.
+        if stages.join("s-deep").exists() {
+            return 4;
+        }
+        // Positive control: one level less mounts, and the launch runs.
+        match staged(&m1, &stages, "s-shallow").spawn(Command::new(["/bin/true"])) {
+            Ok(child) => match child.wait() {
+                Ok(Exit::Exited(0)) => 0,
+                _ => 5,
+            },
+            Err(_) => 6,
+        }
+    });
+    assert_eq!(code, 0);
+}

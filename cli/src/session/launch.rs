@@ -420,7 +420,20 @@ pub(crate) fn run(
     }
     // Staged writes: the stage is named by the session id, in a base outside
     // every writable root (the policy's included).
-    if staged.writes != Some(crate::stage::Writes::Direct) && !sb.profile().writable().is_empty() {
+    // The policy's `[worker] writes = "direct"` was applied with `[worker]`
+    // (the layer switched off); `--writes direct` did the same earlier.
+    let staged_on = staged.writes != Some(crate::stage::Writes::Direct)
+        && policy.worker.writes == palisade_schema::host_policy::Writes::Staged;
+    if staged.writes == Some(crate::stage::Writes::Staged) && !staged_on {
+        return setup_failure(format!(
+            "--writes staged: the policy {} sets worker.writes = \"direct\", and a flag cannot turn staging back on; change the policy",
+            policy_path.display()
+        ));
+    }
+    if staged.keep_staged && !staged_on {
+        return setup_failure("--keep-staged needs staged writes, not direct writes");
+    }
+    if staged_on && !sb.profile().writable().is_empty() {
         if let Err(e) =
             crate::stage::check_roots_writable(sb.profile().writable(), staged.worker_ids)
         {
