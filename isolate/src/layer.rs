@@ -1,7 +1,8 @@
 //! The isolation layers, their status, and the kernel probe behind them.
 //!
 //! [`probe`] reads kernel facts without side effects (Landlock ABI, seccomp
-//! mode, namespace limits, cgroup controllers); [`probe_thorough`] also forks
+//! mode, namespace limits, overlayfs and the kernel release for staged
+//! writes, cgroup controllers); [`probe_thorough`] also forks
 //! a child that actually creates every namespace, which is what
 //! `palisade probe` reports.
 

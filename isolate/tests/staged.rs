@@ -490,9 +490,10 @@ fn an_overlay_that_cannot_be_mounted_is_refused_naming_the_layer() {
         match deep {
             Err(e)
                 if e.layer() == Some(Layer::StagedWrites)
-                    && e.to_string().starts_with(
-                        "isolation_layer_unavailable: staged_writes (create the overlay of",
-                    ) => {}
+                    && e.to_string().starts_with(&format!(
+                        "isolation_layer_unavailable: staged_writes (create the overlay of {}:",
+                        m2.canonicalize().unwrap_or_default().display()
+                    )) => {}
             Err(_) => return 2,
             Ok(_) => return 3,
         }
@@ -510,4 +511,44 @@ fn an_overlay_that_cannot_be_mounted_is_refused_naming_the_layer() {
         }
     });
     assert_eq!(code, 0);
+}
+
+#[test]
+fn renaming_a_host_directory_is_exdev_so_the_upper_holds_no_redirect() {
+    if skip_unless_root() {
+        return;
+    }
+    let probe = env!("CARGO_BIN_EXE_palisade-escape-probe");
+    let probe_dir = Path::new(probe).parent().unwrap().to_owned();
+    let r = root();
+    let base = stage_base();
+    let script = format!(
+        "{probe} rename old renamed; mkdir fresh && {probe} rename fresh fresh2; \
+         mv old moved && ls moved"
+    );
+    let mut sb = staged(r.path(), base.path(), "s-rename");
+    sb.read_only(&probe_dir);
+    let (exit, out, stage) = run(&sb, &script);
+    assert_eq!(exit, Exit::Exited(0), "{out}");
+    // A directory of the host root cannot be renamed in place (no redirect
+    // is created: redirect_dir=nofollow); one the worker made can; `mv`
+    // falls back to a copy.
+    assert_eq!(out, "err 18\nok\ngone.txt\n");
+    let stage = stage.unwrap();
+    let upper = stage.roots()[0].upper();
+    let wh = std::fs::symlink_metadata(upper.join("old")).unwrap();
+    assert!(wh.file_type().is_char_device() && wh.rdev() == 0, "{wh:?}");
+    assert_eq!(
+        std::fs::read_to_string(upper.join("moved/gone.txt")).unwrap(),
+        "old\n"
+    );
+    assert!(upper.join("fresh2").is_dir());
+    assert!(r.path().join("old/gone.txt").exists());
+    stage.remove().unwrap();
+    // Positive control: under direct writes the same rename is in place.
+    let mut d = direct(r.path());
+    d.read_only(&probe_dir);
+    let (_, out, _) = run(&d, &format!("{probe} rename old renamed"));
+    assert_eq!(out, "ok\n");
+    assert!(r.path().join("renamed/gone.txt").exists());
 }
