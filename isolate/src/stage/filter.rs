@@ -65,8 +65,14 @@ pub struct BuiltinRule {
 }
 
 /// The built-in list, in the order the filter applies it (the first row
-/// that matches names the refusal).
+/// that matches names the refusal; policy additions come after the path
+/// rows, before the kinds, and `refused_below` is judged last).
 const RULES: &[BuiltinRule] = &[
+    BuiltinRule {
+        rule: "invalid_path",
+        paths: "a change path that is empty, absolute or has an empty, `.` or `..` component",
+        why: "the scan never produces one; the filter refuses what it cannot judge",
+    },
     BuiltinRule {
         rule: "palisade",
         paths: "`.palisade/**`",
@@ -103,6 +109,11 @@ const RULES: &[BuiltinRule] = &[
         why: "shells, sessions and the user's systemd read them at login or put them on `PATH`",
     },
     BuiltinRule {
+        rule: "startup_config",
+        paths: "`.vimrc`, `.gvimrc`, `.exrc`, `.vim/**`, `.config/nvim/**`, `.emacs`, `.emacs.d/**`, `.config/emacs/**`, `.tmux.conf`, `.config/tmux/**`, `.screenrc`, `.gdbinit`, `.config/gdb/**`, `.lldbinit`, `.psqlrc`, `.mailcap`, `.config/gh/**`, `.docker/**`",
+        why: "editors, terminal multiplexers, debuggers, `psql`, `gh` and `docker` run commands or helpers these name when they start",
+    },
+    BuiltinRule {
         rule: "ssh",
         paths: "`.ssh/**`",
         why: "`authorized_keys`, `config` (`ProxyCommand`, `LocalCommand`) and `rc` are trusted or run by ssh",
@@ -116,16 +127,6 @@ const RULES: &[BuiltinRule] = &[
         rule: "tool_config",
         paths: "`.vscode/**`, `.idea/**`, `.zed/**`, `.devcontainer/**`, `.claude/**`, `.claude.json`, `.mcp.json`, `.cursor/**`, `.codex/**`, `.agents/**`, `.opencode/**`, `opencode.json`, `opencode.jsonc`, `.config/opencode/**`, `.gemini/**`, `.pi/**`, `.envrc`, `.direnv/**`, `.pre-commit-config.yaml`",
         why: "editors, IDEs, agents, direnv and pre-commit run tasks, hooks and MCP servers named there",
-    },
-    BuiltinRule {
-        rule: "refused_below",
-        paths: "a deleted directory that holds a refused change",
-        why: "the refused change stays, so the directory must stay too",
-    },
-    BuiltinRule {
-        rule: "invalid_path",
-        paths: "a change path that is empty, absolute or has a `.` or `..` component",
-        why: "the scan never produces one; the filter refuses what it cannot judge",
     },
     BuiltinRule {
         rule: "setuid",
@@ -162,6 +163,11 @@ const RULES: &[BuiltinRule] = &[
         paths: "a symlink whose target, resolved lexically from its own directory, lies at or below a refused path (`hooks -> .git/hooks`)",
         why: "committing the link writes nothing there, but a host program writing through an innocent-looking name would",
     },
+    BuiltinRule {
+        rule: "refused_below",
+        paths: "a deleted directory that holds a refused change",
+        why: "the refused change stays, so the directory must stay too",
+    },
 ];
 
 /// Names refused at any depth, with everything below them, as component
@@ -192,6 +198,24 @@ const NAMES: &[(&str, &[&str])] = &[
     ("shell_startup", &[".config", "systemd"]),
     ("shell_startup", &[".local", "bin"]),
     ("shell_startup", &[".cargo", "bin"]),
+    ("startup_config", &[".vimrc"]),
+    ("startup_config", &[".gvimrc"]),
+    ("startup_config", &[".exrc"]),
+    ("startup_config", &[".vim"]),
+    ("startup_config", &[".config", "nvim"]),
+    ("startup_config", &[".emacs"]),
+    ("startup_config", &[".emacs.d"]),
+    ("startup_config", &[".config", "emacs"]),
+    ("startup_config", &[".tmux.conf"]),
+    ("startup_config", &[".config", "tmux"]),
+    ("startup_config", &[".screenrc"]),
+    ("startup_config", &[".gdbinit"]),
+    ("startup_config", &[".config", "gdb"]),
+    ("startup_config", &[".lldbinit"]),
+    ("startup_config", &[".psqlrc"]),
+    ("startup_config", &[".mailcap"]),
+    ("startup_config", &[".config", "gh"]),
+    ("startup_config", &[".docker"]),
     ("ssh", &[".ssh"]),
     ("git_config", &[".gitconfig"]),
     ("git_config", &[".config", "git"]),

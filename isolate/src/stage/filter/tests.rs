@@ -287,6 +287,32 @@ fn shell_startup_files_at_any_depth() {
 }
 
 #[test]
+fn startup_configs_of_host_tools() {
+    for p in [
+        ".vimrc",
+        "home/u/.config/nvim/init.lua",
+        ".vim/plugin/x.vim",
+        ".emacs.d/init.el",
+        ".tmux.conf",
+        ".gdbinit",
+        ".psqlrc",
+        ".config/gh/config.yml",
+        ".docker/config.json",
+    ] {
+        refused(file(p), "startup_config");
+    }
+    // Positive control: the same words as ordinary names.
+    for p in [
+        "docs/vimrc.md",
+        "nvim/init.lua",
+        "docker/Dockerfile",
+        "gh/x",
+    ] {
+        commits(file(p));
+    }
+}
+
+#[test]
 fn ssh_and_git_config() {
     refused(file(".ssh/authorized_keys"), "ssh");
     refused(file("home/u/.ssh/config"), "ssh");
@@ -664,6 +690,7 @@ fn every_rule_the_filter_gives_is_listed() {
         "ssh",
         "git_config",
         "tool_config",
+        "startup_config",
         "bare_repository",
         "refused_below",
         "invalid_path",
