@@ -599,3 +599,51 @@ fn a_refused_record_stops_the_commit_naming_the_path() {
     assert!(f.root.join("a").exists() && !f.root.join("b").exists());
     assert_eq!(summary(&stage.changes().unwrap()), ["created b"]);
 }
+
+/// How long the scan and the commit of 10,000 small modified files take
+/// (run by hand: `cargo test --release -p palisade-isolate --test
+/// stage_scan -- --ignored --nocapture ten_thousand`; `cargo xtask bench`
+/// measures it properly). It asserts the outcome, never the time.
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn ten_thousand_small_modified_files() {
+    let f = Fixture::new();
+    for d in 0..100 {
+        for i in 0..100 {
+            f.host(&format!("d{d}/f{i}.rs"), "old");
+        }
+    }
+    let st = stamp(&f.base);
+    for d in 0..100 {
+        for i in 0..100 {
+            f.up(&format!("d{d}/f{i}.rs"), "new!");
+        }
+    }
+    let stage = f.stage(st);
+    let t0 = std::time::Instant::now();
+    let set = stage.changes().unwrap();
+    let scanned = t0.elapsed();
+    assert_eq!(set.changes.len(), 10_000);
+    let cpu = || {
+        use nix::sys::resource::{UsageWho, getrusage};
+        let u = getrusage(UsageWho::RUSAGE_SELF).unwrap();
+        let t = |v: nix::sys::time::TimeVal| {
+            std::time::Duration::new(v.tv_sec() as u64, v.tv_usec() as u32 * 1000)
+        };
+        t(u.user_time()) + t(u.system_time())
+    };
+    let (t1, c1) = (std::time::Instant::now(), cpu());
+    let report = stage
+        .commit(&set, &accept_all(&set), None, &mut |_| Ok(()))
+        .unwrap();
+    let committed = t1.elapsed();
+    let committed_cpu = cpu() - c1;
+    assert_eq!(report.applied, 10_000);
+    assert_eq!(
+        fs::read_to_string(f.root.join("d42/f7.rs")).unwrap(),
+        "new!"
+    );
+    eprintln!(
+        "10,000 modified files: changes() {scanned:?}, commit() {committed:?} wall, {committed_cpu:?} CPU"
+    );
+}

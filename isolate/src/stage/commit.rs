@@ -47,12 +47,14 @@
 //! it. Empty upper directories with nothing left below them are removed at
 //! the end.
 
+use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
 use std::io::{Seek, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::errno::Errno;
@@ -162,6 +164,8 @@ impl Stage {
                 host_path: r.root.clone(),
                 upper_path: r.upper.clone(),
                 quarantine_path: r.quarantine.clone(),
+                host_cache: DirCache::default(),
+                upper_cache: DirCache::default(),
             });
         }
         let mut report = CommitReport::default();
@@ -209,7 +213,9 @@ impl Stage {
             };
             match verdict {
                 FilterVerdict::Refuse(refusal) => {
-                    let quarantined = quarantine(fds, change)?;
+                    let quarantined = quarantine(fds, change);
+                    fds.forget(change);
+                    let quarantined = quarantined?;
                     report.refused += 1;
                     record(&CommitEvent::Refused {
                         change,
@@ -218,7 +224,11 @@ impl Stage {
                     })
                     .map_err(stop)?;
                 }
-                FilterVerdict::Commit => match apply(fds, change)? {
+                FilterVerdict::Commit => match {
+                    let outcome = apply(fds, change);
+                    fds.forget(change);
+                    outcome?
+                } {
                     Outcome::Applied { before, after } => {
                         report.applied += 1;
                         record(&CommitEvent::Applied {
@@ -254,6 +264,48 @@ struct RootFds {
     host_path: PathBuf,
     upper_path: PathBuf,
     quarantine_path: PathBuf,
+    host_cache: DirCache,
+    upper_cache: DirCache,
+}
+
+impl RootFds {
+    /// After a change at `path` (and `from`): no cached directory at or
+    /// below them survives.
+    fn forget(&self, change: &Change) {
+        for cache in [&self.host_cache, &self.upper_cache] {
+            cache.forget(&change.path);
+            if let ChangeKind::Renamed { from } = &change.kind {
+                cache.forget(from);
+            }
+        }
+    }
+}
+
+/// The last directory resolved below one root, so that consecutive changes
+/// in one directory resolve it once; forgotten as soon as a change touches
+/// it or anything above it.
+#[derive(Default)]
+struct DirCache(RefCell<Option<(PathBuf, Rc<OwnedFd>)>>);
+
+impl DirCache {
+    fn get(&self, dir: &Path) -> Option<Rc<OwnedFd>> {
+        match &*self.0.borrow() {
+            Some((key, fd)) if key == dir => Some(Rc::clone(fd)),
+            _ => None,
+        }
+    }
+    fn put(&self, dir: &Path, fd: OwnedFd) -> Rc<OwnedFd> {
+        let fd = Rc::new(fd);
+        *self.0.borrow_mut() = Some((dir.to_path_buf(), Rc::clone(&fd)));
+        fd
+    }
+    /// Forget the cached directory if it is `path` or below it.
+    fn forget(&self, path: &Path) {
+        let mut slot = self.0.borrow_mut();
+        if slot.as_ref().is_some_and(|(key, _)| key.starts_with(path)) {
+            *slot = None;
+        }
+    }
 }
 
 /// What [`apply`] did.
@@ -336,9 +388,12 @@ fn temp_name() -> OsString {
 
 /// Resolve the host parent of `path`; a conflict when it is missing or not
 /// a directory reachable without symlinks.
-fn host_parent(fds: &RootFds, parent: &Path) -> Result<Result<OwnedFd, String>, StageError> {
+fn host_parent(fds: &RootFds, parent: &Path) -> Result<Result<Rc<OwnedFd>, String>, StageError> {
+    if let Some(fd) = fds.host_cache.get(parent) {
+        return Ok(Ok(fd));
+    }
     match open_beneath(&fds.host, parent, OFlag::O_PATH | OFlag::O_DIRECTORY) {
-        Ok(fd) => Ok(Ok(fd)),
+        Ok(fd) => Ok(Ok(fds.host_cache.put(parent, fd))),
         Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP | Errno::EXDEV) => Ok(Err(format!(
             "the host parent directory `{}` is missing, not a directory, or reached through a symlink",
             parent.display()
@@ -352,9 +407,12 @@ fn host_parent(fds: &RootFds, parent: &Path) -> Result<Result<OwnedFd, String>, 
 }
 
 /// Resolve the upper parent of `path`; a conflict when the stage moved on.
-fn upper_parent(fds: &RootFds, parent: &Path) -> Result<Result<OwnedFd, String>, StageError> {
+fn upper_parent(fds: &RootFds, parent: &Path) -> Result<Result<Rc<OwnedFd>, String>, StageError> {
+    if let Some(fd) = fds.upper_cache.get(parent) {
+        return Ok(Ok(fd));
+    }
     match open_beneath(&fds.upper, parent, OFlag::O_PATH | OFlag::O_DIRECTORY) {
-        Ok(fd) => Ok(Ok(fd)),
+        Ok(fd) => Ok(Ok(fds.upper_cache.put(parent, fd))),
         Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP | Errno::EXDEV) => Ok(Err(String::from(
             "the stage changed since the change set was computed",
         ))),
@@ -534,11 +592,12 @@ fn apply_node(
         NodeKind::File => {
             let fd = open_entry(udir.as_fd(), name, OFlag::O_RDONLY)
                 .map_err(ioe("open an upper file"))?;
-            if kind_of(&fstat(&fd).map_err(ioe("inspect an upper file"))?) != NodeKind::File {
+            // The mode is the one the filter judged (checked on the open
+            // descriptor, so it is this very inode's).
+            let st = fstat(&fd).map_err(ioe("inspect an upper file"))?;
+            if kind_of(&st) != NodeKind::File || st.st_mode & 0o7777 != change.node.mode {
                 return Ok(Outcome::Conflict(String::from(STAGE_MOVED)));
             }
-            fchmod(&fd, Mode::from_bits_truncate(change.node.mode))
-                .map_err(ioe("set the mode of an upper file"))?;
             strip_xattrs(fd.as_fd()).map_err(ioe("remove the overlay xattrs of an upper file"))?;
             let mut file = std::fs::File::from(fd);
             let d = digest_reader(&mut file)
