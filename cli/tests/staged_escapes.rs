@@ -578,6 +578,28 @@ fn git_config_and_hooks_through_commondir_do_not_reach_the_host() {
 }
 
 #[test]
+fn a_hook_written_where_the_host_has_no_hooks_directory_does_not_reach_the_host() {
+    // A repository cloned without the sample hooks has no `.git/hooks`:
+    // nothing to keep read-only inside, so the worker can write one there.
+    Escape {
+        setup: &|s: &Scratch, t: &Path| {
+            repo(s, t);
+            std::fs::remove_dir_all(t.join(".git/hooks")).unwrap();
+        },
+        payload: r#"
+mkdir .git/hooks
+printf '#!/bin/sh\ntouch {M}/hook\n' > .git/hooks/pre-commit
+chmod +x .git/hooks/pre-commit
+echo planted
+"#,
+        check: &git_status_and_commit,
+        escapes: &["hook"],
+        refused: &[".git/hooks", ".git/hooks/pre-commit"],
+    }
+    .assert_closed();
+}
+
+#[test]
 fn a_new_nested_repository_recorded_in_the_index_does_not_reach_the_host() {
     Escape {
         setup: &repo,
