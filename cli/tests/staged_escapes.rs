@@ -1269,3 +1269,59 @@ echo planted
     );
     assert!(work.join(".yarn/releases/yarn.cjs").exists(), "{run}");
 }
+
+// ---- the plain form: no policy, no journal ----
+
+#[test]
+fn a_run_without_a_policy_or_journal_filters_the_same_way() {
+    if skip() {
+        return;
+    }
+    let s = Scratch::new();
+    let payload = concat!(
+        commondir!(),
+        "echo '{\"mcpServers\":{}}' > .mcp.json\necho edited >> README\necho planted\n"
+    )
+    .replace("{M}", &s.markers().display().to_string());
+    let control = s.tree("control", &repo);
+    s.plant_directly(&control, &payload);
+    git_status_and_commit(&s, &control);
+    assert_eq!(s.take_markers(), ["fsmonitor", "hook"]);
+    assert!(control.join(".mcp.json").exists());
+
+    let work = s.tree("work", &repo);
+    let out = Command::new("timeout")
+        .arg("180")
+        .arg(palisade())
+        .args(["run", "--profile", "governed", "--cwd"])
+        .arg(&work)
+        .arg("--stage-dir")
+        .arg(s.stages())
+        .args(["--", "/bin/sh", "-ec"])
+        .arg(format!("export PATH={PATH}\n{payload}"))
+        .env_remove("XDG_RUNTIME_DIR")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("planted"));
+    git_status_and_commit(&s, &work);
+    assert_eq!(s.take_markers(), Vec::<String>::new(), "{stderr}");
+    for rel in [".git/commondir", ".mcp.json"] {
+        assert!(
+            !work.join(rel).exists(),
+            "`{rel}` reached the host: {stderr}"
+        );
+        let line = format!("refused: {}: ", work.join(rel).display());
+        assert!(stderr.contains(&line), "no `{line}` in: {stderr}");
+        let q = Path::new("quarantine").join(rel);
+        assert!(
+            walk(&s.stages()).iter().any(|p| p.ends_with(&q)),
+            "`{rel}` is not in the quarantine: {stderr}"
+        );
+    }
+    // Positive control: the edit landed.
+    let status = porcelain(&s, &work);
+    assert!(status.lines().any(|l| l == " M README"), "{status}");
+}
