@@ -155,6 +155,10 @@ fn private_dir(dir: &Path) -> Result<(), String> {
 /// following symlinks; an explicit `--stage-dir` inside a root is refused.
 pub(crate) fn run_base(flag: Option<&Path>, roots: &[PathBuf]) -> Result<PathBuf, String> {
     if let Some(dir) = flag {
+        // Relative to the current directory, made absolute (the stage's
+        // manifest and the overlay need absolute paths).
+        let dir =
+            &std::path::absolute(dir).map_err(|e| format!("--stage-dir {}: {e}", dir.display()))?;
         if let Some(r) = inside_root(dir, roots) {
             return Err(format!(
                 "--stage-dir {} lies inside the writable root {}: the worker would see its own stage; choose a directory outside every writable root",
@@ -298,7 +302,9 @@ pub(crate) fn check_session(id: &str) -> Result<(), String> {
 pub(crate) fn find_stage(flag: Option<&Path>, session: &str) -> Result<Stage, String> {
     check_session(session)?;
     let bases: Vec<PathBuf> = match flag {
-        Some(f) => vec![f.to_path_buf()],
+        Some(f) => {
+            vec![std::path::absolute(f).map_err(|e| format!("--stage-dir {}: {e}", f.display()))?]
+        }
         None => default_base()
             .into_iter()
             .chain(std::iter::once(fallback_base()))
@@ -324,9 +330,15 @@ pub(crate) fn find_stage(flag: Option<&Path>, session: &str) -> Result<Stage, St
 /// chooses its file names: none may drive the operator's terminal), cut at
 /// [`MAX_SHOWN_PATH`] bytes.
 pub(crate) fn show_path(p: &Path) -> String {
-    let lossy = p.to_string_lossy();
+    show_text(&p.to_string_lossy())
+}
+
+/// Text for people, as [`show_path`]: control characters escaped, cut at
+/// [`MAX_SHOWN_PATH`] bytes (a conflict's or refusal's detail may quote
+/// what the worker chose).
+pub(crate) fn show_text(text: &str) -> String {
     let mut s = String::new();
-    for c in lossy.chars() {
+    for c in text.chars() {
         if c.is_control() {
             let _ = write!(s, "{}", c.escape_default());
         } else {
@@ -602,9 +614,13 @@ impl Outcome {
     /// Whether the stage still holds something (refused, conflicting,
     /// skipped or unapplied changes).
     pub(crate) fn leaves_something(&self) -> bool {
+        // The commit's own totals count too: a stage is removed only when
+        // both say nothing is left.
         self.error.is_some()
             || !self.refused.is_empty()
             || !self.conflicts.is_empty()
+            || self.report.refused > 0
+            || self.report.conflicts > 0
             || self.report.skipped > 0
     }
 }
@@ -785,7 +801,7 @@ pub(crate) fn summary(session: &str, stage_dir: &Path, out: &Outcome) -> String 
                 s,
                 "  {title}: {}: {}",
                 show_path(&l.root.join(&l.path)),
-                l.what
+                show_text(&l.what)
             );
         }
         if lines.len() > MAX_LINES {

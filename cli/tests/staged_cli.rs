@@ -671,3 +671,81 @@ fn a_policys_direct_writes_are_applied_and_a_flag_cannot_turn_staging_back_on() 
     );
     assert!(!recs.iter().any(|r| r["kind"] == "commit_applied"));
 }
+
+#[test]
+fn a_kept_governed_stage_is_committed_later_into_a_journal_of_its_own() {
+    if skip() {
+        return;
+    }
+    let g = governed();
+    let out = g
+        .command_with(
+            &["--keep-staged"],
+            "echo later > later.txt && mkdir -p .git/hooks && echo x > .git/hooks/pre-push",
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(!g.t.work.join("later.txt").exists(), "{}", text(&out));
+    let session = session_of(&out);
+    // The run's journal says what was kept, and commits nothing.
+    let recs = g.records();
+    let kept: Vec<_> = recs
+        .iter()
+        .filter(|r| r["kind"] == "stage_checkpoint")
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept[0]["body"]["trigger"], "kept");
+    assert!(kept[0]["body"]["refused_total"].as_u64().unwrap() >= 1);
+    assert!(!recs.iter().any(|r| r["kind"] == "commit_applied"));
+    // The commit, later, into a new journal (the run's is closed).
+    let later = g.t.dir.path().join("commit.journal");
+    let commit = g.t.palisade(&[
+        "commit",
+        &session,
+        "--stage-dir",
+        g.t.stages.to_str().unwrap(),
+        "--policy",
+        g.policy.to_str().unwrap(),
+        "--journal",
+        later.to_str().unwrap(),
+        "--key",
+        g.key.to_str().unwrap(),
+    ]);
+    // Something was refused: exit 1, the stage kept.
+    assert_eq!(commit.status.code(), Some(1), "{}", text(&commit));
+    assert_eq!(
+        std::fs::read_to_string(g.t.work.join("later.txt")).unwrap(),
+        "later\n"
+    );
+    assert!(!g.t.work.join(".git/hooks/pre-push").exists());
+    let verify = Command::new(BIN)
+        .args(["journal", "verify"])
+        .arg(&later)
+        .arg("--key")
+        .arg(&g.key)
+        .output()
+        .unwrap();
+    assert_eq!(verify.status.code(), Some(0), "{}", text(&verify));
+    let text_of = std::fs::read_to_string(&later).unwrap();
+    let recs: Vec<Value> = text_of
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // The caller's records carry the session (the writer's own do not).
+    assert!(
+        recs.iter()
+            .filter(|r| !r["kind"].as_str().unwrap().starts_with("journal_"))
+            .all(|r| r["session"] == session.as_str()),
+        "{recs:?}"
+    );
+    assert!(recs.iter().any(|r| r["kind"] == "stage_commit"));
+    assert!(
+        recs.iter()
+            .any(|r| r["kind"] == "commit_applied" && r["body"]["path"] == "later.txt")
+    );
+    assert!(
+        recs.iter()
+            .any(|r| r["kind"] == "commit_refused" && r["body"]["path"] == ".git/hooks/pre-push")
+    );
+}

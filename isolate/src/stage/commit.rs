@@ -37,7 +37,7 @@
 //! host path (the same filesystem: one `renameat`, replacing atomically;
 //! `RENAME_NOREPLACE` for a created path; `RENAME_EXCHANGE` then `rmdir` of
 //! the old, empty directory when it replaces a directory), after its mode is
-//! set to the one the filter judged and its `*.overlay.*` and
+//! checked to be the one the filter judged and its `*.overlay.*`, ACL and
 //! `security.capability` xattrs are removed. Across filesystems it is copied
 //! (content and mode, no xattrs, no owner) to a temporary name in the host
 //! directory, `fsync`ed and renamed; the upper copy goes only after that. A
@@ -224,11 +224,7 @@ impl Stage {
                     })
                     .map_err(stop)?;
                 }
-                FilterVerdict::Commit => match {
-                    let outcome = apply(fds, change);
-                    fds.forget(change);
-                    outcome?
-                } {
+                FilterVerdict::Commit => match applied(fds, change)? {
                     Outcome::Applied { before, after } => {
                         report.applied += 1;
                         record(&CommitEvent::Applied {
@@ -386,6 +382,20 @@ fn temp_name() -> OsString {
     OsString::from(format!(".palisade-commit-{}-{n}.tmp", std::process::id()))
 }
 
+/// Run `create` on fresh temporary names until one is free (a name the
+/// worker planted is skipped, not overwritten): the name and the result.
+fn at_temp<T>(mut create: impl FnMut(&OsStr) -> Result<T, Errno>) -> Result<(OsString, T), Errno> {
+    for _ in 0..64 {
+        let tmp = temp_name();
+        match create(&tmp) {
+            Ok(v) => return Ok((tmp, v)),
+            Err(Errno::EEXIST) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Errno::EEXIST)
+}
+
 /// Resolve the host parent of `path`; a conflict when it is missing or not
 /// a directory reachable without symlinks.
 fn host_parent(fds: &RootFds, parent: &Path) -> Result<Result<Rc<OwnedFd>, String>, StageError> {
@@ -431,6 +441,13 @@ macro_rules! conflict {
             Err(detail) => return Ok(Outcome::Conflict(detail)),
         }
     };
+}
+
+/// [`apply`], then forget the cached directories it may have replaced.
+fn applied(fds: &RootFds, change: &Change) -> Result<Outcome, StageError> {
+    let outcome = apply(fds, change);
+    fds.forget(change);
+    outcome
 }
 
 fn apply(fds: &RootFds, change: &Change) -> Result<Outcome, StageError> {
@@ -615,17 +632,18 @@ fn apply_node(
                 Err(Errno::EXDEV) => {
                     file.rewind()
                         .map_err(|e| io_err("read an upper file", upath.clone(), e))?;
-                    let tmp = temp_name();
-                    let out = nix::fcntl::openat(
-                        hdir.as_fd(),
-                        tmp.as_os_str(),
-                        OFlag::O_WRONLY
-                            | OFlag::O_CREAT
-                            | OFlag::O_EXCL
-                            | OFlag::O_NOFOLLOW
-                            | OFlag::O_CLOEXEC,
-                        Mode::from_bits_truncate(0o600),
-                    )
+                    let (tmp, out) = at_temp(|tmp| {
+                        nix::fcntl::openat(
+                            hdir.as_fd(),
+                            tmp,
+                            OFlag::O_WRONLY
+                                | OFlag::O_CREAT
+                                | OFlag::O_EXCL
+                                | OFlag::O_NOFOLLOW
+                                | OFlag::O_CLOEXEC,
+                            Mode::from_bits_truncate(0o600),
+                        )
+                    })
                     .map_err(|e| io_err("create a temporary file", hpath.to_path_buf(), e))?;
                     let mut out = std::fs::File::from(out);
                     let copied = std::io::copy(&mut file, &mut out)
@@ -696,11 +714,10 @@ fn apply_node(
                 Ok(Ok(())) => {}
                 Ok(Err(detail)) => return Ok(Outcome::Conflict(detail)),
                 Err(Errno::EXDEV) => {
-                    let tmp = temp_name();
-                    nix::unistd::symlinkat(target.as_os_str(), hdir.as_fd(), tmp.as_os_str())
-                        .map_err(|e| {
-                            io_err("create a temporary symlink", hpath.to_path_buf(), e)
-                        })?;
+                    let (tmp, ()) = at_temp(|tmp| {
+                        nix::unistd::symlinkat(target.as_os_str(), hdir.as_fd(), tmp)
+                    })
+                    .map_err(|e| io_err("create a temporary symlink", hpath.to_path_buf(), e))?;
                     match place(
                         hdir.as_fd(),
                         &tmp,
@@ -773,24 +790,22 @@ fn apply_dir(
         return Ok(Outcome::Conflict(String::from(STAGE_MOVED)));
     }
     let mode = Mode::from_bits_truncate(change.node.mode);
-    let at = if host_exists {
-        temp_name()
+    let made = if host_exists {
+        at_temp(|tmp| nix::sys::stat::mkdirat(hdir.as_fd(), tmp, Mode::from_bits_truncate(0o700)))
+            .map(|(tmp, ())| tmp)
     } else {
-        name.to_os_string()
+        nix::sys::stat::mkdirat(hdir.as_fd(), name, Mode::from_bits_truncate(0o700))
+            .map(|()| name.to_os_string())
     };
-    match nix::sys::stat::mkdirat(
-        hdir.as_fd(),
-        at.as_os_str(),
-        Mode::from_bits_truncate(0o700),
-    ) {
-        Ok(()) => {}
-        Err(Errno::EEXIST) => {
+    let at = match made {
+        Ok(at) => at,
+        Err(Errno::EEXIST) if !host_exists => {
             return Ok(Outcome::Conflict(String::from(
                 "the host created this path during the commit",
             )));
         }
         Err(e) => return Err(io_err("create a host directory", hpath.to_path_buf(), e)),
-    }
+    };
     let fd = open_entry(hdir.as_fd(), &at, OFlag::O_RDONLY | OFlag::O_DIRECTORY)
         .map_err(|e| io_err("open a new host directory", hpath.to_path_buf(), e))?;
     fchmod(&fd, mode)
@@ -919,12 +934,11 @@ fn apply_rename(
     let (from_parent, from_name) = split(from);
     let upath = fds.upper_path.join(&change.path);
     let udir = conflict!(upper_parent(fds, parent)?);
-    if upper_matches(udir.as_fd(), name, change)
+    let Some(ust) = upper_matches(udir.as_fd(), name, change)
         .map_err(|e| io_err("inspect an upper node", upath.clone(), e))?
-        .is_none()
-    {
+    else {
         return Ok(Outcome::Conflict(String::from(STAGE_MOVED)));
-    }
+    };
     let fdir = conflict!(host_parent(fds, from_parent)?);
     let fpath = fds.host_path.join(from);
     let Some(fst) = lstat_at(fdir.as_fd(), from_name)
@@ -943,6 +957,13 @@ fn apply_rename(
     }
     let after = host_digest(fdir.as_fd(), from_name, &fst)
         .map_err(|e| io_err("read a host file", fpath.clone(), e))?;
+    // The host node lands, and the upper copy goes: they must still be the
+    // same bytes, or a change made after the scan would be lost.
+    let staged = host_digest(udir.as_fd(), name, &ust)
+        .map_err(|e| io_err("read an upper file", upath.clone(), e))?;
+    if staged != after {
+        return Ok(Outcome::Conflict(String::from(STAGE_MOVED)));
+    }
     match renameat2(
         fdir.as_fd(),
         from_name,
@@ -995,7 +1016,8 @@ fn remove_whiteout(fds: &RootFds, path: &Path) -> Result<(), StageError> {
     Ok(())
 }
 
-/// Remove every `*.overlay.*` and `security.capability` xattr of `fd`.
+/// Remove every `*.overlay.*`, `security.capability` and POSIX ACL xattr of
+/// `fd` (an ACL could grant what the mode the filter judged does not).
 fn strip_xattrs(fd: BorrowedFd<'_>) -> Result<(), Errno> {
     let mut buf = vec![0u8; 4096];
     let len = loop {
@@ -1009,7 +1031,8 @@ fn strip_xattrs(fd: BorrowedFd<'_>) -> Result<(), Errno> {
     for name in buf.get(..len).unwrap_or(&[]).split(|b| *b == 0) {
         let strip = name.starts_with(b"user.overlay.")
             || name.starts_with(b"trusted.overlay.")
-            || name == b"security.capability";
+            || name == b"security.capability"
+            || name.starts_with(b"system.posix_acl_");
         if !strip {
             continue;
         }
