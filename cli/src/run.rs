@@ -151,7 +151,7 @@ fn setup_failure(msg: impl std::fmt::Display) -> Result<ExitCode, String> {
 }
 
 /// Runs `palisade run`.
-pub(crate) fn run(mut args: Args) -> Result<ExitCode, String> {
+pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     // The policy is read and parsed once: the profile is resolved from it
     // and the governed session runs (and records the digest of) the same text.
     let loaded = match &args.governed.policy {
@@ -275,7 +275,6 @@ pub(crate) fn run(mut args: Args) -> Result<ExitCode, String> {
         }
         eprintln!("palisade: warning: running without `{name}` (dangerously disabled)");
     }
-    args.staged.worker_ids = crate::stage::worker_ids(args.worker_uid);
     match args.staged.writes {
         Some(crate::stage::Writes::Direct) => {
             if args.staged.keep_staged {
@@ -309,11 +308,6 @@ pub(crate) fn run(mut args: Args) -> Result<ExitCode, String> {
     if args.staged.writes != Some(crate::stage::Writes::Direct)
         && !sb.profile().writable().is_empty()
     {
-        if let Err(e) =
-            crate::stage::check_roots_writable(sb.profile().writable(), args.staged.worker_ids)
-        {
-            return setup_failure(format!("staged_writes: {e}"));
-        }
         let base =
             match crate::stage::run_base(args.staged.stage_dir.as_deref(), sb.profile().writable())
             {

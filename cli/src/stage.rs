@@ -54,10 +54,6 @@ pub(crate) struct RunArgs {
     /// for root). It must lie outside every writable root.
     #[arg(long, value_name = "DIR")]
     pub(crate) stage_dir: Option<PathBuf>,
-    /// The worker's host uid and gid (from `--worker-uid`), for the check
-    /// that staging widens no writable root.
-    #[arg(skip)]
-    pub(crate) worker_ids: (u32, u32),
 }
 
 /// The default stage base of this user: `$XDG_STATE_HOME/palisade/stages`,
@@ -226,58 +222,62 @@ fn make_base(b: &Path) -> Result<(), String> {
     private_dir(b)
 }
 
-/// The worker's host uid and gid, as the sandbox will choose them:
-/// `--worker-uid` (uid and gid), else the dedicated worker uid for root,
-/// else the invoking user.
-pub(crate) fn worker_ids(flag: Option<u32>) -> (u32, u32) {
-    match flag {
-        Some(uid) => (uid, uid),
-        None if nix::unistd::getuid().is_root() => (
-            palisade_isolate::DEFAULT_WORKER_UID,
-            palisade_isolate::DEFAULT_WORKER_UID,
-        ),
-        None => (
-            nix::unistd::getuid().as_raw(),
-            nix::unistd::getgid().as_raw(),
-        ),
+/// Whether `meta` (a host node) is writable by `uid`/`gid` from its owner,
+/// group and mode bits (ACLs are not consulted; uid 0 writes everywhere).
+fn writable_by(meta: &std::fs::Metadata, (uid, gid): (u32, u32)) -> bool {
+    let mode = meta.permissions().mode();
+    if uid == 0 {
+        return true;
+    }
+    if meta.uid() == uid {
+        mode & 0o200 != 0
+    } else if meta.gid() == gid {
+        mode & 0o020 != 0
+    } else {
+        mode & 0o002 != 0
     }
 }
 
-/// Refuses a writable root the worker (`uid`, `gid`) could not write on the
-/// host. Staged, the overlay shows the root's top directory as the stage's
-/// upper directory, which is the worker's: without this check such a root
-/// would become writable, and the commit would then put the worker's files
-/// where its uid may not write. Judged from the owner and mode bits (ACLs
-/// are not consulted, so an ACL-only grant is refused too); uid 0 writes
-/// everywhere.
-pub(crate) fn check_roots_writable(
-    roots: &[PathBuf],
-    (uid, gid): (u32, u32),
-) -> Result<(), String> {
-    if uid == 0 {
-        return Ok(());
-    }
-    for r in roots {
-        let meta = std::fs::metadata(r).map_err(|e| format!("{}: {e}", r.display()))?;
-        let mode = meta.permissions().mode();
-        let writable = if meta.uid() == uid {
-            mode & 0o200 != 0
-        } else if meta.gid() == gid {
-            mode & 0o020 != 0
-        } else {
-            mode & 0o002 != 0
+/// Adds to `filter`, for `set`, the changes the worker could only make
+/// because staging let it: the overlay shows a root's top directory as the
+/// stage's upper directory, which is the worker's, so in a root whose top
+/// directory the worker's uid (the upper's owner) cannot write on the host
+/// it could still create, delete or rename entries there. Those are refused
+/// (rule `root_not_writable`, with everything below a created directory),
+/// and so is a top-level file modified in such a root when the worker's uid
+/// cannot write that file on the host (replaced through a rename in the
+/// widened directory). Below the top the overlay judges every access on the
+/// host's own owner and mode, so nothing else widens.
+pub(crate) fn refuse_widened(filter: &mut CommitFilter, stage: &Stage, set: &ChangeSet) {
+    for (i, r) in stage.roots().iter().enumerate() {
+        let (Ok(upper), Ok(root)) = (
+            std::fs::symlink_metadata(r.upper()),
+            std::fs::metadata(r.root()),
+        ) else {
+            continue;
         };
-        if !writable {
-            return Err(format!(
-                "the writable root {} (owner {}, group {}, mode {:04o}) is not writable by the worker (uid {uid}, gid {gid}); staged, the overlay would make it writable and the commit would put the worker's files there: make it writable by uid {uid} or do not bind it writable",
-                r.display(),
-                meta.uid(),
-                meta.gid(),
-                mode & 0o7777
-            ));
+        let worker = (upper.uid(), upper.gid());
+        if writable_by(&root, worker) {
+            continue;
+        }
+        for c in set
+            .changes
+            .iter()
+            .filter(|c| c.root == i && c.path.components().count() == 1)
+        {
+            let allowed = match &c.kind {
+                // chmod needs ownership, which the overlay checks on the
+                // host's node.
+                ChangeKind::ModeChanged => true,
+                ChangeKind::Modified => std::fs::symlink_metadata(r.root().join(&c.path))
+                    .is_ok_and(|m| m.is_file() && writable_by(&m, worker)),
+                _ => false,
+            };
+            if !allowed {
+                filter.refuse_exact(i, c.path.clone(), "root_not_writable");
+            }
         }
     }
-    Ok(())
 }
 
 /// Refuses a session id that is not a plain name (it becomes a directory).
@@ -509,6 +509,8 @@ pub(crate) fn checkpoint_record(
 ) -> Result<palisade_egress::control::CheckpointSummary, String> {
     match stage.changes() {
         Ok(set) => {
+            let mut filter = filter.clone();
+            refuse_widened(&mut filter, stage, &set);
             let verdicts = filter.check(&set);
             let (summary, body) = checkpoint_body(stage, &set, &verdicts, trigger);
             if journal.record(Kind::StageCheckpoint, &body, Flags::NONE) {
@@ -731,6 +733,8 @@ pub(crate) fn commit(
     journal: Option<&Journaling<'_>>,
 ) -> Result<Outcome, String> {
     let set = stage.changes().map_err(|e| e.to_string())?;
+    let mut filter = filter.clone();
+    refuse_widened(&mut filter, stage, &set);
     let verdicts = filter.check(&set);
     let mut out = Outcome::default();
     let mut lines: (Vec<Line>, Vec<Line>, Vec<Line>) = (Vec::new(), Vec::new(), Vec::new());
@@ -908,12 +912,8 @@ mod tests {
         assert_eq!(mode, 0o700);
     }
 
-    fn roots_of(p: &Path) -> Vec<PathBuf> {
-        vec![p.to_path_buf()]
-    }
-
     #[test]
-    fn a_root_the_worker_cannot_write_is_refused_before_staging() {
+    fn writability_is_judged_from_owner_group_and_mode() {
         let d = tempfile::tempdir().unwrap();
         let root = d.path().join("work");
         std::fs::create_dir(&root).unwrap();
@@ -921,25 +921,25 @@ mod tests {
         if nix::unistd::geteuid().is_root() {
             std::os::unix::fs::chown(&root, Some(5000), Some(5000)).unwrap();
         }
-        let meta = std::fs::metadata(&root).unwrap();
-        let (owner, group) = (meta.uid(), meta.gid());
-        check_roots_writable(&roots_of(&root), (0, 0)).unwrap();
+        let meta = || std::fs::metadata(&root).unwrap();
+        let (owner, group) = (meta().uid(), meta().gid());
         let other = owner.wrapping_add(4242);
-        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let roots = vec![root.clone()];
-        // Another uid and gid: only the owner may write.
-        let e = check_roots_writable(&roots, (other, other)).unwrap_err();
-        assert!(e.contains("is not writable by the worker"), "{e}");
+        let chmod = |m: u32| {
+            std::fs::set_permissions(&root, std::fs::Permissions::from_mode(m)).unwrap();
+        };
+        chmod(0o755);
+        assert!(writable_by(&meta(), (0, 0)));
+        assert!(!writable_by(&meta(), (other, other)));
         // Positive controls: the owner; the group with g+w; anyone with o+w.
-        check_roots_writable(&roots, (owner, group)).unwrap();
-        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o775)).unwrap();
-        check_roots_writable(&roots, (other, group)).unwrap();
-        assert!(check_roots_writable(&roots, (other, other)).is_err());
-        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
-        check_roots_writable(&roots, (other, other)).unwrap();
-        // The owner without u+w is refused too.
-        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o577)).unwrap();
-        assert!(check_roots_writable(&roots, (owner, owner.wrapping_add(1))).is_err());
+        assert!(writable_by(&meta(), (owner, group)));
+        chmod(0o775);
+        assert!(writable_by(&meta(), (other, group)));
+        assert!(!writable_by(&meta(), (other, other)));
+        chmod(0o777);
+        assert!(writable_by(&meta(), (other, other)));
+        // The owner without u+w is refused, whatever the others may.
+        chmod(0o577);
+        assert!(!writable_by(&meta(), (owner, owner.wrapping_add(1))));
     }
 
     #[test]

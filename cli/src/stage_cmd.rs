@@ -70,8 +70,10 @@ pub(crate) fn diff(args: DiffArgs) -> Result<ExitCode, String> {
         Some(p) => Some(crate::host_policy_file::load_policy(p)?),
         None => None,
     };
-    let filter = stage::filter_of_policy(loaded.as_ref(), &st)?;
+    let mut filter = stage::filter_of_policy(loaded.as_ref(), &st)?;
     let set = st.changes().map_err(|e| e.to_string())?;
+    // The same verdicts the commit will give.
+    stage::refuse_widened(&mut filter, &st, &set);
     let verdicts = filter.check(&set);
     if args.json {
         let changes: Vec<_> = set

@@ -434,11 +434,6 @@ pub(crate) fn run(
         return setup_failure("--keep-staged needs staged writes, not direct writes");
     }
     if staged_on && !sb.profile().writable().is_empty() {
-        if let Err(e) =
-            crate::stage::check_roots_writable(sb.profile().writable(), staged.worker_ids)
-        {
-            return setup_failure(format!("staged_writes: {e}"));
-        }
         let base =
             match crate::stage::run_base(staged.stage_dir.as_deref(), sb.profile().writable()) {
                 Ok(b) => b,
@@ -586,6 +581,14 @@ pub(crate) fn run(
     if !started {
         let e = result.err().unwrap_or_default();
         return left.refuse(Some(core.journal()), e);
+    }
+    // A session that failed after the launch did not commit: its stage is
+    // kept, and said so.
+    if let Some((stage, _)) = core.take_stage() {
+        eprintln!(
+            "palisade: the stage of session {id} is kept in {}, not committed; inspect it with `palisade diff {id}`",
+            crate::stage::show_path(stage.dir())
+        );
     }
     let anchor = core.journal().close();
     let _ = std::fs::remove_dir_all(&dir);
