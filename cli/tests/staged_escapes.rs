@@ -860,6 +860,38 @@ echo planted
     .assert_closed();
 }
 
+#[test]
+fn symlinks_that_leave_the_root_or_lead_into_git_and_fifos_do_not_reach_the_host() {
+    // A host program writing `out/x` or `abs/x`, or a host hook writer
+    // following `hooks-link`, would write outside the root or into `.git`;
+    // one reading `pipe` would block.
+    Escape {
+        setup: &repo,
+        payload: r#"
+ln -s ../../.. out
+ln -s /etc abs
+ln -s .git/hooks hooks-link
+mkfifo pipe
+echo planted
+"#,
+        check: &|s: &Scratch, t: &Path| {
+            for (f, m) in [("out", "out"), ("abs", "abs"), ("hooks-link", "hooks_link")] {
+                if std::fs::symlink_metadata(t.join(f)).is_ok_and(|md| md.file_type().is_symlink())
+                {
+                    std::fs::write(s.marker(m), "").unwrap();
+                }
+            }
+            use std::os::unix::fs::FileTypeExt;
+            if std::fs::symlink_metadata(t.join("pipe")).is_ok_and(|md| md.file_type().is_fifo()) {
+                std::fs::write(s.marker("fifo"), "").unwrap();
+            }
+        },
+        escapes: &["abs", "fifo", "hooks_link", "out"],
+        refused: &["out", "abs", "hooks-link", "pipe"],
+    }
+    .assert_closed();
+}
+
 // ---- positive controls: ordinary work lands on the host ----
 
 /// A repository tree, a staged run of `script` in it; the tree and the run.
