@@ -20,7 +20,8 @@
 //! protected names read-only and are reported as a downgrade; a kept stage
 //! changes nothing until `palisade commit`, which filters the same way; a
 //! stage that cannot be set up refuses the run; a policy's
-//! `[worker.commit] refuse` adds to the list.
+//! `[worker.commit] refuse` adds to the list; a host edit made while the
+//! worker ran is a conflict, kept, never overwritten.
 //!
 //! Host programs run with a scratch `HOME`, no system git config and
 //! `safe.directory=*` (the most trusting host user: the escape must fail
@@ -1356,4 +1357,72 @@ fn a_run_without_a_policy_or_journal_filters_the_same_way() {
     // Positive control: the edit landed.
     let status = porcelain(&s, &work);
     assert!(status.lines().any(|l| l == " M README"), "{status}");
+}
+
+// ---- a host edit made while the worker ran is a conflict ----
+
+#[test]
+fn a_host_edit_made_while_the_worker_ran_is_a_conflict_and_is_kept() {
+    use std::io::{BufRead, Write};
+    if skip() {
+        return;
+    }
+    let s = Scratch::new();
+    let work = s.tree("work", &repo);
+    // The worker edits README and says so, then waits for a line on its
+    // standard input before it ends: the host edits README in between.
+    let script = "echo worker >> README\necho new > NEW\necho ready\nread go\necho planted\n";
+    let mut child = Command::new("timeout")
+        .arg("180")
+        .arg(palisade())
+        .args(["run", "--profile", "governed", "--cwd"])
+        .arg(&work)
+        .arg("--stage-dir")
+        .arg(s.stages())
+        .args(["--", "/bin/sh", "-ec"])
+        .arg(format!("export PATH={PATH}\n{script}"))
+        .env_remove("XDG_RUNTIME_DIR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    // Nothing reached the host yet.
+    assert_eq!(
+        std::fs::read_to_string(work.join("README")).unwrap(),
+        "hello\n"
+    );
+    std::fs::write(work.join("README"), "hello\nhost\n").unwrap();
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(rest.contains("planted"), "{rest}");
+    // The host's edit stays; the worker's is left in the stage, named.
+    assert_eq!(
+        std::fs::read_to_string(work.join("README")).unwrap(),
+        "hello\nhost\n",
+        "{stderr}"
+    );
+    let line = format!("conflict: {}: ", work.join("README").display());
+    assert!(stderr.contains(&line), "no `{line}` in: {stderr}");
+    assert!(
+        walk(&s.stages()).iter().any(|p| p.ends_with("upper/README")
+            && std::fs::read_to_string(p).is_ok_and(|t| t == "hello\nworker\n")),
+        "the worker's README is not kept in the stage: {stderr}"
+    );
+    // Positive control: the rest of the same run landed.
+    assert_eq!(std::fs::read_to_string(work.join("NEW")).unwrap(), "new\n");
 }
