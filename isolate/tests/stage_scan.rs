@@ -174,6 +174,13 @@ fn an_xattr_whiteout_deletes_and_an_empty_file_without_it_is_a_file() {
         summary(&f.stage(st).changes().unwrap()),
         ["deleted d/a", "modified d/b"]
     );
+    // The control: without `x` on d, the kernel reads the marked file as an
+    // empty file, and so does the scan.
+    Stage::__simulate_set_xattr(&f.upper.join("d"), "user.overlay.opaque", b"").unwrap();
+    assert_eq!(
+        summary(&f.stage(st).changes().unwrap()),
+        ["modified d/a", "modified d/b"]
+    );
 }
 
 #[test]

@@ -63,8 +63,8 @@ use nix::sys::stat::{FileStat, Mode, SFlag, fchmod, fstat};
 use nix::unistd::UnlinkatFlags;
 
 use super::scan::{
-    digest_bytes, digest_file_at, digest_reader, io_err, is_whiteout, kind_of, lstat_at,
-    open_beneath, open_entry, open_root,
+    digest_bytes, digest_file_at, digest_reader, has_xwhiteouts, io_err, is_whiteout, kind_of,
+    lstat_at, open_beneath, open_entry, open_root,
 };
 use super::{
     Change, ChangeKind, ChangeSet, Digest, FilterVerdict, NodeKind, Refusal, Stage, StageError,
@@ -1007,7 +1007,9 @@ fn remove_whiteout(fds: &RootFds, path: &Path) -> Result<(), StageError> {
     // not do, so reopen the parent for reading.
     let rdir = open_beneath(&fds.upper, parent, OFlag::O_RDONLY | OFlag::O_DIRECTORY)
         .map_err(|e| io_err("open an upper directory", upath.clone(), e))?;
-    if is_whiteout(rdir.as_fd(), name, &st)
+    let xwhiteouts = has_xwhiteouts(rdir.as_fd())
+        .map_err(|e| io_err("inspect an upper directory", upath.clone(), e))?;
+    if is_whiteout(rdir.as_fd(), name, &st, xwhiteouts)
         .map_err(|e| io_err("inspect an upper entry", upath.clone(), e))?
     {
         nix::unistd::unlinkat(udir.as_fd(), name, UnlinkatFlags::NoRemoveDir)

@@ -12,7 +12,8 @@
 //! the sandbox's user namespace) leaves:
 //! - a whiteout is a character device 0/0, or a zero-size regular file with
 //!   the `user.overlay.whiteout` xattr (the "xattr whiteout" of kernels
-//!   ≥ 6.7, which marks its directory `user.overlay.opaque` = `x`);
+//!   ≥ 6.7), which counts only in a directory marked
+//!   `user.overlay.opaque` = `x`, as the kernel reads it;
 //! - a directory with `user.overlay.opaque` = `y` hides every lower entry
 //!   below it (`x` does not: it only says xattr whiteouts may be inside);
 //! - a directory copied up only because something below it changed is not
@@ -141,6 +142,8 @@ fn scan_root(n: usize, host: &Path, upper: &Path) -> Result<Vec<Change>, StageEr
             }
             Err(e) => return Err(io_err("open an upper directory", upper.join(&frame.rel), e)),
         };
+        let xwhiteouts = has_xwhiteouts(udir.as_fd())
+            .map_err(|e| io_err("inspect an upper directory", upper.join(&frame.rel), e))?;
         let ldir = if frame.lower_dir {
             match open_beneath(&host_fd, &frame.rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY) {
                 Ok(fd) => Some(fd),
@@ -160,7 +163,7 @@ fn scan_root(n: usize, host: &Path, upper: &Path) -> Result<Vec<Change>, StageEr
             else {
                 continue; // gone since the listing: a checkpoint races the worker
             };
-            if is_whiteout(udir.as_fd(), &name, &ust)
+            if is_whiteout(udir.as_fd(), &name, &ust, xwhiteouts)
                 .map_err(|e| io_err("inspect an upper entry", upper.join(&rel), e))?
             {
                 if !frame.hidden
@@ -664,15 +667,30 @@ fn overlay_xattr(fd: BorrowedFd<'_>, suffix: &str) -> Result<Option<Vec<u8>>, Er
 
 /// Whether the upper entry is an overlayfs whiteout (a 0/0 character
 /// device, or a zero-size regular file with the `overlay.whiteout` xattr).
-pub(crate) fn is_whiteout(dir: BorrowedFd<'_>, name: &OsStr, st: &FileStat) -> Result<bool, Errno> {
+///
+/// As the kernel does, the xattr form counts only in a directory marked
+/// `overlay.opaque` = `x` (`xwhiteouts`, see [`has_xwhiteouts`]); elsewhere
+/// such a file is an empty file.
+pub(crate) fn is_whiteout(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    st: &FileStat,
+    xwhiteouts: bool,
+) -> Result<bool, Errno> {
     match kind_of(st) {
         NodeKind::CharDevice => Ok(st.st_rdev == 0),
-        NodeKind::File if st.st_size == 0 => {
+        NodeKind::File if st.st_size == 0 && xwhiteouts => {
             let fd = open_entry(dir, name, OFlag::O_RDONLY)?;
             Ok(overlay_xattr(fd.as_fd(), "whiteout")?.is_some())
         }
         _ => Ok(false),
     }
+}
+
+/// Whether the open upper directory `dir` may hold xattr whiteouts
+/// (`overlay.opaque` = `x`).
+pub(crate) fn has_xwhiteouts(dir: BorrowedFd<'_>) -> Result<bool, Errno> {
+    Ok(overlay_xattr(dir, "opaque")?.as_deref() == Some(b"x"))
 }
 
 /// Whether the upper directory `name` is opaque (`overlay.opaque` = `y`).
