@@ -749,3 +749,54 @@ fn a_kept_governed_stage_is_committed_later_into_a_journal_of_its_own() {
             .any(|r| r["kind"] == "commit_refused" && r["body"]["path"] == ".git/hooks/pre-push")
     );
 }
+
+#[test]
+fn a_default_stage_base_inside_the_writable_root_falls_back_outside_it() {
+    if skip() {
+        return;
+    }
+    let t = tree();
+    // As when the working directory is $HOME: the default base
+    // ($XDG_STATE_HOME/palisade/stages) would lie inside the writable root.
+    let state = t.work.join(".local/state");
+    let out = Command::new(BIN)
+        .arg("run")
+        .arg("--cwd")
+        .arg(&t.work)
+        .arg("--keep-staged")
+        .env("XDG_STATE_HOME", &state)
+        .args(["--", "/bin/sh", "-c", "echo x > kept.txt"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let session = session_of(&out);
+    let uid = std::fs::metadata("/proc/self").unwrap();
+    let fallback = format!(
+        "/var/tmp/palisade-{}/stages/{session}",
+        std::os::unix::fs::MetadataExt::uid(&uid)
+    );
+    assert!(err.contains(&format!("kept in {fallback}")), "{err}");
+    assert!(!state.exists(), "the stage base was made inside the root");
+    assert!(!t.work.join("kept.txt").exists());
+    // Positive control: `palisade diff` finds it there by the session id
+    // alone, and `palisade commit` applies it and removes it.
+    let diff = Command::new(BIN)
+        .args(["diff", &session])
+        .env("XDG_STATE_HOME", &state)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&diff.stdout).contains("kept.txt"),
+        "{}",
+        text(&diff)
+    );
+    let commit = Command::new(BIN)
+        .args(["commit", &session])
+        .env("XDG_STATE_HOME", &state)
+        .output()
+        .unwrap();
+    assert_eq!(commit.status.code(), Some(0), "{}", text(&commit));
+    assert!(t.work.join("kept.txt").exists());
+    assert!(!Path::new(&fallback).exists());
+}

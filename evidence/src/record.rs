@@ -511,7 +511,10 @@ mod tests {
             assert!(!kind.is_reserved(), "{name}");
         }
         // Positive control: an unlisted name stays custom.
-        assert!(matches!(Kind::parse("commit_other").unwrap(), Kind::Custom(_)));
+        assert!(matches!(
+            Kind::parse("commit_other").unwrap(),
+            Kind::Custom(_)
+        ));
     }
 
     #[test]
