@@ -33,6 +33,11 @@
 //! - an upper node that is no longer what the change set says (the stage
 //!   moved on since [`Stage::changes`]) is a conflict.
 //!
+//! Before the first change, each root's stage filesystem is synced
+//! (`syncfs`): a node's bytes are on disk before it is renamed onto the host,
+//! so a power loss leaves every node either in the upper or on the host with
+//! its bytes.
+//!
 //! Application: a file or symlink is renamed from the upper layer onto the
 //! host path (the same filesystem: one `renameat`, replacing atomically;
 //! `RENAME_NOREPLACE` for a created path; `RENAME_EXCHANGE` then `rmdir` of
@@ -167,6 +172,14 @@ impl Stage {
                 host_cache: DirCache::default(),
                 upper_cache: DirCache::default(),
             });
+        }
+        // Write the staged data out in one batch first: a rename that
+        // replaces a host file then finds its data on disk (ext4 would
+        // otherwise flush each one before its rename, one by one), and what
+        // lands on the host is durable before it lands.
+        for fds in &roots {
+            nix::unistd::syncfs(&fds.upper)
+                .map_err(|e| io_err("sync the stage", fds.upper_path.clone(), e))?;
         }
         let mut report = CommitReport::default();
         // Per root: directories of the upper to try to remove at the end, and
