@@ -1258,17 +1258,17 @@ fn a_policy_refuse_glob_keeps_a_tool_config_of_its_choice_off_the_host() {
     if skip() {
         return;
     }
-    // Configs a host tool runs from on its own (yarn's `yarnPath` on any
-    // `yarn`, mise's hooks on `cd`): the operator adds them.
+    // Files of the operator's choosing (a version pin and a task file a
+    // host script trusts), which the built-in list does not name.
     const PAYLOAD: &str = r#"
 mkdir -p .yarn/releases web
-echo 'yarnPath: .yarn/releases/yarn.cjs' > .yarnrc.yml
+echo 'nodejs 99.0.0' > .tool-versions
 echo 'require("fs").writeFileSync("/tmp/x", "")' > .yarn/releases/yarn.cjs
-printf '[hooks]\nenter = "touch /tmp/x"\n' > web/mise.toml
+printf 'tasks:\n  x:\n    cmds: [touch /tmp/x]\n' > web/Taskfile.yml
 echo 'pub fn ok() {}' > src/ok.rs
 echo planted
 "#;
-    let planted = [".yarnrc.yml", "web/mise.toml"];
+    let planted = [".tool-versions", "web/Taskfile.yml"];
     let s = Scratch::new();
     // Control: planted directly, every file is there.
     let control = s.tree("control", &repo);
@@ -1282,7 +1282,7 @@ echo planted
         &work,
         PAYLOAD,
         &[],
-        "\n[worker.commit]\nrefuse = [\".yarnrc.yml\", \"**/mise.toml\"]\n",
+        "\n[worker.commit]\nrefuse = [\".tool-versions\", \"**/Taskfile.yml\"]\n",
     );
     run.assert_planted();
     for p in planted {

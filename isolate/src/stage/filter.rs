@@ -129,6 +129,11 @@ const RULES: &[BuiltinRule] = &[
         why: "editors, IDEs, agents, direnv and pre-commit run tasks, hooks and MCP servers named there",
     },
     BuiltinRule {
+        rule: "build_config",
+        paths: "`.cargo/config`, `.cargo/config.toml`, `.npmrc`, `.yarnrc`, `.yarnrc.yml`, `.pnpmfile.cjs`, `mise.toml`, `.mise.toml`, `mise.local.toml`, `.mise.local.toml`, `.mise/**`, `.config/mise/**`",
+        why: "cargo (`runner`, `rustc-wrapper`), npm (`script-shell`), yarn (`yarnPath`), pnpm (its hooks file) and mise (hooks on `cd`) run the helpers these name on any invocation, before any of the project's own build code",
+    },
+    BuiltinRule {
         rule: "setuid",
         paths: "a setuid bit on anything, a setgid bit on anything but a directory",
         why: "a set-id file runs with its owner's or group's rights once on the host",
@@ -238,6 +243,18 @@ const NAMES: &[(&str, &[&str])] = &[
     ("tool_config", &[".envrc"]),
     ("tool_config", &[".direnv"]),
     ("tool_config", &[".pre-commit-config.yaml"]),
+    ("build_config", &[".cargo", "config"]),
+    ("build_config", &[".cargo", "config.toml"]),
+    ("build_config", &[".npmrc"]),
+    ("build_config", &[".yarnrc"]),
+    ("build_config", &[".yarnrc.yml"]),
+    ("build_config", &[".pnpmfile.cjs"]),
+    ("build_config", &["mise.toml"]),
+    ("build_config", &[".mise.toml"]),
+    ("build_config", &["mise.local.toml"]),
+    ("build_config", &[".mise.local.toml"]),
+    ("build_config", &[".mise"]),
+    ("build_config", &[".config", "mise"]),
 ];
 
 /// Entries of a `.git` directory that may be committed with everything

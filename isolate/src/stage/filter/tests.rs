@@ -279,7 +279,7 @@ fn shell_startup_files_at_any_depth() {
         "docs/profile.md",
         ".config/foo/bar",
         ".local/share/x",
-        ".cargo/config.toml",
+        ".cargo/registry/x",
         "bin/tool",
     ] {
         commits(file(p));
@@ -360,6 +360,37 @@ fn editor_ide_and_agent_configs() {
         "AGENTS.md",
         "docs/mcp.json",
         "envrc",
+    ] {
+        commits(file(p));
+    }
+}
+
+#[test]
+fn build_tool_configs_that_run_helpers_on_any_invocation() {
+    for p in [
+        ".cargo/config.toml",
+        ".cargo/config",
+        "crates/x/.cargo/config.toml",
+        ".npmrc",
+        "web/.npmrc",
+        ".yarnrc",
+        ".yarnrc.yml",
+        ".pnpmfile.cjs",
+        "mise.toml",
+        ".mise.toml",
+        "mise.local.toml",
+        ".mise/tasks/x",
+        ".config/mise/config.toml",
+    ] {
+        refused(file(p), "build_config");
+    }
+    for p in [
+        ".cargo/registry-notes.md",
+        "Cargo.toml",
+        "package.json",
+        "docs/npmrc.md",
+        "yarnrc.yml",
+        "src/mise.rs",
     ] {
         commits(file(p));
     }
