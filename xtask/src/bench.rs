@@ -17,6 +17,7 @@ mod journal;
 mod proxy;
 mod report;
 mod spawn;
+mod staging;
 mod stats;
 mod svg;
 mod sys;
@@ -31,7 +32,7 @@ use self::crates::CrateBenches;
 use self::stats::{GoalCheck, Row};
 
 /// The suites, in the order they run and appear on the page.
-pub(crate) const SUITES: &[&str] = &["spawn", "proxy", "journal", "check"];
+pub(crate) const SUITES: &[&str] = &["spawn", "proxy", "journal", "check", "staging"];
 
 /// The peers the harness looks for, and what each is for.
 pub(crate) const PEERS: &[(&str, &str, &str)] = &[
@@ -143,7 +144,7 @@ impl SuiteResult {
 }
 
 const USAGE: &str = "usage: cargo xtask bench [--quick] [--runs N] [--debug] [SUITE…] \
-                     | bench --render (suites: spawn proxy journal check)";
+                     | bench --render (suites: spawn proxy journal check staging)";
 
 /// Entry point of `cargo xtask bench`.
 pub(crate) fn bench(args: &[String]) -> Result<(), String> {
@@ -225,6 +226,7 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
             "spawn" => spawn::run(&ctx),
             "proxy" => proxy::run(&ctx),
             "journal" => journal::run(&ctx),
+            "staging" => staging::run(&ctx),
             _ => check::run(&ctx),
         };
         match res {
