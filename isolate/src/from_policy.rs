@@ -26,12 +26,14 @@ use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use palisade_schema::host_policy::{
-    CustomProfile, HostPolicy, ProfileLimits, ProfileNetwork, Worker, WorkerEnv, WorkerLimits,
+    CustomProfile, HostPolicy, ProfileLimits, ProfileNetwork, Worker, WorkerCommit, WorkerEnv,
+    WorkerLimits, Writes,
 };
 
 use crate::error::SandboxError;
 use crate::profile::{Limit, NetworkMode, Profile};
 use crate::spawn::Sandbox;
+use crate::stage::{CommitFilter, FilterError};
 
 /// Why [`Profile::resolve`] refused a profile name of the host policy.
 ///
@@ -195,6 +197,15 @@ pub enum WorkerError {
         /// The refusal of [`Profile::limit`] or [`Profile::limit_wall`].
         source: SandboxError,
     },
+    /// A `worker.commit.refuse` pattern the commit filter cannot use.
+    #[error("worker.commit.refuse: {0}")]
+    CommitPattern(#[source] FilterError),
+    /// `worker.writes = "direct"`: this build has no staged-writes layer to
+    /// turn off, so it cannot honour the choice as the weaker mode it is.
+    #[error(
+        "worker.writes = \"direct\": this build of the sandbox cannot switch staged writes off yet; remove the key (direct binds are what it does today)"
+    )]
+    DirectWritesUnsupported,
 }
 
 impl WorkerError {
@@ -209,6 +220,8 @@ impl WorkerError {
             WorkerError::InvalidPath { .. } => "invalid_path",
             WorkerError::InvalidEnvName(_) => "invalid_name",
             WorkerError::MemoryNotEnforced(_) => "memory_not_enforced",
+            WorkerError::CommitPattern(_) => "invalid_glob",
+            WorkerError::DirectWritesUnsupported => "writes_unsupported",
             WorkerError::EnvPass { .. } | WorkerError::LimitRaised { .. } => "profile_weakened",
         }
     }
@@ -231,6 +244,41 @@ fn plain_absolute(path: &Path) -> bool {
             .to_string_lossy()
             .split('/')
             .any(|s| s == "." || s == "..")
+}
+
+impl CommitFilter {
+    /// The built-in filter plus `[worker.commit]`'s `refuse` patterns: the
+    /// filter `palisade commit` judges a kept stage with, as
+    /// [`Sandbox::apply_worker`] sets it for a run.
+    ///
+    /// ```
+    /// use palisade_isolate::stage::CommitFilter;
+    /// let policy = palisade_schema::host_policy::parse(
+    ///     "palisade.toml",
+    ///     "[worker.commit]\nrefuse = [\"deploy/**\"]\n",
+    /// )?
+    /// .into_value();
+    /// let filter = CommitFilter::from_worker(&policy.worker)?;
+    /// assert_eq!(filter.patterns(), ["deploy/**"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_worker(w: &Worker) -> Result<CommitFilter, WorkerError> {
+        let mut f = CommitFilter::new();
+        f.extend_from_worker(w)?;
+        Ok(f)
+    }
+
+    /// Add `[worker.commit]`'s patterns; on an error `self` is unchanged.
+    fn extend_from_worker(&mut self, w: &Worker) -> Result<(), WorkerError> {
+        let WorkerCommit { refuse } = &w.commit;
+        let mut next = self.clone();
+        for glob in refuse {
+            next.refuse(glob.as_str())
+                .map_err(WorkerError::CommitPattern)?;
+        }
+        *self = next;
+        Ok(())
+    }
 }
 
 impl Profile {
@@ -479,6 +527,8 @@ impl Sandbox {
                     wall,
                     file_size,
                 },
+            writes,
+            commit: WorkerCommit { refuse: _ },
         } = w;
         // `profile` and `custom_profile`: the sandbox runs the profile they name.
         let named = custom_profile
@@ -509,6 +559,15 @@ impl Sandbox {
         if let Some(m) = *memory {
             return Err(WorkerError::MemoryNotEnforced(m));
         }
+        // `writes`: staged is the sandbox's own default.
+        match writes {
+            Writes::Staged => {}
+            Writes::Direct => return Err(WorkerError::DirectWritesUnsupported),
+        }
+        // `commit.refuse`: added to the sandbox's filter (the built-in list
+        // and whatever was added before stay).
+        let mut filter = self.commit_filter().clone();
+        filter.extend_from_worker(w)?;
         // Every fallible change is made on a copy, kept only when all pass.
         let mut p = self.profile.clone();
         for path in writable {
@@ -544,6 +603,7 @@ impl Sandbox {
                 })?;
         }
         self.profile = p;
+        *self.commit_filter_mut() = filter;
         // The working directory: `palisade run` leaves it to the policy when
         // the policy sets one (and refuses a different --cwd).
         if let Some(c) = cwd {

@@ -25,6 +25,12 @@ pub enum Layer {
     IpcNamespace,
     /// A UTS namespace (own hostname).
     UtsNamespace,
+    /// Staged writes: each writable root is an overlay whose upper layer is
+    /// the session's stage directory, so nothing the worker writes reaches
+    /// the host tree before a filtered commit. Switching it off
+    /// ([`crate::Sandbox::dangerous`]) is "direct writes": the roots are
+    /// bound read-write, with placeholders for absent protected names.
+    StagedWrites,
     /// Landlock filesystem, TCP and scope rules.
     Landlock,
     /// The seccomp deny list.
@@ -42,13 +48,14 @@ pub enum Layer {
 
 impl Layer {
     /// Every layer, in enforcement order.
-    pub const ALL: [Layer; 12] = [
+    pub const ALL: [Layer; 13] = [
         Layer::UserNamespace,
         Layer::MountNamespace,
         Layer::PidNamespace,
         Layer::NetworkNamespace,
         Layer::IpcNamespace,
         Layer::UtsNamespace,
+        Layer::StagedWrites,
         Layer::Rlimits,
         Layer::Cgroups,
         Layer::Capabilities,
@@ -66,6 +73,7 @@ impl Layer {
             Layer::NetworkNamespace => "net_ns",
             Layer::IpcNamespace => "ipc_ns",
             Layer::UtsNamespace => "uts_ns",
+            Layer::StagedWrites => "staged_writes",
             Layer::Landlock => "landlock",
             Layer::Seccomp => "seccomp",
             Layer::Capabilities => "capabilities",
@@ -83,6 +91,7 @@ impl Layer {
     /// Whether an explicit `dangerous()` downgrade may switch this layer
     /// off. The mount and PID namespaces, capabilities, `no_new_privs` and
     /// rlimits are structural: the rest of the sandbox depends on them.
+    /// Switching off [`Layer::StagedWrites`] means direct writes.
     pub fn downgradable(self) -> bool {
         matches!(
             self,
@@ -91,6 +100,7 @@ impl Layer {
                 | Layer::NetworkNamespace
                 | Layer::IpcNamespace
                 | Layer::UtsNamespace
+                | Layer::StagedWrites
                 | Layer::Cgroups
         )
     }
@@ -314,6 +324,57 @@ fn seccomp_status() -> LayerStatus {
     }
 }
 
+/// Whether `release` (`uname -r`, e.g. `6.8.0-45-generic`) is at least
+/// `major.minor`; `None` when it does not start with two numbers.
+fn kernel_at_least(release: &str, major: u32, minor: u32) -> Option<bool> {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let ma: u32 = parts.next()?.parse().ok()?;
+    let mi: u32 = parts.next()?.parse().ok()?;
+    Some((ma, mi) >= (major, minor))
+}
+
+/// Staged writes need overlayfs (`/proc/filesystems`), mountable in a user
+/// namespace (kernel 5.11 or later), and user namespaces themselves. The
+/// probe is cheap: a real mount failure at setup still fails closed, naming
+/// the layer.
+fn staged_writes_status(
+    release: &str,
+    filesystems: Option<&str>,
+    userns: &LayerStatus,
+) -> LayerStatus {
+    if !userns.is_active() {
+        return LayerStatus::Unavailable {
+            detail: format!("needs user namespaces ({})", userns.detail()),
+        };
+    }
+    let Some(filesystems) = filesystems else {
+        return LayerStatus::Unavailable {
+            detail: String::from("/proc/filesystems unreadable"),
+        };
+    };
+    let overlay = filesystems
+        .lines()
+        .any(|l| l.split_whitespace().last() == Some("overlay"));
+    if !overlay {
+        return LayerStatus::Unavailable {
+            detail: String::from(
+                "no overlay in /proc/filesystems (overlayfs not built or not loaded)",
+            ),
+        };
+    }
+    match kernel_at_least(release, 5, 11) {
+        Some(true) => LayerStatus::Active {
+            detail: format!("overlayfs in user namespaces (kernel {release})"),
+        },
+        Some(false) => LayerStatus::Unavailable {
+            detail: format!("kernel {release}: overlayfs in a user namespace needs 5.11"),
+        },
+        None => LayerStatus::Unavailable {
+            detail: format!("kernel release `{release}` unreadable, 5.11 required"),
+        },
+    }
+}
+
 fn cgroup_status() -> LayerStatus {
     match read_trim("/sys/fs/cgroup/cgroup.controllers") {
         Some(c)
@@ -350,8 +411,11 @@ pub fn probe() -> ProbeReport {
     let (kernel_release, arch) = uname();
     let uid = nix::unistd::getuid().as_raw();
     let (landlock_abi, landlock) = landlock_status();
+    let userns = userns_status(uid);
+    let filesystems = std::fs::read_to_string("/proc/filesystems").ok();
+    let staged = staged_writes_status(&kernel_release, filesystems.as_deref(), &userns);
     let layers = vec![
-        (Layer::UserNamespace, userns_status(uid)),
+        (Layer::UserNamespace, userns),
         (
             Layer::MountNamespace,
             ns_status("mnt", "max_mnt_namespaces"),
@@ -363,6 +427,7 @@ pub fn probe() -> ProbeReport {
         ),
         (Layer::IpcNamespace, ns_status("ipc", "max_ipc_namespaces")),
         (Layer::UtsNamespace, ns_status("uts", "max_uts_namespaces")),
+        (Layer::StagedWrites, staged),
         (
             Layer::Rlimits,
             LayerStatus::Active {
@@ -446,4 +511,49 @@ pub fn probe_thorough() -> ProbeReport {
         }
     }
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WITH_OVERLAY: &str = "nodev\tsysfs\nnodev\ttmpfs\n\text4\nnodev\toverlay\n";
+    const WITHOUT_OVERLAY: &str = "nodev\tsysfs\nnodev\ttmpfs\n\text4\n";
+
+    fn userns() -> LayerStatus {
+        LayerStatus::Active {
+            detail: String::from("max_user_namespaces=1"),
+        }
+    }
+
+    #[test]
+    fn staged_writes_needs_overlay_a_recent_kernel_and_user_namespaces() {
+        // Positive control: everything present.
+        assert!(
+            staged_writes_status("6.8.0-45-generic", Some(WITH_OVERLAY), &userns()).is_active()
+        );
+        assert!(staged_writes_status("5.11.0", Some(WITH_OVERLAY), &userns()).is_active());
+        let no_overlay = staged_writes_status("6.8.0", Some(WITHOUT_OVERLAY), &userns());
+        assert!(!no_overlay.is_active());
+        assert!(no_overlay.detail().contains("overlay"), "{no_overlay:?}");
+        let old = staged_writes_status("5.10.200", Some(WITH_OVERLAY), &userns());
+        assert!(!old.is_active());
+        assert!(old.detail().contains("5.11"), "{old:?}");
+        let odd = staged_writes_status("weird", Some(WITH_OVERLAY), &userns());
+        assert!(!odd.is_active());
+        let no_userns = LayerStatus::Unavailable {
+            detail: String::from("/proc/sys/user/max_user_namespaces is 0"),
+        };
+        let s = staged_writes_status("6.8.0", Some(WITH_OVERLAY), &no_userns);
+        assert!(!s.is_active());
+        assert!(s.detail().contains("max_user_namespaces"), "{s:?}");
+        assert!(!staged_writes_status("6.8.0", None, &userns()).is_active());
+    }
+
+    #[test]
+    fn staged_writes_is_named_and_downgradable() {
+        assert_eq!(Layer::from_name("staged_writes"), Some(Layer::StagedWrites));
+        assert!(Layer::StagedWrites.downgradable());
+        assert!(Layer::ALL.contains(&Layer::StagedWrites));
+    }
 }

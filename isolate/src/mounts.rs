@@ -134,6 +134,89 @@ fn bind(source: &Path, target: &Path, read_only: bool) -> MountResult {
         .map_err(|err| (err, format!("mount_setattr {}", target.display())))
 }
 
+/// The prefix of a failed overlay mount's detail: the launcher reports it
+/// as the [`crate::Layer::StagedWrites`] layer unavailable, never as a
+/// generic mount-plan error (and never falls back to a bind).
+pub(crate) const STAGED_PREFIX: &str = "staged_writes: ";
+
+/// The overlay options of a staged root, besides the layers. Chosen so the
+/// upper layer stays plain for the change-set scanner: a whiteout is a 0/0
+/// character device, an opaque directory carries `user.overlay.opaque`,
+/// and nothing else is special.
+/// - `userxattr`: the mount is made inside the sandbox's user namespace,
+///   where only `user.overlay.*` xattrs can be written.
+/// - `redirect_dir=nofollow`: no redirect xattrs are created (renaming a
+///   directory of the lower layer fails with `EXDEV`, and `mv` copies),
+///   and none left in an upper is followed.
+/// - `metacopy=off`: a copy-up copies the data too, so every file in the
+///   upper is complete (no metadata-only files pointing at the lower).
+/// - `index=off`, `nfs_export=off`: no index directory, no origin
+///   tracking the scanner would have to understand.
+/// - `xino=off`: inode numbers are the layers' own.
+const OVERLAY_OPTIONS: &[(&str, &str)] = &[
+    ("redirect_dir", "nofollow"),
+    ("metacopy", "off"),
+    ("index", "off"),
+    ("nfs_export", "off"),
+    ("xino", "off"),
+];
+
+/// Mount a staged root: an overlayfs over the host directory `lower`
+/// (read-only to the overlay) with the stage's `upper` and `work`, at
+/// `target`, nosuid and nodev. Through the new mount API (`lowerdir+`,
+/// Linux 6.8), so the paths need no escaping; a kernel without it is an
+/// error naming the layer, as is any other failure.
+fn overlay(lower: &Path, upper: &Path, work: &Path, target: &Path) -> MountResult {
+    let fail = |what: String| move |errno: i32| (errno, format!("{STAGED_PREFIX}{what}"));
+    let fs = sys::fsopen(c"overlay").map_err(fail(String::from(
+        "fsopen(\"overlay\") (the new mount API and overlayfs are needed)",
+    )))?;
+    let with_log = |what: String| {
+        let fs = &fs;
+        move |errno: i32| {
+            let log = sys::fs_context_log(fs);
+            let log = if log.is_empty() {
+                String::new()
+            } else {
+                format!(" [{log}]")
+            };
+            (errno, format!("{STAGED_PREFIX}{what}{log}"))
+        }
+    };
+    for (key, path) in [("lowerdir+", lower), ("upperdir", upper), ("workdir", work)] {
+        let k = CString::new(key).map_err(|_| (libc::EINVAL, String::from("option")))?;
+        let v = cstr(path)?;
+        sys::fsconfig_string(&fs, &k, &v).map_err(with_log(format!(
+            "overlay {key}={}{}",
+            path.display(),
+            if key == "lowerdir+" {
+                " (lowerdir+ needs Linux 6.8)"
+            } else {
+                ""
+            }
+        )))?;
+    }
+    sys::fsconfig_flag(&fs, c"userxattr").map_err(with_log(String::from("overlay userxattr")))?;
+    for (key, value) in OVERLAY_OPTIONS {
+        let k = CString::new(*key).map_err(|_| (libc::EINVAL, String::from("option")))?;
+        let v = CString::new(*value).map_err(|_| (libc::EINVAL, String::from("option")))?;
+        sys::fsconfig_string(&fs, &k, &v).map_err(with_log(format!("overlay {key}={value}")))?;
+    }
+    sys::fsconfig_create(&fs).map_err(with_log(format!(
+        "create the overlay of {}",
+        lower.display()
+    )))?;
+    let mnt = sys::fsmount(&fs, libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV).map_err(
+        with_log(format!("fsmount the overlay of {}", lower.display())),
+    )?;
+    ensure_mountpoint(target, true)?;
+    let t = cstr(target)?;
+    sys::move_mount_to(&mnt, &t).map_err(fail(format!(
+        "move the overlay of {} into place",
+        lower.display()
+    )))
+}
+
 fn remount_ro(target: &Path, extra: MsFlags) -> MountResult {
     mount(
         None::<&str>,
@@ -329,6 +412,9 @@ pub(crate) fn apply(plan: &MountPlan, uid: u32, gid: u32) -> MountResult {
             }
             MountOp::BindReadOnly { source, path } => bind(&host(source), &inside(path), true)?,
             MountOp::BindWritable { path } => bind(&host(path), &inside(path), false)?,
+            MountOp::Overlay { path, upper, work } => {
+                overlay(&host(path), &host(upper), &host(work), &inside(path))?
+            }
             MountOp::MaskDir { path } => {
                 let t = inside(path);
                 ensure_mountpoint(&t, true)?;

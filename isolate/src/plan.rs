@@ -46,10 +46,22 @@ pub enum MountOp {
         /// Target inside.
         path: PathBuf,
     },
-    /// A recursive read-write bind (a writable root).
+    /// A recursive read-write bind (a writable root, under direct writes).
     BindWritable {
         /// The path, same inside and out.
         path: PathBuf,
+    },
+    /// A staged writable root: an overlayfs over the host directory (its
+    /// read-only lower layer) whose upper layer and work directory are the
+    /// stage's, so the worker's writes land in the stage, never in the host
+    /// tree. Mounted inside the sandbox's user namespace (`userxattr`).
+    Overlay {
+        /// The root, same inside and out (the lower layer).
+        path: PathBuf,
+        /// The host path of the upper layer.
+        upper: PathBuf,
+        /// The host path of the overlay work directory.
+        work: PathBuf,
     },
     /// An empty read-only tmpfs over a directory.
     MaskDir {
@@ -96,6 +108,12 @@ impl MountOp {
                 format!("ro {} <- {}", path.display(), source.display())
             }
             MountOp::BindWritable { path } => format!("rw {}", path.display()),
+            MountOp::Overlay { path, upper, work } => format!(
+                "overlay {} upper={} work={}",
+                path.display(),
+                upper.display(),
+                work.display()
+            ),
             MountOp::MaskDir { path } => format!("mask-dir {}", path.display()),
             MountOp::MaskFile { path } => format!("mask-file {}", path.display()),
             MountOp::Tmp { size } => format!("tmp size={size}"),
@@ -559,6 +577,39 @@ pub(crate) struct PlanInput {
     pub(crate) walk_cache: Option<PathBuf>,
     /// The directory of the placeholder records ([`crate::placeholder_log`]).
     pub(crate) placeholder_records: Option<PathBuf>,
+    /// Staged writes: the stage base (masked inside) and, for each root of
+    /// [`writable_roots`] in order, its upper layer and work directory.
+    /// `None` is direct writes.
+    pub(crate) staged: Option<Staged>,
+}
+
+/// The stage of a staged launch, as the plan needs it.
+#[derive(Debug, Default)]
+pub(crate) struct Staged {
+    /// The stage base directory (canonical): hidden inside the sandbox so
+    /// the worker reads no stage, its own or another session's.
+    pub(crate) base: PathBuf,
+    /// `(upper, work)` per writable root, in [`writable_roots`] order.
+    pub(crate) layers: Vec<(PathBuf, PathBuf)>,
+}
+
+/// The writable roots of a profile, canonical, deduplicated, in order: the
+/// plan's [`MountPlan::writable`], and the roots a stage is created for.
+pub(crate) fn writable_roots(profile: &Profile) -> Result<Vec<PathBuf>, SandboxError> {
+    let mut writable = Vec::new();
+    for w in &profile.writable {
+        let c = canonical(w)?;
+        if c == Path::new("/") {
+            return Err(SandboxError::InvalidPath {
+                path: w.clone(),
+                reason: String::from("the root cannot be writable"),
+            });
+        }
+        if !writable.contains(&c) {
+            writable.push(c);
+        }
+    }
+    Ok(writable)
 }
 
 /// Host-side work of a launch that does not change the mount plan: run by
@@ -744,7 +795,6 @@ pub(crate) fn build(
 ) -> Result<(MountPlan, Deferred), SandboxError> {
     let mut ops = Vec::new();
     let mut read_paths = Vec::new();
-    let mut writable = Vec::new();
     // A protected name is joined to each writable root, and a placeholder is
     // made there when it is absent: an absolute name or one with `..` would
     // have the launcher create files outside the roots.
@@ -763,17 +813,19 @@ pub(crate) fn build(
             });
         }
     }
-    for w in &profile.writable {
-        let c = canonical(w)?;
-        if c == Path::new("/") {
-            return Err(SandboxError::InvalidPath {
-                path: w.clone(),
-                reason: String::from("the root cannot be writable"),
-            });
-        }
-        if !writable.contains(&c) {
-            writable.push(c);
-        }
+    let writable = writable_roots(profile)?;
+    let staged = input.staged.as_ref();
+    if let Some(st) = staged
+        && st.layers.len() != writable.len()
+    {
+        return Err(SandboxError::InvalidPath {
+            path: st.base.clone(),
+            reason: format!(
+                "the stage has {} roots, the profile {} writable roots",
+                st.layers.len(),
+                writable.len()
+            ),
+        });
     }
     let mut masks: Vec<PathBuf> = Vec::new();
     match profile.root {
@@ -898,10 +950,41 @@ pub(crate) fn build(
         });
         read_paths.push(c);
     }
-    for w in &writable {
-        ops.push(MountOp::BindWritable { path: w.clone() });
+    match staged {
+        Some(st) => {
+            for (w, (upper, work)) in writable.iter().zip(&st.layers) {
+                ops.push(MountOp::Overlay {
+                    path: w.clone(),
+                    upper: upper.clone(),
+                    work: work.clone(),
+                });
+            }
+        }
+        None => {
+            for w in &writable {
+                ops.push(MountOp::BindWritable { path: w.clone() });
+            }
+        }
     }
     ops.extend(secrets_late.iter().filter_map(|p| secret_mask(p)));
+    // The stage base, after every bind that could show it (an explicit
+    // read path over it): the worker reads no stage.
+    if let Some(st) = staged {
+        // The view's /tmp, /dev and /proc are its own; elsewhere the base
+        // shows under the host root, or under a bound read path.
+        let private = ["/tmp", "/dev", "/proc"]
+            .iter()
+            .any(|p| st.base.starts_with(p));
+        let shown = !private
+            && (profile.root == RootView::HostReadOnly
+                || read_paths.iter().any(|r| st.base.starts_with(r)));
+        if shown {
+            ops.push(MountOp::MaskDir {
+                path: st.base.clone(),
+            });
+            masks.push(st.base.clone());
+        }
+    }
     masks.extend(secrets_early);
     masks.extend(secrets_late);
 
@@ -946,6 +1029,9 @@ pub(crate) fn build(
                 Some(is_link) => {
                     looked.insert(p.clone(), is_link);
                 }
+                // Staged: no placeholder, nothing to bind; the commit
+                // filter handles an absent protected name.
+                None if staged.is_some() => continue,
                 None if (root.is_dir() && !name.contains('/')) || placeholder_parent_ok(&p) => {
                     placeholders.push(p.clone());
                     to_create.push((p.clone(), name == ".palisade"));
@@ -981,9 +1067,14 @@ pub(crate) fn build(
             .filter(|n| n.starts_with(".git/"))
         {
             let p = repo.join(name);
-            if std::fs::symlink_metadata(&p).is_err() && placeholder_parent_ok(&p) {
-                placeholders.push(p.clone());
-                to_create.push((p.clone(), name.ends_with("hooks")));
+            if std::fs::symlink_metadata(&p).is_err() {
+                if staged.is_some() {
+                    continue;
+                }
+                if placeholder_parent_ok(&p) {
+                    placeholders.push(p.clone());
+                    to_create.push((p.clone(), name.ends_with("hooks")));
+                }
             }
             protect.insert(p);
         }

@@ -27,6 +27,7 @@ use crate::exit::{Exit, Signal};
 use crate::layer::{Layer, LayerStatus, ProbeReport, probe};
 use crate::plan::{self, MountPlan, PlanInput};
 use crate::profile::{DEFAULT_PATH, NetworkMode, Profile};
+use crate::stage::Stage;
 use crate::{init, landlock_rules, seccomp, sys};
 
 /// The uid/gid the worker runs as when the launcher is root.
@@ -174,9 +175,14 @@ pub struct Sandbox {
     walk_cache: Option<PathBuf>,
     placeholder_records: Option<PathBuf>,
     root_worker: bool,
+    /// Where the stage of a staged launch is created: the base directory
+    /// and the session name ([`Sandbox::stage_in`]).
+    stage_in: Option<(PathBuf, String)>,
     /// A probe taken by [`Sandbox::reuse_probe`], shared by clones; `None`
     /// probes afresh on every launch.
     probed: Option<std::sync::Arc<ProbeReport>>,
+    /// The filter the stage's changes pass before they reach the host.
+    commit_filter: crate::stage::CommitFilter,
 }
 
 /// The explicit, named downgrade door: see [`Sandbox::dangerous`].
@@ -275,6 +281,9 @@ pub struct SandboxChild {
     /// (`pty.rs`), when one of fds 0–2 was a terminal; dropped (terminal
     /// restored) once the status is known.
     terminal: Option<crate::pty::Relay>,
+    /// The stage of a staged launch. Never removed here: dropping the
+    /// child leaves it on disk for the embedder to commit or remove.
+    stage: Option<Stage>,
 }
 
 impl AsFd for SandboxChild {
@@ -295,6 +304,20 @@ impl SandboxChild {
     /// What was enforced.
     pub fn report(&self) -> &LaunchReport {
         &self.report
+    }
+
+    /// The stage of a staged launch (`None` under direct writes or without
+    /// writable roots). Its upper layers are the worker's writes; commit
+    /// them once the worker has ended.
+    pub fn stage(&self) -> Option<&Stage> {
+        self.stage.as_ref()
+    }
+
+    /// Take the stage out of the handle (e.g. before [`SandboxChild::wait`],
+    /// which consumes it). Dropping the handle never removes the stage
+    /// either way.
+    pub fn take_stage(&mut self) -> Option<Stage> {
+        self.stage.take()
     }
 
     /// The writing end of the worker's standard input, when it was
@@ -585,7 +608,9 @@ impl Sandbox {
             walk_cache: None,
             placeholder_records: None,
             root_worker: false,
+            stage_in: None,
             probed: None,
+            commit_filter: crate::stage::CommitFilter::new(),
         }
     }
 
@@ -618,6 +643,19 @@ impl Sandbox {
     /// The profile.
     pub fn profile(&self) -> &Profile {
         &self.profile
+    }
+
+    /// The commit filter for this sandbox's staged writes: the built-in
+    /// list plus what [`Sandbox::apply_worker`] added from
+    /// `[worker.commit]`.
+    pub fn commit_filter(&self) -> &crate::stage::CommitFilter {
+        &self.commit_filter
+    }
+
+    /// The commit filter, to add refusals to (a filter only grows: it has
+    /// no way to remove one).
+    pub fn commit_filter_mut(&mut self) -> &mut crate::stage::CommitFilter {
+        &mut self.commit_filter
     }
 
     /// The working directory set with [`Sandbox::cwd`], if any.
@@ -719,6 +757,15 @@ impl Sandbox {
         self
     }
 
+    /// Create the stage of each launch as `<base>/<session>` (see
+    /// [`crate::stage::Stage::create`]): with [`Layer::StagedWrites`] on and
+    /// writable roots, a launch without it is refused. `base` must lie
+    /// outside every writable root; the worker cannot see it.
+    pub fn stage_in(&mut self, base: impl Into<PathBuf>, session: impl Into<String>) -> &mut Self {
+        self.stage_in = Some((base.into(), session.into()));
+        self
+    }
+
     /// Choose the worker's identity.
     pub fn identity(&mut self, identity: WorkerIdentity) -> &mut Self {
         self.identity = Some(identity);
@@ -788,6 +835,8 @@ impl Sandbox {
         for (layer, status) in report.layers {
             let required = match layer {
                 Layer::Cgroups => self.profile.require_cgroups,
+                // Only a launch with writable roots stages anything.
+                Layer::StagedWrites => !self.profile.writable.is_empty(),
                 _ => true,
             };
             if self.disabled.contains(&layer) {
@@ -899,12 +948,90 @@ impl Sandbox {
         if let Some(dir) = &self.placeholder_records {
             let _ = crate::placeholder_log::clean_stale(dir);
         }
+        self.profile.check_masks()?;
+        // Staged writes: the stage is created now, before anything of the
+        // sandbox exists, and removed again if the launch fails.
+        let stage = self.create_stage(uid, gid)?;
+        let launched = self.spawn_with(
+            command,
+            &argv,
+            stage.as_ref(),
+            (uid, gid),
+            layers,
+            landlock_abi,
+            [stdin, stdout, stderr],
+            terminal,
+        );
+        match launched {
+            Ok(mut child) => {
+                child.stage = stage;
+                Ok(child)
+            }
+            Err(e) => {
+                if let Some(st) = stage {
+                    let _ = st.remove();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The stage of a staged launch: `None` under direct writes
+    /// ([`Layer::StagedWrites`] disabled) or without writable roots; an
+    /// error naming the layer when it cannot be created.
+    fn create_stage(&self, uid: u32, gid: u32) -> Result<Option<Stage>, SandboxError> {
+        if self.disabled.contains(&Layer::StagedWrites) {
+            return Ok(None);
+        }
+        let roots = plan::writable_roots(&self.profile)?;
+        if roots.is_empty() {
+            return Ok(None);
+        }
+        let Some((base, session)) = &self.stage_in else {
+            return Err(SandboxError::LayerUnavailable {
+                layer: Layer::StagedWrites,
+                detail: String::from(
+                    "no stage directory: the sandbox has writable roots but Sandbox::stage_in was not called (palisade run: --stage-dir; or direct writes through dangerous().disable(staged_writes))",
+                ),
+            });
+        };
+        Stage::create(base, session, &roots, (uid, gid))
+            .map(Some)
+            .map_err(|e| SandboxError::LayerUnavailable {
+                layer: Layer::StagedWrites,
+                detail: e.to_string(),
+            })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn spawn_with(
+        &self,
+        command: Command,
+        argv: &[CString],
+        stage: Option<&Stage>,
+        (uid, gid): (u32, u32),
+        layers: Vec<(Layer, LayerStatus)>,
+        landlock_abi: u32,
+        [stdin, stdout, stderr]: [Option<std::fs::File>; 3],
+        terminal: Option<crate::pty::Prepared>,
+    ) -> Result<SandboxChild, SandboxError> {
+        let staged = match stage {
+            None => None,
+            Some(st) => Some(plan::Staged {
+                base: st.dir().parent().map(Path::to_path_buf).unwrap_or_default(),
+                layers: st
+                    .roots()
+                    .iter()
+                    .map(|r| (r.upper().to_path_buf(), r.work().to_path_buf()))
+                    .collect(),
+            }),
+        };
         let input = PlanInput {
             allowed_sockets: self.bridges.iter().map(|b| b.target.clone()).collect(),
             walk_cache: self.walk_cache.clone(),
             placeholder_records: self.placeholder_records.clone(),
+            staged,
         };
-        self.profile.check_masks()?;
         let (plan, deferred) = plan::build(&self.profile, &input)?;
         let cwd = match &self.cwd {
             Some(c) => plan::canonical(c)?,
@@ -946,7 +1073,7 @@ impl Sandbox {
             ipc: !self.disabled.contains(&Layer::IpcNamespace),
             uts: !self.disabled.contains(&Layer::UtsNamespace),
             bridges: &self.bridges,
-            argv: &argv,
+            argv,
             envp: &envp,
             cwd: &cwd_c,
             rlimits: self.profile.rlimits,
@@ -990,6 +1117,7 @@ impl Sandbox {
             stdout,
             stderr,
             terminal: None,
+            stage: None,
         };
         // The relay thread starts once the forks are done; should it fail,
         // the dropped child kills the sandbox.
@@ -1346,6 +1474,20 @@ fn decode_failure(buf: &[u8], setup: &ChildSetup<'_>) -> SandboxError {
                 .unwrap_or_default(),
             errno,
         },
+        // A staged root that could not be mounted: the layer is named,
+        // whatever the errno (there is no fallback to a bind).
+        (Some(Step::MountPlan), Some(errno))
+            if detail.starts_with(crate::mounts::STAGED_PREFIX) =>
+        {
+            SandboxError::LayerUnavailable {
+                layer: Layer::StagedWrites,
+                detail: format!(
+                    "{}: {}",
+                    detail.trim_start_matches(crate::mounts::STAGED_PREFIX),
+                    nix::errno::Errno::from_raw(errno).desc()
+                ),
+            }
+        }
         (Some(step), Some(errno)) => {
             if let (Some(layer), true) = (step.layer(), is_unavailable(step, errno)) {
                 SandboxError::LayerUnavailable {

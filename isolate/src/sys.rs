@@ -201,6 +201,126 @@ pub(crate) fn mount_setattr_recursive(path: &CStr, set: u64, clear: u64) -> SysR
     .map(|_| ())
 }
 
+// The new mount API (`fsopen(2)` and friends), declared here so that the
+// crate does not depend on a libc release that exports them.
+const FSOPEN_CLOEXEC: libc::c_uint = 0x1;
+const FSCONFIG_SET_FLAG: libc::c_uint = 0;
+const FSCONFIG_SET_STRING: libc::c_uint = 1;
+const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
+const FSMOUNT_CLOEXEC: libc::c_uint = 0x1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+
+/// `fsopen(2)`: a filesystem context for `fstype`, close-on-exec.
+pub(crate) fn fsopen(fstype: &CStr) -> SysResult<OwnedFd> {
+    // SAFETY: `fstype` is a valid NUL-terminated string the kernel only
+    // reads; the flags are an integer.
+    let fd = check(unsafe { libc::syscall(libc::SYS_fsopen, fstype.as_ptr(), FSOPEN_CLOEXEC) })?;
+    let fd = RawFd::try_from(fd).map_err(|_| libc::EBADF)?;
+    // SAFETY: the kernel returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `fsconfig(2)` `FSCONFIG_SET_STRING`: `key=value` on a filesystem
+/// context. A value is passed as is (no escaping of `,` or `:`).
+pub(crate) fn fsconfig_string(fs: &OwnedFd, key: &CStr, value: &CStr) -> SysResult<()> {
+    // SAFETY: `fs` is an open descriptor; `key` and `value` are valid
+    // NUL-terminated strings the kernel only reads; aux is 0 as required.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            FSCONFIG_SET_STRING,
+            key.as_ptr(),
+            value.as_ptr(),
+            0 as libc::c_int,
+        )
+    })
+    .map(|_| ())
+}
+
+/// `fsconfig(2)` `FSCONFIG_SET_FLAG`: a flag option on a filesystem context.
+pub(crate) fn fsconfig_flag(fs: &OwnedFd, key: &CStr) -> SysResult<()> {
+    // SAFETY: `fs` is an open descriptor; `key` is a valid NUL-terminated
+    // string the kernel only reads; value must be NULL and aux 0.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            FSCONFIG_SET_FLAG,
+            key.as_ptr(),
+            std::ptr::null::<libc::c_char>(),
+            0 as libc::c_int,
+        )
+    })
+    .map(|_| ())
+}
+
+/// `fsconfig(2)` `FSCONFIG_CMD_CREATE`: create the superblock.
+pub(crate) fn fsconfig_create(fs: &OwnedFd) -> SysResult<()> {
+    // SAFETY: `fs` is an open descriptor; key and value must be NULL and
+    // aux 0 for this command.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            fs.as_raw_fd(),
+            FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_void>(),
+            0 as libc::c_int,
+        )
+    })
+    .map(|_| ())
+}
+
+/// The kernel's messages on a filesystem context (what a failed `fsconfig`
+/// said, e.g. `e overlay: ...`), joined by `; `, at most 4 KiB.
+pub(crate) fn fs_context_log(fs: &OwnedFd) -> String {
+    let mut out = String::new();
+    let mut buf = [0u8; 512];
+    for _ in 0..8 {
+        // SAFETY: `buf` is a valid writable buffer of the length passed.
+        let n = unsafe { libc::read(fs.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        let Ok(n) = usize::try_from(n) else { break };
+        if n == 0 {
+            break;
+        }
+        if !out.is_empty() {
+            out.push_str("; ");
+        }
+        out.push_str(&String::from_utf8_lossy(buf.get(..n).unwrap_or_default()));
+    }
+    out
+}
+
+/// `fsmount(2)`: a detached mount of a created context, with mount
+/// attributes `attrs` (`MOUNT_ATTR_*`), close-on-exec.
+pub(crate) fn fsmount(fs: &OwnedFd, attrs: u64) -> SysResult<OwnedFd> {
+    let attrs = libc::c_uint::try_from(attrs).map_err(|_| libc::EINVAL)?;
+    // SAFETY: integer arguments only; `fs` is an open descriptor.
+    let fd =
+        check(unsafe { libc::syscall(libc::SYS_fsmount, fs.as_raw_fd(), FSMOUNT_CLOEXEC, attrs) })?;
+    let fd = RawFd::try_from(fd).map_err(|_| libc::EBADF)?;
+    // SAFETY: the kernel returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `move_mount(2)` of a detached mount onto `target`.
+pub(crate) fn move_mount_to(mnt: &OwnedFd, target: &CStr) -> SysResult<()> {
+    // SAFETY: `mnt` is an open mount descriptor; the empty string and
+    // `target` are valid NUL-terminated strings the kernel only reads.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            mnt.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    })
+    .map(|_| ())
+}
+
 /// Set the securebits of the calling thread.
 pub(crate) fn set_securebits(bits: libc::c_ulong) -> SysResult<()> {
     // SAFETY: prctl with integer arguments only.

@@ -92,9 +92,18 @@ fn probe_dir() -> PathBuf {
     Path::new(PROBE).parent().unwrap().to_owned()
 }
 
+/// Direct writes: the writable roots bound read-write, with placeholders
+/// for absent protected names. The escape suite's run-time attempts are
+/// tested against them (`--writes direct still passes the escape suite`);
+/// staged writes have their own suite (`tests/staged.rs`).
+fn direct(sb: &mut Sandbox) -> &mut Sandbox {
+    sb.dangerous().disable(Layer::StagedWrites).unwrap();
+    sb
+}
+
 fn sandbox(profile: &str, root: &Root) -> Sandbox {
     let mut sb = Sandbox::new(Profile::by_name(profile).unwrap());
-    sb.writable(root.path()).cwd(root.path());
+    direct(&mut sb).writable(root.path()).cwd(root.path());
     // The probe binary must be visible in every profile: `strict` starts
     // from an empty root, and `governed` hides a build tree that lives under
     // the private /tmp or a masked home (as a CI clone may).
@@ -962,7 +971,8 @@ fn g12_socket_walk() {
         p.mask_sockets();
         assert_eq!(p.socket_policy(), SocketPolicy::Mask);
         let mut sb = Sandbox::new(p);
-        sb.writable(root.path())
+        direct(&mut sb)
+            .writable(root.path())
             .cwd(root.path())
             .read_only(probe_dir());
         assert_eq!(
@@ -1005,7 +1015,7 @@ fn g12_socket_walk() {
         )
         .unwrap();
         let mut sb = Sandbox::new(Profile::governed());
-        sb.writable(root2.path()).cwd(root2.path());
+        direct(&mut sb).writable(root2.path()).cwd(root2.path());
         match sb.spawn(Command::new(["/bin/true"])) {
             Err(SandboxError::SocketVisible {
                 path,
@@ -1021,7 +1031,7 @@ fn g12_socket_walk() {
     assert_eq!(code, 0);
     // Control: without the bind mount the same launch succeeds.
     let mut sb = Sandbox::new(Profile::governed());
-    sb.writable(root2.path()).cwd(root2.path());
+    direct(&mut sb).writable(root2.path()).cwd(root2.path());
     assert_eq!(
         sb.spawn(Command::new(["/bin/true"]))
             .unwrap()
@@ -1698,7 +1708,7 @@ fn g16_fresh_session_keyring() {
     // their descriptions there, seccomp or not.
     let own = tempfile::tempdir().unwrap();
     let mut same_uid = Sandbox::new(Profile::by_name("governed").unwrap());
-    same_uid
+    direct(&mut same_uid)
         .writable(own.path())
         .cwd(own.path())
         .read_only(probe_dir())
@@ -1864,7 +1874,8 @@ fn g18_resources() {
         .limit_tmp_size(8 << 20)
         .unwrap();
     let mut sb = Sandbox::new(p);
-    sb.writable(root.path())
+    direct(&mut sb)
+        .writable(root.path())
         .cwd(root.path())
         .read_only(probe_dir());
     let forks: u32 = inside(&sb, &["fork-many", "64"])
@@ -1885,7 +1896,7 @@ fn g18_resources() {
     let mut p = Profile::governed();
     p.limit_wall(Duration::from_secs(2)).unwrap();
     let mut timed = Sandbox::new(p);
-    timed.writable(root.path()).cwd(root.path());
+    direct(&mut timed).writable(root.path()).cwd(root.path());
     let started = std::time::Instant::now();
     let c = timed.spawn(Command::new(["/bin/sleep", "30"])).unwrap();
     let walled = c.wait().unwrap();
@@ -1941,8 +1952,20 @@ fn g19_degradation() {
         return;
     }
     let root = Root::new();
+    // Every layer, staged writes too: each launch stages in its own session.
+    let stages = host_scratch();
+    let session = std::cell::Cell::new(0u32);
+    let staged = || {
+        let mut sb = Sandbox::new(Profile::governed());
+        session.set(session.get() + 1);
+        sb.writable(root.path())
+            .cwd(root.path())
+            .read_only(probe_dir())
+            .stage_in(stages.path(), format!("g19-{}", session.get()));
+        sb
+    };
     // Positive control: all layers present, the launch succeeds.
-    let sb = sandbox("governed", &root);
+    let sb = staged();
     let child = sb.spawn(Command::new(["/bin/true"])).unwrap();
     assert!(child.report().downgraded.is_empty());
     assert_eq!(child.wait().unwrap(), Exit::Exited(0));
@@ -1950,7 +1973,7 @@ fn g19_degradation() {
         if layer == Layer::Cgroups {
             continue;
         }
-        let mut sb = sandbox("governed", &root);
+        let mut sb = staged();
         sb.__simulate_unavailable(layer, "simulated for the test");
         let err = sb.spawn(Command::new(["/bin/true"])).unwrap_err();
         assert_eq!(err.layer(), Some(layer), "{layer}: {err}");

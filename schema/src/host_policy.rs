@@ -167,6 +167,49 @@ pub struct Worker {
     pub env: WorkerEnv,
     /// Resource limits.
     pub limits: WorkerLimits,
+    /// How the writable roots reach the host (`writes`).
+    pub writes: Writes,
+    /// The commit filter's additions (`[worker.commit]`).
+    pub commit: WorkerCommit,
+}
+
+/// `[worker] writes`: how the worker's writes reach the host.
+///
+/// Deliberately not `#[non_exhaustive]`: the sandbox matches it
+/// exhaustively, so a new mode fails to compile there until it is applied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Writes {
+    /// `"staged"`: each writable root is seen through an overlay and its
+    /// changes reach the host only through the commit filter.
+    #[default]
+    Staged,
+    /// `"direct"`: the writable roots are bound as they are (the weaker
+    /// mode, reported as a downgrade).
+    Direct,
+}
+
+impl Writes {
+    /// The name used in the policy file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Staged => "staged",
+            Self::Direct => "direct",
+        }
+    }
+}
+
+/// `[worker.commit]`: what the commit filter refuses on top of its
+/// built-in list (a policy can only add).
+///
+/// Deliberately not `#[non_exhaustive]`: the code that applies it
+/// destructures it field by field, so a key added here fails to compile
+/// there until it is applied, instead of being parsed and silently
+/// ignored. A new field is a breaking change on purpose.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerCommit {
+    /// Globs relative to each writable root; a matching path and
+    /// everything below it is refused (rule `policy_refused`).
+    pub refuse: Vec<PathGlob>,
 }
 
 /// The worker's sandbox profile.
@@ -900,9 +943,47 @@ fn read_worker(
             "masks",
             "env",
             "limits",
+            "writes",
+            "commit",
         ],
     );
     let mut w = Worker::default();
+    if let Some((m, span)) = t.str(cx, "writes") {
+        match m.as_str() {
+            "staged" => w.writes = Writes::Staged,
+            "direct" => w.writes = Writes::Direct,
+            _ => {
+                cx.error(
+                    "invalid_value",
+                    &span,
+                    &t.path.key("writes"),
+                    format!("unknown write mode `{m}`"),
+                )
+                .help("expected one of: staged, direct");
+            }
+        }
+    }
+    if let Some(c) = t.table(cx, "commit") {
+        c.deny_unknown(cx, &["refuse"]);
+        for (text, span, path) in c.str_array(cx, "refuse") {
+            if text.starts_with('/') {
+                cx.error(
+                    "invalid_glob",
+                    &span,
+                    &path,
+                    format!("`{text}`: a commit pattern is relative to each writable root"),
+                )
+                .help("drop the leading `/`; `**/name` refuses `name` at any depth");
+                continue;
+            }
+            match PathGlob::parse(&text) {
+                Ok(g) => w.commit.refuse.push(g),
+                Err(msg) => {
+                    cx.error("invalid_glob", &span, &path, msg);
+                }
+            }
+        }
+    }
     if let Some((p, span)) = t.str(cx, "profile") {
         if let Some(b) = Profile::from_name(&p) {
             w.profile = b;

@@ -32,7 +32,7 @@ mod layout;
 mod scan;
 
 pub use commit::{CommitEvent, CommitReport};
-pub use filter::{CommitFilter, FilterVerdict, Refusal};
+pub use filter::{BuiltinRule, CommitFilter, FilterError, FilterVerdict, Refusal};
 pub use layout::{Stage, StagedRoot, Stamp};
 
 /// What a staged root's upper layer changed, relative to its host root.
