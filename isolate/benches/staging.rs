@@ -443,12 +443,14 @@ struct Arms {
     root: PathBuf,
     env: Vec<(OsString, OsString)>,
     host_home: PathBuf,
+    /// Where the staged arm's stages are made (outside the root).
+    stages: PathBuf,
     direct: Result<Sandbox, String>,
     staged: Result<Sandbox, String>,
 }
 
 /// Runs `w` in `arm` once; ns from spawn to exit.
-fn run_once(arms: &Arms, arm: &str, w: &Workload, _round: usize) -> Result<f64, String> {
+fn run_once(arms: &Arms, arm: &str, w: &Workload, k: usize) -> Result<f64, String> {
     let cwd = arms.root.join(w.cwd);
     let ns = match arm {
         "host" => {
@@ -481,11 +483,34 @@ fn run_once(arms: &Arms, arm: &str, w: &Workload, _round: usize) -> Result<f64, 
         }
         "direct" => {
             let sb = arms.direct.as_ref().map_err(Clone::clone)?;
-            sandbox_once(sb, w, &cwd)?
+            sandbox_once(sb, w, &cwd, None)?.0
         }
         _ => {
             let sb = arms.staged.as_ref().map_err(Clone::clone)?;
-            sandbox_once(sb, w, &cwd)?
+            let session = format!("run-{k}");
+            let (ns, stage) = sandbox_once(sb, w, &cwd, Some((&arms.stages, &session)))?;
+            let stage =
+                stage.ok_or("the staged arm's launch made no stage (it ran with direct writes)")?;
+            // The worker's writes are in the upper layer and nowhere else.
+            let checked = match &w.leaves {
+                Some(rel) => {
+                    let upper = stage.roots()[0].upper().join(rel);
+                    if arms.root.join(rel).exists() {
+                        Err(format!("the staged run wrote {rel} into the host root"))
+                    } else if !upper.exists() {
+                        Err(format!(
+                            "the staged run left no {} in its upper layer",
+                            upper.display()
+                        ))
+                    } else {
+                        Ok(())
+                    }
+                }
+                None => Ok(()),
+            };
+            stage.remove().map_err(|e| format!("Stage::remove: {e}"))?;
+            checked?;
+            ns
         }
     };
     // What the run left in the host root goes, untimed.
@@ -501,9 +526,19 @@ fn run_once(arms: &Arms, arm: &str, w: &Workload, _round: usize) -> Result<f64, 
     Ok(ns)
 }
 
-fn sandbox_once(sb: &Sandbox, w: &Workload, cwd: &Path) -> Result<f64, String> {
+/// One sandboxed run (staged when `stage_in` names a stage base and a
+/// session): ns from spawn to reaped, and the stage it made.
+fn sandbox_once(
+    sb: &Sandbox,
+    w: &Workload,
+    cwd: &Path,
+    stage_in: Option<(&Path, &str)>,
+) -> Result<(f64, Option<Stage>), String> {
     let mut sb = sb.clone();
     sb.cwd(cwd);
+    if let Some((base, session)) = stage_in {
+        sb.stage_in(base, session);
+    }
     if w.without_seccomp {
         sb.dangerous()
             .disable(Layer::Seccomp)
@@ -517,12 +552,16 @@ fn sandbox_once(sb: &Sandbox, w: &Workload, cwd: &Path) -> Result<f64, String> {
             stderr.try_clone().map_err(|e| e.to_string())?,
         )));
     let start = Instant::now();
-    let child = sb.spawn(cmd).map_err(|e| format!("Sandbox::spawn: {e}"))?;
+    let mut child = sb.spawn(cmd).map_err(|e| format!("Sandbox::spawn: {e}"))?;
+    let stage = child.take_stage();
     let code = child.wait().map_err(|e| format!("wait: {e}"))?;
     let ns = start.elapsed().as_nanos() as f64;
     if code.success() {
-        Ok(ns)
+        Ok((ns, stage))
     } else {
+        if let Some(st) = stage {
+            let _ = st.remove();
+        }
         let mut f = stderr;
         let mut text = Vec::new();
         use std::io::{Read, Seek};
@@ -608,18 +647,19 @@ fn workloads_bench(scratch: &Path, sizes: Sizes, runs: usize, warmup: usize) {
         (sizes.crate_modules * (sizes.crate_fns + 1)) as f64,
     );
 
-    let direct = Ok(governed(&root, &state, &env, &sysroot, &cargo_home));
-    let staged: Result<Sandbox, String> = Err(
-        "staged writes are not in this build: `Sandbox::stage_in` and `Layer::StagedWrites` \
-         are missing (merge branch `h-mount`)"
-            .to_owned(),
-    );
+    let staged = governed(&root, &state, &env, &sysroot, &cargo_home);
+    let mut direct = staged.clone();
+    let direct = match direct.dangerous().disable(Layer::StagedWrites) {
+        Ok(_) => Ok(direct),
+        Err(e) => Err(format!("direct writes: {e}")),
+    };
     let arms = Arms {
         root: root.clone(),
         env,
         host_home,
+        stages: scratch.join("stages"),
         direct,
-        staged,
+        staged: Ok(staged),
     };
     let names = ["clone", "status", "build"];
     let mut samples: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); ARMS.len()]; names.len()];
@@ -645,7 +685,7 @@ fn workloads_bench(scratch: &Path, sizes: Sizes, runs: usize, warmup: usize) {
                 if failed[wi][a].is_some() {
                     continue;
                 }
-                match run_once(&arms, ARMS[a], w, round) {
+                match run_once(&arms, ARMS[a], w, k) {
                     Ok(ns) if round >= warmup => samples[wi][a].push(ns),
                     Ok(_) => {}
                     Err(e) => failed[wi][a] = Some(e),
