@@ -643,6 +643,79 @@ pub(crate) async fn pidfd_ended(pidfd: &OwnedFd) -> std::io::Result<()> {
     }
 }
 
+// ---- staged writes: extended attributes (change set and commit) ----
+// nix 0.32 has no xattr calls; these three are what `stage::scan` and
+// `stage::commit` need, on descriptors only (never on a path, so never
+// through a symlink).
+
+/// `fgetxattr(2)`: the value of `name` on `fd` into `buf`, its length;
+/// `ENODATA` when the attribute is absent, `ERANGE` when `buf` is too small.
+pub(crate) fn fgetxattr(
+    fd: std::os::fd::BorrowedFd<'_>,
+    name: &CStr,
+    buf: &mut [u8],
+) -> SysResult<usize> {
+    // SAFETY: `fd` is a borrowed open descriptor, `name` a valid
+    // NUL-terminated string, and the kernel writes at most `buf.len()` bytes
+    // into `buf`, which is valid for that many bytes.
+    let n = unsafe {
+        libc::fgetxattr(
+            fd.as_raw_fd(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast::<libc::c_void>(),
+            buf.len(),
+        )
+    };
+    check(n as libc::c_long).map(|n| n as usize)
+}
+
+/// `flistxattr(2)`: the NUL-separated attribute names of `fd` into `buf`,
+/// their total length (`ERANGE` when `buf` is too small).
+pub(crate) fn flistxattr(fd: std::os::fd::BorrowedFd<'_>, buf: &mut [u8]) -> SysResult<usize> {
+    // SAFETY: `fd` is a borrowed open descriptor and the kernel writes at
+    // most `buf.len()` bytes into `buf`, which is valid for that many bytes.
+    let n = unsafe {
+        libc::flistxattr(
+            fd.as_raw_fd(),
+            buf.as_mut_ptr().cast::<libc::c_char>(),
+            buf.len(),
+        )
+    };
+    check(n as libc::c_long).map(|n| n as usize)
+}
+
+/// `fremovexattr(2)`: remove the attribute `name` of `fd`.
+pub(crate) fn fremovexattr(fd: std::os::fd::BorrowedFd<'_>, name: &CStr) -> SysResult<()> {
+    // SAFETY: `fd` is a borrowed open descriptor and `name` a valid
+    // NUL-terminated string; nothing is written to our memory.
+    check_int(unsafe { libc::fremovexattr(fd.as_raw_fd(), name.as_ptr()) }).map(|_| ())
+}
+
+/// `fsetxattr(2)`: set the attribute `name` of `fd` to `value` (tests build
+/// overlay upper layers by hand with it).
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn fsetxattr(
+    fd: std::os::fd::BorrowedFd<'_>,
+    name: &CStr,
+    value: &[u8],
+) -> SysResult<()> {
+    // SAFETY: `fd` is a borrowed open descriptor, `name` a valid
+    // NUL-terminated string and `value` valid for `value.len()` bytes, which
+    // the kernel only reads.
+    check_int(unsafe {
+        libc::fsetxattr(
+            fd.as_raw_fd(),
+            name.as_ptr(),
+            value.as_ptr().cast::<libc::c_void>(),
+            value.len(),
+            0,
+        )
+    })
+    .map(|_| ())
+}
+
+// ---- end of staged writes: extended attributes ----
+
 #[cfg(any(fuzzing, feature = "testing"))]
 pub(crate) mod attempt {
     use super::{SysResult, check, check_int};
