@@ -276,17 +276,33 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
 }
 
 /// Keeps earlier results of suites not run this time, so that
-/// `cargo xtask bench proxy` refreshes only the proxy section.
+/// `cargo xtask bench proxy` refreshes only the proxy section. The page's
+/// machine line then stays the one of the run the kept suites came from,
+/// and each suite of this run is marked `separate_run` (with its command),
+/// so the page says that it comes from a run of its own.
 fn merge_results(file: &Path, results: &[(&str, Value)], opts: &Opts) -> Result<Value, String> {
     let mut suites = serde_json::Map::new();
+    let mut old_machine = None;
     if let Ok(text) = std::fs::read_to_string(file)
         && let Ok(old) = serde_json::from_str::<Value>(&text)
         && let Some(map) = old.get("suites").and_then(Value::as_object)
     {
         suites.clone_from(map);
+        old_machine = old.get("machine").cloned();
     }
+    let kept = suites
+        .keys()
+        .any(|k| !results.iter().any(|(name, _)| name == k));
+    let command = std::iter::once("cargo xtask bench")
+        .chain(results.iter().map(|(name, _)| *name))
+        .collect::<Vec<_>>()
+        .join(" ");
     for (name, v) in results {
-        suites.insert((*name).to_owned(), v.clone());
+        let mut v = v.clone();
+        if kept && let Some(obj) = v.as_object_mut() {
+            obj.insert("separate_run".to_owned(), json!(command));
+        }
+        suites.insert((*name).to_owned(), v);
     }
     let mut ordered = serde_json::Map::new();
     for name in SUITES {
@@ -294,11 +310,15 @@ fn merge_results(file: &Path, results: &[(&str, Value)], opts: &Opts) -> Result<
             ordered.insert((*name).to_owned(), v);
         }
     }
+    let machine = match old_machine {
+        Some(m) if kept => m,
+        _ => sys::machine(),
+    };
     Ok(json!({
         "format": 1,
         "generated_at": sys::utc_now(),
         "quick": opts.quick,
-        "machine": sys::machine(),
+        "machine": machine,
         "peers": peers_json(),
         "suites": ordered,
     }))
@@ -499,14 +519,36 @@ mod tests {
         };
         std::fs::write(
             &file,
-            json!({"suites": {"proxy": {"old": true}, "spawn": {"old": true}}}).to_string(),
+            json!({
+                "machine": {"loadavg_1m_at_start": "old"},
+                "suites": {"proxy": {"old": true}, "spawn": {"old": true}},
+            })
+            .to_string(),
         )
         .unwrap();
         let merged = merge_results(&file, &[("spawn", json!({"new": true}))], &opts).unwrap();
         let suites = merged["suites"].as_object().unwrap();
         assert_eq!(suites.keys().collect::<Vec<_>>(), ["spawn", "proxy"]);
-        assert_eq!(suites["spawn"], json!({"new": true}));
+        assert_eq!(
+            suites["spawn"],
+            json!({"new": true, "separate_run": "cargo xtask bench spawn"})
+        );
         assert_eq!(suites["proxy"], json!({"old": true}));
+        // The page's machine stays the one of the run the kept suites came from.
+        assert_eq!(merged["machine"], json!({"loadavg_1m_at_start": "old"}));
+        // Positive control: a run of every stored suite replaces the machine
+        // and marks nothing as a separate run.
+        let merged = merge_results(
+            &file,
+            &[
+                ("spawn", json!({"new": true})),
+                ("proxy", json!({"new": true})),
+            ],
+            &opts,
+        )
+        .unwrap();
+        assert_eq!(merged["suites"]["spawn"], json!({"new": true}));
+        assert_ne!(merged["machine"], json!({"loadavg_1m_at_start": "old"}));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
