@@ -829,6 +829,100 @@ mod tests {
         assert_eq!(ci.profile().rlimits().processes, Some(7));
     }
 
+    /// The verdict rule of one created file under `filter`.
+    fn commit_rule(filter: &CommitFilter, path: &str) -> Option<&'static str> {
+        let set = crate::stage::ChangeSet {
+            changes: vec![crate::stage::Change {
+                root: 0,
+                path: PathBuf::from(path),
+                kind: crate::stage::ChangeKind::Created,
+                node: crate::stage::Node {
+                    kind: crate::stage::NodeKind::File,
+                    mode: 0o644,
+                    size: 0,
+                    link_target: None,
+                    file_caps: false,
+                },
+            }],
+        };
+        match filter.check(&set).pop().unwrap() {
+            crate::stage::FilterVerdict::Commit => None,
+            crate::stage::FilterVerdict::Refuse(r) => Some(r.rule),
+        }
+    }
+
+    #[test]
+    fn commit_refuse_reaches_the_sandbox_filter() {
+        let w = worker("[worker.commit]\nrefuse = [\"deploy/**\", \"**/*.pem\"]");
+        let mut sb = Sandbox::new(Profile::governed());
+        // Positive control: before, the same paths commit.
+        assert_eq!(commit_rule(sb.commit_filter(), "deploy/prod.sh"), None);
+        assert_eq!(commit_rule(sb.commit_filter(), "a/key.pem"), None);
+        sb.apply_worker(&w).unwrap();
+        let f = sb.commit_filter();
+        assert_eq!(commit_rule(f, "deploy/prod.sh"), Some("policy_refused"));
+        assert_eq!(commit_rule(f, "a/key.pem"), Some("policy_refused"));
+        assert_eq!(commit_rule(f, "src/deploy.rs"), None);
+        // The built-in list stays.
+        assert_eq!(
+            commit_rule(f, ".git/hooks/pre-commit"),
+            Some("git_internal")
+        );
+        // What `palisade commit` builds from the policy alone is the same.
+        let again = CommitFilter::from_worker(&w).unwrap();
+        assert_eq!(again.patterns(), f.patterns());
+        assert_eq!(commit_rule(&again, "deploy/x"), Some("policy_refused"));
+        // Applying a second section adds; nothing is removed.
+        sb.apply_worker(&worker("[worker.commit]\nrefuse = [\"vendor\"]"))
+            .unwrap();
+        assert_eq!(
+            sb.commit_filter().patterns(),
+            ["deploy/**", "**/*.pem", "vendor"]
+        );
+    }
+
+    #[test]
+    fn a_hand_built_bad_commit_pattern_or_direct_writes_leave_the_sandbox_as_it_was() {
+        let mut w = Worker::default();
+        w.commit.refuse = vec![palisade_schema::host_policy::PathGlob::parse("ok/**").unwrap()];
+        let mut sb = Sandbox::new(Profile::governed());
+        sb.apply_worker(&w).unwrap();
+        // `PathGlob` accepts an absolute glob (other keys match absolute
+        // paths); a commit pattern must be relative, and says so.
+        let mut bad = worker("limits = { pids = 9 }");
+        bad.commit.refuse = vec![palisade_schema::host_policy::PathGlob::parse("/etc/**").unwrap()];
+        let e = sb.apply_worker(&bad).unwrap_err();
+        assert_eq!(e.code(), "invalid_glob", "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("worker.commit.refuse: filter_pattern: `/etc/**`"),
+            "{e}"
+        );
+        assert_eq!(sb.commit_filter().patterns(), ["ok/**"]);
+        assert_eq!(
+            sb.profile().rlimits().processes,
+            Profile::governed().rlimits().processes
+        );
+        assert!(CommitFilter::from_worker(&bad).is_err());
+        // `writes = "direct"` cannot be honoured as the downgrade it is yet.
+        let e = sb
+            .apply_worker(&worker("writes = \"direct\"\nlimits = { pids = 9 }"))
+            .unwrap_err();
+        assert_eq!(e.code(), "writes_unsupported", "{e}");
+        assert!(
+            e.to_string().starts_with("worker.writes = \"direct\""),
+            "{e}"
+        );
+        assert_eq!(
+            sb.profile().rlimits().processes,
+            Profile::governed().rlimits().processes
+        );
+        // Positive control: staged (the default, and said explicitly) applies.
+        sb.apply_worker(&worker("writes = \"staged\"\nlimits = { pids = 9 }"))
+            .unwrap();
+        assert_eq!(sb.profile().rlimits().processes, Some(9));
+    }
+
     #[test]
     fn worker_keys_the_sandbox_cannot_honour_are_refused() {
         let refuse = |section: &str, code: &str, want: &str| {

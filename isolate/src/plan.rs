@@ -1415,6 +1415,55 @@ mod tests {
     }
 
     #[test]
+    fn a_staged_plan_mounts_overlays_masks_the_base_and_plants_nothing() {
+        let t = tempfile::tempdir().unwrap();
+        let w = t.path().join("w");
+        std::fs::create_dir_all(w.join(".git")).unwrap();
+        std::fs::write(w.join(".git/config"), "").unwrap();
+        let mut p = Profile::governed();
+        p.add_writable(&w);
+        let wc = canonical(&w).unwrap();
+        let staged = |n: usize| PlanInput {
+            staged: Some(Staged {
+                base: PathBuf::from("/srv/stages"),
+                layers: (0..n)
+                    .map(|i| {
+                        (
+                            PathBuf::from(format!("/srv/stages/s/{i}/upper")),
+                            PathBuf::from(format!("/srv/stages/s/{i}/work")),
+                        )
+                    })
+                    .collect(),
+            }),
+            ..PlanInput::default()
+        };
+        let (plan, _) = build(&p, &staged(1)).unwrap();
+        let text = plan.text();
+        assert!(
+            text.contains(&format!(
+                "overlay {} upper=/srv/stages/s/0/upper work=/srv/stages/s/0/work\n",
+                wc.display()
+            )),
+            "{text}"
+        );
+        assert!(!text.contains(&format!("rw {}", wc.display())), "{text}");
+        assert!(text.contains("mask-dir /srv/stages\n"), "{text}");
+        // The existing protected name stays bound read-only; no absent one
+        // gets a placeholder or a bind.
+        assert!(text.contains(&format!("protect {}/.git/config", wc.display())));
+        assert!(!text.contains(".bashrc"), "{text}");
+        assert!(plan.placeholders.is_empty());
+        // Control: direct writes bind the root and plan placeholders.
+        let (direct, _) = build(&p, &PlanInput::default()).unwrap();
+        assert!(direct.text().contains(&format!("rw {}\n", wc.display())));
+        assert!(direct.placeholders.iter().any(|x| x.ends_with(".bashrc")));
+        assert_ne!(direct.digest(), plan.digest());
+        // A stage of another shape is refused.
+        let e = build(&p, &staged(2)).unwrap_err().to_string();
+        assert!(e.contains("the stage has 2 roots"), "{e}");
+    }
+
+    #[test]
     fn a_bind_through_a_symlink_into_a_mask_is_refused() {
         // Outside /tmp (a mount of its own), as the mask tests.
         let target =

@@ -1003,7 +1003,10 @@ impl Sandbox {
             })
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the second half of spawn, handed what the first half prepared"
+    )]
     fn spawn_with(
         &self,
         command: Command,
@@ -1015,17 +1018,14 @@ impl Sandbox {
         [stdin, stdout, stderr]: [Option<std::fs::File>; 3],
         terminal: Option<crate::pty::Prepared>,
     ) -> Result<SandboxChild, SandboxError> {
-        let staged = match stage {
-            None => None,
-            Some(st) => Some(plan::Staged {
-                base: st.dir().parent().map(Path::to_path_buf).unwrap_or_default(),
-                layers: st
-                    .roots()
-                    .iter()
-                    .map(|r| (r.upper().to_path_buf(), r.work().to_path_buf()))
-                    .collect(),
-            }),
-        };
+        let staged = stage.map(|st| plan::Staged {
+            base: st.dir().parent().map(Path::to_path_buf).unwrap_or_default(),
+            layers: st
+                .roots()
+                .iter()
+                .map(|r| (r.upper().to_path_buf(), r.work().to_path_buf()))
+                .collect(),
+        });
         let input = PlanInput {
             allowed_sockets: self.bridges.iter().map(|b| b.target.clone()).collect(),
             walk_cache: self.walk_cache.clone(),
@@ -1477,16 +1477,9 @@ fn decode_failure(buf: &[u8], setup: &ChildSetup<'_>) -> SandboxError {
         // A staged root that could not be mounted: the layer is named,
         // whatever the errno (there is no fallback to a bind).
         (Some(Step::MountPlan), Some(errno))
-            if detail.starts_with(crate::mounts::STAGED_PREFIX) =>
+            if let Some(e) = staged_mount_failure(errno, &detail) =>
         {
-            SandboxError::LayerUnavailable {
-                layer: Layer::StagedWrites,
-                detail: format!(
-                    "{}: {}",
-                    detail.trim_start_matches(crate::mounts::STAGED_PREFIX),
-                    nix::errno::Errno::from_raw(errno).desc()
-                ),
-            }
+            e
         }
         (Some(step), Some(errno)) => {
             if let (Some(layer), true) = (step.layer(), is_unavailable(step, errno)) {
@@ -1508,6 +1501,17 @@ fn decode_failure(buf: &[u8], setup: &ChildSetup<'_>) -> SandboxError {
             detail: String::from("sandbox supervisor exited before reporting"),
         },
     }
+}
+
+/// A mount-plan failure of a staged root (its detail carries
+/// [`crate::mounts::STAGED_PREFIX`]) as the [`Layer::StagedWrites`] layer
+/// unavailable, whatever the errno; `None` for any other mount failure.
+fn staged_mount_failure(errno: i32, detail: &str) -> Option<SandboxError> {
+    let rest = detail.strip_prefix(crate::mounts::STAGED_PREFIX)?;
+    Some(SandboxError::LayerUnavailable {
+        layer: Layer::StagedWrites,
+        detail: format!("{rest}: {}", nix::errno::Errno::from_raw(errno).desc()),
+    })
 }
 
 /// Whether a failing step means the layer is missing on this host (rather
@@ -2035,6 +2039,22 @@ mod tests {
                 assert!(e.contains("state_dir_writable"), "{}: {e}", dir.display());
             }
         }
+    }
+
+    #[test]
+    fn a_failed_overlay_mount_names_the_staged_writes_layer() {
+        let e = staged_mount_failure(
+            libc::EINVAL,
+            "staged_writes: create the overlay of /oldroot/w [e overlay: bad]",
+        )
+        .unwrap();
+        assert_eq!(e.layer(), Some(Layer::StagedWrites));
+        assert_eq!(
+            e.to_string(),
+            "isolation_layer_unavailable: staged_writes (create the overlay of /oldroot/w [e overlay: bad]: Invalid argument)"
+        );
+        // Control: any other mount failure stays a mount-plan error.
+        assert!(staged_mount_failure(libc::EINVAL, "bind /a -> /b").is_none());
     }
 
     #[test]

@@ -651,7 +651,11 @@ fn starts_with_seq(comps: &[&OsStr], seq: &[&str]) -> bool {
 
 /// Whether the names `seq` appear as consecutive components of `comps`.
 fn contains_run(comps: &[&OsStr], seq: &[&str]) -> bool {
-    (0..comps.len()).any(|k| comps.get(k..).is_some_and(|tail| starts_with_seq(tail, seq)))
+    (0..comps.len()).any(|k| {
+        comps
+            .get(k..)
+            .is_some_and(|tail| starts_with_seq(tail, seq))
+    })
 }
 
 #[cfg(test)]

@@ -412,68 +412,57 @@ impl Stage {
             }
             Err(e) => return Err(io("create the stage", &dir)(e)),
         }
-        let made = Stage {
+        let mut stage = Stage {
             dir: dir.clone(),
             session: session.to_owned(),
             roots: Vec::new(),
         };
-        match Stage::fill(made, &canon_roots, owner) {
-            Ok(stage) => Ok(stage),
-            Err((stage, e)) => {
+        match stage.fill(&canon_roots, owner) {
+            Ok(()) => Ok(stage),
+            Err(e) => {
                 let _ = stage.remove();
                 Err(e)
             }
         }
     }
 
-    /// The second half of [`Stage::create`], on the freshly made `stage`
-    /// directory; on error hands it back for removal.
+    /// The second half of [`Stage::create`], on the freshly made stage
+    /// directory (the caller removes it on error).
     fn fill(
-        mut stage: Stage,
+        &mut self,
         roots: &[(PathBuf, fs::Metadata)],
         owner: (u32, u32),
-    ) -> Result<Stage, (Stage, StageError)> {
-        let dir = stage.dir.clone();
-        let step = || -> Result<Vec<StagedRoot>, StageError> {
-            let stage_meta = check_owned_dir(&dir, "stage", false)?;
-            let started = take_stamp(&dir)?;
-            let mut out = Vec::with_capacity(roots.len());
-            for (n, (root, meta)) in roots.iter().enumerate() {
-                let rd = dir.join(n.to_string());
-                mkdir(&rd, 0o700)?;
-                let upper = rd.join("upper");
-                let work = rd.join("work");
-                let quarantine = rd.join("quarantine");
-                mkdir(&upper, meta.mode() & 0o7777)?;
-                mkdir(&work, 0o700)?;
-                mkdir(&quarantine, 0o700)?;
-                for p in [&upper, &work, &quarantine] {
-                    chown(p, owner)?;
-                }
-                // chown clears setuid/setgid; the upper keeps the root's bits.
-                fs::set_permissions(&upper, fs::Permissions::from_mode(meta.mode() & 0o7777))
-                    .map_err(io("chmod the upper directory", &upper))?;
-                out.push(StagedRoot {
-                    root: root.clone(),
-                    upper,
-                    work,
-                    quarantine,
-                    started,
-                    same_fs: meta.dev() == stage_meta.dev(),
-                });
+    ) -> Result<(), StageError> {
+        let dir = self.dir.clone();
+        let stage_meta = check_owned_dir(&dir, "stage", false)?;
+        let started = take_stamp(&dir)?;
+        for (n, (root, meta)) in roots.iter().enumerate() {
+            let rd = dir.join(n.to_string());
+            mkdir(&rd, 0o700)?;
+            let upper = rd.join("upper");
+            let work = rd.join("work");
+            let quarantine = rd.join("quarantine");
+            mkdir(&upper, meta.mode() & 0o7777)?;
+            mkdir(&work, 0o700)?;
+            mkdir(&quarantine, 0o700)?;
+            for p in [&upper, &work, &quarantine] {
+                chown(p, owner)?;
             }
-            Ok(out)
-        };
-        match step() {
-            Ok(r) => stage.roots = r,
-            Err(e) => return Err((stage, e)),
+            // chown clears setuid/setgid; the upper keeps the root's bits.
+            fs::set_permissions(&upper, fs::Permissions::from_mode(meta.mode() & 0o7777))
+                .map_err(io("chmod the upper directory", &upper))?;
+            self.roots.push(StagedRoot {
+                root: root.clone(),
+                upper,
+                work,
+                quarantine,
+                started,
+                same_fs: meta.dev() == stage_meta.dev(),
+            });
         }
-        let text = match manifest_json(&stage) {
-            Ok(t) => t,
-            Err(e) => return Err((stage, e)),
-        };
+        let text = manifest_json(self)?;
         let path = dir.join(MANIFEST);
-        let written = fs::OpenOptions::new()
+        fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode_0600()
@@ -481,11 +470,8 @@ impl Stage {
             .and_then(|mut f| {
                 std::io::Write::write_all(&mut f, text.as_bytes())?;
                 f.sync_all()
-            });
-        if let Err(e) = written {
-            return Err((stage, io("write the manifest", &path)(e)));
-        }
-        Ok(stage)
+            })
+            .map_err(io("write the manifest", &path))
     }
 
     /// Reopen a stage from its manifest.
@@ -718,7 +704,7 @@ mod tests {
         // The worker left an unreadable directory; remove still works.
         let deep = r.upper().join("a/b");
         fs::create_dir_all(&deep).unwrap();
-        fs::set_permissions(r.upper().join("a"), fs::Permissions::from_mode(0)).unwrap();
+        fs::set_permissions(r.upper().join("a"), fs::Permissions::from_mode(0o000)).unwrap();
         again.remove().unwrap();
         assert!(!dir.exists());
         assert!(root.exists());

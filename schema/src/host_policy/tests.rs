@@ -485,3 +485,53 @@ fn relay_limits_parse_and_bad_ones_are_located() {
         assert_eq!(e.line, 6, "{limits}: located on the limits line");
     }
 }
+
+#[test]
+fn worker_writes_and_commit_refuse_parse() {
+    let (policy, diags) = findings(
+        "palisade.toml",
+        "[worker]\nwrites = \"direct\"\n\n[worker.commit]\nrefuse = [\"deploy/**\", \"./**/*.pem\"]\n",
+    );
+    assert!(diags.is_empty(), "{diags:?}");
+    let w = policy.unwrap().worker;
+    assert_eq!(w.writes, Writes::Direct);
+    let globs: Vec<&str> = w.commit.refuse.iter().map(PathGlob::as_str).collect();
+    assert_eq!(globs, ["deploy/**", "**/*.pem"]);
+    // The defaults: staged, nothing added.
+    let w = findings("palisade.toml", "[worker]\n").0.unwrap().worker;
+    assert_eq!(w.writes, Writes::Staged);
+    assert_eq!(w.commit, WorkerCommit::default());
+    assert_eq!(
+        findings("palisade.toml", "[worker]\nwrites = \"staged\"\n")
+            .0
+            .unwrap()
+            .worker
+            .writes,
+        Writes::Staged
+    );
+}
+
+#[test]
+fn worker_writes_and_commit_refuse_errors_are_located() {
+    assert_eq!(
+        codes("[worker]\nwrites = \"overlay\"\n"),
+        vec![("invalid_value", ".worker.writes".to_owned(), 2, 10)]
+    );
+    assert_eq!(
+        codes(
+            "[worker.commit]\nrefuse = [\"ok/**\", \"/etc/**\", \"a/../b\", \"src/[\"]\nallow = []\n"
+        ),
+        vec![
+            ("invalid_glob", ".worker.commit.refuse[1]".to_owned(), 2, 20),
+            ("invalid_glob", ".worker.commit.refuse[2]".to_owned(), 2, 31),
+            ("invalid_glob", ".worker.commit.refuse[3]".to_owned(), 2, 41),
+            ("unknown_key", ".worker.commit.allow".to_owned(), 3, 1),
+        ]
+    );
+    let e = errors("[worker.commit]\nrefuse = [\"/etc/**\"]\n");
+    assert!(e[0].message.contains("`/etc/**`"), "{:?}", e[0].message);
+    assert_eq!(
+        codes("[worker.commit]\nrefuse = \"x\"\n")[0].0,
+        "type_mismatch"
+    );
+}

@@ -55,6 +55,9 @@ const POLICY_NAMES: &[&[u8]] = &[b"deploy", b"src", b"config", b"HEAD", b"hooks"
 /// Symlink targets the generator draws from.
 const TARGETS: &[&str] = &[
     "x",
+    ".git/objects/info/alternates",
+    "../.git/modules/x",
+    ".config/git/config",
     "../x",
     "../../..",
     "/etc/passwd",
@@ -142,7 +145,11 @@ struct Model {
 fn wrap(comps: &[Vec<u8>], fold: bool) -> Vec<u8> {
     let mut s = b"/".to_vec();
     for c in comps {
-        let c = if fold { c.to_ascii_lowercase() } else { c.clone() };
+        let c = if fold {
+            c.to_ascii_lowercase()
+        } else {
+            c.clone()
+        };
         s.extend_from_slice(&c);
         s.push(b'/');
     }
@@ -156,7 +163,11 @@ fn git_rule(rest: &[u8], as_: As) -> Option<&'static str> {
         return Some(match as_ {
             As::Target => "git_internal",
             As::Node { dir: false, .. } => "git_pointer",
-            As::Node { dir: true, made: true, .. } => "new_repository",
+            As::Node {
+                dir: true,
+                made: true,
+                ..
+            } => "new_repository",
             As::Node { dir: true, .. } => "git_internal",
         });
     }
@@ -341,17 +352,115 @@ fn model_of(changes: &[Change], policy: &[Vec<u8>]) -> Model {
     }
 }
 
-fn path_strategy() -> impl Strategy<Value = PathBuf> {
-    prop::collection::vec(prop::sample::select(POOL), 1..5).prop_map(|comps| {
-        let mut bytes = Vec::new();
-        for (i, c) in comps.iter().enumerate() {
-            if i > 0 {
-                bytes.push(b'/');
-            }
-            bytes.extend_from_slice(c);
+/// Components found inside a `.git` directory (and a few that are not).
+const GIT_POOL: &[&[u8]] = &[
+    b"objects",
+    b"info",
+    b"alternates",
+    b"http-alternates",
+    b"hooks",
+    b"refs",
+    b"logs",
+    b"modules",
+    b"config",
+    b"HEAD",
+    b"index",
+    b"MERGE_MSG",
+    b"packed-refs",
+    b"shallow",
+    b"sequencer",
+    b".git",
+    b"ab",
+];
+
+/// What follows a `.git` (before more components from `GIT_POOL`).
+const GIT_TAILS: &[&[u8]] = &[
+    b"",
+    b"objects/info/alternates",
+    b"objects/info/http-alternates",
+    b"objects/info/packs",
+    b"objects/ab",
+    b"OBJECTS/Info/Alternates",
+    b"hooks/pre-commit",
+    b"modules/sub/config",
+    b"refs/heads",
+    b"logs/HEAD",
+    b"config",
+    b"commondir",
+    b"HEAD",
+    b"head",
+    b"MERGE_MSG",
+    b"MERGE_",
+    b"index",
+    b"packed-refs",
+    b"shallow",
+    b"sequencer/todo",
+    b"info/exclude",
+    b"refs/.git/hooks",
+];
+
+/// Spellings of `.git`.
+const GIT_NAMES: &[&[u8]] = &[b".git", b".git", b".Git"];
+
+/// Runs of components the built-in names are made of.
+const NAME_POOL: &[&[u8]] = &[
+    b".config/git",
+    b".config/fish",
+    b".local/bin",
+    b".local",
+    b".cargo/bin",
+    b".claude",
+    b".mcp.json",
+    b".envrc",
+    b".pi",
+    b".gitconfig",
+    b".profile",
+    b"opencode.json",
+];
+
+fn join(parts: &[&[u8]]) -> PathBuf {
+    let mut bytes = Vec::new();
+    for (i, c) in parts.iter().enumerate() {
+        if i > 0 {
+            bytes.push(b'/');
         }
-        PathBuf::from(OsStr::from_bytes(&bytes))
-    })
+        bytes.extend_from_slice(c);
+    }
+    PathBuf::from(OsStr::from_bytes(&bytes))
+}
+
+/// Paths from the pool, paths into a `.git` directory, and paths through
+/// a built-in name, so that every rule is reached often.
+fn path_strategy() -> impl Strategy<Value = PathBuf> {
+    let plain = prop::collection::vec(prop::sample::select(POOL), 1..5);
+    let git = (
+        prop::collection::vec(prop::sample::select(POOL), 0..2),
+        prop::sample::select(GIT_NAMES),
+        prop::sample::select(GIT_TAILS),
+        prop::collection::vec(prop::sample::select(GIT_POOL), 0..3),
+        any::<bool>(),
+    )
+        .prop_map(|(mut pre, g, tail, rest, deeper)| {
+            pre.push(g);
+            if !tail.is_empty() {
+                pre.push(tail);
+            }
+            if deeper {
+                pre.extend(rest);
+            }
+            pre
+        });
+    let named = (
+        prop::collection::vec(prop::sample::select(POOL), 0..2),
+        prop::sample::select(NAME_POOL),
+        prop::collection::vec(prop::sample::select(POOL), 0..2),
+    )
+        .prop_map(|(mut pre, n, rest)| {
+            pre.push(n);
+            pre.extend(rest);
+            pre
+        });
+    prop_oneof![plain, git, named].prop_map(|parts| join(&parts))
 }
 
 fn change_strategy() -> impl Strategy<Value = Change> {
@@ -437,11 +546,8 @@ fn set_strategy() -> impl Strategy<Value = Vec<Change>> {
 }
 
 fn policy_strategy() -> impl Strategy<Value = Vec<Vec<u8>>> {
-    prop::collection::vec(
-        prop::sample::select(POLICY_NAMES),
-        0..3,
-    )
-    .prop_map(|v| v.into_iter().map(<[u8]>::to_vec).collect())
+    prop::collection::vec(prop::sample::select(POLICY_NAMES), 0..3)
+        .prop_map(|v| v.into_iter().map(<[u8]>::to_vec).collect())
 }
 
 fn filter_with(policy: &[Vec<u8>]) -> CommitFilter {

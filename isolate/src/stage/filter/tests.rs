@@ -223,10 +223,7 @@ fn a_created_git_directory_and_all_below_it_is_a_new_repository() {
 
 #[test]
 fn the_git_directory_itself_cannot_be_deleted_or_rechmodded() {
-    refused(
-        with_kind(dir(".git"), ChangeKind::Deleted),
-        "git_internal",
-    );
+    refused(with_kind(dir(".git"), ChangeKind::Deleted), "git_internal");
     refused(
         with_kind(dir("sub/.git"), ChangeKind::ModeChanged),
         "git_internal",
@@ -346,7 +343,11 @@ fn refused_kinds() {
     commits(file_mode(0o755));
     commits(file_mode(0o1777));
     // A setgid directory only passes its group on; a setuid one is refused.
-    commits(change("d", ChangeKind::Created, node(NodeKind::Dir, 0o2775)));
+    commits(change(
+        "d",
+        ChangeKind::Created,
+        node(NodeKind::Dir, 0o2775),
+    ));
     refused(
         change("d", ChangeKind::Created, node(NodeKind::Dir, 0o4775)),
         "setuid",
@@ -393,7 +394,10 @@ fn symlinks_that_escape_or_lead_into_refused_paths() {
     refused(link("a/cfg", "../.git/config"), "symlink_to_refused");
     refused(link("a/g", "../.git"), "symlink_to_refused");
     refused(link("a/rc", "../.bashrc"), "symlink_to_refused");
-    refused(link("keys", "x/../.ssh/authorized_keys"), "symlink_to_refused");
+    refused(
+        link("keys", "x/../.ssh/authorized_keys"),
+        "symlink_to_refused",
+    );
     commits(link("objs", ".git/objects"));
     commits(link("a/rc", "../bashrc.txt"));
     // The same target from a place where it stays inside.
@@ -425,7 +429,10 @@ fn symlinks_into_a_policy_path_are_refused_too() {
 fn deletions_mode_changes_and_renames_of_refused_paths() {
     let hook = ".git/hooks/pre-commit";
     refused(with_kind(file(hook), ChangeKind::Deleted), "git_internal");
-    refused(with_kind(file(hook), ChangeKind::ModeChanged), "git_internal");
+    refused(
+        with_kind(file(hook), ChangeKind::ModeChanged),
+        "git_internal",
+    );
     refused(with_kind(file(hook), ChangeKind::Modified), "git_internal");
     commits(with_kind(file("src/old.rs"), ChangeKind::Deleted));
     commits(with_kind(file("src/x.sh"), ChangeKind::ModeChanged));
@@ -438,7 +445,10 @@ fn deletions_mode_changes_and_renames_of_refused_paths() {
     refused(with_kind(file("x"), from(".bashrc")), "shell_startup");
     commits(with_kind(file("src/b.rs"), from("src/a.rs")));
     // A rename into a `.git` directory makes a new repository.
-    refused(with_kind(dir("sub/.git"), from("sub/tmp")), "new_repository");
+    refused(
+        with_kind(dir("sub/.git"), from("sub/tmp")),
+        "new_repository",
+    );
 }
 
 #[test]
@@ -510,7 +520,11 @@ fn policy_patterns_add_refusals() {
     // Positive control: without the patterns, the same paths commit.
     let base = rules_of(
         &CommitFilter::new(),
-        vec![file("deploy/prod.sh"), file("secrets/key"), file("a/b/c.pem")],
+        vec![
+            file("deploy/prod.sh"),
+            file("secrets/key"),
+            file("a/b/c.pem"),
+        ],
     );
     assert_eq!(base, [None, None, None]);
 }
@@ -535,7 +549,11 @@ fn policy_patterns_match_bytes_not_a_lossy_rendering() {
     g.refuse("\u{fffd}\u{fffd}/**").unwrap();
     let got = rules_of(
         &g,
-        vec![change(raw, ChangeKind::Created, node(NodeKind::File, 0o644))],
+        vec![change(
+            raw,
+            ChangeKind::Created,
+            node(NodeKind::File, 0o644),
+        )],
     );
     assert_eq!(got, [None]);
     // Built-in names under non-UTF-8 directories are still found.
@@ -558,7 +576,10 @@ fn bad_patterns_are_errors_naming_them() {
         let e = f.refuse(bad).unwrap_err();
         let msg = e.to_string();
         assert!(msg.starts_with("filter_pattern: "), "{msg}");
-        assert!(msg.contains(&format!("`{bad}`")), "names the pattern: {msg}");
+        assert!(
+            msg.contains(&format!("`{bad}`")),
+            "names the pattern: {msg}"
+        );
         assert!(msg.contains(says), "says why: {msg}");
     }
     assert!(f.patterns().is_empty(), "a refused pattern adds nothing");
@@ -600,7 +621,10 @@ fn every_rule_the_filter_gives_is_listed() {
         "symlink_escape",
         "symlink_to_refused",
     ] {
-        assert!(listed.contains(&c), "`{c}` missing from CommitFilter::rules()");
+        assert!(
+            listed.contains(&c),
+            "`{c}` missing from CommitFilter::rules()"
+        );
     }
     for (rule, _) in super::NAMES {
         assert!(listed.contains(rule), "`{rule}` missing");
@@ -631,5 +655,8 @@ fn the_docs_table_lists_exactly_the_built_in_rules() {
         .iter()
         .map(|r| format!("| `{}` | {} | {} |", r.rule, r.paths, r.why))
         .collect();
-    assert_eq!(rows, want, "regenerate the table from CommitFilter::rules()");
+    assert_eq!(
+        rows, want,
+        "regenerate the table from CommitFilter::rules()"
+    );
 }
