@@ -21,7 +21,8 @@
 //! dependencies, its target directory inside the root. Every run starts
 //! from the same host tree: what a run wrote is removed, untimed, before
 //! the next (the staged arm's stage is removed without committing).
-//! Figures: `workload_<clone|status|build>_<host|direct|staged>`.
+//! `/bin/true` is timed too, for launch and teardown alone. Figures:
+//! `workload_<true|clone|status|build>_<host|direct|staged>`.
 //!
 //! **Commit.** 10,000 small files of a host root rewritten in a stage's
 //! upper layer; timed: [`Stage::changes`], [`CommitFilter::check`] and
@@ -46,6 +47,7 @@
     clippy::cast_precision_loss,
     clippy::cast_possible_truncation,
     clippy::cast_sign_loss,
+    clippy::panic,
     missing_docs,
     reason = "benchmark harness"
 )]
@@ -400,6 +402,14 @@ struct Workload {
 fn workloads(upstream: &Path, cargo: &Path, k: usize) -> Vec<Workload> {
     let clone = format!("clone-{k}");
     vec![
+        // Launch and teardown alone: what every run below pays on top.
+        Workload {
+            name: "true",
+            argv: vec!["/bin/true".into()],
+            cwd: ".",
+            leaves: None,
+            without_seccomp: false,
+        },
         Workload {
             name: "clone",
             argv: vec![
@@ -600,7 +610,7 @@ fn workloads_bench(scratch: &Path, sizes: Sizes, runs: usize, warmup: usize) {
     let sysroot = match sysroot() {
         Ok(s) => s,
         Err(e) => {
-            for w in ["clone", "status", "build"] {
+            for w in ["true", "clone", "status", "build"] {
                 for arm in ARMS {
                     print_unavailable(&format!("workload_{w}_{arm}"), &e);
                 }
@@ -661,7 +671,7 @@ fn workloads_bench(scratch: &Path, sizes: Sizes, runs: usize, warmup: usize) {
         direct,
         staged: Ok(staged),
     };
-    let names = ["clone", "status", "build"];
+    let names = ["true", "clone", "status", "build"];
     let mut samples: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); ARMS.len()]; names.len()];
     let mut failed: Vec<Vec<Option<String>>> = vec![vec![None; ARMS.len()]; names.len()];
     for (a, arm) in ARMS.iter().enumerate() {
@@ -743,8 +753,13 @@ fn commit_once(base: &Path, round: usize, n: usize) -> Result<f64, String> {
     std::fs::create_dir_all(&stages).map_err(|e| e.to_string())?;
     std::fs::set_permissions(&stages, std::fs::Permissions::from_mode(0o700))
         .map_err(|e| e.to_string())?;
-    let stage = Stage::create(&stages, &format!("commit-{round}"), &[host.clone()], (0, 0))
-        .map_err(|e| format!("Stage::create: {e}"))?;
+    let stage = Stage::create(
+        &stages,
+        &format!("commit-{round}"),
+        std::slice::from_ref(&host),
+        (0, 0),
+    )
+    .map_err(|e| format!("Stage::create: {e}"))?;
     let upper = stage.roots()[0].upper().to_path_buf();
     small_tree(&upper, n, "after");
     let filter = CommitFilter::new();
