@@ -31,6 +31,7 @@ use palisade_schema::host_policy::{
 };
 
 use crate::error::SandboxError;
+use crate::layer::Layer;
 use crate::profile::{Limit, NetworkMode, Profile};
 use crate::spawn::Sandbox;
 use crate::stage::{CommitFilter, FilterError};
@@ -200,12 +201,10 @@ pub enum WorkerError {
     /// A `worker.commit.refuse` pattern the commit filter cannot use.
     #[error("worker.commit.refuse: {0}")]
     CommitPattern(#[source] FilterError),
-    /// `worker.writes = "direct"`: this build has no staged-writes layer to
-    /// turn off, so it cannot honour the choice as the weaker mode it is.
-    #[error(
-        "worker.writes = \"direct\": this build of the sandbox cannot switch staged writes off yet; remove the key (direct binds are what it does today)"
-    )]
-    DirectWritesUnsupported,
+    /// `worker.writes = "direct"`, but the staged-writes layer could not be
+    /// switched off.
+    #[error("worker.writes = \"direct\": {0}")]
+    WritesDirect(#[source] SandboxError),
 }
 
 impl WorkerError {
@@ -221,7 +220,7 @@ impl WorkerError {
             WorkerError::InvalidEnvName(_) => "invalid_name",
             WorkerError::MemoryNotEnforced(_) => "memory_not_enforced",
             WorkerError::CommitPattern(_) => "invalid_glob",
-            WorkerError::DirectWritesUnsupported => "writes_unsupported",
+            WorkerError::WritesDirect(_) => "profile_weakened",
             WorkerError::EnvPass { .. } | WorkerError::LimitRaised { .. } => "profile_weakened",
         }
     }
@@ -559,11 +558,6 @@ impl Sandbox {
         if let Some(m) = *memory {
             return Err(WorkerError::MemoryNotEnforced(m));
         }
-        // `writes`: staged is the sandbox's own default.
-        match writes {
-            Writes::Staged => {}
-            Writes::Direct => return Err(WorkerError::DirectWritesUnsupported),
-        }
         // `commit.refuse`: added to the sandbox's filter (the built-in list
         // and whatever was added before stay).
         let mut filter = self.commit_filter().clone();
@@ -601,6 +595,17 @@ impl Sandbox {
                     value: secs,
                     source,
                 })?;
+        }
+        // `writes`: staged is the sandbox's own default; direct is the
+        // recorded downgrade, the last fallible step, so a refusal leaves
+        // the sandbox as it was.
+        match writes {
+            Writes::Staged => {}
+            Writes::Direct => {
+                self.dangerous()
+                    .disable(Layer::StagedWrites)
+                    .map_err(WorkerError::WritesDirect)?;
+            }
         }
         self.profile = p;
         *self.commit_filter_mut() = filter;
@@ -904,23 +909,23 @@ mod tests {
             Profile::governed().rlimits().processes
         );
         assert!(CommitFilter::from_worker(&bad).is_err());
-        // `writes = "direct"` cannot be honoured as the downgrade it is yet.
+        // A refused section with `writes = "direct"` leaves staged writes on.
         let e = sb
-            .apply_worker(&worker("writes = \"direct\"\nlimits = { pids = 9 }"))
+            .apply_worker(&worker("writes = \"direct\"\nlimits = { pids = 5000 }"))
             .unwrap_err();
-        assert_eq!(e.code(), "writes_unsupported", "{e}");
-        assert!(
-            e.to_string().starts_with("worker.writes = \"direct\""),
-            "{e}"
-        );
-        assert_eq!(
-            sb.profile().rlimits().processes,
-            Profile::governed().rlimits().processes
-        );
-        // Positive control: staged (the default, and said explicitly) applies.
-        sb.apply_worker(&worker("writes = \"staged\"\nlimits = { pids = 9 }"))
-            .unwrap();
-        assert_eq!(sb.profile().rlimits().processes, Some(9));
+        assert_eq!(e.code(), "profile_weakened", "{e}");
+        assert!(!sb.disabled_layers().contains(&Layer::StagedWrites));
+    }
+
+    #[test]
+    fn writes_direct_switches_staged_writes_off_as_a_downgrade() {
+        let mut sb = Sandbox::new(Profile::governed());
+        sb.apply_worker(&worker("writes = \"staged\"")).unwrap();
+        assert!(!sb.disabled_layers().contains(&Layer::StagedWrites));
+        sb.apply_worker(&worker("")).unwrap();
+        assert!(!sb.disabled_layers().contains(&Layer::StagedWrites));
+        sb.apply_worker(&worker("writes = \"direct\"")).unwrap();
+        assert!(sb.disabled_layers().contains(&Layer::StagedWrites));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The isolation layers, their status, and the kernel probe behind them.
 //!
 //! [`probe`] reads kernel facts without side effects (Landlock ABI, seccomp
-//! mode, namespace limits, cgroup controllers); [`probe_thorough`] also forks
+//! mode, namespace limits, overlayfs and the kernel release for staged
+//! writes, cgroup controllers); [`probe_thorough`] also forks
 //! a child that actually creates every namespace, which is what
 //! `palisade probe` reports.
 
@@ -334,9 +335,10 @@ fn kernel_at_least(release: &str, major: u32, minor: u32) -> Option<bool> {
 }
 
 /// Staged writes need overlayfs (`/proc/filesystems`), mountable in a user
-/// namespace (kernel 5.11 or later), and user namespaces themselves. The
-/// probe is cheap: a real mount failure at setup still fails closed, naming
-/// the layer.
+/// namespace (kernel 5.11 or later) through the new mount API's
+/// `lowerdir+` (6.8, so a path needs no escaping: the kernel palisade
+/// requires), and user namespaces themselves. The probe is cheap: a real
+/// mount failure at setup still fails closed, naming the layer.
 fn staged_writes_status(
     release: &str,
     filesystems: Option<&str>,
@@ -362,15 +364,17 @@ fn staged_writes_status(
             ),
         };
     }
-    match kernel_at_least(release, 5, 11) {
+    match kernel_at_least(release, 6, 8) {
         Some(true) => LayerStatus::Active {
             detail: format!("overlayfs in user namespaces (kernel {release})"),
         },
         Some(false) => LayerStatus::Unavailable {
-            detail: format!("kernel {release}: overlayfs in a user namespace needs 5.11"),
+            detail: format!(
+                "kernel {release}: overlayfs in a user namespace needs 5.11, its lowerdir+ option (the new mount API palisade mounts it with) 6.8"
+            ),
         },
         None => LayerStatus::Unavailable {
-            detail: format!("kernel release `{release}` unreadable, 5.11 required"),
+            detail: format!("kernel release `{release}` unreadable, 6.8 required"),
         },
     }
 }
@@ -532,13 +536,20 @@ mod tests {
         assert!(
             staged_writes_status("6.8.0-45-generic", Some(WITH_OVERLAY), &userns()).is_active()
         );
-        assert!(staged_writes_status("5.11.0", Some(WITH_OVERLAY), &userns()).is_active());
+        assert!(staged_writes_status("6.8.0", Some(WITH_OVERLAY), &userns()).is_active());
+        let no_lowerdir_plus = staged_writes_status("6.7.12", Some(WITH_OVERLAY), &userns());
+        assert!(!no_lowerdir_plus.is_active());
+        assert!(
+            no_lowerdir_plus.detail().contains("6.8"),
+            "{no_lowerdir_plus:?}"
+        );
         let no_overlay = staged_writes_status("6.8.0", Some(WITHOUT_OVERLAY), &userns());
         assert!(!no_overlay.is_active());
         assert!(no_overlay.detail().contains("overlay"), "{no_overlay:?}");
         let old = staged_writes_status("5.10.200", Some(WITH_OVERLAY), &userns());
         assert!(!old.is_active());
         assert!(old.detail().contains("5.11"), "{old:?}");
+        assert!(staged_writes_status("10.0", Some(WITH_OVERLAY), &userns()).is_active());
         let odd = staged_writes_status("weird", Some(WITH_OVERLAY), &userns());
         assert!(!odd.is_active());
         let no_userns = LayerStatus::Unavailable {

@@ -161,12 +161,13 @@ const OVERLAY_OPTIONS: &[(&str, &str)] = &[
     ("xino", "off"),
 ];
 
-/// Mount a staged root: an overlayfs over the host directory `lower`
-/// (read-only to the overlay) with the stage's `upper` and `work`, at
-/// `target`, nosuid and nodev. Through the new mount API (`lowerdir+`,
+/// Mount a staged root: an overlayfs over the host directory `root` (its
+/// `/oldroot` view; read-only to the overlay) with the stage's `upper` and
+/// `work` (host paths too), at `root` in the new root, nosuid and nodev. Through the new mount API (`lowerdir+`,
 /// Linux 6.8), so the paths need no escaping; a kernel without it is an
 /// error naming the layer, as is any other failure.
-fn overlay(lower: &Path, upper: &Path, work: &Path, target: &Path) -> MountResult {
+fn overlay(root: &Path, upper: &Path, work: &Path) -> MountResult {
+    let target = inside(root);
     let fail = |what: String| move |errno: i32| (errno, format!("{STAGED_PREFIX}{what}"));
     let fs = sys::fsopen(c"overlay").map_err(fail(String::from(
         "fsopen(\"overlay\") (the new mount API and overlayfs are needed)",
@@ -183,12 +184,13 @@ fn overlay(lower: &Path, upper: &Path, work: &Path, target: &Path) -> MountResul
             (errno, format!("{STAGED_PREFIX}{what}{log}"))
         }
     };
-    for (key, path) in [("lowerdir+", lower), ("upperdir", upper), ("workdir", work)] {
+    // Messages name the host paths, not their /oldroot view.
+    for (key, shown) in [("lowerdir+", root), ("upperdir", upper), ("workdir", work)] {
         let k = CString::new(key).map_err(|_| (libc::EINVAL, String::from("option")))?;
-        let v = cstr(path)?;
+        let v = cstr(&host(shown))?;
         sys::fsconfig_string(&fs, &k, &v).map_err(with_log(format!(
             "overlay {key}={}{}",
-            path.display(),
+            shown.display(),
             if key == "lowerdir+" {
                 " (lowerdir+ needs Linux 6.8)"
             } else {
@@ -204,16 +206,16 @@ fn overlay(lower: &Path, upper: &Path, work: &Path, target: &Path) -> MountResul
     }
     sys::fsconfig_create(&fs).map_err(with_log(format!(
         "create the overlay of {}",
-        lower.display()
+        root.display()
     )))?;
     let mnt = sys::fsmount(&fs, libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV).map_err(
-        with_log(format!("fsmount the overlay of {}", lower.display())),
+        with_log(format!("fsmount the overlay of {}", root.display())),
     )?;
-    ensure_mountpoint(target, true)?;
-    let t = cstr(target)?;
+    ensure_mountpoint(&target, true)?;
+    let t = cstr(&target)?;
     sys::move_mount_to(&mnt, &t).map_err(fail(format!(
         "move the overlay of {} into place",
-        lower.display()
+        root.display()
     )))
 }
 
@@ -412,9 +414,7 @@ pub(crate) fn apply(plan: &MountPlan, uid: u32, gid: u32) -> MountResult {
             }
             MountOp::BindReadOnly { source, path } => bind(&host(source), &inside(path), true)?,
             MountOp::BindWritable { path } => bind(&host(path), &inside(path), false)?,
-            MountOp::Overlay { path, upper, work } => {
-                overlay(&host(path), &host(upper), &host(work), &inside(path))?
-            }
+            MountOp::Overlay { path, upper, work } => overlay(path, upper, work)?,
             MountOp::MaskDir { path } => {
                 let t = inside(path);
                 ensure_mountpoint(&t, true)?;

@@ -589,8 +589,9 @@ pub(crate) struct Staged {
     /// The stage base directory (canonical): hidden inside the sandbox so
     /// the worker reads no stage, its own or another session's.
     pub(crate) base: PathBuf,
-    /// `(upper, work)` per writable root, in [`writable_roots`] order.
-    pub(crate) layers: Vec<(PathBuf, PathBuf)>,
+    /// `(root, upper, work)` per writable root, in [`writable_roots`]
+    /// order; the plan refuses a stage whose roots are not its own.
+    pub(crate) layers: Vec<(PathBuf, PathBuf, PathBuf)>,
 }
 
 /// The writable roots of a profile, canonical, deduplicated, in order: the
@@ -815,15 +816,29 @@ pub(crate) fn build(
     }
     let writable = writable_roots(profile)?;
     let staged = input.staged.as_ref();
+    // The stage was made for the roots resolved a moment ago; a root that
+    // resolves elsewhere now (a symlink swapped meanwhile) would have its
+    // upper layer applied to another host directory at commit.
     if let Some(st) = staged
-        && st.layers.len() != writable.len()
+        && (st.layers.len() != writable.len()
+            || st.layers.iter().zip(&writable).any(|((r, _, _), w)| r != w))
     {
         return Err(SandboxError::InvalidPath {
             path: st.base.clone(),
             reason: format!(
-                "the stage has {} roots, the profile {} writable roots",
+                "the stage has {} roots ({}), the profile {} writable roots ({}); a root resolved differently since the stage was created",
                 st.layers.len(),
-                writable.len()
+                st.layers
+                    .iter()
+                    .map(|(r, _, _)| r.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                writable.len(),
+                writable
+                    .iter()
+                    .map(|w| w.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         });
     }
@@ -952,7 +967,7 @@ pub(crate) fn build(
     }
     match staged {
         Some(st) => {
-            for (w, (upper, work)) in writable.iter().zip(&st.layers) {
+            for (w, (_, upper, work)) in writable.iter().zip(&st.layers) {
                 ops.push(MountOp::Overlay {
                     path: w.clone(),
                     upper: upper.clone(),
@@ -1429,6 +1444,7 @@ mod tests {
                 layers: (0..n)
                     .map(|i| {
                         (
+                            wc.clone(),
                             PathBuf::from(format!("/srv/stages/s/{i}/upper")),
                             PathBuf::from(format!("/srv/stages/s/{i}/work")),
                         )
@@ -1461,6 +1477,13 @@ mod tests {
         // A stage of another shape is refused.
         let e = build(&p, &staged(2)).unwrap_err().to_string();
         assert!(e.contains("the stage has 2 roots"), "{e}");
+        // So is one made for another root (resolved differently since).
+        let mut other = staged(1);
+        if let Some(st) = other.staged.as_mut() {
+            st.layers[0].0 = t.path().to_path_buf();
+        }
+        let e = build(&p, &other).unwrap_err().to_string();
+        assert!(e.contains("resolved differently"), "{e}");
     }
 
     #[test]

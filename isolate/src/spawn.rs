@@ -658,6 +658,12 @@ impl Sandbox {
         &mut self.commit_filter
     }
 
+    /// The layers switched off through [`Sandbox::dangerous`].
+    #[cfg(test)]
+    pub(crate) fn disabled_layers(&self) -> &BTreeSet<Layer> {
+        &self.disabled
+    }
+
     /// The working directory set with [`Sandbox::cwd`], if any.
     pub fn working_dir(&self) -> Option<&Path> {
         self.cwd.as_deref()
@@ -760,7 +766,10 @@ impl Sandbox {
     /// Create the stage of each launch as `<base>/<session>` (see
     /// [`crate::stage::Stage::create`]): with [`Layer::StagedWrites`] on and
     /// writable roots, a launch without it is refused. `base` must lie
-    /// outside every writable root; the worker cannot see it.
+    /// outside every writable root; the worker cannot see it. A stage is
+    /// never reused: a second launch with the same session is refused
+    /// while the first one's stage exists, so give each launch its own
+    /// session (call this again before each).
     pub fn stage_in(&mut self, base: impl Into<PathBuf>, session: impl Into<String>) -> &mut Self {
         self.stage_in = Some((base.into(), session.into()));
         self
@@ -839,6 +848,21 @@ impl Sandbox {
                 Layer::StagedWrites => !self.profile.writable.is_empty(),
                 _ => true,
             };
+            if layer == Layer::StagedWrites
+                && self.profile.writable.is_empty()
+                && !self.disabled.contains(&layer)
+            {
+                out.push((
+                    layer,
+                    match status {
+                        LayerStatus::Active { detail } => LayerStatus::Active {
+                            detail: format!("{detail}; no writable root, nothing staged"),
+                        },
+                        other => other,
+                    },
+                ));
+                continue;
+            }
             if self.disabled.contains(&layer) {
                 out.push((
                     layer,
@@ -1023,7 +1047,13 @@ impl Sandbox {
             layers: st
                 .roots()
                 .iter()
-                .map(|r| (r.upper().to_path_buf(), r.work().to_path_buf()))
+                .map(|r| {
+                    (
+                        r.root().to_path_buf(),
+                        r.upper().to_path_buf(),
+                        r.work().to_path_buf(),
+                    )
+                })
                 .collect(),
         });
         let input = PlanInput {

@@ -369,3 +369,186 @@ fn the_stage_survives_the_dropped_child() {
     stage.remove().unwrap();
     assert!(!dir.exists());
 }
+
+#[test]
+fn a_committed_stage_lands_its_ordinary_edits_and_quarantines_the_planted_configs() {
+    if skip_unless_root() {
+        return;
+    }
+    let r = root();
+    let base = stage_base();
+    let sb = staged(r.path(), base.path(), "s-commit");
+    let (exit, _, stage) = run(
+        &sb,
+        "echo 'pub fn f() {}' > src/new.rs && echo edit >> src/lib.rs \
+         && echo '{}' > .mcp.json && echo 'alias ls=evil' > .bashrc",
+    );
+    assert_eq!(exit, Exit::Exited(0));
+    let stage = stage.unwrap();
+    // Nothing on the host before the commit.
+    assert!(!r.path().join("src/new.rs").exists());
+    assert!(!r.path().join(".mcp.json").exists());
+    assert!(!r.path().join(".bashrc").exists());
+    let set = stage.changes().unwrap();
+    let verdicts = sb.commit_filter().check(&set);
+    let mut events = Vec::new();
+    let report = stage
+        .commit(&set, &verdicts, None, &mut |e| {
+            events.push(format!("{e:?}"));
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(report.refused, 2, "{events:?}");
+    // Positive control: the ordinary edits land on the host.
+    assert_eq!(
+        std::fs::read_to_string(r.path().join("src/new.rs")).unwrap(),
+        "pub fn f() {}\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(r.path().join("src/lib.rs")).unwrap(),
+        "// lib\nedit\n"
+    );
+    // The planted configs do not; they are kept in the quarantine.
+    assert!(!r.path().join(".mcp.json").exists());
+    assert!(!r.path().join(".bashrc").exists());
+    let q = stage.roots()[0].quarantine();
+    assert!(q.join(".mcp.json").exists() && q.join(".bashrc").exists());
+    stage.remove().unwrap();
+}
+
+/// Run `f` in a forked copy of this test process; its exit code.
+fn fork_and(f: impl FnOnce() -> i32) -> i32 {
+    match palisade_isolate::__escape::fork_for_tests() {
+        0 => {
+            let c = f();
+            palisade_isolate::__escape::exit_for_tests(c)
+        }
+        pid => palisade_isolate::__escape::wait_for_tests(pid),
+    }
+}
+
+#[test]
+fn an_overlay_that_cannot_be_mounted_is_refused_naming_the_layer() {
+    if skip_unless_root() {
+        return;
+    }
+    // A root that is itself an overlay over an overlay: a third level
+    // exceeds the kernel's stacking depth, so the staged mount fails at
+    // setup. Built in a forked child with its own mount namespace, so the
+    // host is untouched.
+    let t = tempfile::tempdir().unwrap();
+    let d = |n: &str| {
+        let p = t.path().join(n);
+        std::fs::create_dir(&p).unwrap();
+        p
+    };
+    let (l0, u1, w1, m1, u2, w2, m2) = (
+        d("l0"),
+        d("u1"),
+        d("w1"),
+        d("m1"),
+        d("u2"),
+        d("w2"),
+        d("m2"),
+    );
+    let stages = d("stages");
+    let code = fork_and(|| {
+        use nix::mount::{MsFlags, mount};
+        if nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).is_err()
+            || mount(
+                None::<&str>,
+                "/",
+                None::<&str>,
+                MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+                None::<&str>,
+            )
+            .is_err()
+        {
+            return 10;
+        }
+        let ovl = |lower: &Path, upper: &Path, work: &Path, at: &Path| {
+            let opts = format!(
+                "lowerdir={},upperdir={},workdir={}",
+                lower.display(),
+                upper.display(),
+                work.display()
+            );
+            mount(
+                Some("overlay"),
+                at,
+                Some("overlay"),
+                MsFlags::empty(),
+                Some(opts.as_str()),
+            )
+            .is_ok()
+        };
+        if !ovl(&l0, &u1, &w1, &m1) || !ovl(&m1, &u2, &w2, &m2) {
+            return 11;
+        }
+        // No printing in the forked child: the code says what happened.
+        let deep = staged(&m2, &stages, "s-deep").spawn(Command::new(["/bin/true"]));
+        match deep {
+            Err(e)
+                if e.layer() == Some(Layer::StagedWrites)
+                    && e.to_string().starts_with(&format!(
+                        "isolation_layer_unavailable: staged_writes (create the overlay of {}:",
+                        m2.canonicalize().unwrap_or_default().display()
+                    )) => {}
+            Err(_) => return 2,
+            Ok(_) => return 3,
+        }
+        // The failed launch removed its stage.
+        if stages.join("s-deep").exists() {
+            return 4;
+        }
+        // Positive control: one level less mounts, and the launch runs.
+        match staged(&m1, &stages, "s-shallow").spawn(Command::new(["/bin/true"])) {
+            Ok(child) => match child.wait() {
+                Ok(Exit::Exited(0)) => 0,
+                _ => 5,
+            },
+            Err(_) => 6,
+        }
+    });
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn renaming_a_host_directory_is_exdev_so_the_upper_holds_no_redirect() {
+    if skip_unless_root() {
+        return;
+    }
+    let probe = env!("CARGO_BIN_EXE_palisade-escape-probe");
+    let probe_dir = Path::new(probe).parent().unwrap().to_owned();
+    let r = root();
+    let base = stage_base();
+    let script = format!(
+        "{probe} rename old renamed; mkdir fresh && {probe} rename fresh fresh2; \
+         mv old moved && ls moved"
+    );
+    let mut sb = staged(r.path(), base.path(), "s-rename");
+    sb.read_only(&probe_dir);
+    let (exit, out, stage) = run(&sb, &script);
+    assert_eq!(exit, Exit::Exited(0), "{out}");
+    // A directory of the host root cannot be renamed in place (no redirect
+    // is created: redirect_dir=nofollow); one the worker made can; `mv`
+    // falls back to a copy.
+    assert_eq!(out, "err 18\nok\ngone.txt\n");
+    let stage = stage.unwrap();
+    let upper = stage.roots()[0].upper();
+    let wh = std::fs::symlink_metadata(upper.join("old")).unwrap();
+    assert!(wh.file_type().is_char_device() && wh.rdev() == 0, "{wh:?}");
+    assert_eq!(
+        std::fs::read_to_string(upper.join("moved/gone.txt")).unwrap(),
+        "old\n"
+    );
+    assert!(upper.join("fresh2").is_dir());
+    assert!(r.path().join("old/gone.txt").exists());
+    stage.remove().unwrap();
+    // Positive control: under direct writes the same rename is in place.
+    let mut d = direct(r.path());
+    d.read_only(&probe_dir);
+    let (_, out, _) = run(&d, &format!("{probe} rename old renamed"));
+    assert_eq!(out, "ok\n");
+    assert!(r.path().join("renamed/gone.txt").exists());
+}

@@ -1588,6 +1588,17 @@ fn lint(cx: &mut Cx<'_>, root: &Table<'_, '_>, p: &HostPolicy) {
         )
         .help("remove it; to cap each process's address space (RLIMIT_AS), set `limits.address_space` in a `[profiles.<name>]` profile");
     }
+    // The weaker write mode, chosen on purpose or by accident.
+    if p.worker.writes == Writes::Direct {
+        let path = Path::root().key("worker").key("writes");
+        cx.warning(
+            "direct_writes",
+            &span_of(&path),
+            &path,
+            "the worker writes the host tree directly: nothing it leaves in a writable root passes the commit filter, only the protected names are kept read-only",
+        )
+        .help("remove it (staged is the default), unless the worker must write through to the host while it runs");
+    }
     // A writable worker whose steering writes nobody will see.
     if p.taint.steering_paths.is_empty() && !p.worker.writable.is_empty() {
         let path = Path::root().key("worker").key("writable");

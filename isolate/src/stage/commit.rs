@@ -47,11 +47,14 @@
 //! it. Empty upper directories with nothing left below them are removed at
 //! the end.
 
+use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
 use std::io::{Seek, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::errno::Errno;
@@ -161,13 +164,15 @@ impl Stage {
                 host_path: r.root.clone(),
                 upper_path: r.upper.clone(),
                 quarantine_path: r.quarantine.clone(),
+                host_cache: DirCache::default(),
+                upper_cache: DirCache::default(),
             });
         }
         let mut report = CommitReport::default();
         // Per root: directories of the upper to try to remove at the end, and
         // the paths left in the stage (nothing above them is removed).
-        let mut visited: Vec<Vec<PathBuf>> = vec![Vec::new(); roots.len()];
-        let mut left: Vec<Vec<PathBuf>> = vec![Vec::new(); roots.len()];
+        let mut visited: Vec<BTreeSet<PathBuf>> = vec![BTreeSet::new(); roots.len()];
+        let mut left: Vec<BTreeSet<PathBuf>> = vec![BTreeSet::new(); roots.len()];
         for (change, verdict) in set.changes.iter().zip(verdicts) {
             let Some(fds) = roots.get(change.root) else {
                 return Err(StageError::Invalid {
@@ -190,19 +195,15 @@ impl Stage {
                 })?;
             }
             if let Some(v) = visited.get_mut(change.root) {
-                if let Some(parent) = change.path.parent() {
-                    v.push(parent.to_path_buf());
-                }
-                if change.node.kind == NodeKind::Dir {
-                    v.push(change.path.clone());
-                }
+                let own = change.node.kind == NodeKind::Dir;
+                with_ancestors(v, &change.path, own);
             }
             if let Some(only) = only
                 && !selected(change, only, set)
             {
                 report.skipped += 1;
                 if let Some(l) = left.get_mut(change.root) {
-                    l.push(change.path.clone());
+                    with_ancestors(l, &change.path, true);
                 }
                 continue;
             }
@@ -212,7 +213,9 @@ impl Stage {
             };
             match verdict {
                 FilterVerdict::Refuse(refusal) => {
-                    let quarantined = quarantine(fds, change)?;
+                    let quarantined = quarantine(fds, change);
+                    fds.forget(change);
+                    let quarantined = quarantined?;
                     report.refused += 1;
                     record(&CommitEvent::Refused {
                         change,
@@ -221,7 +224,7 @@ impl Stage {
                     })
                     .map_err(stop)?;
                 }
-                FilterVerdict::Commit => match apply(fds, change)? {
+                FilterVerdict::Commit => match applied(fds, change)? {
                     Outcome::Applied { before, after } => {
                         report.applied += 1;
                         record(&CommitEvent::Applied {
@@ -234,15 +237,15 @@ impl Stage {
                     Outcome::Conflict(detail) => {
                         report.conflicts += 1;
                         if let Some(l) = left.get_mut(change.root) {
-                            l.push(change.path.clone());
+                            with_ancestors(l, &change.path, true);
                         }
                         record(&CommitEvent::Conflict { change, detail }).map_err(stop)?;
                     }
                 },
             }
         }
-        for ((fds, mut dirs), left) in roots.iter().zip(visited).zip(left) {
-            tidy_upper(fds, &mut dirs, &left)?;
+        for ((fds, dirs), left) in roots.iter().zip(visited).zip(left) {
+            tidy_upper(fds, dirs, &left)?;
         }
         Ok(report)
     }
@@ -257,6 +260,48 @@ struct RootFds {
     host_path: PathBuf,
     upper_path: PathBuf,
     quarantine_path: PathBuf,
+    host_cache: DirCache,
+    upper_cache: DirCache,
+}
+
+impl RootFds {
+    /// After a change at `path` (and `from`): no cached directory at or
+    /// below them survives.
+    fn forget(&self, change: &Change) {
+        for cache in [&self.host_cache, &self.upper_cache] {
+            cache.forget(&change.path);
+            if let ChangeKind::Renamed { from } = &change.kind {
+                cache.forget(from);
+            }
+        }
+    }
+}
+
+/// The last directory resolved below one root, so that consecutive changes
+/// in one directory resolve it once; forgotten as soon as a change touches
+/// it or anything above it.
+#[derive(Default)]
+struct DirCache(RefCell<Option<(PathBuf, Rc<OwnedFd>)>>);
+
+impl DirCache {
+    fn get(&self, dir: &Path) -> Option<Rc<OwnedFd>> {
+        match &*self.0.borrow() {
+            Some((key, fd)) if key == dir => Some(Rc::clone(fd)),
+            _ => None,
+        }
+    }
+    fn put(&self, dir: &Path, fd: OwnedFd) -> Rc<OwnedFd> {
+        let fd = Rc::new(fd);
+        *self.0.borrow_mut() = Some((dir.to_path_buf(), Rc::clone(&fd)));
+        fd
+    }
+    /// Forget the cached directory if it is `path` or below it.
+    fn forget(&self, path: &Path) {
+        let mut slot = self.0.borrow_mut();
+        if slot.as_ref().is_some_and(|(key, _)| key.starts_with(path)) {
+            *slot = None;
+        }
+    }
 }
 
 /// What [`apply`] did.
@@ -337,11 +382,28 @@ fn temp_name() -> OsString {
     OsString::from(format!(".palisade-commit-{}-{n}.tmp", std::process::id()))
 }
 
+/// Run `create` on fresh temporary names until one is free (a name the
+/// worker planted is skipped, not overwritten): the name and the result.
+fn at_temp<T>(mut create: impl FnMut(&OsStr) -> Result<T, Errno>) -> Result<(OsString, T), Errno> {
+    for _ in 0..64 {
+        let tmp = temp_name();
+        match create(&tmp) {
+            Ok(v) => return Ok((tmp, v)),
+            Err(Errno::EEXIST) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Errno::EEXIST)
+}
+
 /// Resolve the host parent of `path`; a conflict when it is missing or not
 /// a directory reachable without symlinks.
-fn host_parent(fds: &RootFds, parent: &Path) -> Result<Result<OwnedFd, String>, StageError> {
+fn host_parent(fds: &RootFds, parent: &Path) -> Result<Result<Rc<OwnedFd>, String>, StageError> {
+    if let Some(fd) = fds.host_cache.get(parent) {
+        return Ok(Ok(fd));
+    }
     match open_beneath(&fds.host, parent, OFlag::O_PATH | OFlag::O_DIRECTORY) {
-        Ok(fd) => Ok(Ok(fd)),
+        Ok(fd) => Ok(Ok(fds.host_cache.put(parent, fd))),
         Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP | Errno::EXDEV) => Ok(Err(format!(
             "the host parent directory `{}` is missing, not a directory, or reached through a symlink",
             parent.display()
@@ -355,9 +417,12 @@ fn host_parent(fds: &RootFds, parent: &Path) -> Result<Result<OwnedFd, String>, 
 }
 
 /// Resolve the upper parent of `path`; a conflict when the stage moved on.
-fn upper_parent(fds: &RootFds, parent: &Path) -> Result<Result<OwnedFd, String>, StageError> {
+fn upper_parent(fds: &RootFds, parent: &Path) -> Result<Result<Rc<OwnedFd>, String>, StageError> {
+    if let Some(fd) = fds.upper_cache.get(parent) {
+        return Ok(Ok(fd));
+    }
     match open_beneath(&fds.upper, parent, OFlag::O_PATH | OFlag::O_DIRECTORY) {
-        Ok(fd) => Ok(Ok(fd)),
+        Ok(fd) => Ok(Ok(fds.upper_cache.put(parent, fd))),
         Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP | Errno::EXDEV) => Ok(Err(String::from(
             "the stage changed since the change set was computed",
         ))),
@@ -376,6 +441,13 @@ macro_rules! conflict {
             Err(detail) => return Ok(Outcome::Conflict(detail)),
         }
     };
+}
+
+/// [`apply`], then forget the cached directories it may have replaced.
+fn applied(fds: &RootFds, change: &Change) -> Result<Outcome, StageError> {
+    let outcome = apply(fds, change);
+    fds.forget(change);
+    outcome
 }
 
 fn apply(fds: &RootFds, change: &Change) -> Result<Outcome, StageError> {
@@ -537,11 +609,12 @@ fn apply_node(
         NodeKind::File => {
             let fd = open_entry(udir.as_fd(), name, OFlag::O_RDONLY)
                 .map_err(ioe("open an upper file"))?;
-            if kind_of(&fstat(&fd).map_err(ioe("inspect an upper file"))?) != NodeKind::File {
+            // The mode is the one the filter judged (checked on the open
+            // descriptor, so it is this very inode's).
+            let st = fstat(&fd).map_err(ioe("inspect an upper file"))?;
+            if kind_of(&st) != NodeKind::File || st.st_mode & 0o7777 != change.node.mode {
                 return Ok(Outcome::Conflict(String::from(STAGE_MOVED)));
             }
-            fchmod(&fd, Mode::from_bits_truncate(change.node.mode))
-                .map_err(ioe("set the mode of an upper file"))?;
             strip_xattrs(fd.as_fd()).map_err(ioe("remove the overlay xattrs of an upper file"))?;
             let mut file = std::fs::File::from(fd);
             let d = digest_reader(&mut file)
@@ -559,17 +632,18 @@ fn apply_node(
                 Err(Errno::EXDEV) => {
                     file.rewind()
                         .map_err(|e| io_err("read an upper file", upath.clone(), e))?;
-                    let tmp = temp_name();
-                    let out = nix::fcntl::openat(
-                        hdir.as_fd(),
-                        tmp.as_os_str(),
-                        OFlag::O_WRONLY
-                            | OFlag::O_CREAT
-                            | OFlag::O_EXCL
-                            | OFlag::O_NOFOLLOW
-                            | OFlag::O_CLOEXEC,
-                        Mode::from_bits_truncate(0o600),
-                    )
+                    let (tmp, out) = at_temp(|tmp| {
+                        nix::fcntl::openat(
+                            hdir.as_fd(),
+                            tmp,
+                            OFlag::O_WRONLY
+                                | OFlag::O_CREAT
+                                | OFlag::O_EXCL
+                                | OFlag::O_NOFOLLOW
+                                | OFlag::O_CLOEXEC,
+                            Mode::from_bits_truncate(0o600),
+                        )
+                    })
                     .map_err(|e| io_err("create a temporary file", hpath.to_path_buf(), e))?;
                     let mut out = std::fs::File::from(out);
                     let copied = std::io::copy(&mut file, &mut out)
@@ -640,11 +714,10 @@ fn apply_node(
                 Ok(Ok(())) => {}
                 Ok(Err(detail)) => return Ok(Outcome::Conflict(detail)),
                 Err(Errno::EXDEV) => {
-                    let tmp = temp_name();
-                    nix::unistd::symlinkat(target.as_os_str(), hdir.as_fd(), tmp.as_os_str())
-                        .map_err(|e| {
-                            io_err("create a temporary symlink", hpath.to_path_buf(), e)
-                        })?;
+                    let (tmp, ()) = at_temp(|tmp| {
+                        nix::unistd::symlinkat(target.as_os_str(), hdir.as_fd(), tmp)
+                    })
+                    .map_err(|e| io_err("create a temporary symlink", hpath.to_path_buf(), e))?;
                     match place(
                         hdir.as_fd(),
                         &tmp,
@@ -717,24 +790,22 @@ fn apply_dir(
         return Ok(Outcome::Conflict(String::from(STAGE_MOVED)));
     }
     let mode = Mode::from_bits_truncate(change.node.mode);
-    let at = if host_exists {
-        temp_name()
+    let made = if host_exists {
+        at_temp(|tmp| nix::sys::stat::mkdirat(hdir.as_fd(), tmp, Mode::from_bits_truncate(0o700)))
+            .map(|(tmp, ())| tmp)
     } else {
-        name.to_os_string()
+        nix::sys::stat::mkdirat(hdir.as_fd(), name, Mode::from_bits_truncate(0o700))
+            .map(|()| name.to_os_string())
     };
-    match nix::sys::stat::mkdirat(
-        hdir.as_fd(),
-        at.as_os_str(),
-        Mode::from_bits_truncate(0o700),
-    ) {
-        Ok(()) => {}
-        Err(Errno::EEXIST) => {
+    let at = match made {
+        Ok(at) => at,
+        Err(Errno::EEXIST) if !host_exists => {
             return Ok(Outcome::Conflict(String::from(
                 "the host created this path during the commit",
             )));
         }
         Err(e) => return Err(io_err("create a host directory", hpath.to_path_buf(), e)),
-    }
+    };
     let fd = open_entry(hdir.as_fd(), &at, OFlag::O_RDONLY | OFlag::O_DIRECTORY)
         .map_err(|e| io_err("open a new host directory", hpath.to_path_buf(), e))?;
     fchmod(&fd, mode)
@@ -863,12 +934,11 @@ fn apply_rename(
     let (from_parent, from_name) = split(from);
     let upath = fds.upper_path.join(&change.path);
     let udir = conflict!(upper_parent(fds, parent)?);
-    if upper_matches(udir.as_fd(), name, change)
+    let Some(ust) = upper_matches(udir.as_fd(), name, change)
         .map_err(|e| io_err("inspect an upper node", upath.clone(), e))?
-        .is_none()
-    {
+    else {
         return Ok(Outcome::Conflict(String::from(STAGE_MOVED)));
-    }
+    };
     let fdir = conflict!(host_parent(fds, from_parent)?);
     let fpath = fds.host_path.join(from);
     let Some(fst) = lstat_at(fdir.as_fd(), from_name)
@@ -887,6 +957,13 @@ fn apply_rename(
     }
     let after = host_digest(fdir.as_fd(), from_name, &fst)
         .map_err(|e| io_err("read a host file", fpath.clone(), e))?;
+    // The host node lands, and the upper copy goes: they must still be the
+    // same bytes, or a change made after the scan would be lost.
+    let staged = host_digest(udir.as_fd(), name, &ust)
+        .map_err(|e| io_err("read an upper file", upath.clone(), e))?;
+    if staged != after {
+        return Ok(Outcome::Conflict(String::from(STAGE_MOVED)));
+    }
     match renameat2(
         fdir.as_fd(),
         from_name,
@@ -939,7 +1016,8 @@ fn remove_whiteout(fds: &RootFds, path: &Path) -> Result<(), StageError> {
     Ok(())
 }
 
-/// Remove every `*.overlay.*` and `security.capability` xattr of `fd`.
+/// Remove every `*.overlay.*`, `security.capability` and POSIX ACL xattr of
+/// `fd` (an ACL could grant what the mode the filter judged does not).
 fn strip_xattrs(fd: BorrowedFd<'_>) -> Result<(), Errno> {
     let mut buf = vec![0u8; 4096];
     let len = loop {
@@ -953,7 +1031,8 @@ fn strip_xattrs(fd: BorrowedFd<'_>) -> Result<(), Errno> {
     for name in buf.get(..len).unwrap_or(&[]).split(|b| *b == 0) {
         let strip = name.starts_with(b"user.overlay.")
             || name.starts_with(b"trusted.overlay.")
-            || name == b"security.capability";
+            || name == b"security.capability"
+            || name.starts_with(b"system.posix_acl_");
         if !strip {
             continue;
         }
@@ -1064,21 +1143,36 @@ fn quarantine(fds: &RootFds, change: &Change) -> Result<PathBuf, StageError> {
         // Nothing in the upper any more (the stage moved on): nothing to keep.
         _ => {}
     }
+    // A refused rename is refused whole: its node is in the quarantine, and
+    // the host keeps the old path (its whiteout leaves the upper).
+    if let ChangeKind::Renamed { from } = &change.kind {
+        remove_whiteout(fds, from)?;
+    }
     Ok(quarantined)
+}
+
+/// Add the directories above `path` (and `path` itself when `own`) to
+/// `set`, stopping at the first one already there.
+fn with_ancestors(set: &mut BTreeSet<PathBuf>, path: &Path, own: bool) {
+    let skip = usize::from(!own);
+    for a in path.ancestors().skip(skip) {
+        if a.as_os_str().is_empty() || !set.insert(a.to_path_buf()) {
+            break;
+        }
+    }
 }
 
 /// Remove the now-empty upper directories the commit went through, deepest
 /// first, except those with something left below them.
-fn tidy_upper(fds: &RootFds, dirs: &mut Vec<PathBuf>, left: &[PathBuf]) -> Result<(), StageError> {
-    dirs.sort_by(|a, b| {
-        b.components()
-            .count()
-            .cmp(&a.components().count())
-            .then_with(|| a.cmp(b))
-    });
-    dirs.dedup();
-    for dir in dirs.iter() {
-        if dir.as_os_str().is_empty() || left.iter().any(|l| l.starts_with(dir)) {
+fn tidy_upper(
+    fds: &RootFds,
+    dirs: BTreeSet<PathBuf>,
+    left: &BTreeSet<PathBuf>,
+) -> Result<(), StageError> {
+    let mut dirs: Vec<PathBuf> = dirs.into_iter().collect();
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    for dir in &dirs {
+        if dir.as_os_str().is_empty() || left.contains(dir) {
             continue;
         }
         let (parent, name) = split(dir);

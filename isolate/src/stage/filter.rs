@@ -13,7 +13,7 @@
 //! policy patterns match the bytes as written. Matching is on the path's
 //! bytes, never on a lossy UTF-8 rendering.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
@@ -65,8 +65,14 @@ pub struct BuiltinRule {
 }
 
 /// The built-in list, in the order the filter applies it (the first row
-/// that matches names the refusal).
+/// that matches names the refusal; policy additions come after the path
+/// rows, before the kinds, and `refused_below` is judged last).
 const RULES: &[BuiltinRule] = &[
+    BuiltinRule {
+        rule: "invalid_path",
+        paths: "a change path that is empty, absolute or has an empty, `.` or `..` component",
+        why: "the scan never produces one; the filter refuses what it cannot judge",
+    },
     BuiltinRule {
         rule: "palisade",
         paths: "`.palisade/**`",
@@ -93,9 +99,19 @@ const RULES: &[BuiltinRule] = &[
         why: "`config`, `hooks/**`, `commondir`, `info/**`, `worktrees/**`, `rebase-merge/**` and `sequencer/**` (their todo lists run `exec` lines) are run or trusted by host git",
     },
     BuiltinRule {
+        rule: "bare_repository",
+        paths: "a `HEAD` outside every `.git`, at any depth",
+        why: "`HEAD` with `objects` and `refs` beside it makes a directory a bare repository, whose `config` and `hooks` host git runs when it is started there",
+    },
+    BuiltinRule {
         rule: "shell_startup",
         paths: "`.bashrc`, `.bash_profile`, `.bash_login`, `.bash_logout`, `.bash_aliases`, `.profile`, `.zshrc`, `.zshenv`, `.zprofile`, `.zlogin`, `.zlogout`, `.cshrc`, `.tcshrc`, `.kshrc`, `.inputrc`, `.pam_environment`, `.xprofile`, `.xinitrc`, `.xsessionrc`, `.config/fish/**`, `.config/environment.d/**`, `.config/autostart/**`, `.config/systemd/**`, `.local/bin/**`, `.cargo/bin/**`",
         why: "shells, sessions and the user's systemd read them at login or put them on `PATH`",
+    },
+    BuiltinRule {
+        rule: "startup_config",
+        paths: "`.vimrc`, `.gvimrc`, `.exrc`, `.vim/**`, `.config/nvim/**`, `.emacs`, `.emacs.d/**`, `.config/emacs/**`, `.tmux.conf`, `.config/tmux/**`, `.screenrc`, `.gdbinit`, `.config/gdb/**`, `.lldbinit`, `.psqlrc`, `.mailcap`, `.config/gh/**`, `.docker/**`",
+        why: "editors, terminal multiplexers, debuggers, `psql`, `gh` and `docker` run commands or helpers these name when they start",
     },
     BuiltinRule {
         rule: "ssh",
@@ -111,16 +127,6 @@ const RULES: &[BuiltinRule] = &[
         rule: "tool_config",
         paths: "`.vscode/**`, `.idea/**`, `.zed/**`, `.devcontainer/**`, `.claude/**`, `.claude.json`, `.mcp.json`, `.cursor/**`, `.codex/**`, `.agents/**`, `.opencode/**`, `opencode.json`, `opencode.jsonc`, `.config/opencode/**`, `.gemini/**`, `.pi/**`, `.envrc`, `.direnv/**`, `.pre-commit-config.yaml`",
         why: "editors, IDEs, agents, direnv and pre-commit run tasks, hooks and MCP servers named there",
-    },
-    BuiltinRule {
-        rule: "refused_below",
-        paths: "a deleted directory that holds a refused change",
-        why: "the refused change stays, so the directory must stay too",
-    },
-    BuiltinRule {
-        rule: "invalid_path",
-        paths: "a change path that is empty, absolute or has a `.` or `..` component",
-        why: "the scan never produces one; the filter refuses what it cannot judge",
     },
     BuiltinRule {
         rule: "setuid",
@@ -157,6 +163,11 @@ const RULES: &[BuiltinRule] = &[
         paths: "a symlink whose target, resolved lexically from its own directory, lies at or below a refused path (`hooks -> .git/hooks`)",
         why: "committing the link writes nothing there, but a host program writing through an innocent-looking name would",
     },
+    BuiltinRule {
+        rule: "refused_below",
+        paths: "a deleted directory that holds a refused change",
+        why: "the refused change stays, so the directory must stay too",
+    },
 ];
 
 /// Names refused at any depth, with everything below them, as component
@@ -187,6 +198,24 @@ const NAMES: &[(&str, &[&str])] = &[
     ("shell_startup", &[".config", "systemd"]),
     ("shell_startup", &[".local", "bin"]),
     ("shell_startup", &[".cargo", "bin"]),
+    ("startup_config", &[".vimrc"]),
+    ("startup_config", &[".gvimrc"]),
+    ("startup_config", &[".exrc"]),
+    ("startup_config", &[".vim"]),
+    ("startup_config", &[".config", "nvim"]),
+    ("startup_config", &[".emacs"]),
+    ("startup_config", &[".emacs.d"]),
+    ("startup_config", &[".config", "emacs"]),
+    ("startup_config", &[".tmux.conf"]),
+    ("startup_config", &[".config", "tmux"]),
+    ("startup_config", &[".screenrc"]),
+    ("startup_config", &[".gdbinit"]),
+    ("startup_config", &[".config", "gdb"]),
+    ("startup_config", &[".lldbinit"]),
+    ("startup_config", &[".psqlrc"]),
+    ("startup_config", &[".mailcap"]),
+    ("startup_config", &[".config", "gh"]),
+    ("startup_config", &[".docker"]),
     ("ssh", &[".ssh"]),
     ("git_config", &[".gitconfig"]),
     ("git_config", &[".config", "git"]),
@@ -236,7 +265,7 @@ const GIT_OBJECTS_REFUSED: &[&[&str]] = &[&["info", "alternates"], &["info", "ht
 pub struct CommitFilter {
     /// The policy patterns, as given.
     patterns: Vec<String>,
-    /// `patterns`, compiled one by one.
+    /// `patterns`, compiled: each as given, then with `/**` appended.
     globs: Vec<globset::Glob>,
     /// `globs` as one set.
     set: globset::GlobSet,
@@ -246,7 +275,7 @@ pub struct CommitFilter {
 
 /// The `.git` directories the worker created, per root, as ASCII-lowercased
 /// path bytes.
-type Created = BTreeSet<(usize, Vec<u8>)>;
+type Created = BTreeMap<usize, BTreeSet<Vec<u8>>>;
 
 /// What a path is judged as: the changed node itself, or the target a
 /// symlink leads to.
@@ -287,7 +316,8 @@ impl CommitFilter {
     /// `pattern` is a glob relative to the root, in the grammar of
     /// `palisade-schema`'s `PathGlob`: `*` and `?` never match `/`, `**`
     /// matches any number of components, `\` escapes; a leading `./` is
-    /// dropped. It matches the path's bytes as written (case-sensitive).
+    /// dropped, and so is a trailing `/`. It matches the path's bytes as
+    /// written (case-sensitive).
     pub fn refuse(&mut self, pattern: &str) -> Result<&mut Self, FilterError> {
         let bad = |reason: String| FilterError {
             pattern: pattern.to_owned(),
@@ -300,14 +330,24 @@ impl CommitFilter {
             ));
         }
         let glob = palisade_schema::host_policy::PathGlob::parse(pattern).map_err(bad)?;
-        let compiled = glob.compile().map_err(|e| bad(e.to_string()))?;
+        // A path never ends in `/`: `deploy/` means the directory `deploy`.
+        let text = glob.as_str().trim_end_matches('/');
+        if text.is_empty() {
+            return Err(bad("names no path".to_owned()));
+        }
+        let compile = |t: &str| {
+            palisade_schema::host_policy::PathGlob::parse(t)
+                .and_then(|g| g.compile().map_err(|e| e.to_string()))
+                .map_err(bad)
+        };
+        let pair = [compile(text)?, compile(&format!("{text}/**"))?];
         let mut builder = globset::GlobSetBuilder::new();
-        for g in self.globs.iter().chain([&compiled]) {
+        for g in self.globs.iter().chain(&pair) {
             builder.add(g.clone());
         }
         self.set = builder.build().map_err(|e| bad(e.to_string()))?;
-        self.globs.push(compiled);
-        self.patterns.push(glob.as_str().to_owned());
+        self.globs.extend(pair);
+        self.patterns.push(text.to_owned());
         Ok(self)
     }
 
@@ -339,12 +379,13 @@ impl CommitFilter {
     /// directory is then refused too, so the commit never removes what it
     /// must keep).
     pub fn check(&self, set: &ChangeSet) -> Vec<FilterVerdict> {
-        let created: Created = set
-            .changes
-            .iter()
-            .filter(|c| creates_repository(c))
-            .map(|c| (c.root, c.path.as_os_str().as_bytes().to_ascii_lowercase()))
-            .collect();
+        let mut created = Created::new();
+        for c in set.changes.iter().filter(|c| creates_repository(c)) {
+            created
+                .entry(c.root)
+                .or_default()
+                .insert(c.path.as_os_str().as_bytes().to_ascii_lowercase());
+        }
         let mut verdicts: Vec<FilterVerdict> = set
             .changes
             .iter()
@@ -420,18 +461,42 @@ impl CommitFilter {
             return refuse(
                 "invalid_path",
                 format!(
-                    "`{}` is not a plain relative path (empty, absolute, `.` or `..`)",
+                    "`{}` is not a plain relative path (empty, absolute, `.`, `..` or an empty component)",
                     path.display()
                 ),
             );
         };
+        // Below, `comps` are exactly the `/`-separated segments of `bytes`.
+        let bytes = path.as_os_str().as_bytes();
+        let made = created.get(&root);
         if comps.iter().any(|c| is(c, ".palisade")) {
             return refuse("palisade", "`.palisade/**`".to_owned());
         }
-        for (i, _) in comps.iter().enumerate().filter(|(_, c)| is(c, ".git")) {
-            if let Some(r) = git_refusal(root, &comps, i, subject, created) {
+        let lower = made.map(|_| bytes.to_ascii_lowercase());
+        let mut end = 0;
+        for (i, c) in comps.iter().enumerate() {
+            end += c.len() + usize::from(i > 0);
+            if !is(c, ".git") {
+                continue;
+            }
+            let git = bytes.get(..end).unwrap_or(bytes);
+            let new = made
+                .zip(lower.as_deref())
+                .is_some_and(|(m, l)| l.get(..end).is_some_and(|g| m.contains(g)));
+            if let Some(r) = git_refusal(&comps, i, git, new, subject) {
                 return Some(r);
             }
+        }
+        // A `HEAD` outside every `.git` makes its directory a bare
+        // repository once `objects` and `refs` are there too, and git
+        // reads that directory's `config` and `hooks`.
+        let first_git = comps.iter().position(|c| is(c, ".git"));
+        if comps
+            .iter()
+            .take(first_git.unwrap_or(comps.len()))
+            .any(|c| is(c, "HEAD"))
+        {
+            return refuse("bare_repository", "`HEAD` outside `.git`".to_owned());
         }
         for (rule, seq) in NAMES {
             if contains_run(&comps, seq) {
@@ -443,16 +508,11 @@ impl CommitFilter {
                 return refuse(rule, format!("`{}`", p.display()));
             }
         }
-        if !self.patterns.is_empty() {
-            let mut prefix = PathBuf::new();
-            for c in &comps {
-                prefix.push(c);
-                let hits = self.set.matches(&prefix);
-                if let Some(&first) = hits.first() {
-                    let pattern = self.patterns.get(first).map_or("?", String::as_str);
-                    return refuse("policy_refused", format!("`{pattern}`"));
-                }
-            }
+        // Each pattern is in the set twice, as given and with `/**`, so
+        // one match over the path covers it and everything below it.
+        if let Some(&first) = self.set.matches(path).first() {
+            let pattern = self.patterns.get(first / 2).map_or("?", String::as_str);
+            return refuse("policy_refused", format!("`{pattern}`"));
         }
         None
     }
@@ -522,16 +582,18 @@ fn creates_repository(c: &Change) -> bool {
 }
 
 /// The `.git` rules for the `.git` component at index `i` of `comps`.
+/// `git` is the path's bytes up to and with that component, `new` whether
+/// the worker created that `.git` directory.
 fn git_refusal(
-    root: usize,
     comps: &[&OsStr],
     i: usize,
+    git: &[u8],
+    new: bool,
     subject: Subject,
-    created: &Created,
 ) -> Option<Refusal> {
     let refuse = |rule: &'static str, detail: String| Some(Refusal { rule, detail });
-    let git: PathBuf = comps.iter().take(i + 1).collect();
-    if created.contains(&(root, git.as_os_str().as_bytes().to_ascii_lowercase())) {
+    let git = Path::new(OsStr::from_bytes(git));
+    if new {
         return refuse(
             "new_repository",
             format!("`{}` is a repository the worker created", git.display()),
@@ -602,7 +664,7 @@ fn normal_components(path: &Path) -> Option<Vec<&OsStr>> {
             .as_os_str()
             .as_bytes()
             .split(|b| *b == b'/')
-            .any(|s| s == b"." || s == b"..")
+            .any(|s| s.is_empty() || s == b"." || s == b"..")
     {
         return None;
     }

@@ -624,7 +624,8 @@ impl Stage {
     /// Symlinks inside are removed, never followed; directories the worker
     /// left without permissions are opened up first (they are the stage's,
     /// and the launcher owns or may chmod them). The stage itself must
-    /// still be a real directory, not a symlink.
+    /// still be a real directory, not a symlink. Call it once the sandbox
+    /// has ended: a worker still running could go on writing.
     pub fn remove(self) -> Result<(), StageError> {
         let meta = fs::symlink_metadata(&self.dir).map_err(io("stat the stage", &self.dir))?;
         if meta.file_type().is_symlink() || !meta.is_dir() {
@@ -638,19 +639,35 @@ impl Stage {
     }
 }
 
-/// Give every real directory under `dir` (symlinks not followed) mode
-/// `0700`, so that [`Stage::remove`] can list and empty it. Bounded depth.
+/// Give every real directory under `dir` mode `0700`, so that
+/// [`Stage::remove`] can list and empty it. Each directory is opened with
+/// `O_PATH|O_NOFOLLOW|O_DIRECTORY` and changed through that descriptor, so
+/// an entry swapped for a symlink meanwhile (a worker still running) is
+/// never followed to a host file. Bounded depth.
 fn open_up(dir: &Path, depth: usize) {
+    use nix::fcntl::OFlag;
     if depth > 4096 {
         return;
     }
-    let _ = fs::set_permissions(dir, fs::Permissions::from_mode(0o700));
-    let Ok(entries) = fs::read_dir(dir) else {
+    let Ok(fd) = nix::fcntl::open(
+        dir,
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    ) else {
+        return;
+    };
+    // The descriptor's magic link reaches exactly the directory opened.
+    let via = PathBuf::from(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&fd)
+    ));
+    let _ = fs::set_permissions(&via, fs::Permissions::from_mode(0o700));
+    let Ok(entries) = fs::read_dir(&via) else {
         return;
     };
     for e in entries.flatten() {
         if e.file_type().is_ok_and(|t| t.is_dir()) {
-            open_up(&e.path(), depth + 1);
+            open_up(&dir.join(e.file_name()), depth + 1);
         }
     }
 }
@@ -708,6 +725,30 @@ mod tests {
         again.remove().unwrap();
         assert!(!dir.exists());
         assert!(root.exists());
+    }
+
+    #[test]
+    fn opening_up_for_removal_follows_no_symlink() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = t.path().join("outside");
+        fs::create_dir(&outside).unwrap();
+        fs::set_permissions(&outside, fs::Permissions::from_mode(0o555)).unwrap();
+        // A directory swapped for a symlink to a host directory.
+        let link = t.path().join("swapped");
+        std::os::unix::fs::symlink(&outside, &link).unwrap();
+        open_up(&link, 0);
+        assert_eq!(fs::metadata(&outside).unwrap().mode() & 0o7777, 0o555);
+        // Positive control: a real directory is opened up, its children too.
+        let real = t.path().join("real");
+        fs::create_dir_all(real.join("sub")).unwrap();
+        fs::set_permissions(real.join("sub"), fs::Permissions::from_mode(0o000)).unwrap();
+        fs::set_permissions(&real, fs::Permissions::from_mode(0o500)).unwrap();
+        open_up(&real, 0);
+        assert_eq!(fs::metadata(&real).unwrap().mode() & 0o7777, 0o700);
+        assert_eq!(
+            fs::metadata(real.join("sub")).unwrap().mode() & 0o7777,
+            0o700
+        );
     }
 
     #[test]

@@ -130,8 +130,17 @@ fn scan_root(n: usize, host: &Path, upper: &Path) -> Result<Vec<Change>, StageEr
         lower_dir: true,
     }];
     while let Some(frame) = stack.pop() {
-        let udir = open_beneath(&upper_fd, &frame.rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY)
-            .map_err(|e| io_err("open an upper directory", upper.join(&frame.rel), e))?;
+        let udir = match open_beneath(&upper_fd, &frame.rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY) {
+            Ok(fd) => fd,
+            // Gone or replaced since its parent was listed: a checkpoint
+            // races the worker; the directory is not in this snapshot.
+            Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP)
+                if !frame.rel.as_os_str().is_empty() =>
+            {
+                continue;
+            }
+            Err(e) => return Err(io_err("open an upper directory", upper.join(&frame.rel), e)),
+        };
         let ldir = if frame.lower_dir {
             match open_beneath(&host_fd, &frame.rel, OFlag::O_RDONLY | OFlag::O_DIRECTORY) {
                 Ok(fd) => Some(fd),
@@ -166,8 +175,11 @@ fn scan_root(n: usize, host: &Path, upper: &Path) -> Result<Vec<Change>, StageEr
                 continue;
             }
             present.insert(name.clone());
-            let unode = node_at(udir.as_fd(), &name, &ust)
-                .map_err(|e| io_err("inspect an upper entry", upper.join(&rel), e))?;
+            let unode = match node_at(udir.as_fd(), &name, &ust) {
+                Ok(node) => node,
+                Err(Errno::ENOENT | Errno::ELOOP) => continue, // gone or replaced meanwhile
+                Err(e) => return Err(io_err("inspect an upper entry", upper.join(&rel), e)),
+            };
             if unode.kind == NodeKind::Dir || unode.kind == NodeKind::File {
                 refuse_unsupported_xattrs(udir.as_fd(), &name, unode.kind).map_err(|reason| {
                     StageError::Invalid {
@@ -784,6 +796,9 @@ impl Stage {
                         work,
                         quarantine,
                         started,
+                        // Not measured for a hand-built stage (h-mount's
+                        // field; added here only to keep this compiling).
+                        same_fs: false,
                     },
                 )
                 .collect(),

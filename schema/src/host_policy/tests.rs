@@ -492,7 +492,8 @@ fn worker_writes_and_commit_refuse_parse() {
         "palisade.toml",
         "[worker]\nwrites = \"direct\"\n\n[worker.commit]\nrefuse = [\"deploy/**\", \"./**/*.pem\"]\n",
     );
-    assert!(diags.is_empty(), "{diags:?}");
+    let codes: Vec<&str> = diags.iter().map(|d| d.code).collect();
+    assert_eq!(codes, ["direct_writes"], "only the lint: {diags:?}");
     let w = policy.unwrap().worker;
     assert_eq!(w.writes, Writes::Direct);
     let globs: Vec<&str> = w.commit.refuse.iter().map(PathGlob::as_str).collect();
@@ -534,4 +535,15 @@ fn worker_writes_and_commit_refuse_errors_are_located() {
         codes("[worker.commit]\nrefuse = \"x\"\n")[0].0,
         "type_mismatch"
     );
+}
+
+#[test]
+fn direct_writes_are_flagged() {
+    assert_eq!(
+        codes("[worker]\nwrites = \"direct\"\n"),
+        vec![("direct_writes", ".worker.writes".to_owned(), 2, 10)]
+    );
+    // Positive control: staged, said or not, is clean.
+    assert_eq!(codes("[worker]\nwrites = \"staged\"\n"), vec![]);
+    assert_eq!(codes("[worker]\n"), vec![]);
 }

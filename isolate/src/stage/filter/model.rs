@@ -97,6 +97,24 @@ const ANY_DEPTH: &[(&str, &str)] = &[
     ("shell_startup", "/.config/systemd/"),
     ("shell_startup", "/.local/bin/"),
     ("shell_startup", "/.cargo/bin/"),
+    ("startup_config", "/.vimrc/"),
+    ("startup_config", "/.gvimrc/"),
+    ("startup_config", "/.exrc/"),
+    ("startup_config", "/.vim/"),
+    ("startup_config", "/.config/nvim/"),
+    ("startup_config", "/.emacs/"),
+    ("startup_config", "/.emacs.d/"),
+    ("startup_config", "/.config/emacs/"),
+    ("startup_config", "/.tmux.conf/"),
+    ("startup_config", "/.config/tmux/"),
+    ("startup_config", "/.screenrc/"),
+    ("startup_config", "/.gdbinit/"),
+    ("startup_config", "/.config/gdb/"),
+    ("startup_config", "/.lldbinit/"),
+    ("startup_config", "/.psqlrc/"),
+    ("startup_config", "/.mailcap/"),
+    ("startup_config", "/.config/gh/"),
+    ("startup_config", "/.docker/"),
     ("ssh", "/.ssh/"),
     ("git_config", "/.gitconfig/"),
     ("git_config", "/.config/git/"),
@@ -222,6 +240,14 @@ impl Model {
                 return Some(r);
             }
             at = end - 1;
+        }
+        // `/head/` before any `/.git/`.
+        let before_git = low
+            .windows(6)
+            .position(|w| w == b"/.git/")
+            .map_or(&low[..], |at| &low[..at + 1]);
+        if has(before_git, b"/head/") {
+            return Some("bare_repository");
         }
         for (rule, needle) in ANY_DEPTH {
             if has(&low, needle.as_bytes()) {

@@ -231,6 +231,31 @@ fn the_git_directory_itself_cannot_be_deleted_or_rechmodded() {
 }
 
 #[test]
+fn a_head_outside_git_is_a_bare_repository() {
+    for p in ["HEAD", "fixtures/bare/HEAD", "a/head", "HEAD/x"] {
+        refused(file(p), "bare_repository");
+    }
+    refused(
+        with_kind(file("fixtures/bare/HEAD"), ChangeKind::Deleted),
+        "bare_repository",
+    );
+    // Inside `.git` a HEAD is git's own.
+    for p in [
+        ".git/HEAD",
+        ".git/logs/HEAD",
+        ".git/refs/remotes/origin/HEAD",
+        ".git/logs/refs/remotes/origin/HEAD",
+        "sub/.git/HEAD",
+    ] {
+        commits(file(p));
+    }
+    // Positive control: names that merely contain it.
+    commits(file("docs/HEAD.md"));
+    commits(file("HEADER.h"));
+    commits(file("fixtures/bare/config"));
+}
+
+#[test]
 fn shell_startup_files_at_any_depth() {
     for p in [
         ".bashrc",
@@ -256,6 +281,32 @@ fn shell_startup_files_at_any_depth() {
         ".local/share/x",
         ".cargo/config.toml",
         "bin/tool",
+    ] {
+        commits(file(p));
+    }
+}
+
+#[test]
+fn startup_configs_of_host_tools() {
+    for p in [
+        ".vimrc",
+        "home/u/.config/nvim/init.lua",
+        ".vim/plugin/x.vim",
+        ".emacs.d/init.el",
+        ".tmux.conf",
+        ".gdbinit",
+        ".psqlrc",
+        ".config/gh/config.yml",
+        ".docker/config.json",
+    ] {
+        refused(file(p), "startup_config");
+    }
+    // Positive control: the same words as ordinary names.
+    for p in [
+        "docs/vimrc.md",
+        "nvim/init.lua",
+        "docker/Dockerfile",
+        "gh/x",
     ] {
         commits(file(p));
     }
@@ -589,9 +640,37 @@ fn bad_patterns_are_errors_naming_them() {
 
 #[test]
 fn paths_the_scan_never_produces_are_refused() {
-    for p in ["a/../b", "/abs", "a/./b", ""] {
+    for p in ["a/../b", "/abs", "a/./b", "", "a//b", "a/"] {
         refused(file(p), "invalid_path");
     }
+}
+
+#[test]
+fn a_trailing_slash_names_the_directory() {
+    let mut f = CommitFilter::new();
+    f.refuse("deploy/").unwrap();
+    assert_eq!(f.patterns(), ["deploy"]);
+    let got = rules_of(&f, vec![file("deploy/x"), file("deployx")]);
+    assert_eq!(got, [Some("policy_refused"), None]);
+    assert!(f.refuse("/").is_err());
+    assert!(f.refuse("./").is_err());
+}
+
+#[test]
+fn a_very_deep_path_is_judged_whole() {
+    // 20,000 components: each of the loops over a path is linear in it.
+    let mut deep = String::from(".git/refs");
+    for _ in 0..10_000 {
+        deep.push_str("/.git/refs");
+    }
+    let mut f = CommitFilter::new();
+    f.refuse("**/never").unwrap().refuse("x/**").unwrap();
+    let hook = format!("{deep}/.git/hooks/h");
+    let got = rules_of(
+        &f,
+        vec![dir("sub/.git"), file(&format!("{deep}/a")), file(&hook)],
+    );
+    assert_eq!(got, [Some("new_repository"), None, Some("git_internal")]);
 }
 
 #[test]
@@ -611,6 +690,8 @@ fn every_rule_the_filter_gives_is_listed() {
         "ssh",
         "git_config",
         "tool_config",
+        "startup_config",
+        "bare_repository",
         "refused_below",
         "invalid_path",
         "setuid",
