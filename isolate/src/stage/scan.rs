@@ -786,11 +786,6 @@ impl Stage {
                 .into_iter()
                 .map(
                     |(root, upper, work, quarantine, started)| super::StagedRoot {
-                        same_fs: {
-                            use std::os::unix::fs::MetadataExt as _;
-                            let dev = |p: &PathBuf| std::fs::metadata(p).map(|m| m.dev()).ok();
-                            dev(&root).is_some() && dev(&root) == dev(&upper)
-                        },
                         root,
                         upper,
                         work,
