@@ -17,6 +17,7 @@ mod journal;
 mod proxy;
 mod report;
 mod spawn;
+mod staging;
 mod stats;
 mod svg;
 mod sys;
@@ -31,7 +32,11 @@ use self::crates::CrateBenches;
 use self::stats::{GoalCheck, Row};
 
 /// The suites, in the order they run and appear on the page.
-pub(crate) const SUITES: &[&str] = &["spawn", "proxy", "journal", "check"];
+pub(crate) const SUITES: &[&str] = &["spawn", "proxy", "journal", "check", "staging"];
+
+/// The suites that do not use the `palisade` binary (so a run of only
+/// these does not build it).
+const NO_CLI: &[&str] = &["staging"];
 
 /// The peers the harness looks for, and what each is for.
 pub(crate) const PEERS: &[(&str, &str, &str)] = &[
@@ -143,7 +148,7 @@ impl SuiteResult {
 }
 
 const USAGE: &str = "usage: cargo xtask bench [--quick] [--runs N] [--debug] [SUITE…] \
-                     | bench --render (suites: spawn proxy journal check)";
+                     | bench --render (suites: spawn proxy journal check staging)";
 
 /// Entry point of `cargo xtask bench`.
 pub(crate) fn bench(args: &[String]) -> Result<(), String> {
@@ -207,13 +212,21 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
     std::fs::create_dir_all(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
 
     report_peers();
-    let palisade = build_palisade(&root, &opts)?;
+    // The staging suite runs the library through its bench target alone.
+    let palisade = if suites.iter().all(|s| NO_CLI.contains(s)) {
+        Err(format!(
+            "not built: the suites run ({}) do not use the palisade binary",
+            suites.join(", ")
+        ))
+    } else {
+        Ok(build_palisade(&root, &opts)?)
+    };
     let crates = CrateBenches::build(&root, &opts, &suites)?;
     let ctx = Ctx {
         opts: opts.clone(),
 
         tmp: tmp.clone(),
-        palisade: Ok(palisade),
+        palisade,
         crates,
     };
 
@@ -225,6 +238,7 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
             "spawn" => spawn::run(&ctx),
             "proxy" => proxy::run(&ctx),
             "journal" => journal::run(&ctx),
+            "staging" => staging::run(&ctx),
             _ => check::run(&ctx),
         };
         match res {
@@ -274,17 +288,33 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
 }
 
 /// Keeps earlier results of suites not run this time, so that
-/// `cargo xtask bench proxy` refreshes only the proxy section.
+/// `cargo xtask bench proxy` refreshes only the proxy section. The page's
+/// machine line then stays the one of the run the kept suites came from,
+/// and each suite of this run is marked `separate_run` (with its command),
+/// so the page says that it comes from a run of its own.
 fn merge_results(file: &Path, results: &[(&str, Value)], opts: &Opts) -> Result<Value, String> {
     let mut suites = serde_json::Map::new();
+    let mut old_machine = None;
     if let Ok(text) = std::fs::read_to_string(file)
         && let Ok(old) = serde_json::from_str::<Value>(&text)
         && let Some(map) = old.get("suites").and_then(Value::as_object)
     {
         suites.clone_from(map);
+        old_machine = old.get("machine").cloned();
     }
+    let kept = suites
+        .keys()
+        .any(|k| !results.iter().any(|(name, _)| name == k));
+    let command = std::iter::once("cargo xtask bench")
+        .chain(results.iter().map(|(name, _)| *name))
+        .collect::<Vec<_>>()
+        .join(" ");
     for (name, v) in results {
-        suites.insert((*name).to_owned(), v.clone());
+        let mut v = v.clone();
+        if kept && let Some(obj) = v.as_object_mut() {
+            obj.insert("separate_run".to_owned(), json!(command));
+        }
+        suites.insert((*name).to_owned(), v);
     }
     let mut ordered = serde_json::Map::new();
     for name in SUITES {
@@ -292,11 +322,15 @@ fn merge_results(file: &Path, results: &[(&str, Value)], opts: &Opts) -> Result<
             ordered.insert((*name).to_owned(), v);
         }
     }
+    let machine = match old_machine {
+        Some(m) if kept => m,
+        _ => sys::machine(),
+    };
     Ok(json!({
         "format": 1,
         "generated_at": sys::utc_now(),
         "quick": opts.quick,
-        "machine": sys::machine(),
+        "machine": machine,
         "peers": peers_json(),
         "suites": ordered,
     }))
@@ -497,14 +531,36 @@ mod tests {
         };
         std::fs::write(
             &file,
-            json!({"suites": {"proxy": {"old": true}, "spawn": {"old": true}}}).to_string(),
+            json!({
+                "machine": {"loadavg_1m_at_start": "old"},
+                "suites": {"proxy": {"old": true}, "spawn": {"old": true}},
+            })
+            .to_string(),
         )
         .unwrap();
         let merged = merge_results(&file, &[("spawn", json!({"new": true}))], &opts).unwrap();
         let suites = merged["suites"].as_object().unwrap();
         assert_eq!(suites.keys().collect::<Vec<_>>(), ["spawn", "proxy"]);
-        assert_eq!(suites["spawn"], json!({"new": true}));
+        assert_eq!(
+            suites["spawn"],
+            json!({"new": true, "separate_run": "cargo xtask bench spawn"})
+        );
         assert_eq!(suites["proxy"], json!({"old": true}));
+        // The page's machine stays the one of the run the kept suites came from.
+        assert_eq!(merged["machine"], json!({"loadavg_1m_at_start": "old"}));
+        // Positive control: a run of every stored suite replaces the machine
+        // and marks nothing as a separate run.
+        let merged = merge_results(
+            &file,
+            &[
+                ("spawn", json!({"new": true})),
+                ("proxy", json!({"new": true})),
+            ],
+            &opts,
+        )
+        .unwrap();
+        assert_eq!(merged["suites"]["spawn"], json!({"new": true}));
+        assert_ne!(merged["machine"], json!({"loadavg_1m_at_start": "old"}));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

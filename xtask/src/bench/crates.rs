@@ -5,7 +5,9 @@
 //! The agreed line format is one JSON object per line, either
 //! `{"suite":"journal","name":"append_unsynced_256B","unit":"records/s","value":123.0}`
 //! or `{"suite":…,"name":…,"min_ns":…,"median_ns":…,"max_ns":…,"runs":…}`.
-//! Other lines are ignored. `PALISADE_BENCH_QUICK=1` is set in `--quick`
+//! A bench that cannot measure a subject says so with
+//! `{"suite":…,"name":…,"unavailable":"why"}`, which the suite lists as not
+//! measured. Other lines are ignored. `PALISADE_BENCH_QUICK=1` is set in `--quick`
 //! runs so a bench can shrink its work.
 
 use std::path::{Path, PathBuf};
@@ -23,7 +25,29 @@ const PACKAGES: &[(&str, &str)] = &[
     ("journal", "palisade-evidence"),
     ("check", "palisade-schema"),
     ("check", "palisade-policy"),
+    ("staging", "palisade-isolate"),
 ];
+
+/// Bench targets that feed only the suite named here, not every suite of
+/// their package, and are that suite's only benches of the package:
+/// (package, bench, suite).
+const DEDICATED: &[(&str, &str, &str)] = &[("palisade-isolate", "staging", "staging")];
+
+/// Whether `bench` of `package` feeds `suite`.
+fn feeds(package: &str, bench: &str, suite: &str) -> bool {
+    match DEDICATED
+        .iter()
+        .find(|(p, b, _)| *p == package && *b == bench)
+    {
+        Some((_, _, only)) => *only == suite,
+        None => {
+            PACKAGES.iter().any(|(s, p)| *s == suite && *p == package)
+                && !DEDICATED
+                    .iter()
+                    .any(|(p, _, s)| *p == package && *s == suite)
+        }
+    }
+}
 
 /// One built bench executable.
 #[derive(Clone, Debug)]
@@ -85,8 +109,13 @@ impl CrateBenches {
                 return Err(format!("building the benches of {package} failed"));
             }
             for exe in bench_executables(&out.stdout, package) {
-                for (suite, p) in PACKAGES {
-                    if *p == package {
+                for (suite, _) in PACKAGES {
+                    if feeds(package, &exe.name, suite)
+                        && !me
+                            .benches
+                            .iter()
+                            .any(|(s, b)| s == suite && b.exe == exe.exe)
+                    {
                         me.benches.push(((*suite).to_owned(), exe.clone()));
                     }
                 }
@@ -136,6 +165,17 @@ impl CrateBenches {
         suite: &str,
         env: &[(&str, String)],
     ) -> Result<Vec<Figure>, String> {
+        self.run_reporting(bench, suite, env).map(|(f, _)| f)
+    }
+
+    /// [`CrateBenches::run_with_env`], also returning the subjects the bench
+    /// said it could not measure.
+    pub(crate) fn run_reporting(
+        &self,
+        bench: &CrateBench,
+        suite: &str,
+        env: &[(&str, String)],
+    ) -> Result<(Vec<Figure>, Vec<Unavailable>), String> {
         let mut cmd = Command::new(&bench.exe);
         cmd.arg("--bench");
         for (k, v) in env {
@@ -155,8 +195,17 @@ impl CrateBenches {
                 sys::first_line(&out.stderr)
             ));
         }
-        let figures = parse_lines(&String::from_utf8_lossy(&out.stdout));
-        Ok(figures.into_iter().filter(|f| f.suite == suite).collect())
+        let text = String::from_utf8_lossy(&out.stdout);
+        Ok((
+            parse_lines(&text)
+                .into_iter()
+                .filter(|f| f.suite == suite)
+                .collect(),
+            parse_unavailable(&text)
+                .into_iter()
+                .filter(|u| u.suite == suite)
+                .collect(),
+        ))
     }
 }
 
@@ -232,6 +281,28 @@ fn bench_executables(stdout: &[u8], package: &str) -> Vec<CrateBench> {
     out
 }
 
+/// A subject a bench could not measure, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Unavailable {
+    pub(crate) suite: String,
+    pub(crate) name: String,
+    pub(crate) reason: String,
+}
+
+/// The `unavailable` lines of a bench's output.
+pub(crate) fn parse_unavailable(text: &str) -> Vec<Unavailable> {
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+        .filter_map(|v| {
+            Some(Unavailable {
+                suite: v.get("suite")?.as_str()?.to_owned(),
+                name: v.get("name")?.as_str()?.to_owned(),
+                reason: v.get("unavailable")?.as_str()?.to_owned(),
+            })
+        })
+        .collect()
+}
+
 /// Parses the agreed JSON lines; anything else on stdout is ignored.
 pub(crate) fn parse_lines(text: &str) -> Vec<Figure> {
     text.lines()
@@ -287,5 +358,33 @@ mod tests {
         assert_eq!(f[0].value, 123.0);
         assert_eq!(f[1].unit, "ns");
         assert_eq!(f[1].spread, Some((1.0, 4.0, 10)));
+        assert!(parse_unavailable(text).is_empty());
+    }
+
+    #[test]
+    fn an_unavailable_line_names_the_subject_and_is_no_figure() {
+        let text = "{\"suite\":\"staging\",\"name\":\"workload_clone_staged\",\"unavailable\":\"not built\"}\n\
+            {\"suite\":\"staging\",\"name\":\"workload_clone_direct\",\"min_ns\":1,\"median_ns\":2,\"max_ns\":3,\"runs\":1}\n";
+        assert_eq!(
+            parse_unavailable(text),
+            [Unavailable {
+                suite: "staging".into(),
+                name: "workload_clone_staged".into(),
+                reason: "not built".into()
+            }]
+        );
+        let figs = parse_lines(text);
+        assert_eq!(figs.len(), 1);
+        assert_eq!(figs[0].name, "workload_clone_direct");
+    }
+
+    #[test]
+    fn the_staging_bench_feeds_only_its_suite() {
+        assert!(feeds("palisade-isolate", "staging", "staging"));
+        assert!(!feeds("palisade-isolate", "staging", "spawn"));
+        // Positive control: the launch bench still feeds spawn, not staging.
+        assert!(feeds("palisade-isolate", "launch", "spawn"));
+        assert!(!feeds("palisade-isolate", "launch", "staging"));
+        assert!(feeds("palisade-schema", "anything", "check"));
     }
 }

@@ -250,6 +250,16 @@ fn suite_section(o: &mut String, name: &str, suite: &Value) {
             ", **debug build**"
         }
     );
+    if let Some(command) = suite.get("separate_run").and_then(Value::as_str) {
+        let load = suite
+            .get("machine")
+            .map_or("?", |m| s(m, "loadavg_1m_at_start"));
+        let _ = writeln!(
+            o,
+            "This suite comes from a run of its own (`{command}`), not from the run the other \
+             suites come from; 1-minute load average {load} when its results were taken.\n"
+        );
+    }
     let rows = suite.get("rows").and_then(Value::as_array);
     if rows.is_some_and(|r| !r.is_empty()) {
         let _ = writeln!(
@@ -365,5 +375,41 @@ mod tests {
         assert_eq!(r.len(), 1);
         assert_eq!(r[0]["ratio"], 0.5);
         assert_eq!(r[0]["palisade_better"], true);
+    }
+
+    #[test]
+    fn a_suite_from_a_separate_run_says_so_and_the_others_do_not() {
+        let results = json!({
+            "generated_at": "now",
+            "machine": {"loadavg_1m_at_start": "1.21"},
+            "suites": {
+                "check": {"measured_at": "t1", "machine": {"loadavg_1m_at_start": "1.21"}},
+                "staging": {
+                    "measured_at": "t2",
+                    "machine": {"loadavg_1m_at_start": "3.50"},
+                    "separate_run": "cargo xtask bench staging",
+                },
+            },
+        });
+        let page = render(&results);
+        assert_eq!(
+            page.matches("comes from a run of its own").count(),
+            1,
+            "{page}"
+        );
+        let staging = page.split("### Suite `staging`").nth(1).unwrap();
+        assert!(
+            staging.contains(
+                "This suite comes from a run of its own (`cargo xtask bench staging`), not from \
+                 the run the other suites come from; 1-minute load average 3.50 when its results \
+                 were taken."
+            ),
+            "{staging}"
+        );
+        // The page's machine line is the kept run's.
+        assert!(
+            page.contains("load average 1.21 when the run started"),
+            "{page}"
+        );
     }
 }

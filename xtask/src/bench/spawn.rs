@@ -591,7 +591,7 @@ fn push_launch_figures(res: &mut SuiteResult, figs: &[Figure]) {
 }
 
 /// A row in ms (µs below 1 ms) from a `*_ns` figure.
-fn ns_row(case: &str, subject: &str, f: &Figure) -> Option<Row> {
+pub(crate) fn ns_row(case: &str, subject: &str, f: &Figure) -> Option<Row> {
     let (min, max, runs) = f.spread?;
     let (unit, div) = if f.value >= 1e6 {
         ("ms", 1e6)
