@@ -289,3 +289,31 @@ fn a_steering_path_cannot_be_redirected_through_a_symlink() {
         text(&out)
     );
 }
+
+/// Finding 6: a multi-component refused path (`.config/git/**`,
+/// `.local/bin/**`, `.git/objects/info/alternates`, …) is matched on the
+/// change's own path only, so a symlink at its prefix (`.config -> cfg`,
+/// `.git/objects/info -> ../../altx`) with the payload under an innocent
+/// name (`cfg/git/config`) commits it: host git then reads
+/// `~/.config/git/config` (`core.fsmonitor` ran on `git status`).
+#[test]
+fn a_symlinked_prefix_does_not_open_a_refused_path() {
+    if skip() {
+        return;
+    }
+    let (t, _) = tree(None);
+    let out = t.run(
+        "mkdir -p cfg/git altx && echo '[core]' > cfg/git/config && ln -s cfg .config && echo /elsewhere/objects > altx/alternates && mkdir -p .git/objects && ln -s ../../altx .git/objects/info && ln -s cfg plain && echo ok > ok.txt",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // Positive controls: an ordinary file and an innocent symlink land.
+    assert!(t.work.join("ok.txt").exists(), "{}", text(&out));
+    assert!(t.work.join("plain").is_symlink(), "{}", text(&out));
+    for p in [".config/git/config", ".git/objects/info/alternates"] {
+        assert!(
+            !t.work.join(p).exists(),
+            "{p} is readable on the host through a committed symlink: {}",
+            text(&out)
+        );
+    }
+}
