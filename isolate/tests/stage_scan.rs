@@ -773,3 +773,42 @@ fn across_filesystems_each_node_is_copied_then_renamed_and_the_upper_emptied() {
     );
     assert_eq!(fs::read_dir(&upper).unwrap().count(), 0);
 }
+
+#[test]
+fn a_committed_file_loses_the_overlay_xattrs_and_keeps_its_own() {
+    let f = Fixture::new();
+    f.host("a", "old");
+    let st = stamp(&f.base);
+    f.up("a", "new");
+    let up = f.upper.join("a");
+    Stage::__simulate_set_xattr(&up, "user.overlay.origin", b"junk").unwrap();
+    Stage::__simulate_set_xattr(&up, "trusted.overlay.origin", b"junk").unwrap();
+    Stage::__simulate_set_xattr(&up, "user.note", b"kept").unwrap();
+    let mut names = Stage::__simulate_xattr_names(&up).unwrap();
+    names.sort();
+    assert_eq!(
+        names,
+        ["trusted.overlay.origin", "user.note", "user.overlay.origin"]
+    );
+    let stage = f.stage(st);
+    let set = stage.changes().unwrap();
+    assert_eq!(commit(&stage, &set, &accept_all(&set)), ["applied a"]);
+    // The overlay's own xattrs are gone; the control, an ordinary one, stays.
+    assert_eq!(
+        Stage::__simulate_xattr_names(&f.root.join("a")).unwrap(),
+        ["user.note"]
+    );
+}
+
+#[test]
+fn the_trusted_overlay_forms_are_read_like_the_user_ones() {
+    let f = Fixture::new();
+    f.host("d/a", "1");
+    f.host("d/b", "2");
+    let st = stamp(&f.base);
+    f.up("d/a", "1");
+    // Control: the directory merged, nothing deleted.
+    assert!(f.stage(st).changes().unwrap().changes.is_empty());
+    Stage::__simulate_set_xattr(&f.upper.join("d"), "trusted.overlay.opaque", b"y").unwrap();
+    assert_eq!(summary(&f.stage(st).changes().unwrap()), ["deleted d/b"]);
+}
