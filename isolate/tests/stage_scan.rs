@@ -812,3 +812,39 @@ fn the_trusted_overlay_forms_are_read_like_the_user_ones() {
     Stage::__simulate_set_xattr(&f.upper.join("d"), "trusted.overlay.opaque", b"y").unwrap();
     assert_eq!(summary(&f.stage(st).changes().unwrap()), ["deleted d/b"]);
 }
+
+#[test]
+fn a_directory_mode_that_shuts_its_owner_out_is_set_after_its_contents() {
+    let f = Fixture::new();
+    f.host("ro/old", "1");
+    fs::set_permissions(f.root.join("ro"), fs::Permissions::from_mode(0o755)).unwrap();
+    let st = stamp(&f.base);
+    f.up("sealed/inside", "x");
+    f.up("ro/new", "y");
+    fs::set_permissions(f.upper.join("sealed"), fs::Permissions::from_mode(0o555)).unwrap();
+    fs::set_permissions(f.upper.join("ro"), fs::Permissions::from_mode(0o500)).unwrap();
+    let stage = f.stage(st);
+    let set = stage.changes().unwrap();
+    assert_eq!(
+        summary(&set),
+        [
+            "modechanged ro",
+            "created ro/new",
+            "created sealed",
+            "created sealed/inside"
+        ]
+    );
+    let events = commit(&stage, &set, &accept_all(&set));
+    assert!(
+        events.iter().all(|e| e.starts_with("applied")),
+        "{events:?}"
+    );
+    let mode = |p: &str| fs::metadata(f.root.join(p)).unwrap().permissions().mode() & 0o7777;
+    // The exact modes in the end, and what is inside landed.
+    assert_eq!((mode("sealed"), mode("ro")), (0o555, 0o500));
+    assert_eq!(
+        fs::read_to_string(f.root.join("sealed/inside")).unwrap(),
+        "x"
+    );
+    assert_eq!(fs::read_to_string(f.root.join("ro/new")).unwrap(), "y");
+}
