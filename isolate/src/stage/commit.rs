@@ -46,8 +46,7 @@
 //! `security.capability` xattrs are removed. Across filesystems it is copied
 //! (content and mode, no xattrs, no owner) to a temporary name in the host
 //! directory, `fsync`ed and renamed; the upper copy goes only after that. A
-//! created directory is `mkdir`ed with its mode (one without owner `rwx` is
-//! set at the end, deepest first); a renamed node is the host
+//! created directory is `mkdir`ed with its mode; a renamed node is the host
 //! node itself renamed (`RENAME_NOREPLACE`); a deletion is `unlink` or
 //! `rmdir`; a mode change is `fchmod` on the node opened without following
 //! it. Empty upper directories with nothing left below them are removed at
@@ -172,7 +171,6 @@ impl Stage {
                 quarantine_path: r.quarantine.clone(),
                 host_cache: DirCache::default(),
                 upper_cache: DirCache::default(),
-                deferred: RefCell::new(Vec::new()),
             });
         }
         // Write the staged data out in one batch first: a rename that
@@ -183,100 +181,85 @@ impl Stage {
             nix::unistd::syncfs(&fds.upper)
                 .map_err(|e| io_err("sync the stage", fds.upper_path.clone(), e))?;
         }
-        let mut run = || -> Result<CommitReport, StageError> {
-            let mut report = CommitReport::default();
-            // Per root: directories of the upper to try to remove at the end, and
-            // the paths left in the stage (nothing above them is removed).
-            let mut visited: Vec<BTreeSet<PathBuf>> = vec![BTreeSet::new(); roots.len()];
-            let mut left: Vec<BTreeSet<PathBuf>> = vec![BTreeSet::new(); roots.len()];
-            for (change, verdict) in set.changes.iter().zip(verdicts) {
-                let Some(fds) = roots.get(change.root) else {
-                    return Err(StageError::Invalid {
-                        path: self.dir.clone(),
-                        reason: format!(
-                            "a change names root {}, the stage has {}",
-                            change.root,
-                            roots.len()
-                        ),
-                    });
-                };
-                check_relative(&change.path).map_err(|reason| StageError::Invalid {
-                    path: change.path.clone(),
+        let mut report = CommitReport::default();
+        // Per root: directories of the upper to try to remove at the end, and
+        // the paths left in the stage (nothing above them is removed).
+        let mut visited: Vec<BTreeSet<PathBuf>> = vec![BTreeSet::new(); roots.len()];
+        let mut left: Vec<BTreeSet<PathBuf>> = vec![BTreeSet::new(); roots.len()];
+        for (change, verdict) in set.changes.iter().zip(verdicts) {
+            let Some(fds) = roots.get(change.root) else {
+                return Err(StageError::Invalid {
+                    path: self.dir.clone(),
+                    reason: format!(
+                        "a change names root {}, the stage has {}",
+                        change.root,
+                        roots.len()
+                    ),
+                });
+            };
+            check_relative(&change.path).map_err(|reason| StageError::Invalid {
+                path: change.path.clone(),
+                reason,
+            })?;
+            if let ChangeKind::Renamed { from } = &change.kind {
+                check_relative(from).map_err(|reason| StageError::Invalid {
+                    path: from.clone(),
                     reason,
                 })?;
-                if let ChangeKind::Renamed { from } = &change.kind {
-                    check_relative(from).map_err(|reason| StageError::Invalid {
-                        path: from.clone(),
-                        reason,
-                    })?;
+            }
+            if let Some(v) = visited.get_mut(change.root) {
+                let own = change.node.kind == NodeKind::Dir;
+                with_ancestors(v, &change.path, own);
+            }
+            if let Some(only) = only
+                && !selected(change, only, set)
+            {
+                report.skipped += 1;
+                if let Some(l) = left.get_mut(change.root) {
+                    with_ancestors(l, &change.path, true);
                 }
-                if let Some(v) = visited.get_mut(change.root) {
-                    let own = change.node.kind == NodeKind::Dir;
-                    with_ancestors(v, &change.path, own);
+                continue;
+            }
+            let stop = |detail: String| StageError::Record {
+                path: change.path.clone(),
+                detail,
+            };
+            match verdict {
+                FilterVerdict::Refuse(refusal) => {
+                    let quarantined = quarantine(fds, change);
+                    fds.forget(change);
+                    let quarantined = quarantined?;
+                    report.refused += 1;
+                    record(&CommitEvent::Refused {
+                        change,
+                        refusal,
+                        quarantined,
+                    })
+                    .map_err(stop)?;
                 }
-                if let Some(only) = only
-                    && !selected(change, only, set)
-                {
-                    report.skipped += 1;
-                    if let Some(l) = left.get_mut(change.root) {
-                        with_ancestors(l, &change.path, true);
-                    }
-                    continue;
-                }
-                let stop = |detail: String| StageError::Record {
-                    path: change.path.clone(),
-                    detail,
-                };
-                match verdict {
-                    FilterVerdict::Refuse(refusal) => {
-                        let quarantined = quarantine(fds, change);
-                        fds.forget(change);
-                        let quarantined = quarantined?;
-                        report.refused += 1;
-                        record(&CommitEvent::Refused {
+                FilterVerdict::Commit => match applied(fds, change)? {
+                    Outcome::Applied { before, after } => {
+                        report.applied += 1;
+                        record(&CommitEvent::Applied {
                             change,
-                            refusal,
-                            quarantined,
+                            before,
+                            after,
                         })
                         .map_err(stop)?;
                     }
-                    FilterVerdict::Commit => match applied(fds, change)? {
-                        Outcome::Applied { before, after } => {
-                            report.applied += 1;
-                            record(&CommitEvent::Applied {
-                                change,
-                                before,
-                                after,
-                            })
-                            .map_err(stop)?;
+                    Outcome::Conflict(detail) => {
+                        report.conflicts += 1;
+                        if let Some(l) = left.get_mut(change.root) {
+                            with_ancestors(l, &change.path, true);
                         }
-                        Outcome::Conflict(detail) => {
-                            report.conflicts += 1;
-                            if let Some(l) = left.get_mut(change.root) {
-                                with_ancestors(l, &change.path, true);
-                            }
-                            record(&CommitEvent::Conflict { change, detail }).map_err(stop)?;
-                        }
-                    },
-                }
-            }
-            for ((fds, dirs), left) in roots.iter().zip(visited).zip(left) {
-                tidy_upper(fds, dirs, &left)?;
-            }
-            Ok(report)
-        };
-        let outcome = run();
-        // Directory modes that would have shut the launcher out of a
-        // directory before its contents landed are set last, deepest first,
-        // whether the commit finished or stopped.
-        let mut modes = Ok(());
-        for fds in &roots {
-            if let Err(e) = finish_modes(fds) {
-                modes = modes.and(Err(e));
+                        record(&CommitEvent::Conflict { change, detail }).map_err(stop)?;
+                    }
+                },
             }
         }
-        let report = outcome?;
-        modes?;
+        for ((fds, dirs), left) in roots.iter().zip(visited).zip(left) {
+            tidy_upper(fds, dirs, &left)?;
+        }
         Ok(report)
     }
 }
@@ -292,8 +275,6 @@ struct RootFds {
     quarantine_path: PathBuf,
     host_cache: DirCache,
     upper_cache: DirCache,
-    /// Directory modes without owner `rwx`, set by [`finish_modes`].
-    deferred: RefCell<Vec<(PathBuf, u32)>>,
 }
 
 impl RootFds {
@@ -821,6 +802,7 @@ fn apply_dir(
     {
         return Ok(Outcome::Conflict(String::from(STAGE_MOVED)));
     }
+    let mode = Mode::from_bits_truncate(change.node.mode);
     let made = if host_exists {
         at_temp(|tmp| nix::sys::stat::mkdirat(hdir.as_fd(), tmp, Mode::from_bits_truncate(0o700)))
             .map(|(tmp, ())| tmp)
@@ -839,7 +821,7 @@ fn apply_dir(
     };
     let fd = open_entry(hdir.as_fd(), &at, OFlag::O_RDONLY | OFlag::O_DIRECTORY)
         .map_err(|e| io_err("open a new host directory", hpath.to_path_buf(), e))?;
-    fchmod(&fd, dir_mode_now(fds, change))
+    fchmod(&fd, mode)
         .map_err(|e| io_err("set the mode of a host directory", hpath.to_path_buf(), e))?;
     if host_exists {
         // A host non-directory replaced by a directory: exchange, then
@@ -912,12 +894,8 @@ fn apply_mode(
             "the host changed the kind of this node",
         )));
     }
-    let mode = if is_dir {
-        dir_mode_now(fds, change)
-    } else {
-        Mode::from_bits_truncate(change.node.mode)
-    };
-    fchmod(&fd, mode).map_err(|e| io_err("set the mode of a host node", hpath.to_path_buf(), e))?;
+    fchmod(&fd, Mode::from_bits_truncate(change.node.mode))
+        .map_err(|e| io_err("set the mode of a host node", hpath.to_path_buf(), e))?;
     if !is_dir {
         nix::unistd::unlinkat(udir.as_fd(), name, UnlinkatFlags::NoRemoveDir)
             .map_err(|e| io_err("remove an applied upper file", upath.clone(), e))?;
@@ -1049,43 +1027,6 @@ fn remove_whiteout(fds: &RootFds, path: &Path) -> Result<(), StageError> {
     {
         nix::unistd::unlinkat(udir.as_fd(), name, UnlinkatFlags::NoRemoveDir)
             .map_err(|e| io_err("remove an applied whiteout", upath, e))?;
-    }
-    Ok(())
-}
-
-/// The mode to give a host directory now: its own, or, when that would
-/// deny the launcher (its owner) entry before the changes below it land,
-/// the same with owner `rwx`, its own mode then deferred to
-/// [`finish_modes`].
-fn dir_mode_now(fds: &RootFds, change: &Change) -> Mode {
-    let mode = change.node.mode;
-    if mode & 0o700 == 0o700 {
-        return Mode::from_bits_truncate(mode);
-    }
-    fds.deferred.borrow_mut().push((change.path.clone(), mode));
-    Mode::from_bits_truncate(mode | 0o700)
-}
-
-/// Set the deferred directory modes, deepest first; a directory gone since
-/// is skipped.
-fn finish_modes(fds: &RootFds) -> Result<(), StageError> {
-    let mut deferred = std::mem::take(&mut *fds.deferred.borrow_mut());
-    deferred.sort_by_key(|(p, _)| std::cmp::Reverse(p.components().count()));
-    for (path, mode) in deferred {
-        let (parent, name) = split(&path);
-        let hpath = fds.host_path.join(&path);
-        let dir = match open_beneath(&fds.host, parent, OFlag::O_PATH | OFlag::O_DIRECTORY) {
-            Ok(fd) => fd,
-            Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => continue,
-            Err(e) => return Err(io_err("open a host directory", hpath, e)),
-        };
-        let fd = match open_entry(dir.as_fd(), name, OFlag::O_RDONLY | OFlag::O_DIRECTORY) {
-            Ok(fd) => fd,
-            Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => continue,
-            Err(e) => return Err(io_err("open a host directory", hpath, e)),
-        };
-        fchmod(&fd, Mode::from_bits_truncate(mode))
-            .map_err(|e| io_err("set the mode of a host directory", hpath, e))?;
     }
     Ok(())
 }
