@@ -196,8 +196,43 @@ pub mod __fuzz {
         }
     }
 
+    /// Parse arbitrary bytes as a stage manifest (`manifest.json` of a
+    /// kept stage, which `palisade commit` reopens): must never panic, and
+    /// what it accepts names absolute roots with in-range stamps.
+    pub fn stage_manifest(data: &[u8]) {
+        let text = String::from_utf8_lossy(data);
+        let path = std::path::Path::new("/fuzz/manifest.json");
+        if let Ok((_, roots)) = crate::stage::layout::parse_manifest(&text, path) {
+            for (root, stamp, _) in roots {
+                assert!(root.is_absolute());
+                assert!((0..1_000_000_000).contains(&stamp.nsec));
+            }
+        }
+    }
+
     #[cfg(test)]
     mod tests {
+        #[test]
+        fn the_manifest_harness_accepts_garbage_and_reads_a_manifest() {
+            for data in [
+                &b""[..],
+                b"{}",
+                b"{\"version\":1,\"session\":\"s\",\"roots\":[{\"root\":\"rel\",\"stamp\":{\"sec\":1,\"nsec\":2},\"same_fs\":true}]}",
+                b"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[",
+                b"\xff\xfe",
+            ] {
+                super::stage_manifest(data);
+            }
+            let good = br#"{"version":1,"session":"s","roots":[{"root":"/r","stamp":{"sec":1,"nsec":2},"same_fs":true}]}"#;
+            let (session, roots) = crate::stage::layout::parse_manifest(
+                &String::from_utf8_lossy(good),
+                std::path::Path::new("/m"),
+            )
+            .unwrap();
+            assert_eq!(session, "s");
+            assert_eq!(roots.len(), 1);
+        }
+
         #[test]
         fn harness_accepts_garbage() {
             for data in [

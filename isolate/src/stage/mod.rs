@@ -28,7 +28,7 @@ use std::path::PathBuf;
 
 mod commit;
 mod filter;
-mod layout;
+pub(crate) mod layout;
 mod scan;
 
 pub use commit::{CommitEvent, CommitReport};
