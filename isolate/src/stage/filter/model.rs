@@ -67,6 +67,10 @@ const TARGETS: &[&str] = &[
     ".git/objects",
     "deploy/run",
     "a/b/../../.vscode",
+    "sub/up/..",
+    "..",
+    "../../x",
+    "./../.config",
     "",
 ];
 
@@ -91,6 +95,7 @@ const ANY_DEPTH: &[(&str, &str)] = &[
     ("shell_startup", "/.xprofile/"),
     ("shell_startup", "/.xinitrc/"),
     ("shell_startup", "/.xsessionrc/"),
+    ("shell_startup", "/.bashrc.d/"),
     ("shell_startup", "/.config/fish/"),
     ("shell_startup", "/.config/environment.d/"),
     ("shell_startup", "/.config/autostart/"),
@@ -115,6 +120,8 @@ const ANY_DEPTH: &[(&str, &str)] = &[
     ("startup_config", "/.mailcap/"),
     ("startup_config", "/.config/gh/"),
     ("startup_config", "/.docker/"),
+    ("startup_config", "/.local/lib/"),
+    ("startup_config", "/.config/pip/"),
     ("ssh", "/.ssh/"),
     ("git_config", "/.gitconfig/"),
     ("git_config", "/.config/git/"),
@@ -165,7 +172,7 @@ enum As {
     Target,
 }
 
-/// The model's state: the `/`-wrapped, lowercased text of each created
+/// The model's state: the `/`-wrapped text (exact bytes) of each created
 /// `.git` directory per root, and the policy names.
 struct Model {
     made_git: Vec<(usize, Vec<u8>)>,
@@ -244,7 +251,8 @@ impl Model {
             .and_then(|s| s.windows(6).position(|w| w == b"/.git/"))
         {
             let end = at + off + 6;
-            let upto = &low[..end];
+            // Created `.git` directories are known by their exact bytes.
+            let upto = &raw[..end];
             if self.made_git.iter().any(|(r, g)| *r == root && g == upto) {
                 return Some("new_repository");
             }
@@ -275,6 +283,25 @@ impl Model {
             }
         }
         None
+    }
+
+    /// Where a symlink may not be: inside a `.git`, or where its path ends
+    /// in the first name of a multi-component refused name.
+    fn link_place(&self, comps: &[Vec<u8>]) -> Option<&'static str> {
+        let low = wrap(comps, true);
+        let last_at = low[..low.len() - 1]
+            .iter()
+            .rposition(|b| *b == b'/')
+            .unwrap();
+        if has(&low[..=last_at], b"/.git/") {
+            return Some("symlink_prefix");
+        }
+        let last = &low[last_at..];
+        let opens = ANY_DEPTH.iter().any(|(_, needle)| {
+            let inner = &needle.as_bytes()[1..needle.len() - 1];
+            inner.contains(&b'/') && needle.as_bytes().starts_with(last)
+        });
+        opens.then_some("symlink_prefix")
     }
 
     fn judge(&self, c: &Change) -> Option<&'static str> {
@@ -319,19 +346,22 @@ impl Model {
         if target.is_empty() || target.starts_with(b"/") {
             return Some("symlink_escape");
         }
-        let mut stack: Vec<Vec<u8>> = comps;
-        stack.pop();
-        for part in target.split(|b| *b == b'/') {
-            match part {
-                b"" | b"." => {}
-                b".." => {
-                    if stack.pop().is_none() {
-                        return Some("symlink_escape");
-                    }
-                }
-                p => stack.push(p.to_vec()),
-            }
+        // The target's names without `.`: a run of `..`, then names only.
+        let parts: Vec<&[u8]> = target
+            .split(|b| *b == b'/')
+            .filter(|p| !p.is_empty() && *p != b".")
+            .collect();
+        let ups = parts.iter().take_while(|p| **p == b"..").count();
+        let rest = &parts[ups..];
+        let depth = comps.len() - 1;
+        if rest.contains(&&b".."[..]) || ups > depth {
+            return Some("symlink_escape");
         }
+        if let Some(r) = self.link_place(&comps) {
+            return Some(r);
+        }
+        let mut stack: Vec<Vec<u8>> = comps[..depth - ups].to_vec();
+        stack.extend(rest.iter().map(|p| p.to_vec()));
         if stack.is_empty() {
             return None;
         }
@@ -382,7 +412,7 @@ fn model_of(changes: &[Change], policy: &[Vec<u8>]) -> Model {
                     ChangeKind::Created | ChangeKind::Modified | ChangeKind::Renamed { .. }
                 )
         })
-        .map(|c| (c.root, wrap(&split(&c.path), true)))
+        .map(|c| (c.root, wrap(&split(&c.path), false)))
         .collect();
     Model {
         made_git,
