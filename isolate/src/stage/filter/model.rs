@@ -49,8 +49,17 @@ const POOL: &[&[u8]] = &[
     b"\xff\xfe",
 ];
 
-/// Policy names (`**/<name>`) the generator draws from.
-const POLICY_NAMES: &[&[u8]] = &[b"deploy", b"src", b"config", b"HEAD", b"hooks"];
+/// Policy names the generator draws from: `**/<name>` for a single name,
+/// `<a>/<b>/**` for two (anchored at the root).
+const POLICY_NAMES: &[&[u8]] = &[
+    b"deploy",
+    b"src",
+    b"config",
+    b"HEAD",
+    b"hooks",
+    b"deploy/hooks",
+    b"src/config",
+];
 
 /// Symlink targets the generator draws from.
 const TARGETS: &[&str] = &[
@@ -278,7 +287,14 @@ impl Model {
             let mut needle = b"/".to_vec();
             needle.extend_from_slice(name);
             needle.push(b'/');
-            if has(&raw, &needle) {
+            let anchored = name.contains(&b'/');
+            // `a/b/**`: strictly below `/a/b/`; `**/name`: anywhere.
+            let hit = if anchored {
+                raw.starts_with(&needle) && raw.len() > needle.len()
+            } else {
+                has(&raw, &needle)
+            };
+            if hit {
                 return Some("policy_refused");
             }
         }
@@ -301,7 +317,13 @@ impl Model {
             let inner = &needle.as_bytes()[1..needle.len() - 1];
             inner.contains(&b'/') && needle.as_bytes().starts_with(last)
         });
-        opens.then_some("symlink_prefix")
+        // `a/b/**` has the strict prefixes `a` and `a/b`, from the root.
+        let raw = wrap(comps, false);
+        let anchored = self.policy.iter().filter(|n| n.contains(&b'/')).any(|n| {
+            let first = n.split(|b| *b == b'/').next().unwrap();
+            raw == [b"/", first, b"/"].concat() || raw == [b"/", &n[..], b"/"].concat()
+        });
+        (opens || anchored).then_some("symlink_prefix")
     }
 
     fn judge(&self, c: &Change) -> Option<&'static str> {
@@ -490,6 +512,20 @@ const NAME_POOL: &[&[u8]] = &[
     b"opencode.json",
 ];
 
+/// Paths at, below and beside the prefixes of `deploy/hooks/**` and
+/// `src/config/**`.
+const ANCHORED_PATHS: &[&[u8]] = &[
+    b"deploy",
+    b"deploy/hooks",
+    b"deploy/hooks/x",
+    b"deploy/other",
+    b"src",
+    b"src/config",
+    b"src/config/a/b",
+    b"x/deploy",
+    b"x/deploy/hooks",
+];
+
 fn join(parts: &[&[u8]]) -> PathBuf {
     let mut bytes = Vec::new();
     for (i, c) in parts.iter().enumerate() {
@@ -532,7 +568,9 @@ fn path_strategy() -> impl Strategy<Value = PathBuf> {
             pre.extend(rest);
             pre
         });
-    prop_oneof![plain, git, named].prop_map(|parts| join(&parts))
+    // At and around the anchored policy patterns' prefixes, from the root.
+    let anchored = prop::sample::select(ANCHORED_PATHS).prop_map(|p| vec![p]);
+    prop_oneof![plain, git, named, anchored].prop_map(|parts| join(&parts))
 }
 
 fn change_strategy() -> impl Strategy<Value = Change> {
@@ -625,8 +663,13 @@ fn policy_strategy() -> impl Strategy<Value = Vec<Vec<u8>>> {
 fn filter_with(policy: &[Vec<u8>]) -> CommitFilter {
     let mut f = CommitFilter::new();
     for name in policy {
-        f.refuse(&format!("**/{}", String::from_utf8_lossy(name)))
-            .unwrap();
+        let name = String::from_utf8_lossy(name);
+        let pattern = if name.contains('/') {
+            format!("{name}/**")
+        } else {
+            format!("**/{name}")
+        };
+        f.refuse(&pattern).unwrap();
     }
     f
 }
