@@ -41,7 +41,7 @@ use palisade_isolate::stage::{
 const CASES: u64 = 64;
 const NAMES: [&str; 8] = ["a", "b", "c", ".git", "HEAD", "config", "hooks", "x.txt"];
 const FILE_MODES: [u32; 4] = [0o644, 0o600, 0o755, 0o640];
-const DIR_MODES: [u32; 3] = [0o755, 0o700, 0o750];
+const DIR_MODES: [u32; 4] = [0o755, 0o700, 0o750, 0o555];
 const TARGETS: [&str; 4] = ["a", "../b", "/etc/passwd", "c/x.txt"];
 
 /// xorshift64*: small, deterministic, enough for tree shapes.

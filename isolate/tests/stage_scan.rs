@@ -773,3 +773,158 @@ fn across_filesystems_each_node_is_copied_then_renamed_and_the_upper_emptied() {
     );
     assert_eq!(fs::read_dir(&upper).unwrap().count(), 0);
 }
+
+#[test]
+fn a_committed_file_loses_the_overlay_xattrs_and_keeps_its_own() {
+    let f = Fixture::new();
+    f.host("a", "old");
+    let st = stamp(&f.base);
+    f.up("a", "new");
+    let up = f.upper.join("a");
+    Stage::__simulate_set_xattr(&up, "user.overlay.origin", b"junk").unwrap();
+    Stage::__simulate_set_xattr(&up, "trusted.overlay.origin", b"junk").unwrap();
+    Stage::__simulate_set_xattr(&up, "user.note", b"kept").unwrap();
+    let mut names = Stage::__simulate_xattr_names(&up).unwrap();
+    names.sort();
+    assert_eq!(
+        names,
+        ["trusted.overlay.origin", "user.note", "user.overlay.origin"]
+    );
+    let stage = f.stage(st);
+    let set = stage.changes().unwrap();
+    assert_eq!(commit(&stage, &set, &accept_all(&set)), ["applied a"]);
+    // The overlay's own xattrs are gone; the control, an ordinary one, stays.
+    assert_eq!(
+        Stage::__simulate_xattr_names(&f.root.join("a")).unwrap(),
+        ["user.note"]
+    );
+}
+
+#[test]
+fn the_trusted_overlay_forms_are_read_like_the_user_ones() {
+    let f = Fixture::new();
+    f.host("d/a", "1");
+    f.host("d/b", "2");
+    let st = stamp(&f.base);
+    f.up("d/a", "1");
+    // Control: the directory merged, nothing deleted.
+    assert!(f.stage(st).changes().unwrap().changes.is_empty());
+    Stage::__simulate_set_xattr(&f.upper.join("d"), "trusted.overlay.opaque", b"y").unwrap();
+    assert_eq!(summary(&f.stage(st).changes().unwrap()), ["deleted d/b"]);
+}
+
+#[test]
+fn directory_modes_that_shut_their_owner_out_land_exactly() {
+    let f = Fixture::new();
+    f.host("ro/old", "1");
+    fs::set_permissions(f.root.join("ro"), fs::Permissions::from_mode(0o755)).unwrap();
+    let st = stamp(&f.base);
+    f.up("sealed/inside", "x");
+    f.up("ro/new", "y");
+    fs::set_permissions(f.upper.join("sealed"), fs::Permissions::from_mode(0o555)).unwrap();
+    fs::set_permissions(f.upper.join("ro"), fs::Permissions::from_mode(0o500)).unwrap();
+    let stage = f.stage(st);
+    let set = stage.changes().unwrap();
+    assert_eq!(
+        summary(&set),
+        [
+            "modechanged ro",
+            "created ro/new",
+            "created sealed",
+            "created sealed/inside"
+        ]
+    );
+    let events = commit(&stage, &set, &accept_all(&set));
+    assert!(
+        events.iter().all(|e| e.starts_with("applied")),
+        "{events:?}"
+    );
+    let mode = |p: &str| fs::metadata(f.root.join(p)).unwrap().permissions().mode() & 0o7777;
+    // The exact modes in the end, and what is inside landed.
+    assert_eq!((mode("sealed"), mode("ro")), (0o555, 0o500));
+    assert_eq!(
+        fs::read_to_string(f.root.join("sealed/inside")).unwrap(),
+        "x"
+    );
+    assert_eq!(fs::read_to_string(f.root.join("ro/new")).unwrap(), "y");
+}
+
+/// Change the owner of everything under `dir` (not following symlinks).
+fn chown_tree(dir: &Path, uid: u32) {
+    std::os::unix::fs::lchown(dir, Some(uid), Some(uid)).unwrap();
+    if fs::symlink_metadata(dir).unwrap().is_dir() {
+        for e in fs::read_dir(dir).unwrap() {
+            chown_tree(&e.unwrap().path(), uid);
+        }
+    }
+}
+
+const UNPRIVILEGED: &str = "PALISADE_STAGE_UNPRIVILEGED_BASE";
+
+#[test]
+fn an_unprivileged_launcher_commits_a_new_directory_and_file() {
+    // The child: the same test, re-run as uid and gid 65534 by the parent.
+    if let Some(base) = std::env::var_os(UNPRIVILEGED) {
+        let base = PathBuf::from(base);
+        let (sec, nsec) = std::env::var("PALISADE_STAGE_STAMP")
+            .unwrap()
+            .split_once(':')
+            .map(|(a, b)| (a.parse().unwrap(), b.parse().unwrap()))
+            .unwrap();
+        let stage = Stage::__simulate_assembled(
+            base.join("stage"),
+            String::from("unpriv"),
+            vec![(
+                base.join("host"),
+                base.join("stage/0/upper"),
+                base.join("stage/0/work"),
+                base.join("stage/0/quarantine"),
+                Stamp { sec, nsec },
+            )],
+        );
+        let set = stage.changes().unwrap();
+        assert_eq!(summary(&set), ["created made", "created made/inside"]);
+        let events = commit(&stage, &set, &accept_all(&set));
+        assert_eq!(events, ["applied made", "applied made/inside"]);
+        return;
+    }
+    // The parent: a fixture owned by 65534, then the child.
+    let f = Fixture::new();
+    let st = stamp(&f.base);
+    f.up("made/inside", "x");
+    fs::set_permissions(f.upper.join("made"), fs::Permissions::from_mode(0o750)).unwrap();
+    chown_tree(&f.base, 65534);
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "an_unprivileged_launcher_commits_a_new_directory_and_file",
+            "--nocapture",
+        ])
+        .env(UNPRIVILEGED, &f.base)
+        .env("PALISADE_STAGE_STAMP", format!("{}:{}", st.sec, st.nsec))
+        .output()
+        .expect("setpriv(1) runs the unprivileged child");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the unprivileged commit failed:\n{text}"
+    );
+    assert!(
+        text.contains("1 passed"),
+        "the child did not run the test:\n{text}"
+    );
+    assert_eq!(fs::read_to_string(f.root.join("made/inside")).unwrap(), "x");
+    assert_eq!(
+        fs::metadata(f.root.join("made"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777,
+        0o750
+    );
+    // What the unprivileged launcher made is its own.
+    assert_eq!(fs::metadata(f.root.join("made")).unwrap().uid(), 65534);
+}

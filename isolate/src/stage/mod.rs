@@ -173,7 +173,4 @@ pub enum StageError {
         /// The recorder's message.
         detail: String,
     },
-    /// Not built yet (transitional; replaced before this lands).
-    #[error("stage_unbuilt: {0}")]
-    Unbuilt(&'static str),
 }

@@ -818,6 +818,27 @@ impl Stage {
         }
     }
 
+    /// The xattr names of the file or directory at `path` (not followed),
+    /// for tests of what the commit strips. Not public API.
+    #[doc(hidden)]
+    pub fn __simulate_xattr_names(path: &Path) -> std::io::Result<Vec<String>> {
+        let fd = nix::fcntl::open(
+            path,
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )?;
+        let mut buf = vec![0u8; 64 * 1024];
+        let len = crate::sys::flistxattr(fd.as_fd(), &mut buf)
+            .map_err(std::io::Error::from_raw_os_error)?;
+        Ok(buf
+            .get(..len)
+            .unwrap_or(&[])
+            .split(|b| *b == 0)
+            .filter(|n| !n.is_empty())
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .collect())
+    }
+
     /// Set the xattr `name` of the file or directory at `path` (not followed),
     /// for tests that build an overlay upper layer by hand. Not public API.
     #[doc(hidden)]
