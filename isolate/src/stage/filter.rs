@@ -290,9 +290,22 @@ pub struct CommitFilter {
     exact: Vec<(usize, PathBuf, &'static str)>,
 }
 
-/// The `.git` directories the worker created, per root, as ASCII-lowercased
-/// path bytes.
-type Created = BTreeMap<usize, BTreeSet<Vec<u8>>>;
+/// The facts of the whole set a verdict depends on, per root, as
+/// ASCII-lowercased path bytes: the `.git` directories the worker created
+/// (and the listed git directories it created), and the git directories
+/// of [`ChangeSet::git_dirs`].
+#[derive(Default)]
+struct Created {
+    repos: BTreeMap<usize, BTreeSet<Vec<u8>>>,
+    git_dirs: BTreeMap<usize, BTreeSet<Vec<u8>>>,
+}
+
+impl Created {
+    /// The `.git` directories the worker created in `root`.
+    fn get(&self, root: &usize) -> Option<&BTreeSet<Vec<u8>>> {
+        self.repos.get(root)
+    }
+}
 
 /// What a path is judged as: the changed node itself, or the target a
 /// symlink leads to.
@@ -389,20 +402,24 @@ impl CommitFilter {
 
     /// One verdict per change of `set`, in order.
     ///
-    /// Each verdict depends on its own change and on two facts of the
+    /// Each verdict depends on its own change and on three facts of the
     /// whole set, never on the order: which `.git` directories the worker
-    /// created (everything below one is `new_repository`), and, for a
-    /// deleted directory, whether a refused change lies below it (the
+    /// created (everything below one is `new_repository`), which
+    /// directories are git directories ([`ChangeSet::git_dirs`]: below one,
+    /// whatever its name, the `.git` rules apply as below a `.git`), and,
+    /// for a deleted directory, whether a refused change lies below it (the
     /// directory is then refused too, so the commit never removes what it
     /// must keep).
     pub fn check(&self, set: &ChangeSet) -> Vec<FilterVerdict> {
-        let mut created = Created::new();
+        let mut created = Created::default();
         for c in set.changes.iter().filter(|c| creates_repository(c)) {
             created
+                .repos
                 .entry(c.root)
                 .or_default()
                 .insert(c.path.as_os_str().as_bytes().to_ascii_lowercase());
         }
+        add_git_dirs(&mut created, set);
         let mut verdicts: Vec<FilterVerdict> = set
             .changes
             .iter()
@@ -504,6 +521,9 @@ impl CommitFilter {
                 return Some(r);
             }
         }
+        if let Some(r) = listed_git_refusal(created, root, &comps, subject) {
+            return Some(r);
+        }
         // A `HEAD` outside every `.git` makes its directory a bare
         // repository once `objects` and `refs` are there too, and git
         // reads that directory's `config` and `hooks`.
@@ -585,6 +605,69 @@ impl CommitFilter {
             ),
         )
     }
+}
+
+/// Record the set's git directories (`ChangeSet::git_dirs`) in `created`,
+/// and those the worker put there (a directory created, moved there or put
+/// in place of a non-directory) as repositories it created.
+fn add_git_dirs(created: &mut Created, set: &ChangeSet) {
+    let made: BTreeSet<(usize, &Path)> = set
+        .changes
+        .iter()
+        .filter(|c| {
+            c.node.kind == NodeKind::Dir
+                && matches!(
+                    c.kind,
+                    ChangeKind::Created | ChangeKind::Modified | ChangeKind::Renamed { .. }
+                )
+        })
+        .map(|c| (c.root, c.path.as_path()))
+        .collect();
+    for (root, dir) in &set.git_dirs {
+        let low = dir.as_os_str().as_bytes().to_ascii_lowercase();
+        if made.contains(&(*root, dir.as_path())) {
+            created.repos.entry(*root).or_default().insert(low.clone());
+        }
+        created.git_dirs.entry(*root).or_default().insert(low);
+    }
+}
+
+/// The `.git` rules for a path at or below a listed git directory of its
+/// root (a bare repository, whatever its name), shallowest first: judged
+/// as if that directory were named `.git`.
+fn listed_git_refusal(
+    created: &Created,
+    root: usize,
+    comps: &[&OsStr],
+    subject: Subject,
+) -> Option<Refusal> {
+    let dirs = created.git_dirs.get(&root)?;
+    let mut prefix: Vec<u8> = Vec::new();
+    for k in 0..=comps.len() {
+        if k > 0 {
+            if k > 1 {
+                prefix.push(b'/');
+            }
+            prefix.extend(comps.get(k - 1)?.as_bytes().to_ascii_lowercase());
+        }
+        if !dirs.contains(&prefix) {
+            continue;
+        }
+        let new = created.repos.get(&root).is_some_and(|m| m.contains(&prefix));
+        let mut sub: Vec<&OsStr> = vec![OsStr::new(".git")];
+        sub.extend(comps.get(k..).unwrap_or_default());
+        let shown: Vec<&OsStr> = comps.get(..k).unwrap_or_default().to_vec();
+        let shown = if shown.is_empty() {
+            PathBuf::from(".")
+        } else {
+            shown.iter().collect()
+        };
+        if let Some(mut r) = git_refusal(&sub, 0, shown.as_os_str().as_bytes(), new, subject) {
+            r.detail = format!("`{}` is a git directory: {}", shown.display(), r.detail);
+            return Some(r);
+        }
+    }
+    None
 }
 
 /// Whether `c` is a `.git` directory the worker put there: created, moved

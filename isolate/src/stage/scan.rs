@@ -54,6 +54,8 @@ pub(crate) const MAX_DEPTH: usize = 256;
 pub(crate) const MAX_PATH_BYTES: usize = 4096;
 /// Most changes one scan returns; past it the stage is refused, not cut.
 pub(crate) const MAX_CHANGES: usize = 2_000_000;
+/// Most directories one scan tests for being a git directory.
+pub(crate) const MAX_GIT_PROBES: usize = 1_000_000;
 
 impl Stage {
     /// The change set of every root, read from the upper layers (whiteouts
@@ -64,11 +66,18 @@ impl Stage {
     /// components or longer than 4096 bytes, more than two million changes,
     /// or an upper layer with overlay xattrs the `userxattr` overlay cannot
     /// produce (`redirect`, `metacopy`) is [`StageError::Invalid`] naming the
-    /// path.
+    /// path, and so are changes below more than a million directories (each
+    /// is tested for being a git directory, for [`ChangeSet::git_dirs`]).
     pub fn changes(&self) -> Result<ChangeSet, StageError> {
         let mut changes = Vec::new();
+        let mut git_dirs = Vec::new();
         for (n, root) in self.roots.iter().enumerate() {
             let mut one = scan_root(n, &root.root, &root.upper)?;
+            git_dirs.extend(
+                git_dirs_of(&root.root, &root.upper, &one)?
+                    .into_iter()
+                    .map(|d| (n, d)),
+            );
             changes.append(&mut one);
             if changes.len() > MAX_CHANGES {
                 return Err(StageError::Invalid {
@@ -77,8 +86,87 @@ impl Stage {
                 });
             }
         }
-        Ok(ChangeSet { changes })
+        Ok(ChangeSet { changes, git_dirs })
     }
+}
+
+/// The git directories `changes` (of one root) lie in: every directory
+/// above a change (and a changed directory itself, and the directories
+/// above a rename's old path) that is a git directory on the host or in the
+/// worker's view, in path order, `""` for the root itself.
+///
+/// Each directory is tested once ([`is_git_dir`]), on the host root and on
+/// the upper layer, and since both are tested, a directory is listed when
+/// it is a git directory in the worker's view (upper over lower) or on the
+/// host. Past [`MAX_GIT_PROBES`] directories the stage is refused.
+fn git_dirs_of(host: &Path, upper: &Path, changes: &[Change]) -> Result<Vec<PathBuf>, StageError> {
+    let host_fd = open_root(host, "open the host root")?;
+    let upper_fd = open_root(upper, "open the upper layer")?;
+    let mut seen: HashMap<PathBuf, bool> = HashMap::new();
+    for c in changes {
+        let from = match &c.kind {
+            ChangeKind::Renamed { from } => Some(from.as_path()),
+            _ => None,
+        };
+        let ends = [
+            (Some(c.path.as_path()), c.node.kind == NodeKind::Dir),
+            (from, false),
+        ];
+        for (path, own) in ends {
+            let Some(path) = path else { continue };
+            for dir in path.ancestors().skip(usize::from(!own)) {
+                // Its ancestors were tested with it.
+                if seen.contains_key(dir) {
+                    break;
+                }
+                if seen.len() >= MAX_GIT_PROBES {
+                    return Err(StageError::Invalid {
+                        path: upper.to_path_buf(),
+                        reason: format!(
+                            "changes below more than {MAX_GIT_PROBES} directories"
+                        ),
+                    });
+                }
+                let git = is_git_dir(&host_fd, dir)
+                    .map_err(|e| io_err("inspect a host directory", host.join(dir), e))?
+                    || is_git_dir(&upper_fd, dir)
+                        .map_err(|e| io_err("inspect an upper directory", upper.join(dir), e))?;
+                seen.insert(dir.to_path_buf(), git);
+            }
+        }
+    }
+    let mut dirs: Vec<PathBuf> = seen
+        .into_iter()
+        .filter_map(|(d, git)| git.then_some(d))
+        .collect();
+    dirs.sort();
+    Ok(dirs)
+}
+
+/// Whether the directory `dir` below `root` is a git directory by git's own
+/// test (`is_git_directory` in git's `setup.c`: a `HEAD`, and `objects` and
+/// `refs`, or a `commondir` naming where they are), widened so that it
+/// holds whatever the host's git environment says: a non-directory `HEAD`
+/// (git checks its content) and a `refs` or a `commondir` of any kind
+/// (`objects` is not required: `GIT_OBJECT_DIRECTORY` can put it
+/// elsewhere). A 0/0 character device (an overlay whiteout) counts as
+/// absent; a path that is not a directory reachable without symlinks is
+/// not one.
+fn is_git_dir(root: &OwnedFd, dir: &Path) -> Result<bool, Errno> {
+    let d = match open_beneath(root, dir, OFlag::O_PATH | OFlag::O_DIRECTORY) {
+        Ok(d) => d,
+        Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP | Errno::EXDEV) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let entry = |name: &str| -> Result<Option<NodeKind>, Errno> {
+        Ok(lstat_at(d.as_fd(), OsStr::new(name))?
+            .filter(|st| !(kind_of(st) == NodeKind::CharDevice && st.st_rdev == 0))
+            .map(|st| kind_of(&st)))
+    };
+    if !entry("HEAD")?.is_some_and(|k| k != NodeKind::Dir) {
+        return Ok(false);
+    }
+    Ok(entry("refs")?.is_some() || entry("commondir")?.is_some())
 }
 
 /// The ordering key of a change: its root, its path's components, and
