@@ -387,6 +387,36 @@ fn host_digest(
     }
 }
 
+/// As root, give the host node `fd` the owner of the upper node `st` (the
+/// one the worker gave it: its own, or, for a node copied up, the host
+/// node's), before its mode is set (a change of owner clears setuid bits)
+/// and before it is renamed into place. A launcher that is not root owns
+/// everything it makes, as it owns the upper, and changes nothing.
+fn own_like(fd: BorrowedFd<'_>, st: &FileStat) -> Result<(), Errno> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    nix::unistd::fchown(
+        fd,
+        Some(nix::unistd::Uid::from_raw(st.st_uid)),
+        Some(nix::unistd::Gid::from_raw(st.st_gid)),
+    )
+}
+
+/// [`own_like`] for the entry `name` of `dir`, not followed (a symlink).
+fn own_entry_like(dir: BorrowedFd<'_>, name: &OsStr, st: &FileStat) -> Result<(), Errno> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    nix::unistd::fchownat(
+        dir,
+        name,
+        Some(nix::unistd::Uid::from_raw(st.st_uid)),
+        Some(nix::unistd::Gid::from_raw(st.st_gid)),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+}
+
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A fresh temporary name for the host directory.
@@ -612,12 +642,11 @@ fn apply_node(
         let upath = upath.clone();
         move |e: Errno| io_err(what, upath, e)
     };
-    if upper_matches(udir.as_fd(), name, change)
-        .map_err(ioe("inspect an upper node"))?
-        .is_none()
-    {
+    let Some(ust) =
+        upper_matches(udir.as_fd(), name, change).map_err(ioe("inspect an upper node"))?
+    else {
         return Ok(Outcome::Conflict(String::from(STAGE_MOVED)));
-    }
+    };
     let after = match change.node.kind {
         NodeKind::File => {
             let fd = open_entry(udir.as_fd(), name, OFlag::O_RDONLY)
@@ -661,6 +690,7 @@ fn apply_node(
                     let mut out = std::fs::File::from(out);
                     let copied = std::io::copy(&mut file, &mut out)
                         .and_then(|_| out.flush())
+                        .and_then(|()| own_like(out.as_fd(), &st).map_err(std::io::Error::from))
                         .and_then(|()| {
                             fchmod(&out, Mode::from_bits_truncate(change.node.mode))
                                 .map_err(std::io::Error::from)
@@ -731,6 +761,18 @@ fn apply_node(
                         nix::unistd::symlinkat(target.as_os_str(), hdir.as_fd(), tmp)
                     })
                     .map_err(|e| io_err("create a temporary symlink", hpath.to_path_buf(), e))?;
+                    if let Err(e) = own_entry_like(hdir.as_fd(), &tmp, &ust) {
+                        let _ = nix::unistd::unlinkat(
+                            hdir.as_fd(),
+                            tmp.as_os_str(),
+                            UnlinkatFlags::NoRemoveDir,
+                        );
+                        return Err(io_err(
+                            "set the owner of a host symlink",
+                            hpath.to_path_buf(),
+                            e,
+                        ));
+                    }
                     match place(
                         hdir.as_fd(),
                         &tmp,
@@ -790,18 +832,16 @@ fn apply_dir(
 ) -> Result<Outcome, StageError> {
     let (parent, _) = split(&change.path);
     let udir = conflict!(upper_parent(fds, parent)?);
-    if upper_matches(udir.as_fd(), name, change)
-        .map_err(|e| {
-            io_err(
-                "inspect an upper node",
-                fds.upper_path.join(&change.path),
-                e,
-            )
-        })?
-        .is_none()
-    {
+    let Some(ust) = upper_matches(udir.as_fd(), name, change).map_err(|e| {
+        io_err(
+            "inspect an upper node",
+            fds.upper_path.join(&change.path),
+            e,
+        )
+    })?
+    else {
         return Ok(Outcome::Conflict(String::from(STAGE_MOVED)));
-    }
+    };
     let mode = Mode::from_bits_truncate(change.node.mode);
     let made = if host_exists {
         at_temp(|tmp| nix::sys::stat::mkdirat(hdir.as_fd(), tmp, Mode::from_bits_truncate(0o700)))
@@ -821,6 +861,8 @@ fn apply_dir(
     };
     let fd = open_entry(hdir.as_fd(), &at, OFlag::O_RDONLY | OFlag::O_DIRECTORY)
         .map_err(|e| io_err("open a new host directory", hpath.to_path_buf(), e))?;
+    own_like(fd.as_fd(), &ust)
+        .map_err(|e| io_err("set the owner of a host directory", hpath.to_path_buf(), e))?;
     fchmod(&fd, mode)
         .map_err(|e| io_err("set the mode of a host directory", hpath.to_path_buf(), e))?;
     if host_exists {

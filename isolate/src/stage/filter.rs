@@ -653,7 +653,10 @@ fn listed_git_refusal(
         if !dirs.contains(&prefix) {
             continue;
         }
-        let new = created.repos.get(&root).is_some_and(|m| m.contains(&prefix));
+        let new = created
+            .repos
+            .get(&root)
+            .is_some_and(|m| m.contains(&prefix));
         let mut sub: Vec<&OsStr> = vec![OsStr::new(".git")];
         sub.extend(comps.get(k..).unwrap_or_default());
         let shown: Vec<&OsStr> = comps.get(..k).unwrap_or_default().to_vec();

@@ -122,9 +122,7 @@ fn git_dirs_of(host: &Path, upper: &Path, changes: &[Change]) -> Result<Vec<Path
                 if seen.len() >= MAX_GIT_PROBES {
                     return Err(StageError::Invalid {
                         path: upper.to_path_buf(),
-                        reason: format!(
-                            "changes below more than {MAX_GIT_PROBES} directories"
-                        ),
+                        reason: format!("changes below more than {MAX_GIT_PROBES} directories"),
                     });
                 }
                 let git = is_git_dir(&host_fd, dir)
