@@ -95,10 +95,11 @@ impl Stage {
 /// above a rename's old path) that is a git directory on the host or in the
 /// worker's view, in path order, `""` for the root itself.
 ///
-/// Each directory is tested once ([`is_git_dir`]), on the host root and on
-/// the upper layer, and since both are tested, a directory is listed when
-/// it is a git directory in the worker's view (upper over lower) or on the
-/// host. Past [`MAX_GIT_PROBES`] directories the stage is refused.
+/// Each directory is tested once ([`is_git_dir`]), over the union of its
+/// host and upper entries, which holds both the host's view and the
+/// worker's (upper over lower): a directory that is a git directory in
+/// either is listed. Past [`MAX_GIT_PROBES`] directories the stage is
+/// refused.
 fn git_dirs_of(host: &Path, upper: &Path, changes: &[Change]) -> Result<Vec<PathBuf>, StageError> {
     let host_fd = open_root(host, "open the host root")?;
     let upper_fd = open_root(upper, "open the upper layer")?;
@@ -125,10 +126,8 @@ fn git_dirs_of(host: &Path, upper: &Path, changes: &[Change]) -> Result<Vec<Path
                         reason: format!("changes below more than {MAX_GIT_PROBES} directories"),
                     });
                 }
-                let git = is_git_dir(&host_fd, dir)
-                    .map_err(|e| io_err("inspect a host directory", host.join(dir), e))?
-                    || is_git_dir(&upper_fd, dir)
-                        .map_err(|e| io_err("inspect an upper directory", upper.join(dir), e))?;
+                let git = is_git_dir(&host_fd, &upper_fd, dir)
+                    .map_err(|e| io_err("inspect a directory", upper.join(dir), e))?;
                 seen.insert(dir.to_path_buf(), git);
             }
         }
@@ -141,30 +140,38 @@ fn git_dirs_of(host: &Path, upper: &Path, changes: &[Change]) -> Result<Vec<Path
     Ok(dirs)
 }
 
-/// Whether the directory `dir` below `root` is a git directory by git's own
+/// Whether the directory `dir`, with the entries it has below `host` or
+/// below `upper` (their union), is a git directory by git's own
 /// test (`is_git_directory` in git's `setup.c`: a `HEAD`, and `objects` and
 /// `refs`, or a `commondir` naming where they are), widened so that it
 /// holds whatever the host's git environment says: a non-directory `HEAD`
 /// (git checks its content) and a `refs` or a `commondir` of any kind
 /// (`objects` is not required: `GIT_OBJECT_DIRECTORY` can put it
 /// elsewhere). A 0/0 character device (an overlay whiteout) counts as
-/// absent; a path that is not a directory reachable without symlinks is
-/// not one.
-fn is_git_dir(root: &OwnedFd, dir: &Path) -> Result<bool, Errno> {
-    let d = match open_beneath(root, dir, OFlag::O_PATH | OFlag::O_DIRECTORY) {
-        Ok(d) => d,
-        Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP | Errno::EXDEV) => return Ok(false),
-        Err(e) => return Err(e),
-    };
-    let entry = |name: &str| -> Result<Option<NodeKind>, Errno> {
-        Ok(lstat_at(d.as_fd(), OsStr::new(name))?
-            .filter(|st| !(kind_of(st) == NodeKind::CharDevice && st.st_rdev == 0))
-            .map(|st| kind_of(&st)))
-    };
-    if !entry("HEAD")?.is_some_and(|k| k != NodeKind::Dir) {
-        return Ok(false);
+/// absent; a side where `dir` is not a directory reachable without symlinks
+/// has no entries.
+fn is_git_dir(host: &OwnedFd, upper: &OwnedFd, dir: &Path) -> Result<bool, Errno> {
+    let mut sides = Vec::with_capacity(2);
+    for root in [host, upper] {
+        match open_beneath(root, dir, OFlag::O_PATH | OFlag::O_DIRECTORY) {
+            Ok(d) => sides.push(d),
+            Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP | Errno::EXDEV) => {}
+            Err(e) => return Err(e),
+        }
     }
-    Ok(entry("refs")?.is_some() || entry("commondir")?.is_some())
+    let entry = |name: &str, dir_ok: bool| -> Result<bool, Errno> {
+        for d in &sides {
+            if let Some(st) = lstat_at(d.as_fd(), OsStr::new(name))? {
+                let kind = kind_of(&st);
+                let whiteout = kind == NodeKind::CharDevice && st.st_rdev == 0;
+                if !whiteout && (dir_ok || kind != NodeKind::Dir) {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    };
+    Ok(entry("HEAD", false)? && (entry("refs", true)? || entry("commondir", true)?))
 }
 
 /// The ordering key of a change: its root, its path's components, and
