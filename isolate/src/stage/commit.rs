@@ -44,10 +44,13 @@
 //! the old, empty directory when it replaces a directory), after its mode is
 //! checked to be the one the filter judged and its `*.overlay.*`, ACL and
 //! `security.capability` xattrs are removed. Across filesystems it is copied
-//! (content and mode, no xattrs, no owner) to a temporary name in the host
+//! (content, owner and mode, no xattrs) to a temporary name in the host
 //! directory, `fsync`ed and renamed; the upper copy goes only after that. A
-//! created directory is `mkdir`ed with its mode; a renamed node is the host
-//! node itself renamed (`RENAME_NOREPLACE`); a deletion is `unlink` or
+//! created directory is `mkdir`ed with its mode and owner. The owner (only a
+//! root launcher sets one; anything else makes every node as itself) is the
+//! upper node's, set before the mode, as a change of owner clears setuid
+//! bits, and before the node is renamed into place. A renamed node is the
+//! host node itself renamed (`RENAME_NOREPLACE`); a deletion is `unlink` or
 //! `rmdir`; a mode change is `fchmod` on the node opened without following
 //! it. Empty upper directories with nothing left below them are removed at
 //! the end.
