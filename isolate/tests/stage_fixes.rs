@@ -139,6 +139,9 @@ fn the_change_set_lists_the_git_directories_its_changes_lie_in() {
     // A linked worktree's gitdir: `HEAD` and `commondir`.
     Fixture::write(&f.root, "wt/gd/HEAD", "ref: refs/heads/x\n");
     Fixture::write(&f.root, "wt/gd/commondir", "../../vendor/up.git\n");
+    // A gitdir whose `HEAD` the worker still has to write: `commondir`.
+    Fixture::write(&f.root, "wt/gd2/commondir", "../../vendor/up.git\n");
+    Fixture::write(&f.upper, "wt/gd2/hooks/pre-commit", "#!/bin/sh\n");
     // Positive control: a directory with a `HEAD` alone is not one.
     Fixture::write(&f.root, "docs/HEAD", "not git\n");
     fs::create_dir_all(f.upper.join("vendor/up.git/hooks")).unwrap();
@@ -157,7 +160,7 @@ fn the_change_set_lists_the_git_directories_its_changes_lie_in() {
         .iter()
         .map(|(r, p)| format!("{r}:{}", p.display()))
         .collect();
-    assert_eq!(dirs, ["0:half", "0:vendor/up.git", "0:wt/gd"]);
+    assert_eq!(dirs, ["0:half", "0:vendor/up.git", "0:wt/gd", "0:wt/gd2"]);
 
     let verdicts = CommitFilter::new().check(&set);
     let got: Vec<String> = set
@@ -173,6 +176,8 @@ fn the_change_set_lists_the_git_directories_its_changes_lie_in() {
     for want in [
         "refuse vendor/up.git/hooks/post-update git_internal",
         "refuse wt/gd/config git_internal",
+        "refuse wt/gd2/hooks git_internal",
+        "refuse wt/gd2/hooks/pre-commit git_internal",
         // Positive controls: refs commit inside, ordinary files beside.
         "commit vendor/up.git/refs/heads/main",
         "commit half/refs/heads/main",

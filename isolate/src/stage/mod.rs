@@ -50,7 +50,7 @@ pub struct ChangeSet {
     /// (relative to the root, `""` for the root itself): each directory
     /// above a change (or a changed directory itself, or above a rename's
     /// old path) that is a git directory on the host or in the worker's
-    /// view (a `HEAD` with `refs` or a `commondir` beside it), whatever its
+    /// view (a `HEAD` with `refs` beside it, or a `commondir`), whatever its
     /// name. The filter judges everything below one as below a `.git`
     /// (a bare repository `vendor/up.git` keeps its `hooks/` and `config`).
     pub git_dirs: Vec<(usize, PathBuf)>,

@@ -141,15 +141,16 @@ fn git_dirs_of(host: &Path, upper: &Path, changes: &[Change]) -> Result<Vec<Path
 }
 
 /// Whether the directory `dir`, with the entries it has below `host` or
-/// below `upper` (their union), is a git directory by git's own
-/// test (`is_git_directory` in git's `setup.c`: a `HEAD`, and `objects` and
-/// `refs`, or a `commondir` naming where they are), widened so that it
-/// holds whatever the host's git environment says: a non-directory `HEAD`
-/// (git checks its content) and a `refs` or a `commondir` of any kind
-/// (`objects` is not required: `GIT_OBJECT_DIRECTORY` can put it
-/// elsewhere). A 0/0 character device (an overlay whiteout) counts as
-/// absent; a side where `dir` is not a directory reachable without symlinks
-/// has no entries.
+/// below `upper` (their union), may be a git directory: a superset of git's
+/// own test (`is_git_directory` in git's `setup.c`: a valid `HEAD`, and
+/// `objects` and `refs` in the directory or in the one its `commondir`
+/// names). Listed are a non-directory `HEAD` with a `refs` of any kind
+/// beside it (`objects` is not required: `GIT_OBJECT_DIRECTORY` can put it
+/// elsewhere, and git checks `HEAD`'s content, not this), and any
+/// `commondir` (a linked worktree's gitdir, whose `HEAD` the worker may
+/// still have to write). A 0/0 character device (an overlay whiteout)
+/// counts as absent; a side where `dir` is not a directory reachable
+/// without symlinks has no entries.
 fn is_git_dir(host: &OwnedFd, upper: &OwnedFd, dir: &Path) -> Result<bool, Errno> {
     let mut sides = Vec::with_capacity(2);
     for root in [host, upper] {
@@ -171,7 +172,7 @@ fn is_git_dir(host: &OwnedFd, upper: &OwnedFd, dir: &Path) -> Result<bool, Errno
         }
         Ok(false)
     };
-    Ok(entry("HEAD", false)? && (entry("refs", true)? || entry("commondir", true)?))
+    Ok((entry("HEAD", false)? && entry("refs", true)?) || entry("commondir", true)?)
 }
 
 /// The ordering key of a change: its root, its path's components, and
