@@ -142,6 +142,12 @@ fn the_change_set_lists_the_git_directories_its_changes_lie_in() {
     // A gitdir whose `HEAD` the worker still has to write: `commondir`.
     Fixture::write(&f.root, "wt/gd2/commondir", "../../vendor/up.git\n");
     Fixture::write(&f.upper, "wt/gd2/hooks/pre-commit", "#!/bin/sh\n");
+    // A repository the worker made inside the host's `.git` (nothing
+    // refuses a `HEAD` under `.git/refs`), and one it made elsewhere (its
+    // `HEAD` is refused, so it never is one on the host).
+    bare(&f.root, ".git");
+    bare(&f.upper, ".git/refs/sub");
+    bare(&f.upper, "cache.git");
     // Positive control: a directory with a `HEAD` alone is not one.
     Fixture::write(&f.root, "docs/HEAD", "not git\n");
     fs::create_dir_all(f.upper.join("vendor/up.git/hooks")).unwrap();
@@ -160,7 +166,18 @@ fn the_change_set_lists_the_git_directories_its_changes_lie_in() {
         .iter()
         .map(|(r, p)| format!("{r}:{}", p.display()))
         .collect();
-    assert_eq!(dirs, ["0:half", "0:vendor/up.git", "0:wt/gd", "0:wt/gd2"]);
+    assert_eq!(
+        dirs,
+        [
+            "0:.git",
+            "0:.git/refs/sub",
+            "0:cache.git",
+            "0:half",
+            "0:vendor/up.git",
+            "0:wt/gd",
+            "0:wt/gd2"
+        ]
+    );
 
     let verdicts = CommitFilter::new().check(&set);
     let got: Vec<String> = set
@@ -178,7 +195,13 @@ fn the_change_set_lists_the_git_directories_its_changes_lie_in() {
         "refuse wt/gd/config git_internal",
         "refuse wt/gd2/hooks git_internal",
         "refuse wt/gd2/hooks/pre-commit git_internal",
-        // Positive controls: refs commit inside, ordinary files beside.
+        "refuse .git/refs/sub/config new_repository",
+        "refuse .git/refs/sub/refs/heads new_repository",
+        "refuse cache.git/HEAD bare_repository",
+        // Positive controls: refs commit inside, ordinary files beside, and
+        // what a directory that cannot become a repository holds.
+        "commit cache.git/config",
+        "commit cache.git/refs/heads",
         "commit vendor/up.git/refs/heads/main",
         "commit half/refs/heads/main",
         "commit vendor/README",

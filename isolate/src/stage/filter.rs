@@ -610,6 +610,11 @@ impl CommitFilter {
 /// Record the set's git directories (`ChangeSet::git_dirs`) in `created`,
 /// and those the worker put there (a directory created, moved there or put
 /// in place of a non-directory) as repositories it created.
+///
+/// One the worker put there outside every `.git` is left out: its `HEAD`
+/// is new, so `bare_repository` refuses it and the directory never is a
+/// git directory on the host (inside a `.git`, say `.git/refs/x/`, nothing
+/// refuses that `HEAD`, and it is a new repository).
 fn add_git_dirs(created: &mut Created, set: &ChangeSet) {
     let made: BTreeSet<(usize, &Path)> = set
         .changes
@@ -626,6 +631,9 @@ fn add_git_dirs(created: &mut Created, set: &ChangeSet) {
     for (root, dir) in &set.git_dirs {
         let low = dir.as_os_str().as_bytes().to_ascii_lowercase();
         if made.contains(&(*root, dir.as_path())) {
+            if !dir.components().any(|c| is(c.as_os_str(), ".git")) {
+                continue;
+            }
             created.repos.entry(*root).or_default().insert(low.clone());
         }
         created.git_dirs.entry(*root).or_default().insert(low);

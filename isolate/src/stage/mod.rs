@@ -52,7 +52,9 @@ pub struct ChangeSet {
     /// old path) that is a git directory on the host or in the worker's
     /// view (a `HEAD` with `refs` beside it, or a `commondir`), whatever its
     /// name. The filter judges everything below one as below a `.git`
-    /// (a bare repository `vendor/up.git` keeps its `hooks/` and `config`).
+    /// (a bare repository `vendor/up.git` keeps its `hooks/` and `config`),
+    /// except one the worker created outside every `.git`, whose new `HEAD`
+    /// it refuses anyway.
     pub git_dirs: Vec<(usize, PathBuf)>,
 }
 

@@ -410,15 +410,19 @@ fn model_of(set: &ChangeSet, policy: &[Vec<u8>]) -> Model {
             wrap(&split(p), true)
         }
     };
+    // One the worker made outside every `.git` is not one on the host (its
+    // `HEAD` is refused): left out.
+    let in_git = |p: &std::path::Path| has(&wrap_dir(p), b"/.git/");
     let git_dirs = set
         .git_dirs
         .iter()
+        .filter(|(r, p)| !made_dir(*r, p) || in_git(p))
         .map(|(r, p)| (*r, wrap_dir(p)))
         .collect();
     let made_listed = set
         .git_dirs
         .iter()
-        .filter(|(r, p)| made_dir(*r, p))
+        .filter(|(r, p)| made_dir(*r, p) && in_git(p))
         .map(|(r, p)| (*r, wrap_dir(p)))
         .collect();
     let made_git = changes
