@@ -368,7 +368,8 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     let Some(stage) = stage else {
         return Ok(ExitCode::from(code));
     };
-    let filter = sb_filter;
+    let mut filter = sb_filter;
+    crate::stage::mark_homes(&mut filter, &stage);
     Ok(ExitCode::from(crate::stage::finish(
         stage,
         &filter,

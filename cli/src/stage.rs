@@ -406,14 +406,56 @@ pub(crate) fn set_digest(set: &ChangeSet) -> String {
     format!("sha256:{}", hex::encode(h.finalize()))
 }
 
+/// The homes a commit of `stage` guards ([`CommitFilter::home`]): the
+/// invoking user's `$HOME` and, as root, `/root`, wherever a root of the
+/// stage is that home or holds it.
+pub(crate) fn mark_homes(filter: &mut CommitFilter, stage: &Stage) {
+    let mut homes: Vec<PathBuf> = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute())
+        .into_iter()
+        .collect();
+    if nix::unistd::geteuid().is_root() {
+        homes.push(PathBuf::from("/root"));
+    }
+    for home in homes {
+        let home = std::fs::canonicalize(&home).unwrap_or(home);
+        for (i, r) in stage.roots().iter().enumerate() {
+            let root = std::fs::canonicalize(r.root()).unwrap_or_else(|_| r.root().to_path_buf());
+            if let Ok(rel) = home.strip_prefix(&root) {
+                filter.home(i, rel);
+            }
+        }
+    }
+}
+
+/// Refuse, in `filter`, a symlink at each steering path (`globs`,
+/// `taint.steering_paths`) or below it, and one at a prefix of it, with
+/// rule `steering_symlink`: a steering path redirected through a link
+/// would take later edits of its target without a steering write.
+pub(crate) fn refuse_steering_symlinks(
+    filter: &mut CommitFilter,
+    globs: &[String],
+) -> Result<(), String> {
+    for g in globs {
+        filter
+            .refuse_symlinks_into(g, "steering_symlink")
+            .and_then(|f| f.refuse_symlinks_at(g, "steering_symlink"))
+            .map_err(|e| format!("steering path: {e}"))?;
+    }
+    Ok(())
+}
+
 /// The filter of `stage`: `base` (the built-in list plus the policy's
-/// `[worker.commit] refuse`), and the policy file itself, refused with rule
-/// `policy_file`, when it lies inside one of the stage's roots.
+/// `[worker.commit] refuse`), the homes ([`mark_homes`]), and the policy
+/// file itself, refused with rule `policy_file`, when it lies inside one
+/// of the stage's roots.
 pub(crate) fn filter_for(
     mut base: CommitFilter,
     policy_file: Option<&Path>,
     stage: &Stage,
 ) -> CommitFilter {
+    mark_homes(&mut base, stage);
     let Some(abs) = policy_file.and_then(|p| std::fs::canonicalize(p).ok()) else {
         return base;
     };
@@ -437,11 +479,24 @@ pub(crate) fn filter_of_policy(
 ) -> Result<CommitFilter, String> {
     match loaded {
         Some(l) => {
-            let base = CommitFilter::from_worker(&l.policy.worker)
+            let mut base = CommitFilter::from_worker(&l.policy.worker)
+                .map_err(|e| format!("{}: {e}", l.path.display()))?;
+            let steering: Vec<String> = l
+                .policy
+                .taint
+                .steering_paths
+                .iter()
+                .map(|g| g.as_str().to_owned())
+                .collect();
+            refuse_steering_symlinks(&mut base, &steering)
                 .map_err(|e| format!("{}: {e}", l.path.display()))?;
             Ok(filter_for(base, Some(&l.path), stage))
         }
-        None => Ok(CommitFilter::new()),
+        None => {
+            let mut base = CommitFilter::new();
+            mark_homes(&mut base, stage);
+            Ok(base)
+        }
     }
 }
 

@@ -103,7 +103,10 @@ fn a_symlink_through_a_symlink_does_not_leave_the_root() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     // Positive controls: an ordinary file and an in-root symlink land.
-    assert_eq!(std::fs::read_to_string(t.work.join("ok.txt")).unwrap(), "ok\n");
+    assert_eq!(
+        std::fs::read_to_string(t.work.join("ok.txt")).unwrap(),
+        "ok\n"
+    );
     assert_eq!(
         std::fs::read_link(t.work.join("inside")).unwrap(),
         Path::new("sub"),
@@ -184,9 +187,19 @@ fn home_startup_files_outside_the_list_are_refused() {
         "mkdir -p .bashrc.d .local/lib/python3.11/site-packages && echo 'echo owned' > .bashrc.d/x.sh && echo 'import os; os.system(\"echo owned\")' > .local/lib/python3.11/site-packages/zz.pth && echo notes > notes.txt",
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert_eq!(std::fs::read_to_string(t.work.join("notes.txt")).unwrap(), "notes\n");
-    for p in [".bashrc.d/x.sh", ".local/lib/python3.11/site-packages/zz.pth"] {
-        assert!(!t.work.join(p).exists(), "{p} reached the host: {}", text(&out));
+    assert_eq!(
+        std::fs::read_to_string(t.work.join("notes.txt")).unwrap(),
+        "notes\n"
+    );
+    for p in [
+        ".bashrc.d/x.sh",
+        ".local/lib/python3.11/site-packages/zz.pth",
+    ] {
+        assert!(
+            !t.work.join(p).exists(),
+            "{p} reached the host: {}",
+            text(&out)
+        );
     }
 }
 
@@ -219,7 +232,12 @@ fn committed_nodes_keep_the_owner_the_worker_gave_them() {
     );
     for p in ["shared.txt", "newdir", "newdir/f"] {
         let m = std::fs::symlink_metadata(t.work.join(p)).unwrap();
-        assert_eq!(m.uid(), uid, "{p} is owned by uid {} after the commit", m.uid());
+        assert_eq!(
+            m.uid(),
+            uid,
+            "{p} is owned by uid {} after the commit",
+            m.uid()
+        );
     }
 }
 

@@ -443,7 +443,7 @@ pub(crate) fn run(
     }
     // The built-in list plus `[worker.commit]` (applied with `[worker]`);
     // the policy file is added once the stage's roots are known.
-    let commit_filter = sb.commit_filter().clone();
+    let mut commit_filter = sb.commit_filter().clone();
     let steering_set = match crate::steering::glob_set(
         &policy
             .taint
@@ -463,6 +463,10 @@ pub(crate) fn run(
         .iter()
         .map(|g| g.as_str().to_owned())
         .collect();
+    // A symlink at a steering path (or a prefix of one) is refused.
+    if let Err(e) = crate::stage::refuse_steering_symlinks(&mut commit_filter, &steering_globs) {
+        return setup_failure(e);
+    }
 
     let lock_path = PathBuf::from(format!("{}.lock", journal_path.display()));
     let lock_existed = std::fs::symlink_metadata(&lock_path).is_ok();

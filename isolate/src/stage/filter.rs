@@ -105,13 +105,13 @@ const RULES: &[BuiltinRule] = &[
     },
     BuiltinRule {
         rule: "shell_startup",
-        paths: "`.bashrc`, `.bash_profile`, `.bash_login`, `.bash_logout`, `.bash_aliases`, `.profile`, `.zshrc`, `.zshenv`, `.zprofile`, `.zlogin`, `.zlogout`, `.cshrc`, `.tcshrc`, `.kshrc`, `.inputrc`, `.pam_environment`, `.xprofile`, `.xinitrc`, `.xsessionrc`, `.config/fish/**`, `.config/environment.d/**`, `.config/autostart/**`, `.config/systemd/**`, `.local/bin/**`, `.cargo/bin/**`",
+        paths: "`.bashrc`, `.bash_profile`, `.bash_login`, `.bash_logout`, `.bash_aliases`, `.profile`, `.zshrc`, `.zshenv`, `.zprofile`, `.zlogin`, `.zlogout`, `.cshrc`, `.tcshrc`, `.kshrc`, `.inputrc`, `.pam_environment`, `.xprofile`, `.xinitrc`, `.xsessionrc`, `.bashrc.d/**`, `.config/fish/**`, `.config/environment.d/**`, `.config/autostart/**`, `.config/systemd/**`, `.local/bin/**`, `.cargo/bin/**`",
         why: "shells, sessions and the user's systemd read them at login or put them on `PATH`",
     },
     BuiltinRule {
         rule: "startup_config",
-        paths: "`.vimrc`, `.gvimrc`, `.exrc`, `.vim/**`, `.config/nvim/**`, `.emacs`, `.emacs.d/**`, `.config/emacs/**`, `.tmux.conf`, `.config/tmux/**`, `.screenrc`, `.gdbinit`, `.config/gdb/**`, `.lldbinit`, `.psqlrc`, `.mailcap`, `.config/gh/**`, `.docker/**`",
-        why: "editors, terminal multiplexers, debuggers, `psql`, `gh` and `docker` run commands or helpers these name when they start",
+        paths: "`.vimrc`, `.gvimrc`, `.exrc`, `.vim/**`, `.config/nvim/**`, `.emacs`, `.emacs.d/**`, `.config/emacs/**`, `.tmux.conf`, `.config/tmux/**`, `.screenrc`, `.gdbinit`, `.config/gdb/**`, `.lldbinit`, `.psqlrc`, `.mailcap`, `.config/gh/**`, `.docker/**`, `.local/lib/**`, `.config/pip/**`",
+        why: "editors, terminal multiplexers, debuggers, `psql`, `gh` and `docker` run commands or helpers these name when they start; `python3` runs the `.pth` files of the user site-packages (`.local/lib/python*/site-packages`) on every start, and pip the helpers its config names",
     },
     BuiltinRule {
         rule: "ssh",
@@ -132,6 +132,11 @@ const RULES: &[BuiltinRule] = &[
         rule: "build_config",
         paths: "`.cargo/config`, `.cargo/config.toml`, `.npmrc`, `.yarnrc`, `.yarnrc.yml`, `.pnpmfile.cjs`, `mise.toml`, `.mise.toml`, `mise.local.toml`, `.mise.local.toml`, `.mise/**`, `.config/mise/**`",
         why: "cargo (`runner`, `rustc-wrapper`), npm (`script-shell`), yarn (`yarnPath`), pnpm (its hooks file) and mise (hooks on `cd`) run the helpers these name on any invocation, before any of the project's own build code",
+    },
+    BuiltinRule {
+        rule: "home_startup",
+        paths: "in a home the CLI marks (the invoking user's `$HOME`, `/root` as root, when a writable root is or holds it): every dot entry directly in it, with everything below it, and `bin/**`",
+        why: "countless tools read a `~/.xxxrc` or a `~/.xxx/` config when they start, and `~/bin` is on `PATH` in Debian's default `.profile`",
     },
     BuiltinRule {
         rule: "setuid",
@@ -160,8 +165,13 @@ const RULES: &[BuiltinRule] = &[
     },
     BuiltinRule {
         rule: "symlink_escape",
-        paths: "a symlink whose target is absolute or, resolved lexically from its own directory, leaves the root",
-        why: "a host program following it reads or writes outside the root",
+        paths: "a symlink whose target is absolute, has a `..` after a name (`a/../b`, `sub/up/..`), or more leading `..` than the link has directories above it",
+        why: "a host program following it reads or writes outside the root; a `..` after a name may climb out of a symlink the worker also left (`sub/up -> ..`), so only leading `..`, from the link's own real directory, can be judged lexically",
+    },
+    BuiltinRule {
+        rule: "symlink_prefix",
+        paths: "a symlink at a strict prefix of a multi-component refused name (`.config`, `.local`, `.cargo`, at any depth), of a policy pattern (`deploy`, `deploy/hooks` for `deploy/hooks/**`) or of an exact refused path, at a home or a prefix of it, and any symlink inside a `.git`",
+        why: "the refused path's payload would land under an innocent name (`cfg/git/config` with `.config -> cfg`), which host programs then read through the link",
     },
     BuiltinRule {
         rule: "symlink_to_refused",
@@ -197,6 +207,7 @@ const NAMES: &[(&str, &[&str])] = &[
     ("shell_startup", &[".xprofile"]),
     ("shell_startup", &[".xinitrc"]),
     ("shell_startup", &[".xsessionrc"]),
+    ("shell_startup", &[".bashrc.d"]),
     ("shell_startup", &[".config", "fish"]),
     ("shell_startup", &[".config", "environment.d"]),
     ("shell_startup", &[".config", "autostart"]),
@@ -221,6 +232,8 @@ const NAMES: &[(&str, &[&str])] = &[
     ("startup_config", &[".mailcap"]),
     ("startup_config", &[".config", "gh"]),
     ("startup_config", &[".docker"]),
+    ("startup_config", &[".local", "lib"]),
+    ("startup_config", &[".config", "pip"]),
     ("ssh", &[".ssh"]),
     ("git_config", &[".gitconfig"]),
     ("git_config", &[".config", "git"]),
@@ -288,12 +301,20 @@ pub struct CommitFilter {
     set: globset::GlobSet,
     /// Exact paths refused per root, with their rule.
     exact: Vec<(usize, PathBuf, &'static str)>,
+    /// Globs a symlink's path must not match, with their rule and text
+    /// (the strict prefixes of refused globs, or steering globs whole).
+    link_places: Vec<(globset::GlobMatcher, &'static str, String)>,
+    /// The homes per root ([`CommitFilter::home`]), relative to the root.
+    homes: Vec<(usize, PathBuf)>,
 }
 
-/// The facts of the whole set a verdict depends on, per root, as
-/// ASCII-lowercased path bytes: the `.git` directories the worker created
-/// (and the listed git directories it created), and the git directories
-/// of [`ChangeSet::git_dirs`].
+/// The facts of the whole set a verdict depends on, per root: the `.git`
+/// directories the worker created (and the listed git directories it
+/// created), as path bytes exactly (not case-folded: creating `.GIT` must
+/// not make the existing `.git` new; the name rules stay case-insensitive,
+/// which fails closed), and the git directories of
+/// [`ChangeSet::git_dirs`], ASCII-lowercased (so matched case-insensitively,
+/// which fails closed too).
 #[derive(Default)]
 struct Created {
     repos: BTreeMap<usize, BTreeSet<Vec<u8>>>,
@@ -375,10 +396,52 @@ impl CommitFilter {
         for g in self.globs.iter().chain(&pair) {
             builder.add(g.clone());
         }
+        let places = link_places(pattern, false, "symlink_prefix")?;
         self.set = builder.build().map_err(|e| bad(e.to_string()))?;
         self.globs.extend(pair);
         self.patterns.push(text.to_owned());
+        self.link_places.extend(places);
         Ok(self)
+    }
+
+    /// Also refuse a symlink whose path matches a strict prefix of
+    /// `pattern` (same grammar as [`CommitFilter::refuse`]), with rule
+    /// `rule`; a prefix made only of `**` is skipped (it would match every
+    /// path, and a path below it is judged as itself). For
+    /// `deploy/hooks/**`: a symlink at `deploy` or `deploy/hooks`, which
+    /// would send what the worker writes below it to a place the pattern
+    /// does not name. The path the pattern names itself is not refused here.
+    pub fn refuse_symlinks_into(
+        &mut self,
+        pattern: &str,
+        rule: &'static str,
+    ) -> Result<&mut Self, FilterError> {
+        let places = link_places(pattern, false, rule)?;
+        self.link_places.extend(places);
+        Ok(self)
+    }
+
+    /// Also refuse a symlink whose path `pattern` matches, or that lies
+    /// below such a path, with rule `rule` (the CLI refuses a symlink at a
+    /// steering path this way, besides [`CommitFilter::refuse_symlinks_into`]).
+    pub fn refuse_symlinks_at(
+        &mut self,
+        pattern: &str,
+        rule: &'static str,
+    ) -> Result<&mut Self, FilterError> {
+        let places = link_places(pattern, true, rule)?;
+        self.link_places.extend(places);
+        Ok(self)
+    }
+
+    /// Mark `rel` (relative to root `root`; empty when the root is the
+    /// home) as a user's home: every dot entry directly in it, with
+    /// everything below it, and `bin/**` are refused (rule `home_startup`),
+    /// created, modified or deleted, and so is a symlink at the home or at a
+    /// prefix of it (`symlink_prefix`).
+    pub fn home(&mut self, root: usize, rel: impl Into<PathBuf>) -> &mut Self {
+        self.homes.push((root, rel.into()));
+        self
     }
 
     /// Also refuse `path` (relative to root `root`) and everything below
@@ -417,7 +480,7 @@ impl CommitFilter {
                 .repos
                 .entry(c.root)
                 .or_default()
-                .insert(c.path.as_os_str().as_bytes().to_ascii_lowercase());
+                .insert(c.path.as_os_str().as_bytes().to_vec());
         }
         add_git_dirs(&mut created, set);
         let mut verdicts: Vec<FilterVerdict> = set
@@ -506,7 +569,6 @@ impl CommitFilter {
         if comps.iter().any(|c| is(c, ".palisade")) {
             return refuse("palisade", "`.palisade/**`".to_owned());
         }
-        let lower = made.map(|_| bytes.to_ascii_lowercase());
         let mut end = 0;
         for (i, c) in comps.iter().enumerate() {
             end += c.len() + usize::from(i > 0);
@@ -514,9 +576,7 @@ impl CommitFilter {
                 continue;
             }
             let git = bytes.get(..end).unwrap_or(bytes);
-            let new = made
-                .zip(lower.as_deref())
-                .is_some_and(|(m, l)| l.get(..end).is_some_and(|g| m.contains(g)));
+            let new = made.is_some_and(|m| m.contains(git));
             if let Some(r) = git_refusal(&comps, i, git, new, subject) {
                 return Some(r);
             }
@@ -544,6 +604,9 @@ impl CommitFilter {
             if *r == root && path.starts_with(p) {
                 return refuse(rule, format!("`{}`", p.display()));
             }
+        }
+        if let Some(r) = self.home_refusal(root, path) {
+            return Some(r);
         }
         // Each pattern is in the set twice, as given and with `/**`, so
         // one match over the path covers it and everything below it.
@@ -576,8 +639,89 @@ impl CommitFilter {
         }
     }
 
-    /// A symlink's refusal: absolute, out of the root, or into a refused
-    /// path.
+    /// The `home_startup` refusal of `path`, if it lies in a home of
+    /// `root`: a dot entry directly in the home (and below it), or `bin/**`.
+    fn home_refusal(&self, root: usize, path: &Path) -> Option<Refusal> {
+        for (r, home) in &self.homes {
+            let Some(first) = path
+                .strip_prefix(home)
+                .ok()
+                .filter(|_| *r == root)
+                .and_then(|rest| rest.components().next())
+            else {
+                continue;
+            };
+            let name = first.as_os_str();
+            if name.as_bytes().starts_with(b".") {
+                return Some(Refusal {
+                    rule: "home_startup",
+                    detail: format!("`~/{}` (a dot entry of a home)", name.to_string_lossy()),
+                });
+            }
+            if is(name, "bin") {
+                return Some(Refusal {
+                    rule: "home_startup",
+                    detail: "`~/bin/**` (on `PATH`)".to_owned(),
+                });
+            }
+        }
+        None
+    }
+
+    /// The refusal of a symlink by where it is (not where it leads): at a
+    /// place through which a refused path would be reached under another
+    /// name.
+    fn symlink_place_refusal(&self, root: usize, path: &Path) -> Option<Refusal> {
+        let refuse = |rule: &'static str, detail: String| Some(Refusal { rule, detail });
+        let comps = normal_components(path)?;
+        let (_, dirs) = comps.split_last()?;
+        if dirs.iter().any(|c| is(c, ".git")) {
+            return refuse("symlink_prefix", "a symlink inside `.git`".to_owned());
+        }
+        for (_, seq) in NAMES.iter().filter(|(_, seq)| seq.len() > 1) {
+            for k in 1..seq.len() {
+                let prefix = seq.get(..k).unwrap_or_default();
+                let tail = comps
+                    .get(comps.len().saturating_sub(k)..)
+                    .unwrap_or_default();
+                if comps.len() >= k && starts_with_seq(tail, prefix) {
+                    return refuse(
+                        "symlink_prefix",
+                        format!(
+                            "`{}` is a prefix of the refused `{}`",
+                            prefix.join("/"),
+                            seq.join("/")
+                        ),
+                    );
+                }
+            }
+        }
+        for (r, p, rule) in &self.exact {
+            if *r == root && p.starts_with(path) && p != path {
+                return refuse(
+                    "symlink_prefix",
+                    format!("a prefix of `{}` (refused by `{rule}`)", p.display()),
+                );
+            }
+        }
+        for (r, home) in &self.homes {
+            if *r == root && home.starts_with(path) {
+                return refuse(
+                    "symlink_prefix",
+                    format!("at or above the home `{}`", home.display()),
+                );
+            }
+        }
+        for (m, rule, text) in &self.link_places {
+            if m.is_match(path) {
+                return refuse(rule, format!("a symlink at `{text}`"));
+            }
+        }
+        None
+    }
+
+    /// A symlink's refusal: absolute, out of the root, at a prefix of a
+    /// refused path, or into a refused path.
     fn symlink_refusal(&self, c: &Change, created: &Created) -> Option<Refusal> {
         let refuse = |rule: &'static str, detail: String| Some(Refusal { rule, detail });
         let Some(target) = c.node.link_target.as_deref() else {
@@ -587,9 +731,14 @@ impl CommitFilter {
         let Some(resolved) = resolve_lexically(&c.path, target) else {
             return refuse(
                 "symlink_escape",
-                format!("-> `{shown}` is absolute, empty or leaves the root"),
+                format!(
+                    "-> `{shown}` is absolute, empty, has `..` after a name or leaves the root"
+                ),
             );
         };
+        if let Some(r) = self.symlink_place_refusal(c.root, &c.path) {
+            return Some(r);
+        }
         if resolved.as_os_str().is_empty() {
             // The root itself.
             return None;
@@ -634,7 +783,11 @@ fn add_git_dirs(created: &mut Created, set: &ChangeSet) {
             if !dir.components().any(|c| is(c.as_os_str(), ".git")) {
                 continue;
             }
-            created.repos.entry(*root).or_default().insert(low.clone());
+            created
+                .repos
+                .entry(*root)
+                .or_default()
+                .insert(dir.as_os_str().as_bytes().to_vec());
         }
         created.git_dirs.entry(*root).or_default().insert(low);
     }
@@ -661,18 +814,14 @@ fn listed_git_refusal(
         if !dirs.contains(&prefix) {
             continue;
         }
+        let exact: PathBuf = comps.get(..k).unwrap_or_default().iter().collect();
         let new = created
             .repos
             .get(&root)
-            .is_some_and(|m| m.contains(&prefix));
+            .is_some_and(|m| m.contains(exact.as_os_str().as_bytes()));
         let mut sub: Vec<&OsStr> = vec![OsStr::new(".git")];
         sub.extend(comps.get(k..).unwrap_or_default());
-        let shown: Vec<&OsStr> = comps.get(..k).unwrap_or_default().to_vec();
-        let shown = if shown.is_empty() {
-            PathBuf::from(".")
-        } else {
-            shown.iter().collect()
-        };
+        let shown = if k == 0 { PathBuf::from(".") } else { exact };
         if let Some(mut r) = git_refusal(&sub, 0, shown.as_os_str().as_bytes(), new, subject) {
             r.detail = format!("`{}` is a git directory: {}", shown.display(), r.detail);
             return Some(r);
@@ -760,6 +909,50 @@ fn git_refusal(
     )
 }
 
+/// The symlink places of `pattern` (grammar of [`CommitFilter::refuse`]):
+/// a matcher per strict prefix of its components that is not only `**`,
+/// and, with `whole`, the pattern itself and everything below it.
+fn link_places(
+    pattern: &str,
+    whole: bool,
+    rule: &'static str,
+) -> Result<Vec<(globset::GlobMatcher, &'static str, String)>, FilterError> {
+    let bad = |reason: String| FilterError {
+        pattern: pattern.to_owned(),
+        reason,
+    };
+    if pattern.starts_with('/') {
+        return Err(bad(
+            "a commit pattern is relative to each writable root; drop the leading `/`".to_owned(),
+        ));
+    }
+    let glob = palisade_schema::host_policy::PathGlob::parse(pattern).map_err(bad)?;
+    let text = glob.as_str().trim_end_matches('/');
+    if text.is_empty() {
+        return Err(bad("names no path".to_owned()));
+    }
+    let parts: Vec<&str> = text.split('/').collect();
+    let mut texts: Vec<String> = (1..parts.len())
+        .filter_map(|k| parts.get(..k))
+        .filter(|p| p.iter().any(|c| *c != "**"))
+        .map(|p| p.join("/"))
+        .collect();
+    if whole {
+        texts.push(text.to_owned());
+        texts.push(format!("{text}/**"));
+    }
+    texts
+        .into_iter()
+        .map(|t| {
+            let m = palisade_schema::host_policy::PathGlob::parse(&t)
+                .and_then(|g| g.compile().map_err(|e| e.to_string()))
+                .map_err(bad)?
+                .compile_matcher();
+            Ok((m, rule, t))
+        })
+        .collect()
+}
+
 /// The components of `path` if all are normal (and there is one at least).
 fn normal_components(path: &Path) -> Option<Vec<&OsStr>> {
     let mut out = Vec::new();
@@ -783,8 +976,13 @@ fn normal_components(path: &Path) -> Option<Vec<&OsStr>> {
 }
 
 /// Where `target`, read from the directory of `link` (relative to the
-/// root), leads, relative to the root; `None` if absolute, empty or above
-/// the root.
+/// root), leads, relative to the root; `None` if absolute, empty, above
+/// the root, or with a `..` after a name.
+///
+/// Only leading `..` are sound lexically: the link's own directory is a
+/// real directory (the commit never descends through a symlink), and so
+/// are its ancestors up to the root, but a name in the target may be a
+/// symlink (`sub/up -> ..`), out of which a later `..` climbs anywhere.
 fn resolve_lexically(link: &Path, target: &Path) -> Option<PathBuf> {
     if target.as_os_str().is_empty() || target.has_root() {
         return None;
@@ -793,10 +991,15 @@ fn resolve_lexically(link: &Path, target: &Path) -> Option<PathBuf> {
         .parent()
         .map(|p| p.components().map(Component::as_os_str).collect())
         .unwrap_or_default();
+    let mut named = false;
     for c in target.components() {
         match c {
-            Component::Normal(n) => at.push(n),
+            Component::Normal(n) => {
+                named = true;
+                at.push(n);
+            }
             Component::CurDir => {}
+            Component::ParentDir if named => return None,
             Component::ParentDir => {
                 at.pop()?;
             }

@@ -49,8 +49,17 @@ const POOL: &[&[u8]] = &[
     b"\xff\xfe",
 ];
 
-/// Policy names (`**/<name>`) the generator draws from.
-const POLICY_NAMES: &[&[u8]] = &[b"deploy", b"src", b"config", b"HEAD", b"hooks"];
+/// Policy names the generator draws from: `**/<name>` for a single name,
+/// `<a>/<b>/**` for two (anchored at the root).
+const POLICY_NAMES: &[&[u8]] = &[
+    b"deploy",
+    b"src",
+    b"config",
+    b"HEAD",
+    b"hooks",
+    b"deploy/hooks",
+    b"src/config",
+];
 
 /// Symlink targets the generator draws from.
 const TARGETS: &[&str] = &[
@@ -67,6 +76,10 @@ const TARGETS: &[&str] = &[
     ".git/objects",
     "deploy/run",
     "a/b/../../.vscode",
+    "sub/up/..",
+    "..",
+    "../../x",
+    "./../.config",
     "",
 ];
 
@@ -91,6 +104,7 @@ const ANY_DEPTH: &[(&str, &str)] = &[
     ("shell_startup", "/.xprofile/"),
     ("shell_startup", "/.xinitrc/"),
     ("shell_startup", "/.xsessionrc/"),
+    ("shell_startup", "/.bashrc.d/"),
     ("shell_startup", "/.config/fish/"),
     ("shell_startup", "/.config/environment.d/"),
     ("shell_startup", "/.config/autostart/"),
@@ -115,6 +129,8 @@ const ANY_DEPTH: &[(&str, &str)] = &[
     ("startup_config", "/.mailcap/"),
     ("startup_config", "/.config/gh/"),
     ("startup_config", "/.docker/"),
+    ("startup_config", "/.local/lib/"),
+    ("startup_config", "/.config/pip/"),
     ("ssh", "/.ssh/"),
     ("git_config", "/.gitconfig/"),
     ("git_config", "/.config/git/"),
@@ -165,12 +181,12 @@ enum As {
     Target,
 }
 
-/// The model's state: the `/`-wrapped, lowercased text of each created
+/// The model's state: the `/`-wrapped text (exact bytes) of each created
 /// `.git` directory per root, and the policy names.
 struct Model {
     made_git: Vec<(usize, Vec<u8>)>,
     /// The set's listed git directories (wrapped, lowercased), and those
-    /// of them the worker made.
+    /// of them the worker made (wrapped, exact).
     git_dirs: Vec<(usize, Vec<u8>)>,
     made_listed: Vec<(usize, Vec<u8>)>,
     policy: Vec<Vec<u8>>,
@@ -248,7 +264,8 @@ impl Model {
             .and_then(|s| s.windows(6).position(|w| w == b"/.git/"))
         {
             let end = at + off + 6;
-            let upto = &low[..end];
+            // Created `.git` directories are known by their exact bytes.
+            let upto = &raw[..end];
             if self.made_git.iter().any(|(r, g)| *r == root && g == upto) {
                 return Some("new_repository");
             }
@@ -267,7 +284,13 @@ impl Model {
             .collect();
         listed.sort_by_key(|g| g.len());
         for g in listed {
-            if self.made_listed.iter().any(|(r, m)| *r == root && m == g) {
+            // Those the worker made are known by their exact bytes too.
+            let exact = &raw[..g.len()];
+            if self
+                .made_listed
+                .iter()
+                .any(|(r, m)| *r == root && m == exact)
+            {
                 return Some("new_repository");
             }
             if let Some(r) = git_rule(&low[g.len()..], as_) {
@@ -291,11 +314,43 @@ impl Model {
             let mut needle = b"/".to_vec();
             needle.extend_from_slice(name);
             needle.push(b'/');
-            if has(&raw, &needle) {
+            let anchored = name.contains(&b'/');
+            // `a/b/**`: strictly below `/a/b/`; `**/name`: anywhere.
+            let hit = if anchored {
+                raw.starts_with(&needle) && raw.len() > needle.len()
+            } else {
+                has(&raw, &needle)
+            };
+            if hit {
                 return Some("policy_refused");
             }
         }
         None
+    }
+
+    /// Where a symlink may not be: inside a `.git`, or where its path ends
+    /// in the first name of a multi-component refused name.
+    fn link_place(&self, comps: &[Vec<u8>]) -> Option<&'static str> {
+        let low = wrap(comps, true);
+        let last_at = low[..low.len() - 1]
+            .iter()
+            .rposition(|b| *b == b'/')
+            .unwrap();
+        if has(&low[..=last_at], b"/.git/") {
+            return Some("symlink_prefix");
+        }
+        let last = &low[last_at..];
+        let opens = ANY_DEPTH.iter().any(|(_, needle)| {
+            let inner = &needle.as_bytes()[1..needle.len() - 1];
+            inner.contains(&b'/') && needle.as_bytes().starts_with(last)
+        });
+        // `a/b/**` has the strict prefixes `a` and `a/b`, from the root.
+        let raw = wrap(comps, false);
+        let anchored = self.policy.iter().filter(|n| n.contains(&b'/')).any(|n| {
+            let first = n.split(|b| *b == b'/').next().unwrap();
+            raw == [b"/", first, b"/"].concat() || raw == [b"/", &n[..], b"/"].concat()
+        });
+        (opens || anchored).then_some("symlink_prefix")
     }
 
     fn judge(&self, c: &Change) -> Option<&'static str> {
@@ -340,19 +395,22 @@ impl Model {
         if target.is_empty() || target.starts_with(b"/") {
             return Some("symlink_escape");
         }
-        let mut stack: Vec<Vec<u8>> = comps;
-        stack.pop();
-        for part in target.split(|b| *b == b'/') {
-            match part {
-                b"" | b"." => {}
-                b".." => {
-                    if stack.pop().is_none() {
-                        return Some("symlink_escape");
-                    }
-                }
-                p => stack.push(p.to_vec()),
-            }
+        // The target's names without `.`: a run of `..`, then names only.
+        let parts: Vec<&[u8]> = target
+            .split(|b| *b == b'/')
+            .filter(|p| !p.is_empty() && *p != b".")
+            .collect();
+        let ups = parts.iter().take_while(|p| **p == b"..").count();
+        let rest = &parts[ups..];
+        let depth = comps.len() - 1;
+        if rest.contains(&&b".."[..]) || ups > depth {
+            return Some("symlink_escape");
         }
+        if let Some(r) = self.link_place(&comps) {
+            return Some(r);
+        }
+        let mut stack: Vec<Vec<u8>> = comps[..depth - ups].to_vec();
+        stack.extend(rest.iter().map(|p| p.to_vec()));
         if stack.is_empty() {
             return None;
         }
@@ -423,7 +481,7 @@ fn model_of(set: &ChangeSet, policy: &[Vec<u8>]) -> Model {
         .git_dirs
         .iter()
         .filter(|(r, p)| made_dir(*r, p) && in_git(p))
-        .map(|(r, p)| (*r, wrap_dir(p)))
+        .map(|(r, p)| (*r, wrap(&split(p), false)))
         .collect();
     let made_git = changes
         .iter()
@@ -437,7 +495,7 @@ fn model_of(set: &ChangeSet, policy: &[Vec<u8>]) -> Model {
                     ChangeKind::Created | ChangeKind::Modified | ChangeKind::Renamed { .. }
                 )
         })
-        .map(|c| (c.root, wrap(&split(&c.path), true)))
+        .map(|c| (c.root, wrap(&split(&c.path), false)))
         .collect();
     Model {
         made_git,
@@ -517,6 +575,20 @@ const NAME_POOL: &[&[u8]] = &[
     b"opencode.json",
 ];
 
+/// Paths at, below and beside the prefixes of `deploy/hooks/**` and
+/// `src/config/**`.
+const ANCHORED_PATHS: &[&[u8]] = &[
+    b"deploy",
+    b"deploy/hooks",
+    b"deploy/hooks/x",
+    b"deploy/other",
+    b"src",
+    b"src/config",
+    b"src/config/a/b",
+    b"x/deploy",
+    b"x/deploy/hooks",
+];
+
 fn join(parts: &[&[u8]]) -> PathBuf {
     let mut bytes = Vec::new();
     for (i, c) in parts.iter().enumerate() {
@@ -559,7 +631,9 @@ fn path_strategy() -> impl Strategy<Value = PathBuf> {
             pre.extend(rest);
             pre
         });
-    prop_oneof![plain, git, named].prop_map(|parts| join(&parts))
+    // At and around the anchored policy patterns' prefixes, from the root.
+    let anchored = prop::sample::select(ANCHORED_PATHS).prop_map(|p| vec![p]);
+    prop_oneof![plain, git, named, anchored].prop_map(|parts| join(&parts))
 }
 
 fn change_strategy() -> impl Strategy<Value = Change> {
@@ -652,8 +726,13 @@ fn policy_strategy() -> impl Strategy<Value = Vec<Vec<u8>>> {
 fn filter_with(policy: &[Vec<u8>]) -> CommitFilter {
     let mut f = CommitFilter::new();
     for name in policy {
-        f.refuse(&format!("**/{}", String::from_utf8_lossy(name)))
-            .unwrap();
+        let name = String::from_utf8_lossy(name);
+        let pattern = if name.contains('/') {
+            format!("{name}/**")
+        } else {
+            format!("**/{name}")
+        };
+        f.refuse(&pattern).unwrap();
     }
     f
 }

@@ -479,10 +479,8 @@ fn symlinks_that_escape_or_lead_into_refused_paths() {
     refused(link("a/cfg", "../.git/config"), "symlink_to_refused");
     refused(link("a/g", "../.git"), "symlink_to_refused");
     refused(link("a/rc", "../.bashrc"), "symlink_to_refused");
-    refused(
-        link("keys", "x/../.ssh/authorized_keys"),
-        "symlink_to_refused",
-    );
+    // A `..` after a name is not judged lexically: the name may be a link.
+    refused(link("keys", "x/../.ssh/authorized_keys"), "symlink_escape");
     commits(link("objs", ".git/objects"));
     commits(link("a/rc", "../bashrc.txt"));
     // The same target from a place where it stays inside.
@@ -774,4 +772,217 @@ fn the_docs_table_lists_exactly_the_built_in_rules() {
         rows, want,
         "regenerate the table from CommitFilter::rules()"
     );
+}
+
+#[test]
+fn a_symlink_chain_cannot_climb_out_of_a_link() {
+    // `sub/up -> ..` is the root; `..` after it would be judged as if
+    // `sub/up` were a directory, and `esc` would lead above the root.
+    let f = CommitFilter::new();
+    let got = rules_of(
+        &f,
+        vec![
+            dir("sub"),
+            link("sub/up", ".."),
+            link("esc", "sub/up/.."),
+            link("l1", "sub/up/../x"),
+            link("a/b", "c/../d"),
+            link("inside", "sub"),
+            link("a/b/c", "../../x/y"),
+            link("a/d", "./../x"),
+        ],
+    );
+    assert_eq!(
+        got,
+        [
+            None,
+            None,
+            Some("symlink_escape"),
+            Some("symlink_escape"),
+            Some("symlink_escape"),
+            None,
+            None,
+            None,
+        ]
+    );
+    // More leading `..` than directories above the link.
+    refused(link("a/b/c", "../../../x"), "symlink_escape");
+}
+
+#[test]
+fn a_symlink_at_a_prefix_of_a_refused_path_is_refused() {
+    for (path, target) in [
+        (".config", "cfg"),
+        ("deep/.config", "../cfg"),
+        (".local", "lcl"),
+        (".cargo", "c"),
+        (".CONFIG", "cfg"),
+        (".git/objects/info", "../../altx"),
+        (".git/refs/heads", "../../r"),
+    ] {
+        refused(link(path, target), "symlink_prefix");
+    }
+    // Positive controls: innocent names, and a real `.config` directory.
+    commits(link("plain", "cfg"));
+    commits(link("cfg/config", "x"));
+    commits(link("a/.configs", "x"));
+    commits(dir(".config"));
+    commits(file("cfg/git/config"));
+    // A deleted symlink leaves nothing.
+    commits(with_kind(link(".config", "cfg"), ChangeKind::Deleted));
+}
+
+#[test]
+fn a_symlink_at_a_prefix_of_a_policy_or_exact_path_is_refused() {
+    let mut f = CommitFilter::new();
+    f.refuse("deploy/hooks/**").unwrap();
+    f.refuse("**/mise.toml").unwrap();
+    f.refuse_exact(0, "conf/palisade.toml", "policy_file");
+    let got = rules_of(
+        &f,
+        vec![
+            link("deploy", "d"),
+            link("deploy/hooks", "h"),
+            link("conf", "c"),
+            link("deployx", "d"),
+            link("other/hooks", "h"),
+            link("x", "y"),
+        ],
+    );
+    assert_eq!(
+        got,
+        [
+            Some("symlink_prefix"),
+            Some("symlink_prefix"),
+            Some("symlink_prefix"),
+            None,
+            None,
+            None,
+        ]
+    );
+}
+
+#[test]
+fn refuse_symlinks_into_and_at_name_the_rule_given() {
+    let mut f = CommitFilter::new();
+    f.refuse_symlinks_into("docs/agents/AGENTS.md", "steering_symlink")
+        .unwrap();
+    f.refuse_symlinks_at("AGENTS.md", "steering_symlink")
+        .unwrap();
+    f.refuse_symlinks_at("docs/agents/AGENTS.md", "steering_symlink")
+        .unwrap();
+    let got = rules_of(
+        &f,
+        vec![
+            link("AGENTS.md", "notes.md"),
+            link("docs", "d"),
+            link("docs/agents", "a"),
+            link("docs/agents/AGENTS.md", "n"),
+            file("AGENTS.md"),
+            link("notes.md", "x"),
+            link("docs/other", "x"),
+        ],
+    );
+    assert_eq!(
+        got,
+        [
+            Some("steering_symlink"),
+            Some("steering_symlink"),
+            Some("steering_symlink"),
+            Some("steering_symlink"),
+            None,
+            None,
+            None,
+        ]
+    );
+    // `refuse_symlinks_into` alone leaves the path itself to the caller.
+    let mut g = CommitFilter::new();
+    g.refuse_symlinks_into("AGENTS.md", "steering_symlink")
+        .unwrap();
+    assert_eq!(rules_of(&g, vec![link("AGENTS.md", "n")]), [None]);
+    assert!(g.refuse_symlinks_into("/abs", "steering_symlink").is_err());
+}
+
+#[test]
+fn home_startup_names_outside_the_old_list() {
+    refused(file(".bashrc.d/x.sh"), "shell_startup");
+    refused(
+        file(".local/lib/python3.11/site-packages/zz.pth"),
+        "startup_config",
+    );
+    refused(file(".config/pip/pip.conf"), "startup_config");
+    commits(file("lib/python3.11/site-packages/zz.pth"));
+    commits(file("bashrc.d/x.sh"));
+}
+
+#[test]
+fn a_home_refuses_its_dot_entries_and_bin() {
+    let mut f = CommitFilter::new();
+    f.home(0, "home/u");
+    let mut other_root = file("home/u/.npmrcx");
+    other_root.root = 1;
+    let got = rules_of(
+        &f,
+        vec![
+            file("home/u/.anything"),
+            file("home/u/.aws/config"),
+            with_kind(file("home/u/.hushlogin"), ChangeKind::Deleted),
+            file("home/u/bin/ls"),
+            link("home", "h"),
+            link("home/u", "h"),
+            file("home/u/projects/app/src/main.rs"),
+            file("home/u/notes.txt"),
+            file("home/u/projects/.env.example"),
+            file("home/v/.anything"),
+            other_root,
+        ],
+    );
+    assert_eq!(
+        got,
+        [
+            Some("home_startup"),
+            Some("home_startup"),
+            Some("home_startup"),
+            Some("home_startup"),
+            Some("symlink_prefix"),
+            Some("symlink_prefix"),
+            None,
+            None,
+            None,
+            None,
+            None,
+        ]
+    );
+    // The root as the home.
+    let mut g = CommitFilter::new();
+    g.home(0, "");
+    let got = rules_of(
+        &g,
+        vec![
+            file(".x"),
+            file("bin/tool"),
+            file("notes.txt"),
+            file("a/.x"),
+        ],
+    );
+    assert_eq!(
+        got,
+        [Some("home_startup"), Some("home_startup"), None, None]
+    );
+}
+
+#[test]
+fn a_created_git_in_another_case_does_not_make_the_existing_one_new() {
+    let f = CommitFilter::new();
+    let got = rules_of(
+        &f,
+        vec![dir(".GIT"), file(".GIT/config"), file(".git/objects/ab/cd")],
+    );
+    assert_eq!(
+        got,
+        [Some("new_repository"), Some("new_repository"), None],
+        "the existing `.git` keeps its own rules"
+    );
+    // The name rules still fold case: the existing `.git`'s config.
+    refused(file(".git/config"), "git_internal");
 }
