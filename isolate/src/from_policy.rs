@@ -849,6 +849,7 @@ mod tests {
                     file_caps: false,
                 },
             }],
+            ..crate::stage::ChangeSet::default()
         };
         match filter.check(&set).pop().unwrap() {
             crate::stage::FilterVerdict::Commit => None,

@@ -44,10 +44,13 @@
 //! the old, empty directory when it replaces a directory), after its mode is
 //! checked to be the one the filter judged and its `*.overlay.*`, ACL and
 //! `security.capability` xattrs are removed. Across filesystems it is copied
-//! (content and mode, no xattrs, no owner) to a temporary name in the host
+//! (content, owner and mode, no xattrs) to a temporary name in the host
 //! directory, `fsync`ed and renamed; the upper copy goes only after that. A
-//! created directory is `mkdir`ed with its mode; a renamed node is the host
-//! node itself renamed (`RENAME_NOREPLACE`); a deletion is `unlink` or
+//! created directory is `mkdir`ed with its mode and owner. The owner (only a
+//! root launcher sets one; anything else makes every node as itself) is the
+//! upper node's, set before the mode, as a change of owner clears setuid
+//! bits, and before the node is renamed into place. A renamed node is the
+//! host node itself renamed (`RENAME_NOREPLACE`); a deletion is `unlink` or
 //! `rmdir`; a mode change is `fchmod` on the node opened without following
 //! it. Empty upper directories with nothing left below them are removed at
 //! the end.
@@ -387,6 +390,36 @@ fn host_digest(
     }
 }
 
+/// As root, give the host node `fd` the owner of the upper node `st` (the
+/// one the worker gave it: its own, or, for a node copied up, the host
+/// node's), before its mode is set (a change of owner clears setuid bits)
+/// and before it is renamed into place. A launcher that is not root owns
+/// everything it makes, as it owns the upper, and changes nothing.
+fn own_like(fd: BorrowedFd<'_>, st: &FileStat) -> Result<(), Errno> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    nix::unistd::fchown(
+        fd,
+        Some(nix::unistd::Uid::from_raw(st.st_uid)),
+        Some(nix::unistd::Gid::from_raw(st.st_gid)),
+    )
+}
+
+/// [`own_like`] for the entry `name` of `dir`, not followed (a symlink).
+fn own_entry_like(dir: BorrowedFd<'_>, name: &OsStr, st: &FileStat) -> Result<(), Errno> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    nix::unistd::fchownat(
+        dir,
+        name,
+        Some(nix::unistd::Uid::from_raw(st.st_uid)),
+        Some(nix::unistd::Gid::from_raw(st.st_gid)),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+}
+
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A fresh temporary name for the host directory.
@@ -612,12 +645,11 @@ fn apply_node(
         let upath = upath.clone();
         move |e: Errno| io_err(what, upath, e)
     };
-    if upper_matches(udir.as_fd(), name, change)
-        .map_err(ioe("inspect an upper node"))?
-        .is_none()
-    {
+    let Some(ust) =
+        upper_matches(udir.as_fd(), name, change).map_err(ioe("inspect an upper node"))?
+    else {
         return Ok(Outcome::Conflict(String::from(STAGE_MOVED)));
-    }
+    };
     let after = match change.node.kind {
         NodeKind::File => {
             let fd = open_entry(udir.as_fd(), name, OFlag::O_RDONLY)
@@ -661,6 +693,7 @@ fn apply_node(
                     let mut out = std::fs::File::from(out);
                     let copied = std::io::copy(&mut file, &mut out)
                         .and_then(|_| out.flush())
+                        .and_then(|()| own_like(out.as_fd(), &st).map_err(std::io::Error::from))
                         .and_then(|()| {
                             fchmod(&out, Mode::from_bits_truncate(change.node.mode))
                                 .map_err(std::io::Error::from)
@@ -731,6 +764,18 @@ fn apply_node(
                         nix::unistd::symlinkat(target.as_os_str(), hdir.as_fd(), tmp)
                     })
                     .map_err(|e| io_err("create a temporary symlink", hpath.to_path_buf(), e))?;
+                    if let Err(e) = own_entry_like(hdir.as_fd(), &tmp, &ust) {
+                        let _ = nix::unistd::unlinkat(
+                            hdir.as_fd(),
+                            tmp.as_os_str(),
+                            UnlinkatFlags::NoRemoveDir,
+                        );
+                        return Err(io_err(
+                            "set the owner of a host symlink",
+                            hpath.to_path_buf(),
+                            e,
+                        ));
+                    }
                     match place(
                         hdir.as_fd(),
                         &tmp,
@@ -790,18 +835,16 @@ fn apply_dir(
 ) -> Result<Outcome, StageError> {
     let (parent, _) = split(&change.path);
     let udir = conflict!(upper_parent(fds, parent)?);
-    if upper_matches(udir.as_fd(), name, change)
-        .map_err(|e| {
-            io_err(
-                "inspect an upper node",
-                fds.upper_path.join(&change.path),
-                e,
-            )
-        })?
-        .is_none()
-    {
+    let Some(ust) = upper_matches(udir.as_fd(), name, change).map_err(|e| {
+        io_err(
+            "inspect an upper node",
+            fds.upper_path.join(&change.path),
+            e,
+        )
+    })?
+    else {
         return Ok(Outcome::Conflict(String::from(STAGE_MOVED)));
-    }
+    };
     let mode = Mode::from_bits_truncate(change.node.mode);
     let made = if host_exists {
         at_temp(|tmp| nix::sys::stat::mkdirat(hdir.as_fd(), tmp, Mode::from_bits_truncate(0o700)))
@@ -821,6 +864,8 @@ fn apply_dir(
     };
     let fd = open_entry(hdir.as_fd(), &at, OFlag::O_RDONLY | OFlag::O_DIRECTORY)
         .map_err(|e| io_err("open a new host directory", hpath.to_path_buf(), e))?;
+    own_like(fd.as_fd(), &ust)
+        .map_err(|e| io_err("set the owner of a host directory", hpath.to_path_buf(), e))?;
     fchmod(&fd, mode)
         .map_err(|e| io_err("set the mode of a host directory", hpath.to_path_buf(), e))?;
     if host_exists {

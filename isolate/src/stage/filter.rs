@@ -308,10 +308,25 @@ pub struct CommitFilter {
     homes: Vec<(usize, PathBuf)>,
 }
 
-/// The `.git` directories the worker created, per root, as path bytes
-/// exactly (not case-folded: creating `.GIT` must not make the existing
-/// `.git` new; the name rules stay case-insensitive, which fails closed).
-type Created = BTreeMap<usize, BTreeSet<Vec<u8>>>;
+/// The facts of the whole set a verdict depends on, per root: the `.git`
+/// directories the worker created (and the listed git directories it
+/// created), as path bytes exactly (not case-folded: creating `.GIT` must
+/// not make the existing `.git` new; the name rules stay case-insensitive,
+/// which fails closed), and the git directories of
+/// [`ChangeSet::git_dirs`], ASCII-lowercased (so matched case-insensitively,
+/// which fails closed too).
+#[derive(Default)]
+struct Created {
+    repos: BTreeMap<usize, BTreeSet<Vec<u8>>>,
+    git_dirs: BTreeMap<usize, BTreeSet<Vec<u8>>>,
+}
+
+impl Created {
+    /// The `.git` directories the worker created in `root`.
+    fn get(&self, root: &usize) -> Option<&BTreeSet<Vec<u8>>> {
+        self.repos.get(root)
+    }
+}
 
 /// What a path is judged as: the changed node itself, or the target a
 /// symlink leads to.
@@ -450,20 +465,24 @@ impl CommitFilter {
 
     /// One verdict per change of `set`, in order.
     ///
-    /// Each verdict depends on its own change and on two facts of the
+    /// Each verdict depends on its own change and on three facts of the
     /// whole set, never on the order: which `.git` directories the worker
-    /// created (everything below one is `new_repository`), and, for a
-    /// deleted directory, whether a refused change lies below it (the
+    /// created (everything below one is `new_repository`), which
+    /// directories are git directories ([`ChangeSet::git_dirs`]: below one,
+    /// whatever its name, the `.git` rules apply as below a `.git`), and,
+    /// for a deleted directory, whether a refused change lies below it (the
     /// directory is then refused too, so the commit never removes what it
     /// must keep).
     pub fn check(&self, set: &ChangeSet) -> Vec<FilterVerdict> {
-        let mut created = Created::new();
+        let mut created = Created::default();
         for c in set.changes.iter().filter(|c| creates_repository(c)) {
             created
+                .repos
                 .entry(c.root)
                 .or_default()
                 .insert(c.path.as_os_str().as_bytes().to_vec());
         }
+        add_git_dirs(&mut created, set);
         let mut verdicts: Vec<FilterVerdict> = set
             .changes
             .iter()
@@ -561,6 +580,9 @@ impl CommitFilter {
             if let Some(r) = git_refusal(&comps, i, git, new, subject) {
                 return Some(r);
             }
+        }
+        if let Some(r) = listed_git_refusal(created, root, &comps, subject) {
+            return Some(r);
         }
         // A `HEAD` outside every `.git` makes its directory a bare
         // repository once `objects` and `refs` are there too, and git
@@ -732,6 +754,80 @@ impl CommitFilter {
             ),
         )
     }
+}
+
+/// Record the set's git directories (`ChangeSet::git_dirs`) in `created`,
+/// and those the worker put there (a directory created, moved there or put
+/// in place of a non-directory) as repositories it created.
+///
+/// One the worker put there outside every `.git` is left out: its `HEAD`
+/// is new, so `bare_repository` refuses it and the directory never is a
+/// git directory on the host (inside a `.git`, say `.git/refs/x/`, nothing
+/// refuses that `HEAD`, and it is a new repository).
+fn add_git_dirs(created: &mut Created, set: &ChangeSet) {
+    let made: BTreeSet<(usize, &Path)> = set
+        .changes
+        .iter()
+        .filter(|c| {
+            c.node.kind == NodeKind::Dir
+                && matches!(
+                    c.kind,
+                    ChangeKind::Created | ChangeKind::Modified | ChangeKind::Renamed { .. }
+                )
+        })
+        .map(|c| (c.root, c.path.as_path()))
+        .collect();
+    for (root, dir) in &set.git_dirs {
+        let low = dir.as_os_str().as_bytes().to_ascii_lowercase();
+        if made.contains(&(*root, dir.as_path())) {
+            if !dir.components().any(|c| is(c.as_os_str(), ".git")) {
+                continue;
+            }
+            created
+                .repos
+                .entry(*root)
+                .or_default()
+                .insert(dir.as_os_str().as_bytes().to_vec());
+        }
+        created.git_dirs.entry(*root).or_default().insert(low);
+    }
+}
+
+/// The `.git` rules for a path at or below a listed git directory of its
+/// root (a bare repository, whatever its name), shallowest first: judged
+/// as if that directory were named `.git`.
+fn listed_git_refusal(
+    created: &Created,
+    root: usize,
+    comps: &[&OsStr],
+    subject: Subject,
+) -> Option<Refusal> {
+    let dirs = created.git_dirs.get(&root)?;
+    let mut prefix: Vec<u8> = Vec::new();
+    for k in 0..=comps.len() {
+        if k > 0 {
+            if k > 1 {
+                prefix.push(b'/');
+            }
+            prefix.extend(comps.get(k - 1)?.as_bytes().to_ascii_lowercase());
+        }
+        if !dirs.contains(&prefix) {
+            continue;
+        }
+        let exact: PathBuf = comps.get(..k).unwrap_or_default().iter().collect();
+        let new = created
+            .repos
+            .get(&root)
+            .is_some_and(|m| m.contains(exact.as_os_str().as_bytes()));
+        let mut sub: Vec<&OsStr> = vec![OsStr::new(".git")];
+        sub.extend(comps.get(k..).unwrap_or_default());
+        let shown = if k == 0 { PathBuf::from(".") } else { exact };
+        if let Some(mut r) = git_refusal(&sub, 0, shown.as_os_str().as_bytes(), new, subject) {
+            r.detail = format!("`{}` is a git directory: {}", shown.display(), r.detail);
+            return Some(r);
+        }
+    }
+    None
 }
 
 /// Whether `c` is a `.git` directory the worker put there: created, moved

@@ -46,6 +46,16 @@ pub use layout::{Stage, StagedRoot, Stamp};
 pub struct ChangeSet {
     /// The changes, in the order above.
     pub changes: Vec<Change>,
+    /// The git directories the changes lie in, by root index then path
+    /// (relative to the root, `""` for the root itself): each directory
+    /// above a change (or a changed directory itself, or above a rename's
+    /// old path) that is a git directory on the host or in the worker's
+    /// view (a `HEAD` with `refs` beside it, or a `commondir`), whatever its
+    /// name. The filter judges everything below one as below a `.git`
+    /// (a bare repository `vendor/up.git` keeps its `hooks/` and `config`),
+    /// except one the worker created outside every `.git`, whose new `HEAD`
+    /// it refuses anyway.
+    pub git_dirs: Vec<(usize, PathBuf)>,
 }
 
 /// One changed path of one staged root.

@@ -54,6 +54,8 @@ pub(crate) const MAX_DEPTH: usize = 256;
 pub(crate) const MAX_PATH_BYTES: usize = 4096;
 /// Most changes one scan returns; past it the stage is refused, not cut.
 pub(crate) const MAX_CHANGES: usize = 2_000_000;
+/// Most directories one scan tests for being a git directory.
+pub(crate) const MAX_GIT_PROBES: usize = 1_000_000;
 
 impl Stage {
     /// The change set of every root, read from the upper layers (whiteouts
@@ -64,11 +66,18 @@ impl Stage {
     /// components or longer than 4096 bytes, more than two million changes,
     /// or an upper layer with overlay xattrs the `userxattr` overlay cannot
     /// produce (`redirect`, `metacopy`) is [`StageError::Invalid`] naming the
-    /// path.
+    /// path, and so are changes below more than a million directories (each
+    /// is tested for being a git directory, for [`ChangeSet::git_dirs`]).
     pub fn changes(&self) -> Result<ChangeSet, StageError> {
         let mut changes = Vec::new();
+        let mut git_dirs = Vec::new();
         for (n, root) in self.roots.iter().enumerate() {
             let mut one = scan_root(n, &root.root, &root.upper)?;
+            git_dirs.extend(
+                git_dirs_of(&root.root, &root.upper, &one)?
+                    .into_iter()
+                    .map(|d| (n, d)),
+            );
             changes.append(&mut one);
             if changes.len() > MAX_CHANGES {
                 return Err(StageError::Invalid {
@@ -77,8 +86,93 @@ impl Stage {
                 });
             }
         }
-        Ok(ChangeSet { changes })
+        Ok(ChangeSet { changes, git_dirs })
     }
+}
+
+/// The git directories `changes` (of one root) lie in: every directory
+/// above a change (and a changed directory itself, and the directories
+/// above a rename's old path) that is a git directory on the host or in the
+/// worker's view, in path order, `""` for the root itself.
+///
+/// Each directory is tested once ([`is_git_dir`]), over the union of its
+/// host and upper entries, which holds both the host's view and the
+/// worker's (upper over lower): a directory that is a git directory in
+/// either is listed. Past [`MAX_GIT_PROBES`] directories the stage is
+/// refused.
+fn git_dirs_of(host: &Path, upper: &Path, changes: &[Change]) -> Result<Vec<PathBuf>, StageError> {
+    let host_fd = open_root(host, "open the host root")?;
+    let upper_fd = open_root(upper, "open the upper layer")?;
+    let mut seen: HashMap<PathBuf, bool> = HashMap::new();
+    for c in changes {
+        let from = match &c.kind {
+            ChangeKind::Renamed { from } => Some(from.as_path()),
+            _ => None,
+        };
+        let ends = [
+            (Some(c.path.as_path()), c.node.kind == NodeKind::Dir),
+            (from, false),
+        ];
+        for (path, own) in ends {
+            let Some(path) = path else { continue };
+            for dir in path.ancestors().skip(usize::from(!own)) {
+                // Its ancestors were tested with it.
+                if seen.contains_key(dir) {
+                    break;
+                }
+                if seen.len() >= MAX_GIT_PROBES {
+                    return Err(StageError::Invalid {
+                        path: upper.to_path_buf(),
+                        reason: format!("changes below more than {MAX_GIT_PROBES} directories"),
+                    });
+                }
+                let git = is_git_dir(&host_fd, &upper_fd, dir)
+                    .map_err(|e| io_err("inspect a directory", upper.join(dir), e))?;
+                seen.insert(dir.to_path_buf(), git);
+            }
+        }
+    }
+    let mut dirs: Vec<PathBuf> = seen
+        .into_iter()
+        .filter_map(|(d, git)| git.then_some(d))
+        .collect();
+    dirs.sort();
+    Ok(dirs)
+}
+
+/// Whether the directory `dir`, with the entries it has below `host` or
+/// below `upper` (their union), may be a git directory: a superset of git's
+/// own test (`is_git_directory` in git's `setup.c`: a valid `HEAD`, and
+/// `objects` and `refs` in the directory or in the one its `commondir`
+/// names). Listed are a non-directory `HEAD` with a `refs` of any kind
+/// beside it (`objects` is not required: `GIT_OBJECT_DIRECTORY` can put it
+/// elsewhere, and git checks `HEAD`'s content, not this), and any
+/// `commondir` (a linked worktree's gitdir, whose `HEAD` the worker may
+/// still have to write). A 0/0 character device (an overlay whiteout)
+/// counts as absent; a side where `dir` is not a directory reachable
+/// without symlinks has no entries.
+fn is_git_dir(host: &OwnedFd, upper: &OwnedFd, dir: &Path) -> Result<bool, Errno> {
+    let mut sides = Vec::with_capacity(2);
+    for root in [host, upper] {
+        match open_beneath(root, dir, OFlag::O_PATH | OFlag::O_DIRECTORY) {
+            Ok(d) => sides.push(d),
+            Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP | Errno::EXDEV) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let entry = |name: &str, dir_ok: bool| -> Result<bool, Errno> {
+        for d in &sides {
+            if let Some(st) = lstat_at(d.as_fd(), OsStr::new(name))? {
+                let kind = kind_of(&st);
+                let whiteout = kind == NodeKind::CharDevice && st.st_rdev == 0;
+                if !whiteout && (dir_ok || kind != NodeKind::Dir) {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    };
+    Ok((entry("HEAD", false)? && entry("refs", true)?) || entry("commondir", true)?)
 }
 
 /// The ordering key of a change: its root, its path's components, and

@@ -185,6 +185,10 @@ enum As {
 /// `.git` directory per root, and the policy names.
 struct Model {
     made_git: Vec<(usize, Vec<u8>)>,
+    /// The set's listed git directories (wrapped, lowercased), and those
+    /// of them the worker made (wrapped, exact).
+    git_dirs: Vec<(usize, Vec<u8>)>,
+    made_listed: Vec<(usize, Vec<u8>)>,
     policy: Vec<Vec<u8>>,
 }
 
@@ -269,6 +273,29 @@ impl Model {
                 return Some(r);
             }
             at = end - 1;
+        }
+        // Every listed git directory at or above the path, shallowest
+        // first, as a `/.git/`.
+        let mut listed: Vec<&Vec<u8>> = self
+            .git_dirs
+            .iter()
+            .filter(|(r, g)| *r == root && low.starts_with(g))
+            .map(|(_, g)| g)
+            .collect();
+        listed.sort_by_key(|g| g.len());
+        for g in listed {
+            // Those the worker made are known by their exact bytes too.
+            let exact = &raw[..g.len()];
+            if self
+                .made_listed
+                .iter()
+                .any(|(r, m)| *r == root && m == exact)
+            {
+                return Some("new_repository");
+            }
+            if let Some(r) = git_rule(&low[g.len()..], as_) {
+                return Some(r);
+            }
         }
         // `/head/` before any `/.git/`.
         let before_git = low
@@ -421,7 +448,41 @@ fn split(p: &std::path::Path) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn model_of(changes: &[Change], policy: &[Vec<u8>]) -> Model {
+fn model_of(set: &ChangeSet, policy: &[Vec<u8>]) -> Model {
+    let changes = &set.changes;
+    let made_dir = |root: usize, p: &std::path::Path| {
+        changes.iter().any(|c| {
+            c.root == root
+                && c.path == p
+                && c.node.kind == NodeKind::Dir
+                && matches!(
+                    c.kind,
+                    ChangeKind::Created | ChangeKind::Modified | ChangeKind::Renamed { .. }
+                )
+        })
+    };
+    let wrap_dir = |p: &std::path::Path| {
+        if p.as_os_str().is_empty() {
+            b"/".to_vec()
+        } else {
+            wrap(&split(p), true)
+        }
+    };
+    // One the worker made outside every `.git` is not one on the host (its
+    // `HEAD` is refused): left out.
+    let in_git = |p: &std::path::Path| has(&wrap_dir(p), b"/.git/");
+    let git_dirs = set
+        .git_dirs
+        .iter()
+        .filter(|(r, p)| !made_dir(*r, p) || in_git(p))
+        .map(|(r, p)| (*r, wrap_dir(p)))
+        .collect();
+    let made_listed = set
+        .git_dirs
+        .iter()
+        .filter(|(r, p)| made_dir(*r, p) && in_git(p))
+        .map(|(r, p)| (*r, wrap(&split(p), false)))
+        .collect();
     let made_git = changes
         .iter()
         .filter(|c| {
@@ -438,6 +499,8 @@ fn model_of(changes: &[Change], policy: &[Vec<u8>]) -> Model {
         .collect();
     Model {
         made_git,
+        git_dirs,
+        made_listed,
         policy: policy.to_vec(),
     }
 }
@@ -688,9 +751,25 @@ proptest! {
 
     /// The filter and the model agree on every change, rule for rule.
     #[test]
-    fn the_filter_agrees_with_the_model(changes in set_strategy(), policy in policy_strategy()) {
-        let got = rules(&filter_with(&policy).check(&ChangeSet { changes: changes.clone() }));
-        let want = model_of(&changes, &policy).check(&changes);
+    fn the_filter_agrees_with_the_model(
+        changes in set_strategy(),
+        policy in policy_strategy(),
+        picks in prop::collection::vec((any::<usize>(), any::<usize>()), 0..3),
+    ) {
+        // Listed git directories: a prefix (the root, an ancestor or the
+        // path itself) of a change's path.
+        let git_dirs = picks
+            .iter()
+            .map(|(i, d)| {
+                let c = &changes[i % changes.len()];
+                let comps = split(&c.path);
+                let keep = d % (comps.len() + 1);
+                (c.root, PathBuf::from(OsStr::from_bytes(&comps[..keep].join(&b'/'))))
+            })
+            .collect();
+        let set = ChangeSet { changes: changes.clone(), git_dirs };
+        let got = rules(&filter_with(&policy).check(&set));
+        let want = model_of(&set, &policy).check(&changes);
         for ((c, g), w) in changes.iter().zip(&got).zip(&want) {
             prop_assert_eq!(g, w, "change {:?}", c);
         }
@@ -704,7 +783,7 @@ proptest! {
         policy in policy_strategy(),
         more in policy_strategy(),
     ) {
-        let set = ChangeSet { changes };
+        let set = ChangeSet { changes, ..ChangeSet::default() };
         let before = filter_with(&policy).check(&set);
         let wider: Vec<Vec<u8>> = policy.iter().chain(&more).cloned().collect();
         let after = filter_with(&wider).check(&set);
@@ -719,7 +798,7 @@ proptest! {
     #[test]
     fn verdicts_do_not_depend_on_order(changes in set_strategy(), seed in any::<u64>()) {
         let f = CommitFilter::new();
-        let set = ChangeSet { changes };
+        let set = ChangeSet { changes, ..ChangeSet::default() };
         let before = f.check(&set);
         // A permutation from the seed (Fisher-Yates over a small LCG).
         let mut order: Vec<usize> = (0..set.changes.len()).collect();
@@ -731,6 +810,7 @@ proptest! {
         }
         let shuffled = ChangeSet {
             changes: order.iter().map(|&i| set.changes[i].clone()).collect(),
+            ..ChangeSet::default()
         };
         let after = f.check(&shuffled);
         for (k, &i) in order.iter().enumerate() {

@@ -56,7 +56,10 @@ fn with_kind(mut c: Change, kind: ChangeKind) -> Change {
 
 /// The rule of each verdict (`None` for a commit).
 fn rules_of(filter: &CommitFilter, changes: Vec<Change>) -> Vec<Option<&'static str>> {
-    let set = ChangeSet { changes };
+    let set = ChangeSet {
+        changes,
+        ..ChangeSet::default()
+    };
     let verdicts = filter.check(&set);
     assert_eq!(verdicts.len(), set.changes.len(), "one verdict per change");
     verdicts
