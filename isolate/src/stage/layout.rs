@@ -332,25 +332,28 @@ fn int(
         .ok_or_else(|| invalid(path, format!("{at}.{key}: not an integer")))
 }
 
+/// One root of a manifest: its host path, stamp and same-filesystem flag.
+pub(crate) type ManifestRoot = (PathBuf, Stamp, bool);
+
 /// The manifest's text read strictly: the session and, per root, its host
 /// path, stamp and same-filesystem flag. Pure (fuzzed through
 /// `__fuzz::stage_manifest`); [`Stage::open`] checks the directories.
 pub(crate) fn parse_manifest(
     text: &str,
     path: &Path,
-) -> Result<(String, Vec<(PathBuf, Stamp, bool)>), StageError> {
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+) -> Result<(String, Vec<ManifestRoot>), StageError> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| {
         invalid(
-            &path,
+            path,
             format!("not JSON at line {}, column {}: {e}", e.line(), e.column()),
         )
     })?;
-    let top = object(&v, &["version", "session", "roots"], "manifest", &path)?;
+    let top = object(&v, &["version", "session", "roots"], "manifest", path)?;
     match top.get("version").and_then(serde_json::Value::as_u64) {
         Some(MANIFEST_VERSION) => {}
         _ => {
             return Err(invalid(
-                &path,
+                path,
                 format!(
                     "manifest.version: `{}` is not a version this palisade reads ({MANIFEST_VERSION})",
                     top.get("version")
@@ -363,34 +366,34 @@ pub(crate) fn parse_manifest(
     let session = top
         .get("session")
         .and_then(serde_json::Value::as_str)
-        .ok_or_else(|| invalid(&path, "manifest.session: not a string"))?;
-    check_session(session, &path)?;
+        .ok_or_else(|| invalid(path, "manifest.session: not a string"))?;
+    check_session(session, path)?;
     let list = top
         .get("roots")
         .and_then(serde_json::Value::as_array)
-        .ok_or_else(|| invalid(&path, "manifest.roots: not an array"))?;
+        .ok_or_else(|| invalid(path, "manifest.roots: not an array"))?;
     if list.len() > MAX_ROOTS {
         return Err(invalid(
-            &path,
+            path,
             format!("manifest.roots: more than {MAX_ROOTS}"),
         ));
     }
     let mut parsed = Vec::with_capacity(list.len());
     for (n, r) in list.iter().enumerate() {
         let at = format!("manifest.roots[{n}]");
-        let m = object(r, &["root", "stamp", "same_fs"], &at, &path)?;
+        let m = object(r, &["root", "stamp", "same_fs"], &at, path)?;
         let root = m
             .get("root")
             .and_then(serde_json::Value::as_str)
             .map(PathBuf::from)
-            .ok_or_else(|| invalid(&path, format!("{at}.root: not a string")))?;
+            .ok_or_else(|| invalid(path, format!("{at}.root: not a string")))?;
         if !root.is_absolute()
             || root
                 .components()
                 .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
         {
             return Err(invalid(
-                &path,
+                path,
                 format!("{at}.root: not an absolute path without `.` or `..`"),
             ));
         }
@@ -399,19 +402,19 @@ pub(crate) fn parse_manifest(
             m.get("stamp").unwrap_or(&serde_json::Value::Null),
             &["sec", "nsec"],
             &stamp_at,
-            &path,
+            path,
         )?;
         let started = Stamp {
-            sec: int(s, "sec", &stamp_at, &path)?,
-            nsec: int(s, "nsec", &stamp_at, &path)?,
+            sec: int(s, "sec", &stamp_at, path)?,
+            nsec: int(s, "nsec", &stamp_at, path)?,
         };
         if !(0..1_000_000_000).contains(&started.nsec) {
-            return Err(invalid(&path, format!("{stamp_at}.nsec: out of range")));
+            return Err(invalid(path, format!("{stamp_at}.nsec: out of range")));
         }
         let same_fs = m
             .get("same_fs")
             .and_then(serde_json::Value::as_bool)
-            .ok_or_else(|| invalid(&path, format!("{at}.same_fs: not a boolean")))?;
+            .ok_or_else(|| invalid(path, format!("{at}.same_fs: not a boolean")))?;
         parsed.push((root, started, same_fs));
     }
     Ok((session.to_owned(), parsed))
