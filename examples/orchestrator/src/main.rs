@@ -42,7 +42,9 @@ use palisade_evidence::{
     WriterOptions, verify,
 };
 use palisade_isolate::stage::{CommitEvent, CommitFilter, FilterVerdict};
-use palisade_isolate::{Command, Exit, Profile, Sandbox, SandboxChild, Signal, Stdio};
+use palisade_isolate::{
+    Command, DEFAULT_WORKER_UID, Exit, Profile, Sandbox, SandboxChild, Signal, Stdio,
+};
 use palisade_policy::admission::{self, Admission, TriggerEvent};
 use palisade_policy::capability::CapabilityRegistry;
 use palisade_policy::egress::ConnectRequest;
@@ -478,6 +480,14 @@ async fn sandbox(policy: &HostPolicy) -> Result<()> {
         return Ok(());
     }
     let workspace = tempfile::tempdir()?;
+    // As root the worker runs as the dedicated `DEFAULT_WORKER_UID`: its
+    // workspace is its own, or it could write nothing there (staged or not,
+    // the sandbox keeps the host's owners and modes).
+    std::os::unix::fs::chown(
+        workspace.path(),
+        Some(DEFAULT_WORKER_UID),
+        Some(DEFAULT_WORKER_UID),
+    )?;
     // Each launch stages the writable roots in a session directory of its
     // own, outside every root; nothing the worker writes reaches the
     // workspace until it is committed.
