@@ -592,11 +592,15 @@ fn governed(
     env: &[(OsString, OsString)],
     sysroot: &Path,
     cargo_home: &Path,
+    upstream: &Path,
 ) -> Sandbox {
     let mut sb = Sandbox::new(Profile::governed());
+    // The clone's source is read where it lies: under `/tmp` (a clone of
+    // the repository there, as on CI) the sandbox's own `/tmp` hides it.
     sb.writable(root.to_path_buf())
         .read_only(sysroot.to_path_buf())
         .read_only(cargo_home.to_path_buf())
+        .read_only(upstream.to_path_buf())
         .walk_cache(state)
         .placeholder_records(state);
     for (k, v) in env {
@@ -657,7 +661,7 @@ fn workloads_bench(scratch: &Path, sizes: Sizes, runs: usize, warmup: usize) {
         (sizes.crate_modules * (sizes.crate_fns + 1)) as f64,
     );
 
-    let staged = governed(&root, &state, &env, &sysroot, &cargo_home);
+    let staged = governed(&root, &state, &env, &sysroot, &cargo_home, &upstream);
     let mut direct = staged.clone();
     let direct = match direct.dangerous().disable(Layer::StagedWrites) {
         Ok(_) => Ok(direct),
