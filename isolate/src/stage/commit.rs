@@ -622,6 +622,27 @@ fn upper_matches(
     Ok(Some(st))
 }
 
+/// Rename a copy made at the temporary name `tmp` in `hdir` onto `name`
+/// (the cross-filesystem step of a file or symlink): a conflict removes the
+/// copy again and says why (`Some`); an error names `what` and `hpath`.
+fn place_copy(
+    hdir: BorrowedFd<'_>,
+    tmp: &OsStr,
+    name: &OsStr,
+    (host_exists, host_is_dir): (bool, bool),
+    what: &'static str,
+    hpath: &Path,
+) -> Result<Option<String>, StageError> {
+    match place(hdir, tmp, hdir, name, host_exists, host_is_dir) {
+        Ok(Ok(())) => Ok(None),
+        Ok(Err(detail)) => {
+            let _ = nix::unistd::unlinkat(hdir, tmp, UnlinkatFlags::NoRemoveDir);
+            Ok(Some(detail))
+        }
+        Err(e) => Err(io_err(what, hpath.to_path_buf(), e)),
+    }
+}
+
 const STAGE_MOVED: &str = "the stage changed since the change set was computed";
 
 #[allow(
@@ -707,30 +728,15 @@ fn apply_node(
                         );
                         return Err(io_err("copy a file to the host", hpath.to_path_buf(), e));
                     }
-                    match place(
+                    if let Some(detail) = place_copy(
                         hdir.as_fd(),
                         &tmp,
-                        hdir.as_fd(),
                         name,
-                        host_exists,
-                        host_is_dir,
-                    ) {
-                        Ok(Ok(())) => {}
-                        Ok(Err(detail)) => {
-                            let _ = nix::unistd::unlinkat(
-                                hdir.as_fd(),
-                                tmp.as_os_str(),
-                                UnlinkatFlags::NoRemoveDir,
-                            );
-                            return Ok(Outcome::Conflict(detail));
-                        }
-                        Err(e) => {
-                            return Err(io_err(
-                                "rename a file onto the host",
-                                hpath.to_path_buf(),
-                                e,
-                            ));
-                        }
+                        (host_exists, host_is_dir),
+                        "rename a file onto the host",
+                        hpath,
+                    )? {
+                        return Ok(Outcome::Conflict(detail));
                     }
                     nix::unistd::unlinkat(udir.as_fd(), name, UnlinkatFlags::NoRemoveDir)
                         .map_err(ioe("remove an applied upper file"))?;
@@ -776,30 +782,15 @@ fn apply_node(
                             e,
                         ));
                     }
-                    match place(
+                    if let Some(detail) = place_copy(
                         hdir.as_fd(),
                         &tmp,
-                        hdir.as_fd(),
                         name,
-                        host_exists,
-                        host_is_dir,
-                    ) {
-                        Ok(Ok(())) => {}
-                        Ok(Err(detail)) => {
-                            let _ = nix::unistd::unlinkat(
-                                hdir.as_fd(),
-                                tmp.as_os_str(),
-                                UnlinkatFlags::NoRemoveDir,
-                            );
-                            return Ok(Outcome::Conflict(detail));
-                        }
-                        Err(e) => {
-                            return Err(io_err(
-                                "rename a symlink onto the host",
-                                hpath.to_path_buf(),
-                                e,
-                            ));
-                        }
+                        (host_exists, host_is_dir),
+                        "rename a symlink onto the host",
+                        hpath,
+                    )? {
+                        return Ok(Outcome::Conflict(detail));
                     }
                     nix::unistd::unlinkat(udir.as_fd(), name, UnlinkatFlags::NoRemoveDir)
                         .map_err(ioe("remove an applied upper symlink"))?;
