@@ -243,6 +243,9 @@ impl ProxyConfig {
             limits,
             relays: _,
             require_sni_match,
+            // Decided by the session's `Decider` (routing state), not by the
+            // proxy's static config: `palisade_policy::route::ProviderHosts`.
+            provider_hosts: _,
         } = egress;
         let palisade_schema::host_policy::EgressLimits {
             bytes_per_connection,

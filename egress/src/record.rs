@@ -178,6 +178,9 @@ pub enum RelayOutcome {
     Forwarded,
     /// Refused by the relay.
     Refused,
+    /// Refused because the session's routing state keeps content from the
+    /// relay's provider ([`crate::relay::RelayGate::admit`]).
+    RoutingDenied,
 }
 
 impl RelayOutcome {
@@ -186,6 +189,7 @@ impl RelayOutcome {
         match self {
             Self::Forwarded => "forwarded",
             Self::Refused => "refused",
+            Self::RoutingDenied => "routing_denied",
         }
     }
 }

@@ -47,7 +47,10 @@ use crate::record::{ProxyEvent, Recorder, RelayOutcome, RelayRecord};
 use crate::resolve::Resolver;
 use palisade_schema::host_policy::{Origin, RequestHost};
 
+mod gate;
 mod overrides;
+
+pub use gate::{RelayGate, RouteRefusal, ServerToolResult, ToolResultScanner};
 
 /// Default request body cap (32 MiB).
 pub const DEFAULT_MAX_BODY: usize = 32 * 1024 * 1024;
@@ -393,6 +396,9 @@ impl Placeholder {
 pub struct RelayConfig {
     /// A name for records.
     pub name: String,
+    /// The routing provider this relay sends content to (the policy's
+    /// `provider`, defaulting to the name); what [`RelayGate::admit`] is asked about.
+    pub provider: String,
     /// The one upstream origin (`https` only; see [`RelayConfig::origin`]).
     origin: Origin,
     /// The origin's host, parsed once when the config is made.
@@ -476,6 +482,7 @@ impl RelayConfig {
         };
         Ok(Self {
             name: name.to_owned(),
+            provider: name.to_owned(),
             origin,
             upstream,
             routes,
@@ -514,6 +521,7 @@ impl RelayConfig {
     ) -> Result<Self, RelayConfigError> {
         let palisade_schema::host_policy::Relay {
             name,
+            provider,
             origin,
             routes,
             credential,
@@ -532,7 +540,10 @@ impl RelayConfig {
         let credential = Credential::new(header, prefix, secret)?;
         let placeholder = Placeholder::generate(&PlaceholderFormat::for_relay(relay))
             .map_err(|_| RelayConfigError::Placeholder)?;
-        Ok(Self::new(name, origin.clone(), routes, credential, placeholder)?.with_limits(limits))
+        let mut config =
+            Self::new(name, origin.clone(), routes, credential, placeholder)?.with_limits(limits);
+        config.provider = provider.clone();
+        Ok(config)
     }
 
     /// Give the worker this placeholder instead of the generated one.
@@ -714,6 +725,9 @@ struct Inner {
     config: RelayConfig,
     resolver: Arc<dyn Resolver>,
     recorder: Arc<dyn Recorder>,
+    /// SKELETON (issue 17): consulted by the egress helper's wiring.
+    #[allow(dead_code, reason = "skeleton: wired by the egress helper")]
+    gate: Option<Arc<dyn RelayGate>>,
     leaks: Leaks,
     /// Request body bytes held right now, across requests.
     buffered: AtomicUsize,
@@ -1134,10 +1148,35 @@ impl Relay {
                 config,
                 resolver,
                 recorder,
+                gate: None,
                 leaks,
                 buffered: AtomicUsize::new(0),
                 peak_buffered: AtomicUsize::new(0),
             }),
+        }
+    }
+
+    /// The same relay, asking `gate` before every request it forwards and
+    /// telling it about provider-side tool results in responses.
+    #[must_use]
+    pub fn with_gate(self, gate: Arc<dyn RelayGate>) -> Self {
+        let inner = match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => {
+                inner.gate = Some(gate);
+                inner
+            }
+            Err(shared) => Inner {
+                config: shared.config.clone(),
+                resolver: Arc::clone(&shared.resolver),
+                recorder: Arc::clone(&shared.recorder),
+                gate: Some(gate),
+                leaks: Leaks::new(&shared.config.credential),
+                buffered: AtomicUsize::new(0),
+                peak_buffered: AtomicUsize::new(0),
+            },
+        };
+        Self {
+            inner: Arc::new(inner),
         }
     }
 

@@ -59,6 +59,9 @@ fn every_egress_key_reaches_the_proxy_config() {
         limits,
         relays,
         require_sni_match,
+        // Not the proxy's config: the governed session's decider reads it
+        // (`palisade_policy::route::ProviderHosts`).
+        provider_hosts: _,
     } = &p.egress;
     let EgressLimits {
         bytes_per_connection,
@@ -132,6 +135,7 @@ fn every_relay_key_reaches_the_relay_config() {
     // A key added to `[[egress.relay]]` fails to compile here until it is mapped.
     let Relay {
         name,
+        provider,
         origin,
         routes,
         credential,
@@ -157,6 +161,7 @@ fn every_relay_key_reaches_the_relay_config() {
     assert!(!format!("{secret:?}").contains(&marker));
     let c = RelayConfig::from_policy(relay, secret).unwrap();
     assert_eq!(c.name, *name);
+    assert_eq!(c.provider, *provider);
     assert_eq!(c.origin(), origin);
     assert_eq!(c.authority(), "api.anthropic.example:8443");
     let shown: Vec<String> = c.routes.iter().map(ToString::to_string).collect();

@@ -84,6 +84,7 @@ mod init;
 mod landlock_rules;
 mod layer;
 mod mounts;
+pub mod observe;
 mod placeholder_log;
 mod plan;
 mod profile;

@@ -301,6 +301,15 @@ impl SandboxChild {
         u32::try_from(self.pid.as_raw()).unwrap_or(0)
     }
 
+    /// The sandbox's PID namespace, for
+    /// [`crate::observe::ReadObserver::attribute_to`].
+    ///
+    /// SKELETON (issue 17): the isolate helper implements it (the
+    /// supervisor's `pid_for_children`, read while it is known to be ours).
+    pub fn pid_namespace(&self) -> std::io::Result<crate::observe::PidNamespace> {
+        Err(std::io::Error::other("pid_namespace: not implemented yet"))
+    }
+
     /// What was enforced.
     pub fn report(&self) -> &LaunchReport {
         &self.report

@@ -178,3 +178,38 @@ fn list(providers: &BTreeSet<String>) -> String {
             .join(", ")
     }
 }
+
+/// The built-in API hosts of the routing providers palisade knows, as host
+/// patterns (`egress.provider_hosts` adds to them). A session whose routing
+/// state keeps content from a provider refuses new proxy connections to
+/// these hosts, as that provider's relays refuse requests.
+///
+/// SKELETON (issue 17): the policy helper fills in the list and its docs.
+pub const BUILTIN_PROVIDER_HOSTS: &[(&str, &[&str])] = &[
+    ("anthropic", &["api.anthropic.com"]),
+    ("openai", &["api.openai.com"]),
+];
+
+/// Which provider an API host belongs to: the built-in list plus the
+/// policy's `egress.provider_hosts`.
+#[derive(Clone, Debug, Default)]
+pub struct ProviderHosts {
+    entries: Vec<(String, Vec<palisade_schema::host_policy::HostPattern>)>,
+}
+
+impl ProviderHosts {
+    /// The built-in list extended by `policy`'s `egress.provider_hosts`.
+    pub fn new(_policy: &HostPolicy) -> Self {
+        Self::default()
+    }
+
+    /// The providers whose API hosts include `host` (usually one).
+    pub fn providers_of(&self, host: &palisade_schema::host_policy::RequestHost) -> Vec<&str> {
+        let _ = host;
+        self.entries
+            .iter()
+            .map(|(p, _)| p.as_str())
+            .take(0)
+            .collect()
+    }
+}

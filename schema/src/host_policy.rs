@@ -313,6 +313,11 @@ pub struct Egress {
     /// Whether the proxy refuses a TLS ClientHello whose SNI differs from the
     /// CONNECT host. Default `true`.
     pub require_sni_match: bool,
+    /// `[egress.provider_hosts]`: API hosts of each routing provider, added
+    /// to the built-in list (`palisade_policy::route::BUILTIN_PROVIDER_HOSTS`).
+    /// A session whose routing state keeps content from a provider refuses
+    /// direct proxy connections to that provider's hosts.
+    pub provider_hosts: BTreeMap<String, Vec<HostPattern>>,
 }
 
 impl Default for Egress {
@@ -324,6 +329,7 @@ impl Default for Egress {
             limits: EgressLimits::default(),
             relays: Vec::new(),
             require_sni_match: true,
+            provider_hosts: BTreeMap::new(),
         }
     }
 }
@@ -356,6 +362,9 @@ pub struct EgressLimits {
 pub struct Relay {
     /// Unique name, also usable as a routing provider.
     pub name: String,
+    /// The routing provider this relay sends content to (`provider = …`;
+    /// defaults to `name`). `[[routing]]` rules name providers.
+    pub provider: String,
     /// The exact upstream origin; the worker cannot change it.
     pub origin: Origin,
     /// The only method and path pairs forwarded.
@@ -584,6 +593,32 @@ pub struct Taint {
     pub steering_paths: Vec<PathGlob>,
     /// Hosts a tainted session may still open new connections to.
     pub egress_allow: Vec<HostPattern>,
+    /// `observe`: how reads of marked, untrusted and routed paths are seen.
+    pub observe: TaintObserve,
+}
+
+/// `taint.observe`: who sees the worker's reads of watched paths.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TaintObserve {
+    /// `"kernel"` (default): the read observer (fanotify permission events
+    /// as root, degraded after-the-fact events otherwise); a session whose
+    /// policy names watched paths refuses to start when none can run.
+    #[default]
+    Kernel,
+    /// `"self_report"`: only the worker's own `palisade ctl taint` reports
+    /// (and an orchestrator's) taint; reads are not observed.
+    SelfReport,
+}
+
+impl TaintObserve {
+    /// The value as written in the policy.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Kernel => "kernel",
+            Self::SelfReport => "self_report",
+        }
+    }
 }
 
 /// The default marks file, relative to the policy file.
@@ -598,6 +633,7 @@ impl Default for Taint {
             marks_file: DEFAULT_MARKS_FILE.to_owned(),
             steering_paths: Vec::new(),
             egress_allow: Vec::new(),
+            observe: TaintObserve::Kernel,
         }
     }
 }
@@ -1232,8 +1268,13 @@ fn read_relay(cx: &mut Cx<'_>, r: &Table<'_, '_>) -> Option<Relay> {
         worker_env.insert(k, v);
     }
     let limits = read_relay_limits(cx, r);
+    let name = name?.0;
+    // SKELETON (issue 17): `provider = "…"` is parsed by the schema helper;
+    // until then it defaults to the relay's name.
+    let provider = name.clone();
     Some(Relay {
-        name: name?.0,
+        name,
+        provider,
         origin: origin?,
         routes,
         credential: credential?,
