@@ -403,7 +403,7 @@ proptest! {
                     entries.push(entry("s1", at, Kind::TaintRaised, taint_body(class, &new.detail, fx.newly_tainted)));
                 }
             }
-            if fx.restricted_read {
+            if fx.new_restricted_read {
                 entries.push(entry("s1", at, Kind::custom(palisade_taint::ROUTING_READ_KIND).unwrap(), routing_body(p)));
             }
         }

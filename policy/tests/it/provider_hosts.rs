@@ -196,3 +196,30 @@ fn a_path_the_worker_named_cannot_break_the_detail_line() {
     assert!(!v.detail.chars().any(char::is_control), "{:?}", v.detail);
     assert!(v.detail.contains("private/a\\nb\\u{1b}[2J"), "{}", v.detail);
 }
+
+#[test]
+fn the_bound_on_restricted_reads_changes_no_routing_decision() {
+    let p = policy(
+        "[worker]\ncwd = \"/w\"\n[[routing]]\npaths = [\"private/**\"]\nproviders = [\"anthropic\", \"openai\"]\n[[routing]]\npaths = [\"hr/**\"]\nproviders = [\"anthropic\"]\n",
+    );
+    let routes = RouteTable::new(&p).unwrap();
+    let hosts = ProviderHosts::new(&p);
+    let mut paths: Vec<String> = (0..palisade_taint::MAX_RESTRICTED_READS + 50)
+        .map(|i| format!("private/f{i}"))
+        .collect();
+    let before = read(&p, &paths.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(before.more_restricted_reads() > 0);
+    // Positive control: openai is still allowed for everything read so far.
+    assert_eq!(
+        routes.decide_host(&hosts, &before, &host("api.openai.com")),
+        None
+    );
+    paths.push("hr/salaries".to_owned());
+    let after = read(&p, &paths.iter().map(String::as_str).collect::<Vec<_>>());
+    let v = routes
+        .decide_host(&hosts, &after, &host("api.openai.com"))
+        .unwrap();
+    assert_eq!(v.rule.as_deref(), Some("routing[1]"));
+    assert!(v.detail.contains("/w/hr/salaries"), "{}", v.detail);
+    assert!(routes.decide_provider(&after, "anthropic").is_allow());
+}
