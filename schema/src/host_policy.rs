@@ -390,7 +390,7 @@ pub const BUILTIN_PROVIDER_HOSTS: &[(&str, &[&str])] = &[
 /// A new field is a breaking change on purpose.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Relay {
-    /// Unique name, also usable as a routing provider.
+    /// Unique name; also the relay's provider unless `provider` is set.
     pub name: String,
     /// The routing provider this relay sends content to (`provider = …`;
     /// defaults to `name`). `[[routing]]` rules name providers.
