@@ -8,8 +8,9 @@ use std::process::ExitCode;
 
 use palisade_policy::egress::{self, ConnectRequest};
 use palisade_policy::outward::{self, OutwardRequest};
-use palisade_policy::route::RouteTable;
+use palisade_policy::route::{ProviderHosts, RouteTable};
 use palisade_policy::verdict::{Decision, Verdict};
+use palisade_schema::host_policy::RequestHost;
 use palisade_taint::{Event, Rules, Session};
 
 use crate::host_policy_file::{
@@ -25,7 +26,8 @@ pub(crate) struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 enum What {
-    /// May the session connect to HOST:PORT through the proxy?
+    /// May the session connect to HOST:PORT through the proxy (routing's
+    /// provider hosts first, then the egress rules)?
     Egress {
         #[command(flatten)]
         common: Common,
@@ -131,7 +133,16 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     let policy = &loaded.policy;
     let verdict = match &args.what {
         What::Egress { host, port, .. } => {
-            egress::decide(policy, &session, &ConnectRequest { host, port: *port })
+            // As the governed session's proxy decides: a provider's API host
+            // the session's routing state keeps content from is refused
+            // first, then the egress rules decide.
+            let table = RouteTable::new(policy).map_err(|e| e.to_string())?;
+            let routed = RequestHost::parse(host)
+                .ok()
+                .and_then(|h| table.decide_host(&ProviderHosts::new(policy), &session, &h));
+            routed.unwrap_or_else(|| {
+                egress::decide(policy, &session, &ConnectRequest { host, port: *port })
+            })
         }
         What::Outward { kind, target, .. } => {
             outward::decide(policy, &session, &OutwardRequest { kind, target })

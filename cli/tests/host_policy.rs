@@ -229,6 +229,44 @@ fn decide_route_uses_path_and_session_reads() {
 }
 
 #[test]
+fn decide_egress_refuses_a_provider_host_the_session_reads_are_kept_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("palisade.toml"),
+        "[worker]\ncwd = \"/w\"\n[egress]\nallow = [\"api.openai.com:443\", \"api.anthropic.com:443\"]\n[[routing]]\npaths = [\"private/**\"]\nproviders = [\"anthropic\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("session.jsonl"),
+        "{\"at_ms\":1,\"event\":{\"type\":\"read\",\"path\":\"private/x\"}}\n",
+    )
+    .unwrap();
+    let egress = |host: &str, session: bool| {
+        let mut args = vec!["decide", "egress", "--host", host, "--port", "443"];
+        if session {
+            args.extend(["--session", "session.jsonl"]);
+        }
+        palisade(d, &args)
+    };
+    let out = egress("api.openai.com", true);
+    assert_eq!(out.status.code(), Some(11));
+    let v = json(&out);
+    assert_eq!(v["code"], "routing_denied");
+    assert_eq!(v["rule"], "routing[0]");
+    assert!(
+        v["reason"].as_str().unwrap().contains("`/w/private/x`"),
+        "{v}"
+    );
+    // Positive controls: the allowed provider's host in the same session,
+    // and the same host before the restricted read.
+    let out = egress("api.anthropic.com", true);
+    assert_eq!(out.status.code(), Some(0), "{}", json(&out));
+    let out = egress("api.openai.com", false);
+    assert_eq!(out.status.code(), Some(0), "{}", json(&out));
+}
+
+#[test]
 fn session_files_rebuild_taint() {
     let dir = setup();
     let d = dir.path();
