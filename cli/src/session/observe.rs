@@ -140,13 +140,12 @@ impl SessionObserver {
 
 /// The mode to run in: permission events when the probe allows them, else
 /// after the fact; `Err` with the facts when no observer can run.
-pub(crate) fn choose_mode(support: &ObserverSupport) -> Result<ObserverMode, String> {
-    match support.mode {
+pub(crate) fn choose_mode(mode: Option<ObserverMode>, facts: &str) -> Result<ObserverMode, String> {
+    match mode {
         Some(ObserverMode::Permission) => Ok(ObserverMode::Permission),
         Some(_) => Ok(ObserverMode::AfterTheFact),
         None => Err(format!(
-            "isolation_layer_unavailable: read_observer ({}); the policy names marked, untrusted or routed paths, so reads must be observed (or set taint.observe = \"self_report\")",
-            support.facts
+            "isolation_layer_unavailable: read_observer ({facts}); the policy names marked, untrusted or routed paths, so reads must be observed (or set taint.observe = \"self_report\")"
         )),
     }
 }
@@ -179,7 +178,7 @@ pub(crate) fn start(
             detail: "the policy names no marked, untrusted or routed path".to_owned(),
         });
     }
-    let mode = choose_mode(support)?;
+    let mode = choose_mode(support.mode, &support.facts)?;
     let core = core.clone();
     let handler =
         Box::new(move |open: &ObservedOpen| core.observed_read(&open.path, open.attribution));
