@@ -820,7 +820,7 @@ impl Marks {
             .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|md| (md.dev(), md.ino()) == key));
         let path = match known {
             Some(p) => p.clone(),
-            None => self.learn(fd.as_fd(), ev.pid, key, dir)?,
+            None => self.learn(fd.as_fd(), key, dir)?,
         };
         let Some(ns) = ns else {
             return Ok(Response::Allow);
@@ -840,14 +840,8 @@ impl Marks {
     /// A node opened below a watched tree that is not marked yet (created
     /// after the walk): find its host path, verified by `(dev, ino)`, mark
     /// it through the event's descriptor and remember it.
-    fn learn(
-        &mut self,
-        fd: BorrowedFd<'_>,
-        pid: i32,
-        key: (u64, u64),
-        dir: bool,
-    ) -> io::Result<PathBuf> {
-        let path = self.verified_path(fd, pid, key);
+    fn learn(&mut self, fd: BorrowedFd<'_>, key: (u64, u64), dir: bool) -> io::Result<PathBuf> {
+        let path = self.verified_path(fd, key);
         self.mark_fd(fd, &path, key, dir, true)?;
         Ok(path)
     }
@@ -859,9 +853,10 @@ impl Marks {
     /// the lower layer, which is a watched tree or holds one), candidates
     /// inside a watched tree first. When none verifies, the deepest
     /// directory that provably holds it: the common ancestor of the
-    /// watched trees on its filesystem, as `<dir>/…`.
-    fn verified_path(&self, fd: BorrowedFd<'_>, pid: i32, key: (u64, u64)) -> PathBuf {
-        let _ = pid;
+    /// watched trees on its filesystem, as `<dir>/…`. (The opener's own
+    /// view, `/proc/<pid>/root/…`, could verify a sandbox path but never
+    /// gives a host path, so it is not a candidate.)
+    fn verified_path(&self, fd: BorrowedFd<'_>, key: (u64, u64)) -> PathBuf {
         let link = nix::fcntl::readlink(&fd_path(fd))
             .map(PathBuf::from)
             .unwrap_or_default();

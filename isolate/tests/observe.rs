@@ -154,6 +154,20 @@ fn finish(mut child: SandboxChild, reader: std::thread::JoinHandle<String>) -> (
     (exit, reader.join().unwrap())
 }
 
+/// While its handler runs, the opener of `o` is blocked in the `openat`
+/// that raised it (`/proc/<pid>/syscall` names the call a blocked process
+/// is in): the handler runs before the open returns.
+fn assert_in_openat(o: &ObservedOpen) {
+    let pid = o.pid.expect("a permission event names its opener");
+    let text = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap();
+    let nr: i64 = text.split_whitespace().next().unwrap().parse().unwrap();
+    assert_eq!(
+        nr,
+        libc::SYS_openat,
+        "the opener {pid} is not in openat while the handler runs: {text}"
+    );
+}
+
 /// The permission-mode core, for a sandbox whose root is `p`: the first
 /// `cat` of the watched secret waits in the handler (the sandbox has not
 /// ended while it does) and is allowed, the second is denied with `EPERM`;
@@ -174,13 +188,15 @@ fn cat_is_held_then_denied(sb: &Sandbox, p: &Path) {
     assert_eq!(first.path, p.join("secret.txt"));
     assert_eq!(first.attribution, Attribution::Sandbox);
     assert_eq!(first.mode, ObserverMode::Permission);
-    assert!(first.pid.is_some_and(|pid| pid > 1), "{first:?}");
-    // The handler has not answered: the open, so the sandbox, is waiting.
+    // The handler has not answered: the opener is still inside its
+    // `openat`, so nothing can have been read yet.
+    assert_in_openat(&first);
     assert_eq!(child.try_wait().unwrap(), None);
     answers.send(Response::Allow).unwrap();
 
     let second = opens.recv_timeout(PATIENCE).expect("the second cat's open");
     assert_eq!(second.path, p.join("secret.txt"));
+    assert_in_openat(&second);
     assert_eq!(child.try_wait().unwrap(), None);
     answers.send(Response::Deny).unwrap();
 
@@ -224,6 +240,14 @@ fn a_host_read_reaches_no_handler_while_the_sandbox_read_does() {
         return;
     }
     let (_r, p) = root();
+    let support = palisade_isolate::observe::probe();
+    assert_eq!(
+        support.mode,
+        Some(ObserverMode::Permission),
+        "{}",
+        support.facts
+    );
+    assert!(support.facts.contains("CAP_SYS_ADMIN"), "{}", support.facts);
     let (handler, opens) = recording();
     let obs = ReadObserver::start(
         &[Watch::new(p.join("secret.txt"), Scope::Exact)],
@@ -458,4 +482,40 @@ fn fork_and(f: impl FnOnce() -> i32) -> i32 {
         }
         pid => palisade_isolate::__escape::wait_for_tests(pid),
     }
+}
+
+#[test]
+fn the_degraded_observer_sees_a_staged_read_after_the_fact() {
+    if skip_unless_root() {
+        return;
+    }
+    // Asked for explicitly (this process could run the permission mode):
+    // inotify on the host's inodes sees the opens through the overlay.
+    let (_r, p) = root();
+    let base = stage_base();
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[
+            Watch::new(p.join("secret.txt"), Scope::Exact),
+            Watch::new(p.join("tree"), Scope::Tree),
+        ],
+        ObserverMode::AfterTheFact,
+        handler,
+    )
+    .unwrap();
+    let sb = staged(&p, base.path(), "obs-degraded");
+    let (child, reader) = spawn(&sb, &obs, "cat plain.txt secret.txt tree/inner.txt");
+    let (exit, out) = finish(child, reader);
+    assert_eq!(exit, Exit::Exited(0), "{out}");
+    let mut files = Vec::new();
+    while files.len() < 2 {
+        let o = opens.recv_timeout(PATIENCE).expect("the staged reads");
+        assert_eq!(o.attribution, Attribution::Unknown);
+        assert_eq!(o.mode, ObserverMode::AfterTheFact);
+        // The tree's own directory may be reported too (its open).
+        if o.path != p.join("tree") {
+            files.push(o.path);
+        }
+    }
+    assert_eq!(files, [p.join("secret.txt"), p.join("tree/inner.txt")]);
 }
