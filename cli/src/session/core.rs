@@ -362,7 +362,7 @@ impl SessionCore {
                 "rules": rules,
                 "by": "observer",
             });
-            let Ok(kind) = Kind::custom("routing_read") else {
+            let Ok(kind) = Kind::custom(palisade_taint::ROUTING_READ_KIND) else {
                 return Response::Deny;
             };
             if !self.journal.record(kind, &body, flags) {
