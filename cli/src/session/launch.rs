@@ -564,11 +564,12 @@ pub(crate) fn run(
 
     // The read observer starts before the sandbox: its marks are in place
     // before the worker runs (opens wait for the sandbox's namespace).
+    let support = palisade_isolate::observe::probe();
     let observer = match super::observe::start(
         &core,
         &watch_set,
         policy.taint.observe,
-        &palisade_isolate::observe::probe(),
+        (support.mode, &support.facts),
     ) {
         Ok(o) => o,
         Err(e) => return left.refuse(Some(core.journal()), e),
