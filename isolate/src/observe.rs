@@ -829,12 +829,15 @@ impl Marks {
         if attribution == Attribution::Host {
             return Ok(Response::Allow);
         }
-        Ok(handler(&ObservedOpen {
-            path,
-            pid: u32::try_from(ev.pid).ok().filter(|p| *p > 0),
-            attribution,
-            mode: ObserverMode::Permission,
-        }))
+        call(
+            handler,
+            &ObservedOpen {
+                path,
+                pid: u32::try_from(ev.pid).ok().filter(|p| *p > 0),
+                attribution,
+                mode: ObserverMode::Permission,
+            },
+        )
     }
 
     /// A node opened below a watched tree that is not marked yet (created
@@ -901,12 +904,15 @@ impl Marks {
                 // caution.
                 let all: Vec<PathBuf> = self.inodes.values().cloned().collect();
                 for path in all {
-                    let _ = handler(&ObservedOpen {
+                    let open = ObservedOpen {
                         path,
                         pid: None,
                         attribution: Attribution::Unknown,
                         mode: ObserverMode::AfterTheFact,
-                    });
+                    };
+                    if call(handler, &open).is_err() {
+                        shared.error();
+                    }
                 }
             }
             return;
@@ -945,12 +951,16 @@ impl Marks {
             if tree && is_dir && ev.name.is_some() {
                 self.mark_new_dir(&path, shared);
             }
-            let _ = handler(&ObservedOpen {
+            let open = ObservedOpen {
                 path,
                 pid: None,
                 attribution: Attribution::Unknown,
                 mode: ObserverMode::AfterTheFact,
-            });
+            };
+            // After the fact the answer changes nothing.
+            if call(handler, &open).is_err() {
+                shared.error();
+            }
         }
     }
 
@@ -980,6 +990,14 @@ impl Marks {
             shared.error();
         }
     }
+}
+
+/// Call the handler; a panic in it is an internal error (`Err`, so the
+/// open is denied and counted), never the end of the observer thread, whose
+/// end would close the group and let every later open through unseen.
+fn call(handler: &mut Handler, open: &ObservedOpen) -> io::Result<Response> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(open)))
+        .map_err(|_| io::Error::other("the handler panicked"))
 }
 
 /// The deepest directory holding every path of `paths` (`/` for none).

@@ -361,6 +361,46 @@ fn a_hard_link_the_worker_makes_to_a_watched_file_is_still_seen() {
 }
 
 #[test]
+fn a_handler_that_panics_denies_the_open_and_the_observer_goes_on() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let (tx, opens) = channel();
+    let mut calls = 0u32;
+    let handler: Handler = Box::new(move |o: &ObservedOpen| {
+        calls += 1;
+        let _ = tx.send(o.clone());
+        assert!(calls > 1, "the first call fails");
+        Response::Allow
+    });
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("secret.txt"), Scope::Exact)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    let script = "cat secret.txt; echo rc1=$?; cat secret.txt; echo rc2=$?";
+    let (child, reader) = spawn(&direct(&p), &obs, script);
+    let (exit, out) = finish(child, reader);
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+    let lines: Vec<&str> = out.lines().collect();
+    // Failed closed: the open whose handler panicked was denied, counted.
+    assert!(
+        lines[0].contains("Operation not permitted"),
+        "{}",
+        shown(&out)
+    );
+    assert_eq!(lines[1], "rc1=1", "{}", shown(&out));
+    // Positive control: the observer still runs, and the next open, whose
+    // handler returns, is allowed.
+    assert_eq!(lines[2], secret(), "{}", shown(&out));
+    assert_eq!(lines[3], "rc2=0", "{}", shown(&out));
+    assert_eq!(opens.try_iter().count(), 2);
+    assert_eq!(obs.internal_errors(), 1);
+}
+
+#[test]
 fn a_missing_or_symlinked_watch_is_handled_without_following() {
     if skip_unless_root() {
         return;
