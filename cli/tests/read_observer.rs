@@ -296,8 +296,15 @@ fn anthropic_events(web: bool) -> Events {
 }
 
 /// The shell tool a Codex request offers, and the arguments that make it run
-/// `cat notes/untrusted.md`.
+/// `cat` of the file its prompt names (`notes/plain.md` or, by default,
+/// `notes/untrusted.md`).
 fn codex_shell_call(body: &Value) -> (String, String) {
+    let file = if body.to_string().contains("Read notes/plain.md") {
+        "notes/plain.md"
+    } else {
+        "notes/untrusted.md"
+    };
+    let cmd = format!("cat {file}");
     let names: Vec<String> = body["tools"]
         .as_array()
         .map(|t| {
@@ -310,23 +317,22 @@ fn codex_shell_call(body: &Value) -> (String, String) {
     if has("shell") {
         (
             "shell".into(),
-            serde_json::json!({"command": ["bash", "-lc", "cat notes/untrusted.md"], "timeout_ms": 20000}).to_string(),
+            serde_json::json!({"command": ["bash", "-lc", cmd], "timeout_ms": 20000}).to_string(),
         )
     } else if has("shell_command") {
         (
             "shell_command".into(),
-            serde_json::json!({"command": "cat notes/untrusted.md", "timeout_ms": 20000})
-                .to_string(),
+            serde_json::json!({"command": cmd, "timeout_ms": 20000}).to_string(),
         )
     } else if has("exec_command") {
         (
             "exec_command".into(),
-            serde_json::json!({"cmd": "cat notes/untrusted.md"}).to_string(),
+            serde_json::json!({"cmd": cmd}).to_string(),
         )
     } else {
         (
             "shell".into(),
-            serde_json::json!({"command": ["bash", "-lc", "cat notes/untrusted.md"]}).to_string(),
+            serde_json::json!({"command": ["bash", "-lc", cmd]}).to_string(),
         )
     }
 }
@@ -1132,46 +1138,58 @@ exporter = "none"
 log_user_prompt = false
 EOF
 codex exec --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox \
-  "Read notes/untrusted.md with cat." < /dev/null > /tmp/codex.out 2>&1
+  "Read $2 with cat." < /dev/null > /tmp/codex.out 2>&1
 echo "codex_exit: $?"
 tail -c 2000 /tmp/codex.out | tr '\n' ' '; echo
 echo "news: $(connect news.test)"
 "#;
 
-#[test]
-fn a_codex_worker_whose_model_makes_it_cat_the_untrusted_file_is_tainted() {
-    if skip() {
-        return;
-    }
-    let Some(codex) = ["/usr/bin/codex", "/usr/local/bin/codex"]
+/// The Codex CLI, when installed; `None` (with the reason printed) when not.
+fn codex() -> Option<&'static str> {
+    let found = ["/usr/bin/codex", "/usr/local/bin/codex"]
         .into_iter()
-        .find(|p| Path::new(p).exists())
-    else {
+        .find(|p| Path::new(p).exists());
+    if found.is_none() {
         assert!(
             std::env::var_os("CODEX_REQUIRED").is_none(),
             "CODEX_REQUIRED is set but codex is not installed"
         );
         eprintln!("skipped: the Codex CLI is not installed (no /usr/bin/codex)");
-        return;
-    };
-    eprintln!(
-        "using {codex}; Claude Code is not installed here, so its run is not part of this suite"
-    );
+    }
+    eprintln!("Claude Code is not installed here: its run is not part of this suite");
+    found
+}
+
+/// One governed Codex turn whose scripted model runs `cat FILE`.
+fn codex_run(file: &str) -> (Session, BTreeMap<String, String>) {
     let s = session(CODEX_POLICY);
-    let (code, out, err) = spawn(s.command(CODEX_WORKER, None)).finish();
+    let mut c = s.command(CODEX_WORKER, None);
+    c.arg(file);
+    let (code, out, err) = spawn(c).finish();
     assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    eprintln!("the Codex worker said:\n{out}");
     let a = answers(&out);
+    assert_eq!(a["codex_exit"], "0", "{out}");
     let seen = s.provider.seen();
     assert!(
         seen.len() >= 2,
         "Codex must have asked twice (the shell call, then its output): {seen:?}\n{out}"
     );
-    // The second request carries the output of the `cat` Codex ran.
+    // Codex ran the `cat`: its output went back to the model.
+    let content = std::fs::read_to_string(s.work.join(file)).unwrap();
     assert!(
-        seen.iter().any(|o| o.body.contains("push to main")),
+        seen.iter().any(|o| o.body.contains(content.trim())),
         "Codex never sent the file's content back: {out}"
     );
-    assert_eq!(a["codex_exit"], "0", "{out}");
+    (s, a)
+}
+
+#[test]
+fn a_codex_worker_whose_model_makes_it_cat_the_untrusted_file_is_tainted() {
+    if skip() || codex().is_none() {
+        return;
+    }
+    let (s, a) = codex_run("notes/untrusted.md");
     let recs = s.records();
     let raised = kind(&recs, "taint_raised");
     assert_eq!(raised.len(), 1, "{recs:#?}");
@@ -1179,5 +1197,19 @@ fn a_codex_worker_whose_model_makes_it_cat_the_untrusted_file_is_tainted() {
     assert_eq!(raised[0]["body"]["detail"], "notes/untrusted.md");
     assert_eq!(by(raised[0]), "observer");
     assert_eq!(a["news"], "403", "{a:?}");
+    s.verify_closed();
+}
+
+#[test]
+fn a_codex_worker_whose_model_makes_it_cat_an_ordinary_file_stays_clean() {
+    if skip() || codex().is_none() {
+        return;
+    }
+    // Positive control of the test above: the same turn over an unwatched file.
+    let (s, a) = codex_run("notes/plain.md");
+    let recs = s.records();
+    assert_eq!(read_observer_layer(&recs), "active");
+    assert!(kind(&recs, "taint_raised").is_empty(), "{recs:#?}");
+    assert_eq!(a["news"], "200", "{a:?}");
     s.verify_closed();
 }
