@@ -1213,3 +1213,31 @@ fn a_codex_worker_whose_model_makes_it_cat_an_ordinary_file_stays_clean() {
     assert_eq!(a["news"], "200", "{a:?}");
     s.verify_closed();
 }
+
+#[test]
+fn a_restricted_file_read_through_a_symlink_the_worker_made_is_a_restricted_read() {
+    if skip() {
+        return;
+    }
+    // The worker aliases the restricted directory and reads through the
+    // alias: the observer marks the file's inode, not its name. Positive
+    // control: `without_the_restricted_read_the_openai_relay_and_hosts_answer`.
+    let s = session(ROUTING_POLICY);
+    let script = r#"
+ln -s private pub
+cat pub/x > /dev/null
+echo "openai: $(relay openai /v1/responses plain)"
+echo "anthropic: $(relay anthropic /v1/messages plain)"
+"#;
+    let (code, out, err) = spawn(s.command(script, None)).finish();
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    let a = answers(&out);
+    assert!(a["openai"].starts_with("403 "), "{a:?}");
+    assert!(a["openai"].contains("routing_denied"), "{a:?}");
+    assert!(a["anthropic"].starts_with("200 "), "{a:?}");
+    let recs = s.records();
+    let reads = kind(&recs, "routing_read");
+    assert_eq!(reads.len(), 1, "{recs:#?}");
+    assert_eq!(reads[0]["body"]["path"], "private/x", "{reads:?}");
+    s.verify_closed();
+}
