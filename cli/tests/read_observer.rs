@@ -1241,3 +1241,35 @@ echo "anthropic: $(relay anthropic /v1/messages plain)"
     assert_eq!(reads[0]["body"]["path"], "private/x", "{reads:?}");
     s.verify_closed();
 }
+
+#[test]
+fn under_self_report_reads_are_not_observed_and_only_the_workers_report_taints() {
+    if skip() {
+        return;
+    }
+    // `taint.observe = "self_report"`: the layer says it is off, a `cat`
+    // of the untrusted file taints nothing (the new host is reached), and
+    // the worker's own report still taints (positive control: the taint
+    // machinery is on in this session).
+    let s = session(&UNTRUSTED_POLICY.replace("[taint]\n", "[taint]\nobserve = \"self_report\"\n"));
+    let script = r#"
+cat notes/untrusted.md > /dev/null
+echo "news: $(connect news.test)"
+"$PALISADE_BIN" ctl taint --source marked_file --detail notes/untrusted.md > /dev/null
+echo "blog: $(connect blog.test)"
+"#;
+    let (code, out, err) = spawn(s.command(script, None)).finish();
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    let a = answers(&out);
+    assert_eq!(a["news"], "200", "{a:?}");
+    assert_eq!(a["blog"], "403", "{a:?}");
+    let recs = s.records();
+    assert_eq!(
+        read_observer_layer(&recs),
+        "off (taint.observe = self_report)"
+    );
+    let raised = kind(&recs, "taint_raised");
+    assert_eq!(raised.len(), 1, "{raised:?}");
+    assert_ne!(by(raised[0]), "observer", "{raised:?}");
+    s.verify_closed();
+}
