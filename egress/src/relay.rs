@@ -50,7 +50,14 @@ use palisade_schema::host_policy::{Origin, RequestHost};
 mod gate;
 mod overrides;
 
-pub use gate::{RelayGate, RouteRefusal, ServerToolResult, ToolResultScanner};
+pub use gate::{MAX_SCANNED, RelayGate, RouteRefusal, ServerToolResult, ToolResultScanner};
+
+/// Fuzzing entry points (only with `cfg(fuzzing)` or the `testing` feature).
+#[cfg(any(fuzzing, feature = "testing"))]
+#[doc(hidden)]
+pub mod __fuzz {
+    pub use super::gate::__fuzz::tool_results;
+}
 
 /// Default request body cap (32 MiB).
 pub const DEFAULT_MAX_BODY: usize = 32 * 1024 * 1024;
