@@ -11,6 +11,14 @@
 //! to a provider not allowed for that path is refused for the rest of the
 //! session ([`RouteTable::decide_dispatch`]).
 //!
+//! The governed session enforces it where content leaves: a relay bound to
+//! a provider asks [`RouteTable::decide_provider`] (or
+//! [`RouteTable::refusal`] for the facts of its refusal body) before every
+//! request, and the proxy asks [`RouteTable::decide_host`] whether a new
+//! connection goes to the API host of a provider the session's reads are
+//! kept from ([`ProviderHosts`]: the built-in list plus
+//! `egress.provider_hosts`). Both deny with `routing_denied`.
+//!
 //! Paths are normalised lexically against `worker.cwd` (see
 //! `palisade_taint::normalize_path`); symbolic links are not resolved.
 

@@ -32,7 +32,7 @@ use palisade_isolate::stage::{CommitFilter, Stage};
 use palisade_policy::egress::decide_host;
 use palisade_policy::outward::{OutwardRequest, OutwardTable};
 use palisade_policy::route::{ProviderHosts, RouteTable};
-use palisade_policy::verdict::{Decision, Reason, Verdict};
+use palisade_policy::verdict::{Decision, Verdict};
 use palisade_schema::host_policy::HostPolicy;
 use palisade_schema::host_policy::RequestHost;
 use palisade_taint::{
@@ -284,44 +284,20 @@ impl SessionCore {
     }
 
     /// A denial when `host` is an API host of a provider the session's
-    /// routing state keeps content from, naming the provider, the rule and
-    /// the path.
+    /// routing state keeps content from (`routing_denied`, naming the
+    /// provider, the rule and the path).
     fn provider_refusal(&self, session: &Session, host: &RequestHost) -> Option<Verdict> {
-        self.provider_hosts
-            .providers_of(host)
-            .into_iter()
-            .find_map(|provider| {
-                let r = self.route_refusal(session, provider)?;
-                Some(Verdict::new(
-                    Decision::Deny,
-                    Reason::RouteDenied,
-                    Some(r.rule.clone()),
-                    format!(
-                        "`{host}` is an API host of provider `{provider}`, and {} keeps `{}` from it: {}",
-                        r.rule, r.path, r.detail
-                    ),
-                ))
-            })
+        self.route.decide_host(&self.provider_hosts, session, host)
     }
 
     /// Why the session's routing state keeps content from `provider`, if it
     /// does: the first restricted path read whose rules do not list it.
     fn route_refusal(&self, session: &Session, provider: &str) -> Option<RouteRefusal> {
-        let v = self.route.decide_dispatch(session, provider);
-        if v.decision == Decision::Allow {
-            return None;
-        }
-        let (rule, path) = session
-            .restricted_reads()
-            .find_map(|p| {
-                let r = self.route.decide_route(p, provider);
-                (r.decision != Decision::Allow).then(|| (r.rule, self.shown_path(p)))
-            })
-            .unwrap_or((v.rule.clone(), String::new()));
+        let r = self.route.refusal(session, provider)?;
         Some(RouteRefusal::new(
-            rule.unwrap_or_else(|| "routing".to_owned()),
-            path,
-            v.detail,
+            r.rule(),
+            self.shown_path(&r.path),
+            r.verdict().detail,
         ))
     }
 

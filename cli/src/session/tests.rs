@@ -596,9 +596,10 @@ const OBSERVED: &str = r#"
 cwd = "{cwd}"
 
 [egress]
-allow = ["alpha.test", "api.openai.com", "api.anthropic.com"]
+allow = ["alpha.test", "api.openai.com", "gw.openai.test", "api.anthropic.com"]
 
 [taint]
+sources = ["web", "marked_file", "untrusted_path"]
 untrusted_paths = ["notes/untrusted.md"]
 
 [[routing]]
@@ -857,4 +858,35 @@ fn the_observer_runs_only_when_needed_and_its_absence_refuses_the_session() {
         super::observe::choose_mode(Some(ObserverMode::AfterTheFact), "inotify"),
         Ok(ObserverMode::AfterTheFact)
     );
+}
+
+#[test]
+fn after_a_restricted_read_the_proxy_refuses_the_other_providers_api_hosts() {
+    use palisade_egress::decide::Decider as _;
+    use palisade_isolate::observe::Attribution;
+    use palisade_policy::verdict::Decision;
+    let d = direct(
+        &format!("{OBSERVED}\n[egress.provider_hosts]\nopenai = [\"gw.openai.test\"]\n"),
+        &[],
+    );
+    let host = |h: &str| RequestHost::Name(h.into());
+    // Positive control: clean, the openai hosts are allowed (and are not
+    // reserved, so they stay new hosts below).
+    assert!(d.core.would_allow(&host("api.openai.com"), 443));
+    d.core
+        .observed_read(&d.cwd.join("private/x"), Attribution::Sandbox);
+    for h in ["api.openai.com", "gw.openai.test"] {
+        let v = d.core.decide(&host(h), 443, now_ms());
+        assert_eq!(v.decision, Decision::Deny, "{h}: {v:?}");
+        let reason = v.record_reason();
+        assert!(reason.starts_with("routing_denied: "), "{reason}");
+        assert!(reason.contains("routing[0]"), "{reason}");
+        assert!(reason.contains("private/x"), "{reason}");
+        assert_eq!(v.rule.as_deref(), Some("routing[0]"));
+    }
+    // The allowed provider's host and a host of no provider still pass.
+    let v = d.core.decide(&host("api.anthropic.com"), 443, now_ms());
+    assert_eq!(v.decision, Decision::Allow, "{v:?}");
+    let v = d.core.decide(&host("alpha.test"), 443, now_ms());
+    assert_eq!(v.decision, Decision::Allow, "{v:?}");
 }
