@@ -877,7 +877,8 @@ fn after_a_restricted_read_the_openai_relay_and_hosts_refuse_while_anthropic_ans
     let text = body.to_string();
     assert!(text.contains("routing_denied"), "{body}");
     assert!(text.contains("routing[0]"), "{body}");
-    assert!(text.contains("private/x"), "{body}");
+    // The path as the journal names it, relative to the working directory.
+    assert!(text.contains("\"private/x\""), "{body}");
     // Positive control: the allowed provider's relay still answers, fully.
     assert!(a["anthropic"].starts_with("200 "), "{a:?}");
     assert!(a["anthropic"].contains("message_stop"), "{a:?}");
