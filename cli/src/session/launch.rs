@@ -577,7 +577,12 @@ pub(crate) fn run(
             &policy_path,
             &policy_digest,
             launch_report.as_deref(),
-            (commit_filter, &steering_set, staged.keep_staged),
+            (
+                commit_filter,
+                &steering_set,
+                &steering_globs,
+                staged.keep_staged,
+            ),
         )
         .await
     });
@@ -863,9 +868,10 @@ async fn supervise(
     policy_path: &Path,
     policy_digest: &str,
     launch_report: Option<&Path>,
-    (filter, steering, keep): (
+    (filter, steering, steering_globs, keep): (
         palisade_isolate::stage::CommitFilter,
         &globset::GlobSet,
+        &[String],
         bool,
     ),
 ) -> Result<ExitCode, String> {
@@ -926,14 +932,19 @@ async fn supervise(
     // On the worker's own pty (a terminal on fds 0-2), a new window size.
     let mut winch = signal_stream(tokio::signal::unix::SignalKind::window_change())?;
 
+    let writable: Vec<PathBuf> = sb.profile().writable().to_vec();
     // Fork while this runtime is still single-threaded: nothing has been polled yet.
     // A refusal here is a setup refusal: the caller removes the journal.
     let mut child = sb
         .spawn(Command::new(command.to_vec()))
         .map_err(|e| e.to_string())?;
     *started = true;
+    // Steering writes are observed as they happen: in the stage's upper
+    // layers, or in the writable roots under direct writes (what was
+    // written before the watches existed is found by their first listing).
     // A staged worker: checkpoints read its stage, and the commit records
-    // the steering writes (the point-in-time checks stop).
+    // the steering writes that reach the host (the point-in-time checks stop).
+    let observer = core.observe_steering(child.stage(), &writable, steering, steering_globs);
     let staged = match child.take_stage() {
         Some(stage) => {
             let filter = crate::stage::filter_for(filter, Some(policy_path), &stage);
@@ -1063,7 +1074,11 @@ async fn supervise(
         }
     };
 
-    // After: the last steering check, then the end record.
+    // After: what the observer has pending, the last steering check, then
+    // the end record.
+    if let Some(o) = observer {
+        o.stop();
+    }
     core.check_steering("exit");
     let exit = code?;
     // The exit status keeps the shell's number (137 for a wall-limit kill,
