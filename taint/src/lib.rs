@@ -45,8 +45,9 @@
 //! [`EVIDENCE_KIND`]. With the `evidence` feature, `Session::rebuild_from`
 //! rebuilds a session from the entries `palisade_evidence::Verifier` handed
 //! out (each only after its MAC checked, so nothing is parsed again after
-//! verification): it replays those records as [`Session::rebuild`] does, and
-//! also takes the taint of every `taint_raised` record.
+//! verification): it replays those records as [`Session::rebuild`] does,
+//! also takes the taint of every `taint_raised` record, and the restricted
+//! read of every `routing_read` record.
 //! The [`Effects`] of each event say which other records the caller writes:
 //! `newly_tainted` → a `taint_raised` record, `steering_write` → a
 //! `steering_write` record flagged for review, `irreversible` → the
@@ -68,7 +69,7 @@ pub use path::{normalize_path, parse_marks};
 pub const EVIDENCE_KIND: &str = "session_event";
 
 #[cfg(feature = "evidence")]
-pub use rebuild::RebuildError;
+pub use rebuild::{ROUTING_READ_KIND, RebuildError};
 pub use session::{
     Effects, Event, MAX_SOURCES, Record, Rules, RulesError, Session, Source, SteeringWrite,
     TaintSource, TaintState, ToolClass,

@@ -363,9 +363,7 @@ impl Session {
                 }
                 if any_match(&rules.restricted, &forms) {
                     fx.restricted_read = true;
-                    if let Some(abs) = forms.into_iter().next() {
-                        self.restricted_reads.insert(abs);
-                    }
+                    self.insert_restricted(forms);
                 }
             }
             Event::Write { path } => {
@@ -448,6 +446,20 @@ impl Session {
     ) {
         if src.kind().is_none_or(|k| rules.on(k)) {
             self.taint_with(fx, src, detail, at_ms);
+        }
+    }
+
+    /// Records `path` as a restricted read in the form [`Event::Read`]
+    /// keeps (absolute when the policy names a working directory), whether
+    /// or not `rules` restrict it now.
+    #[cfg_attr(not(feature = "evidence"), allow(dead_code))]
+    pub(crate) fn add_restricted_read(&mut self, rules: &Rules, path: &str) {
+        self.insert_restricted(rules.path_forms(path));
+    }
+
+    fn insert_restricted(&mut self, forms: Vec<String>) {
+        if let Some(abs) = forms.into_iter().next() {
+            self.restricted_reads.insert(abs);
         }
     }
 
