@@ -7,7 +7,14 @@
 //! and reads the same taint state that [`ControlBackend::taint`] changes
 //! under the same lock, a taint report switches the proxy to the tainted
 //! rules before the worker even gets its answer.
+//!
+//! The same state takes the read observer's opens
+//! ([`SessionCore::observed_read`]: taint and routing recorded before the
+//! open is allowed) and answers the relays' [`RelayGate`]: once the session
+//! read a path whose `[[routing]]` rules keep it from a provider, that
+//! provider's relays and its API hosts through the proxy are refused.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -18,17 +25,23 @@ use palisade_egress::control::{
 };
 use palisade_egress::decide::Decider;
 use palisade_egress::record::{Acceptance, ProxyEvent, Recorder};
+use palisade_egress::relay::{RelayGate, RouteRefusal, ServerToolResult};
 use palisade_evidence::{Body, Entry, Flags, JournalWriter, Kind, Timestamp};
+use palisade_isolate::observe::{Attribution, Response};
 use palisade_isolate::stage::{CommitFilter, Stage};
 use palisade_policy::egress::decide_host;
 use palisade_policy::outward::{OutwardRequest, OutwardTable};
+use palisade_policy::route::{ProviderHosts, RouteTable};
 use palisade_policy::verdict::{Decision, Verdict};
 use palisade_schema::host_policy::HostPolicy;
 use palisade_schema::host_policy::RequestHost;
-use palisade_taint::{Event as TaintEvent, Rules, Session, TaintSource, TaintState, ToolClass};
+use palisade_taint::{
+    Event as TaintEvent, Rules, Session, TaintSource, TaintState, ToolClass, normalize_path,
+};
 use serde_json::{Value, json};
 
-use crate::steering::SteeringWatch;
+use crate::steering::observe::{Budget, MAX_RECORDS_PER_PATH, Observer, RecordBudget, Seen, Sink};
+use crate::steering::{Change, SteeringWatch, staged_change};
 
 /// Unix milliseconds now.
 pub(crate) fn now_ms() -> u64 {
@@ -139,9 +152,16 @@ pub(crate) struct SessionCore {
     policy: HostPolicy,
     rules: Rules,
     outward: OutwardTable,
+    /// The `[[routing]]` rules: which providers may receive what was read.
+    route: RouteTable,
+    /// Which provider each API host belongs to (for the proxy's refusals).
+    provider_hosts: ProviderHosts,
     state: Mutex<State>,
     journal: Journal,
     steering: Mutex<Option<SteeringWatch>>,
+    /// Whether an observer sees every steering write as it happens (then
+    /// the control requests no longer re-hash the steering paths).
+    steering_observed: AtomicBool,
     /// The worker's stage and its commit filter, once a staged worker runs
     /// (for `checkpoint`; taken back for the commit once it ended).
     stage: Mutex<Option<StagedWrites>>,
@@ -170,17 +190,22 @@ impl SessionCore {
     ) -> Result<Self, String> {
         let rules = Rules::new(&policy, marks).map_err(|e| e.to_string())?;
         let outward = OutwardTable::new(&policy).map_err(|e| e.to_string())?;
+        let route = RouteTable::new(&policy).map_err(|e| e.to_string())?;
+        let provider_hosts = ProviderHosts::new(&policy);
         Ok(Self {
             id,
             policy,
             rules,
             outward,
+            route,
+            provider_hosts,
             state: Mutex::new(State {
                 session: Session::new(),
                 sources: Vec::new(),
             }),
             journal,
             steering: Mutex::new(steering),
+            steering_observed: AtomicBool::new(false),
             stage: Mutex::new(None),
             pending: AtomicUsize::new(0),
             host_endpoint,
@@ -249,14 +274,107 @@ impl SessionCore {
             "class": src.as_str(),
             "detail": detail,
             "first": fx.newly_tainted,
+            "by": reported_by,
             "reported_by": reported_by,
         });
         (true, Some(body))
     }
 
-    /// The egress decision on the current state, reserving nothing.
+    /// The proxy's decision on the current state, reserving nothing: a
+    /// routing refusal of the host's provider first (deny beats allow),
+    /// then the egress rules.
     fn egress_verdict(&self, session: &Session, host: &RequestHost, port: u16) -> Verdict {
-        decide_host(&self.policy, session, host, port)
+        self.provider_refusal(session, host)
+            .unwrap_or_else(|| decide_host(&self.policy, session, host, port))
+    }
+
+    /// A denial when `host` is an API host of a provider the session's
+    /// routing state keeps content from (`routing_denied`, naming the
+    /// provider, the rule and the path).
+    fn provider_refusal(&self, session: &Session, host: &RequestHost) -> Option<Verdict> {
+        self.route.decide_host(&self.provider_hosts, session, host)
+    }
+
+    /// Why the session's routing state keeps content from `provider`, if it
+    /// does: the first restricted path read whose rules do not list it.
+    fn route_refusal(&self, session: &Session, provider: &str) -> Option<RouteRefusal> {
+        let r = self.route.refusal(session, provider)?;
+        Some(RouteRefusal::new(
+            r.rule(),
+            self.shown_path(&r.path),
+            r.verdict().detail,
+        ))
+    }
+
+    /// `path` as records show it: relative to the working directory when it
+    /// lies below it (as taint details are), absolute otherwise.
+    fn shown_path(&self, path: &str) -> String {
+        normalize_path(path, self.policy.worker.cwd.as_deref())
+            .pop()
+            .unwrap_or_default()
+    }
+
+    /// One open of a watched path the read observer saw, at its host path
+    /// (the worker sees binds and staged roots at their host paths).
+    ///
+    /// The read is applied to the taint and routing state under the state
+    /// lock; a new taint source is recorded as `taint_raised` and the first
+    /// read of a routing-restricted path as `routing_read`, both `by:
+    /// "observer"`, and only once those records are durable is the open
+    /// allowed. A record the journal refuses answers `Deny` (the failed
+    /// journal then stops the session). A host process's open changes
+    /// nothing; an open that matches no rule is allowed without a record.
+    /// The state lock is held only for the apply, never while anything
+    /// waits on the worker, so a proxy or relay request of the same worker
+    /// cannot deadlock against it.
+    pub(crate) fn observed_read(&self, path: &Path, attribution: Attribution) -> Response {
+        if attribution == Attribution::Host {
+            return Response::Allow;
+        }
+        if self.journal.failed() {
+            return Response::Deny;
+        }
+        let path = path.to_string_lossy().into_owned();
+        let event = TaintEvent::Read { path: path.clone() };
+        let (raised, restricted, flags) = {
+            let mut st = lock(&self.state);
+            let before = st.session.restricted_reads().count();
+            let (_, raised) = self.apply_locked(&mut st, now_ms(), &event, "observer", None);
+            let restricted = st.session.restricted_reads().count() > before;
+            let flags = if st.session.is_tainted() {
+                Flags::TAINTED
+            } else {
+                Flags::NONE
+            };
+            (raised, restricted, flags)
+        };
+        if let Some(body) = raised
+            && !self
+                .journal
+                .record(Kind::TaintRaised, &body, Flags::TAINTED)
+        {
+            return Response::Deny;
+        }
+        if restricted {
+            let rules: Vec<String> = self
+                .route
+                .restrictions(&path)
+                .into_iter()
+                .map(|i| format!("routing[{i}]"))
+                .collect();
+            let body = json!({
+                "path": self.shown_path(&path),
+                "rules": rules,
+                "by": "observer",
+            });
+            let Ok(kind) = Kind::custom(palisade_taint::ROUTING_READ_KIND) else {
+                return Response::Deny;
+            };
+            if !self.journal.record(kind, &body, flags) {
+                return Response::Deny;
+            }
+        }
+        Response::Allow
     }
 
     /// Whether the proxy would allow `host:port` now, without reserving it
@@ -307,7 +425,16 @@ impl SessionCore {
             Some(w) => w.check(),
             None => return,
         };
-        if changes.is_empty() && !incomplete {
+        self.record_steering(changes, trigger);
+        if incomplete {
+            self.steering_incomplete(trigger, None);
+        }
+    }
+
+    /// Records each steering change (`trigger` says what saw it); changes
+    /// made while the session is tainted are flagged.
+    pub(crate) fn record_steering(&self, changes: Vec<Change>, trigger: &str) {
+        if changes.is_empty() {
             return;
         }
         let tainted = self.is_tainted();
@@ -336,15 +463,143 @@ impl SessionCore {
                 flags,
             );
         }
-        if incomplete {
-            self.journal.record(
-                Kind::SteeringWrite,
-                &json!({"path": null, "change": "scan_incomplete", "tainted": tainted, "trigger": trigger}),
-                Flags::FLAGGED,
-            );
+    }
+
+    /// Records that the steering paths are not all seen (`scan_incomplete`,
+    /// flagged), with the reason when there is one.
+    fn steering_incomplete(&self, trigger: &str, reason: Option<&str>) {
+        let tainted = self.is_tainted();
+        let mut body = json!({"path": null, "change": "scan_incomplete", "tainted": tainted, "trigger": trigger});
+        if let (Some(r), Some(o)) = (reason, body.as_object_mut()) {
+            o.insert("reason".into(), json!(r));
+        }
+        self.journal
+            .record(Kind::SteeringWrite, &body, Flags::FLAGGED);
+    }
+
+    /// Starts observing the steering paths (`globs`, built from
+    /// `patterns`) as the worker writes them: in the upper layers of
+    /// `stage` when its writes are staged, else in the writable `roots`.
+    /// Each change is recorded with trigger `observed`; while the observer
+    /// sees everything, the control requests no longer re-hash the paths.
+    /// An observer that cannot start, or that loses sight of some changes,
+    /// records `scan_incomplete` (flagged, with the reason) and the
+    /// control-request checks run again.
+    pub(crate) fn observe_steering(
+        self: &Arc<Self>,
+        stage: Option<&Stage>,
+        roots: &[std::path::PathBuf],
+        globs: &globset::GlobSet,
+        patterns: &[String],
+    ) -> Option<Observer> {
+        if patterns.is_empty() {
+            return None;
+        }
+        let core = self.clone();
+        let (watched, sink): (Vec<std::path::PathBuf>, Sink) = match stage {
+            Some(stage) => {
+                let pairs: Vec<(std::path::PathBuf, std::path::PathBuf)> = stage
+                    .roots()
+                    .iter()
+                    .map(|r| (r.upper().to_path_buf(), r.root().to_path_buf()))
+                    .collect();
+                let uppers = pairs.iter().map(|(u, _)| u.clone()).collect();
+                // Once per distinct content: the last `after` recorded per path.
+                let mut last: std::collections::HashMap<std::path::PathBuf, Option<String>> =
+                    std::collections::HashMap::new();
+                let mut budget = RecordBudget::default();
+                let sink: Sink = Box::new(move |seen| match seen {
+                    Seen::Path { root, rel } => {
+                        let Some((upper, host)) = pairs.get(root) else {
+                            return;
+                        };
+                        let Some(c) = staged_change(upper, host, &rel) else {
+                            return;
+                        };
+                        if last.get(&c.path) == Some(&c.after) {
+                            return;
+                        }
+                        last.insert(c.path.clone(), c.after.clone());
+                        if core.within_budget(&mut budget, &c.path) {
+                            core.record_steering(vec![c], OBSERVED);
+                        }
+                    }
+                    Seen::Incomplete(why) => {
+                        core.steering_observed.store(false, Ordering::SeqCst);
+                        core.steering_incomplete(OBSERVED, Some(&why));
+                    }
+                });
+                (uppers, sink)
+            }
+            None => {
+                let roots_owned = roots.to_vec();
+                let mut budget = RecordBudget::default();
+                let sink: Sink = Box::new(move |seen| match seen {
+                    Seen::Path { root, rel } => {
+                        let Some(base) = roots_owned.get(root) else {
+                            return;
+                        };
+                        let path = base.join(&rel);
+                        // Over its bound, the path is left to the exit scan
+                        // (its last fingerprint stays the one recorded).
+                        if budget.spent(&path) {
+                            return;
+                        }
+                        let change = match lock(&core.steering).as_mut() {
+                            Some(w) => w.recheck(&path),
+                            None => return,
+                        };
+                        if let Some(c) = change
+                            && core.within_budget(&mut budget, &c.path)
+                        {
+                            core.record_steering(vec![c], OBSERVED);
+                        }
+                    }
+                    Seen::Incomplete(why) => {
+                        core.steering_observed.store(false, Ordering::SeqCst);
+                        core.steering_incomplete(OBSERVED, Some(&why));
+                    }
+                });
+                (roots.to_vec(), sink)
+            }
+        };
+        // Observed from the start; an `Incomplete` report turns the
+        // control-request checks back on.
+        self.steering_observed.store(true, Ordering::SeqCst);
+        match Observer::start(watched, globs.clone(), patterns, sink) {
+            Ok(o) => Some(o),
+            Err(e) => {
+                self.steering_observed.store(false, Ordering::SeqCst);
+                self.steering_incomplete(OBSERVED, Some(&e));
+                None
+            }
         }
     }
 }
+
+impl SessionCore {
+    /// Whether one more observed record of `path` is within its bound;
+    /// the first one over it is said, once.
+    fn within_budget(&self, budget: &mut RecordBudget, path: &std::path::Path) -> bool {
+        match budget.take(path) {
+            Budget::Record => true,
+            Budget::Last => {
+                self.steering_incomplete(
+                    OBSERVED,
+                    Some(&format!(
+                        "{} was recorded {MAX_RECORDS_PER_PATH} times as observed; its later changes are recorded at the end",
+                        path.display()
+                    )),
+                );
+                true
+            }
+            Budget::Silent => false,
+        }
+    }
+}
+
+/// The `trigger` of a steering write seen as it happened.
+const OBSERVED: &str = "observed";
 
 fn sources_of(t: &TaintState) -> Vec<(TaintSource, String)> {
     match t {
@@ -385,6 +640,26 @@ impl Decider for SessionCore {
     }
 }
 
+impl RelayGate for SessionCore {
+    /// Decided on the same state and under the same lock as the proxy's
+    /// decisions and the observer's reads.
+    fn admit(&self, _relay: &str, provider: &str) -> Result<(), RouteRefusal> {
+        let st = lock(&self.state);
+        self.route_refusal(&st.session, provider)
+            .map_or(Ok(()), Err)
+    }
+
+    /// Raises `web` taint (detail: the result type and the relay) and
+    /// records it before the relay passes the result on.
+    fn server_tool_result(&self, relay: &str, _provider: &str, result: ServerToolResult) {
+        let event = TaintEvent::ToolResult {
+            tool: ToolClass::Web,
+            name: format!("{} via relay {relay}", result.as_str()),
+        };
+        let _ = self.apply_taint(&event, "relay", None);
+    }
+}
+
 impl SessionCore {
     /// Appends a proxy or relay record now; whether it was accepted.
     fn append_event(&self, event: &ProxyEvent) -> bool {
@@ -421,7 +696,8 @@ impl ControlBackend for SessionCore {
     fn before_request(&self, endpoint: Endpoint, op: &str) {
         // The worker's requests mark points in its run; the host's polling
         // (`palisade approve --next`) must not cost a walk each time.
-        if endpoint == Endpoint::Worker {
+        // An observer that sees every steering write makes them unneeded.
+        if endpoint == Endpoint::Worker && !self.steering_observed.load(Ordering::SeqCst) {
             self.check_steering(&format!("control:{op}"));
         }
     }
