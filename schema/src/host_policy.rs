@@ -1808,7 +1808,13 @@ fn lint(cx: &mut Cx<'_>, root: &Table<'_, '_>, p: &HostPolicy) {
     // Routing providers that nothing is bound to: likely a typo.
     let mut known: BTreeSet<&str> = BUILTIN_PROVIDER_HOSTS.iter().map(|(n, _)| *n).collect();
     known.extend(p.egress.relays.iter().map(|r| r.provider.as_str()));
-    known.extend(p.egress.provider_hosts.keys().map(String::as_str));
+    known.extend(
+        p.egress
+            .provider_hosts
+            .iter()
+            .filter(|(_, hosts)| !hosts.is_empty())
+            .map(|(name, _)| name.as_str()),
+    );
     let known: Vec<&str> = known.into_iter().collect();
     let routing_path = Path::root().key("routing");
     for (i, r) in p.routing.iter().enumerate() {

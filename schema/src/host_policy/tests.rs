@@ -786,6 +786,17 @@ fn routing_provider_unbound_is_flagged() {
     assert_eq!(codes(&by_provider), vec![]);
     let hosts = "[egress.provider_hosts]\nlocal-llm = [\"llm.corp.example\"]\n[[routing]]\npaths = [\"p/**\"]\nproviders = [\"local-llm\"]\n";
     assert_eq!(codes(hosts), vec![]);
+    // A provider given an empty host list still has no hosts.
+    let empty = hosts.replace("[\"llm.corp.example\"]", "[]");
+    assert_eq!(
+        codes(&empty),
+        vec![(
+            "routing_provider_unbound",
+            ".routing[0].providers[0]".to_owned(),
+            5,
+            14
+        )]
+    );
     // No providers at all is route_nowhere, not unbound.
     assert_eq!(
         codes("[[routing]]\npaths = [\"p/**\"]\nproviders = []\n")
