@@ -1,5 +1,7 @@
 //! `palisade probe`: report every isolation layer as active, degraded or
-//! unavailable, with the kernel facts behind it.
+//! unavailable, with the kernel facts behind it, and the read observer a
+//! governed session would run (`read_observer`; it does not decide
+//! readiness: only a policy naming watched paths needs it).
 
 use std::process::ExitCode;
 
@@ -27,6 +29,8 @@ enum Format {
 /// minimum ABI, possibly degraded), 1 otherwise.
 pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     let report = probe_thorough();
+    let observer = palisade_isolate::observe::probe();
+    let (observer_word, observer_mark) = observer_status(&observer);
     let min_abi = palisade_isolate::Profile::governed().min_landlock_abi();
     let all_required = report.layers.iter().all(|(l, s)| match l {
         palisade_isolate::Layer::Cgroups => true,
@@ -43,7 +47,16 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
                 "arch": report.arch,
                 "uid": report.uid,
                 "landlock_abi": report.landlock_abi,
-                "layers": report.layers.iter().map(|(l, s)| crate::run::layer_json(*l, s)).collect::<Vec<_>>(),
+                "layers": report
+                    .layers
+                    .iter()
+                    .map(|(l, s)| crate::run::layer_json(*l, s))
+                    .chain(std::iter::once(serde_json::json!({
+                        "layer": "read_observer",
+                        "status": observer_word,
+                        "detail": observer.facts,
+                    })))
+                    .collect::<Vec<_>>(),
                 "ready": all_required,
             });
             println!("{v:#}");
@@ -63,6 +76,10 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
                 println!("{:<14} {:<12} {}", l.name(), mark, s.detail());
             }
             println!(
+                "{:<14} {:<12} {}",
+                "read_observer", observer_mark, observer.facts
+            );
+            println!(
                 "{}",
                 if all_required {
                     "ready: every required layer is active"
@@ -77,4 +94,15 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The read observer's status word (`active`, `degraded`, `unavailable`)
+/// and its mark in the human table.
+fn observer_status(s: &palisade_isolate::observe::ObserverSupport) -> (&'static str, &'static str) {
+    use palisade_isolate::observe::ObserverMode;
+    match s.mode {
+        Some(ObserverMode::Permission) => ("active", "active"),
+        Some(_) => ("degraded", "DEGRADED"),
+        None => ("unavailable", "UNAVAILABLE"),
+    }
 }

@@ -7,6 +7,7 @@
 
 pub(crate) mod core;
 pub(crate) mod launch;
+pub(crate) mod observe;
 
 use palisade_egress::proxy::ProxyConfig;
 use palisade_schema::host_policy::HostPolicy;

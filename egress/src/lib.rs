@@ -112,5 +112,6 @@ pub mod sni;
 pub mod __fuzz {
     pub use crate::body::__fuzz::chunked_body;
     pub use crate::head::__fuzz::request_head;
+    pub use crate::relay::__fuzz::tool_results;
     pub use crate::sni::__fuzz::client_hello;
 }

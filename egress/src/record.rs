@@ -220,6 +220,11 @@ pub struct RelayRecord {
     pub started_at: SystemTime,
     /// Time until the response body ended.
     pub duration: Duration,
+    /// The relay's routing provider ([`crate::relay::RelayConfig::provider`]).
+    pub provider: String,
+    /// For outcome [`RelayOutcome::RoutingDenied`]: the refusal the relay's
+    /// gate gave (rule, path read, sentence); journaled as `routing`.
+    pub routing: Option<crate::relay::RouteRefusal>,
 }
 
 /// A new taint source of the session behind the proxy's decider (the
@@ -262,6 +267,23 @@ pub enum ProxyEvent {
     Relay(RelayRecord),
     /// The decider's session took in a new taint source.
     Taint(TaintRecord),
+}
+
+/// A `relay_request` body, with a `routing` member when the request was
+/// refused on routing grounds (`rule`, `path`, `provider`, `detail`).
+fn with_routing(mut body: Value, r: &RelayRecord) -> Value {
+    if let (Some(refusal), Some(map)) = (&r.routing, body.as_object_mut()) {
+        map.insert(
+            "routing".into(),
+            json!({
+                "rule": refusal.rule,
+                "path": refusal.path,
+                "provider": r.provider,
+                "detail": refusal.detail,
+            }),
+        );
+    }
+    body
 }
 
 pub(crate) fn millis(t: SystemTime) -> u64 {
@@ -324,19 +346,22 @@ impl ProxyEvent {
                 "upstream": r.upstream.map(|a| a.to_string()),
                 "started_ms": millis(r.started_at),
             }),
-            Self::Relay(r) => json!({
-                "relay": r.relay,
-                "method": r.method,
-                "path": r.path,
-                "outcome": r.outcome.as_str(),
-                "status": r.status,
-                "reason": r.reason,
-                "bytes_up": r.bytes_up,
-                "bytes_down": r.bytes_down,
-                "upstream": r.upstream.map(|a| a.to_string()),
-                "started_ms": millis(r.started_at),
-                "duration_ms": u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
-            }),
+            Self::Relay(r) => with_routing(
+                json!({
+                    "relay": r.relay,
+                    "method": r.method,
+                    "path": r.path,
+                    "outcome": r.outcome.as_str(),
+                    "status": r.status,
+                    "reason": r.reason,
+                    "bytes_up": r.bytes_up,
+                    "bytes_down": r.bytes_down,
+                    "upstream": r.upstream.map(|a| a.to_string()),
+                    "started_ms": millis(r.started_at),
+                    "duration_ms": u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
+                }),
+                r,
+            ),
             Self::Taint(t) => json!({
                 "source": t.source,
                 "class": t.class,
@@ -393,6 +418,7 @@ impl ProxyEvent {
                 reason = %r.reason,
                 bytes_up = r.bytes_up,
                 bytes_down = r.bytes_down,
+                rule = r.routing.as_ref().map_or("", |x| x.rule.as_str()),
             ),
             Self::Taint(t) => tracing::info!(
                 target: "palisade_egress",

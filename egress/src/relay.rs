@@ -14,6 +14,17 @@
 //! (method, path without query, outcome, status, bytes), never a header
 //! value, including heads hyper rejects (400, 414, 431), header timeouts and
 //! connections closed mid-head.
+//!
+//! With a [`RelayGate`] ([`Relay::with_gate`], the governed session's), the
+//! relay asks it for every request, once the request's body is read and
+//! before the origin is dialled, whether its content may go to the relay's
+//! provider (a refusal is 403 `routing_denied`, outcome
+//! [`RelayOutcome::RoutingDenied`]), and feeds every response body, of any
+//! status, to a [`ToolResultScanner`], telling the gate of each
+//! provider-side web result before passing on the bytes that complete it.
+//! The upstream is always asked for `accept-encoding: identity`; a response
+//! under any other content or transfer coding is refused (502
+//! `encoded_response`), never passed on unread.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -50,7 +61,14 @@ use palisade_schema::host_policy::{Origin, RequestHost};
 mod gate;
 mod overrides;
 
-pub use gate::{RelayGate, RouteRefusal, ServerToolResult, ToolResultScanner};
+pub use gate::{MAX_SCANNED, RelayGate, RouteRefusal, ServerToolResult, ToolResultScanner};
+
+/// Fuzzing entry points (only with `cfg(fuzzing)` or the `testing` feature).
+#[cfg(any(fuzzing, feature = "testing"))]
+#[doc(hidden)]
+pub mod __fuzz {
+    pub use super::gate::__fuzz::tool_results;
+}
 
 /// Default request body cap (32 MiB).
 pub const DEFAULT_MAX_BODY: usize = 32 * 1024 * 1024;
@@ -725,8 +743,8 @@ struct Inner {
     config: RelayConfig,
     resolver: Arc<dyn Resolver>,
     recorder: Arc<dyn Recorder>,
-    /// SKELETON (issue 17): consulted by the egress helper's wiring.
-    #[allow(dead_code, reason = "skeleton: wired by the egress helper")]
+    /// Asked before every request is sent upstream and told of the
+    /// provider-side tool results in responses ([`Relay::with_gate`]).
     gate: Option<Arc<dyn RelayGate>>,
     leaks: Leaks,
     /// Request body bytes held right now, across requests.
@@ -776,6 +794,16 @@ const RELAY_BUSY: Refusal = (
     StatusCode::SERVICE_UNAVAILABLE,
     "relay_busy",
     "The relay is holding as many request bytes as it may; retry later",
+);
+const ROUTING_DENIED: Refusal = (
+    StatusCode::FORBIDDEN,
+    "routing_denied",
+    "The session read content its routing rules keep from this relay's provider",
+);
+const ENCODED_RESPONSE: Refusal = (
+    StatusCode::BAD_GATEWAY,
+    "encoded_response",
+    "Relay upstream sent an encoded response body, which the relay does not pass on unread",
 );
 const BODY_READ_FAILED: Refusal = (
     StatusCode::BAD_REQUEST,
@@ -1062,6 +1090,113 @@ fn json_error(status: StatusCode, code: &str, message: &str) -> Response<RelayBo
     resp
 }
 
+/// The 403 of a request refused on routing grounds: the shape both the
+/// Anthropic and the OpenAI SDKs read (`error.type`, `error.message`), with
+/// the rule, the path the session read and the provider; never content.
+fn routing_error(refusal: &RouteRefusal, provider: &str) -> Response<RelayBody> {
+    let message = if refusal.detail.is_empty() {
+        format!(
+            "palisade: this session read `{}`, which {} keeps from provider `{provider}`",
+            refusal.path, refusal.rule
+        )
+    } else {
+        format!("palisade: {}", refusal.detail)
+    };
+    let body = serde_json::json!({
+        "type": "error",
+        "error": {
+            "type": "routing_denied",
+            "code": "routing_denied",
+            "message": message,
+            "rule": refusal.rule,
+            "path": refusal.path,
+            "provider": provider,
+        }
+    })
+    .to_string();
+    let mut resp = Response::new(Full::new(Bytes::from(body)).map_err(|e| match e {}).boxed());
+    *resp.status_mut() = StatusCode::FORBIDDEN;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// Whether a response's body is under a coding the relay cannot read: a
+/// `content-encoding` other than `identity`, a `transfer-encoding` other
+/// than `chunked` (each value and list item, ignoring case).
+fn is_encoded(headers: &http::HeaderMap) -> bool {
+    let codings = |name: http::header::HeaderName, plain: &'static str| {
+        headers.get_all(name).into_iter().any(move |v| {
+            let Ok(v) = v.to_str() else { return true };
+            v.split(',')
+                .map(str::trim)
+                .any(|t| !t.is_empty() && !t.eq_ignore_ascii_case(plain))
+        })
+    };
+    codings(http::header::CONTENT_ENCODING, "identity")
+        || codings(http::header::TRANSFER_ENCODING, "chunked")
+}
+
+/// A response body passed through a [`ToolResultScanner`]: each data frame
+/// is scanned, and the gate told of every result it completes, before the
+/// frame is returned; the end (or an error) finishes the scanner first.
+/// Nothing is held beyond the frame in hand.
+struct ScannedBody {
+    inner: RelayBody,
+    scanner: ToolResultScanner,
+    gate: Arc<dyn RelayGate>,
+    relay: String,
+    provider: String,
+    done: bool,
+}
+
+impl ScannedBody {
+    fn tell(&self, results: Vec<ServerToolResult>) {
+        for r in results {
+            tracing::info!(
+                target: "palisade_egress",
+                relay = %self.relay,
+                result = r.as_str(),
+                "relay response carries a provider-side tool result"
+            );
+            self.gate.server_tool_result(&self.relay, &self.provider, r);
+        }
+    }
+}
+
+impl hyper::body::Body for ScannedBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    let found = self.scanner.feed(data);
+                    self.tell(found);
+                }
+            }
+            Poll::Ready(None | Some(Err(_))) => {
+                // the end, or a cut: an event left open is checked too
+                self.done = true;
+                let found = self.scanner.finish();
+                self.tell(found);
+            }
+            Poll::Pending => {}
+        }
+        polled
+    }
+}
+
 /// The status hyper answered (0: none) and the reason code for a request
 /// head that never reached the relay's service.
 fn head_failure(e: &hyper::Error) -> (u16, &'static str) {
@@ -1317,6 +1452,8 @@ impl Relay {
             upstream: None,
             started_at,
             duration: t0.elapsed(),
+            provider: self.inner.config.provider.clone(),
+            routing: None,
         });
         ev.trace();
         self.inner.recorder.record(&ev);
@@ -1344,6 +1481,8 @@ impl Relay {
                 upstream: None,
                 started_at: SystemTime::now(),
                 duration: Duration::ZERO,
+                provider: cfg.provider.clone(),
+                routing: None,
             },
             down: Arc::new(AtomicU64::new(0)),
             t0,
@@ -1375,8 +1514,12 @@ impl Relay {
             Err((status, code, message)) => {
                 guard.record.status = status.as_u16();
                 guard.record.reason = code.to_owned();
+                let routing = guard.record.routing.clone();
                 drop(guard);
-                json_error(status, code, message)
+                match routing {
+                    Some(refusal) => routing_error(&refusal, &cfg.provider),
+                    None => json_error(status, code, message),
+                }
             }
         }
     }
@@ -1597,6 +1740,23 @@ impl Relay {
         upstream_req
             .headers_mut()
             .insert(cfg.credential.header.clone(), cred);
+        // the response must be readable by the tool-result scanner: the
+        // worker's own `accept-encoding` was stripped above
+        upstream_req.headers_mut().insert(
+            http::header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+
+        // 5b. routing: asked per request, once its whole body is here (so a
+        // read the session saw before the body's last byte is taken into
+        // account) and before anything reaches the origin
+        if let Some(gate) = &self.inner.gate
+            && let Err(refusal) = gate.admit(&cfg.name, &cfg.provider)
+        {
+            record.outcome = RelayOutcome::RoutingDenied;
+            record.routing = Some(refusal);
+            return Err(ROUTING_DENIED);
+        }
 
         // 6. dial the origin through the same address checks as the proxy
         let (stream, addr) = self.connect_upstream().await?;
@@ -1664,6 +1824,12 @@ impl Relay {
             ));
         }
         let (mut parts, body) = resp.into_parts();
+        // 7b. a body under a content or transfer coding (other than
+        // chunked framing, which hyper removes) cannot be scanned for
+        // provider-side tool results: refused, never passed on unread
+        if is_encoded(&parts.headers) {
+            return Err(ENCODED_RESPONSE);
+        }
         let listed: Vec<String> = parts
             .headers
             .get_all(http::header::CONNECTION)
@@ -1695,6 +1861,26 @@ impl Relay {
             );
         }
         let body: RelayBody = body.map_err(|e| Box::new(e) as BoxError).boxed();
+        // 9. provider-side tool results are told to the gate before the
+        // bytes that complete them are passed on
+        let body = match &self.inner.gate {
+            Some(gate) => {
+                let content_type = parts
+                    .headers
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok());
+                ScannedBody {
+                    inner: body,
+                    scanner: ToolResultScanner::new(content_type),
+                    gate: Arc::clone(gate),
+                    relay: cfg.name.clone(),
+                    provider: cfg.provider.clone(),
+                    done: false,
+                }
+                .boxed()
+            }
+            None => body,
+        };
         Ok(Response::from_parts(parts, body))
     }
 

@@ -50,7 +50,7 @@ impl FakeProvider {
     }
 }
 
-fn tls_config(names: &[&str]) -> Result<(rustls::ServerConfig, String), String> {
+pub(crate) fn tls_config(names: &[&str]) -> Result<(rustls::ServerConfig, String), String> {
     let ca_key = KeyPair::generate().map_err(|e| e.to_string())?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);

@@ -14,9 +14,8 @@ curl -s -X POST "$ANTHROPIC_BASE_URL/v1/messages" -H "x-api-key: $ANTHROPIC_API_
 echo
 say "2. fetching docs.test (allowed): $(fetch docs.test)"
 say "3. fetching evil.test (not in egress.allow): $(fetch evil.test)"
-say "4. reading a file the user marked untrusted, and saying so"
+say "4. reading a file the user marked untrusted (no palisade ctl: the kernel tells palisade)"
 cat notes/untrusted.md
-"$PALISADE_BIN" ctl taint --source marked_file --detail notes/untrusted.md
 say "5. tainted now: news.test is allowed by policy but new: $(fetch news.test)"
 say "   docs.test was contacted before the taint: $(fetch docs.test)"
 say "6. editing AGENTS.md (a steering file) while tainted"

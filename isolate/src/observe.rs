@@ -3,21 +3,86 @@
 //!
 //! As root (`CAP_SYS_ADMIN`), a fanotify group of class content places
 //! inode marks with `FAN_OPEN_PERM` on the watched files and, for a
-//! [`Scope::Tree`], on every directory of the tree (`FAN_EVENT_ON_CHILD`,
-//! new directories marked as they appear). The opener blocks until the
+//! [`Scope::Tree`], on every directory and file of the tree (directories
+//! with `FAN_EVENT_ON_CHILD | FAN_ONDIR`). The opener blocks until the
 //! handler has answered, so whatever the handler records happens before
 //! the first byte is returned. Marks are on the host's inodes, so opens
-//! through a bind and through a staged root's overlay (whose lower layer is
-//! the host tree) are both seen.
+//! through a bind, through a hard link and through a staged root's overlay
+//! (whose lower layer is the host tree) are all seen.
+//!
+//! How it is built:
+//! - The tree is walked before any mark is placed (bounded by
+//!   [`MAX_ENTRIES`] and [`MAX_DEPTH`]; over the bound is an error, never a
+//!   partial watch); each node is then reopened `O_PATH | O_NOFOLLOW`
+//!   (which raises no event), checked to be the walked inode, and marked
+//!   through that descriptor. Symlinks are never followed; a watched path
+//!   that is a symlink is an error.
+//! - One thread reads the events. Each event's descriptor is `fstat`ed and
+//!   looked up by `(st_dev, st_ino)` in the marked inodes, whose host path
+//!   is re-checked by `lstat`. A node below a watched tree that is not
+//!   marked yet (created later) gets its host path from candidates (the
+//!   descriptor's own path, and that path under each watched tree and its
+//!   ancestors, since through an overlay the kernel names it relative to
+//!   the lower layer), accepted only when `lstat` gives the same inode; if
+//!   none does, the path is `<dir>/…` for the deepest directory that
+//!   provably holds it. It is then marked through the event's descriptor.
+//! - Directories created later in a tree are found by inotify
+//!   (`IN_CREATE | IN_MOVED_TO` on the same inodes; the brief's second,
+//!   `FAN_REPORT_DFID_NAME` group would need `open_by_handle_at` to reach
+//!   the new directory, inotify names it directly) and by their own open;
+//!   they are marked without a walk (the observer thread never opens
+//!   anything but `O_PATH`, so it can never wait for its own event): their
+//!   files are covered as their children, their subdirectories when
+//!   created or opened. An open inside a new directory in the window
+//!   before its creation event is handled is not seen.
+//! - A watched path that does not exist is watched for from its nearest
+//!   existing ancestor (inotify) and marked when it appears; an open in the
+//!   window before that is not seen.
+//! - Attribution: the opener's PID namespace (`/proc/<pid>/ns/pid`, then
+//!   `NS_GET_PARENT` up to the observer's own level, so a namespace the
+//!   worker nests counts as the sandbox's) against the one given to
+//!   [`ReadObserver::attribute_to`]; with `FAN_REPORT_PIDFD`, the opener's
+//!   pidfd confirms that the pid still named it after the namespace was
+//!   opened. Until `attribute_to`, events are held unanswered (at most
+//!   4096; more are denied). Host opens are allowed without a handler
+//!   call; so are this process's own opens, at once, even before
+//!   attribution. The handler must not open a watched path itself.
+//! - Fail closed: an event the observer cannot handle (no descriptor, an
+//!   `fstat` or mark that fails, a handler that panics) is answered
+//!   `FAN_DENY` and counted ([`ReadObserver::internal_errors`]). The queue
+//!   is unlimited in the kernel (a dropped permission event would be
+//!   allowed by the kernel), bounded by the openers that wait on it; this
+//!   process reads 64 KiB at a time and answers each event before reading
+//!   more. Dropping the observer stops the thread (waiting for a running
+//!   handler call) and closes the group; the kernel then allows whatever
+//!   open was still waiting.
 //!
 //! Without privilege the observer is degraded
-//! ([`ObserverMode::AfterTheFact`]): the open is reported after it happened
-//! and cannot be attributed to the sandbox.
-//!
-//! SKELETON (issue 17): the contract; the isolate helper implements it.
+//! ([`ObserverMode::AfterTheFact`]): inotify `IN_OPEN` on the watched files
+//! and on the trees' directories (which report their children's opens,
+//! through binds and the overlay alike). The open is reported after it
+//! happened, [`Attribution::Unknown`] (host processes' opens included),
+//! and a lost inotify queue is reported as an open of every watched path.
+//! A hard link made outside a watched tree to one of its files is not seen
+//! in this mode (exactly watched files are: the watch is on the inode).
 
+use std::collections::HashMap;
 use std::io;
-use std::path::PathBuf;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::fanotify::{EventFFlags, Fanotify, InitFlags, MarkFlags, MaskFlags};
+use nix::sys::inotify::{
+    AddWatchFlags, InitFlags as InotifyInit, Inotify, InotifyEvent, WatchDescriptor,
+};
+use nix::sys::stat::Mode;
 
 /// How much of a watched path is watched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,11 +147,30 @@ pub struct ObserverSupport {
     pub facts: String,
 }
 
-/// Which observer can run for this process.
+/// Which observer can run for this process: [`ObserverMode::Permission`]
+/// when a fanotify group of class content can be created (root, or
+/// `CAP_SYS_ADMIN`), else [`ObserverMode::AfterTheFact`] over inotify, else
+/// none; `facts` says which and why.
 pub fn probe() -> ObserverSupport {
-    ObserverSupport {
-        mode: None,
-        facts: "not implemented yet".to_owned(),
+    match permission_group() {
+        Ok((_, pidfd)) => ObserverSupport {
+            mode: Some(ObserverMode::Permission),
+            facts: if pidfd {
+                "fanotify permission events (CAP_SYS_ADMIN), opener pidfds".to_owned()
+            } else {
+                "fanotify permission events (CAP_SYS_ADMIN), no opener pidfds".to_owned()
+            },
+        },
+        Err(why) => match inotify() {
+            Ok(_) => ObserverSupport {
+                mode: Some(ObserverMode::AfterTheFact),
+                facts: format!("{why}; inotify"),
+            },
+            Err(e) => ObserverSupport {
+                mode: None,
+                facts: format!("{why}; inotify_init1: {e}"),
+            },
+        },
     }
 }
 
@@ -155,34 +239,933 @@ pub enum ObserveError {
 /// The handler the observer calls for each open, on its own thread.
 pub type Handler = Box<dyn FnMut(&ObservedOpen) -> Response + Send>;
 
+/// How many entries (files and directories) the walks of all the
+/// [`Scope::Tree`] watches of one observer may visit; more is an
+/// [`ObserveError::Watch`], never a partial watch.
+pub const MAX_ENTRIES: usize = 200_000;
+
+/// How deep below a watched tree's root the walk goes; deeper is an
+/// [`ObserveError::Watch`].
+pub const MAX_DEPTH: usize = 64;
+
+/// How many permission events are held, unanswered, before
+/// [`ReadObserver::attribute_to`]; further ones are denied (and counted).
+const MAX_HELD: usize = 4096;
+
+/// The bound on `NS_GET_PARENT` steps (the kernel nests PID namespaces 32
+/// deep at most).
+const MAX_NS_DEPTH: usize = 40;
+
+/// State shared by the handle and the observer thread.
+#[derive(Debug)]
+struct Shared {
+    /// The sandbox's PID namespace, once known.
+    ns: Mutex<Option<PidNamespace>>,
+    /// Set by the handle's drop.
+    stop: AtomicBool,
+    /// Internal errors (each answered `FAN_DENY` in permission mode).
+    errors: AtomicU64,
+    /// Write end of the wake pipe (non-blocking).
+    wake: OwnedFd,
+}
+
+impl Shared {
+    fn wake(&self) {
+        // A full pipe already wakes the thread; nothing else can fail here.
+        let _ = nix::unistd::write(&self.wake, &[1]);
+    }
+
+    fn error(&self) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// A running read observer. Dropping it stops it (pending opens are allowed).
 #[derive(Debug)]
 pub struct ReadObserver {
     mode: ObserverMode,
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl ReadObserver {
     /// Starts observing `watches` in `mode`, calling `handler` for each
     /// open. In [`ObserverMode::Permission`], opens are held until
     /// [`ReadObserver::attribute_to`] names the sandbox's namespace.
+    ///
+    /// Every watch is marked before this returns. A watched path that does
+    /// not exist yet is watched for from its nearest existing ancestor and
+    /// marked when it appears. A watched symlink is an error (symlinks are
+    /// never followed); so is a tree over [`MAX_ENTRIES`] or [`MAX_DEPTH`].
     pub fn start(
         watches: &[Watch],
         mode: ObserverMode,
         handler: Handler,
     ) -> Result<Self, ObserveError> {
-        let _ = (watches, handler);
-        Err(ObserveError::Unavailable(format!(
-            "{mode:?}: not implemented yet"
-        )))
+        let (wake_rx, wake_tx) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+            .map_err(|e| ObserveError::Unavailable(format!("pipe2: {e}")))?;
+        let fan =
+            match mode {
+                ObserverMode::Permission => Some(permission_group().map_err(|why| {
+                    ObserveError::Unavailable(format!("{why}; asked for {mode:?}"))
+                })?),
+                ObserverMode::AfterTheFact => None,
+            };
+        let ino =
+            inotify().map_err(|e| ObserveError::Unavailable(format!("inotify_init1: {e}")))?;
+        let mut marks = Marks {
+            fan: fan.map(|(f, _)| f),
+            inotify: ino,
+            inodes: HashMap::new(),
+            wds: HashMap::new(),
+            trees: Vec::new(),
+            pending: Vec::new(),
+            entries: 0,
+        };
+        for w in watches {
+            marks.add(w, true)?;
+        }
+        let shared = Arc::new(Shared {
+            ns: Mutex::new(None),
+            stop: AtomicBool::new(false),
+            errors: AtomicU64::new(0),
+            wake: wake_tx,
+        });
+        let thread_shared = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("palisade-read-observer".to_owned())
+            .spawn(move || marks.run(handler, &thread_shared, &wake_rx))
+            .map_err(|e| ObserveError::Unavailable(format!("observer thread: {e}")))?;
+        Ok(Self {
+            mode,
+            shared,
+            thread: Some(thread),
+        })
     }
 
-    /// Attribute opens to the sandbox whose PID namespace is `ns`.
+    /// Attribute opens to the sandbox whose PID namespace is `ns` (or one
+    /// below it); the opens held so far are judged now.
     pub fn attribute_to(&self, ns: PidNamespace) {
-        let _ = ns;
+        if let Ok(mut slot) = self.shared.ns.lock() {
+            *slot = Some(ns);
+        }
+        self.shared.wake();
     }
 
     /// The mode it runs in.
     pub fn mode(&self) -> ObserverMode {
         self.mode
     }
+
+    /// How many events could not be handled (each was answered `FAN_DENY`
+    /// in permission mode; a lost queue of after-the-fact events is
+    /// reported to the handler as the watched paths themselves).
+    pub fn internal_errors(&self) -> u64 {
+        self.shared.errors.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for ReadObserver {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.wake();
+        if let Some(t) = self.thread.take() {
+            // The thread owns the groups; its end closes them, and the
+            // kernel allows whatever open was still waiting.
+            let _ = t.join();
+        }
+    }
+}
+
+/// A fanotify group of class content for permission events (unlimited
+/// queue, so that no permission event is dropped, which the kernel would
+/// treat as allowed; unlimited marks), with opener pidfds when the kernel
+/// has them. The error is the fact behind the refusal.
+fn permission_group() -> Result<(Fanotify, bool), String> {
+    let base = InitFlags::FAN_CLASS_CONTENT
+        | InitFlags::FAN_CLOEXEC
+        | InitFlags::FAN_NONBLOCK
+        | InitFlags::FAN_UNLIMITED_QUEUE
+        | InitFlags::FAN_UNLIMITED_MARKS;
+    // O_NONBLOCK: the kernel opens each event's file for us; a FIFO created
+    // in a watched tree must not block the observer.
+    let files = EventFFlags::O_RDONLY
+        | EventFFlags::O_LARGEFILE
+        | EventFFlags::O_CLOEXEC
+        | EventFFlags::O_NONBLOCK;
+    match Fanotify::init(base | InitFlags::FAN_REPORT_PIDFD, files) {
+        Ok(f) => Ok((f, true)),
+        Err(Errno::EINVAL) => Fanotify::init(base, files)
+            .map(|f| (f, false))
+            .map_err(why_no_fanotify),
+        Err(e) => Err(why_no_fanotify(e)),
+    }
+}
+
+fn why_no_fanotify(e: Errno) -> String {
+    match e {
+        Errno::EPERM => "no CAP_SYS_ADMIN (fanotify permission events: EPERM)".to_owned(),
+        Errno::EINVAL => {
+            "no fanotify permission events in this kernel (fanotify_init: EINVAL)".to_owned()
+        }
+        Errno::ENOSYS => "no fanotify in this kernel (ENOSYS)".to_owned(),
+        e => format!("fanotify_init: {e}"),
+    }
+}
+
+/// `IN_MASK_ADD` (not among nix's flags): add to a watch's mask rather
+/// than replace it, since one directory can be watched for two reasons.
+fn mask_add() -> AddWatchFlags {
+    AddWatchFlags::from_bits_retain(libc::IN_MASK_ADD)
+}
+
+fn inotify() -> nix::Result<Inotify> {
+    Inotify::init(InotifyInit::IN_CLOEXEC | InotifyInit::IN_NONBLOCK)
+}
+
+/// What an inotify watch is for.
+#[derive(Debug, Default)]
+struct WatchedNode {
+    /// The host path of the watched inode.
+    path: PathBuf,
+    /// A directory of a watched tree (new directories in it are marked).
+    tree: bool,
+    /// The nearest existing ancestor of a watched path that does not exist
+    /// yet.
+    ancestor: bool,
+}
+
+/// One fanotify event, its descriptors owned.
+#[derive(Debug)]
+struct PermEvent {
+    mask: u64,
+    fd: Option<OwnedFd>,
+    pid: i32,
+    pidfd: Option<OwnedFd>,
+}
+
+/// A node a walk found: its path, `(dev, ino)`, and whether it is a
+/// directory.
+type Node = (PathBuf, (u64, u64), bool);
+
+/// The marks, and the observer thread's state.
+#[derive(Debug)]
+struct Marks {
+    /// The permission group (`None`: after the fact, over inotify).
+    fan: Option<Fanotify>,
+    /// Directory creations (both modes) and opens (after the fact).
+    inotify: Inotify,
+    /// Marked inodes, `(st_dev, st_ino)`, to their verified host path.
+    inodes: HashMap<(u64, u64), PathBuf>,
+    /// inotify watches.
+    wds: HashMap<WatchDescriptor, WatchedNode>,
+    /// The roots of the tree watches (absolute host paths).
+    trees: Vec<PathBuf>,
+    /// Watched paths that did not exist when last looked for.
+    pending: Vec<Watch>,
+    /// Entries the walks visited so far.
+    entries: usize,
+}
+
+fn watch_error(path: &Path, source: io::Error) -> ObserveError {
+    ObserveError::Watch {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn nix_io(e: Errno) -> io::Error {
+    io::Error::from_raw_os_error(e as i32)
+}
+
+fn key_of(st: &nix::sys::stat::FileStat) -> (u64, u64) {
+    (st.st_dev, st.st_ino)
+}
+
+fn is_dir_mode(mode: u32) -> bool {
+    mode & libc::S_IFMT == libc::S_IFDIR
+}
+
+/// The path naming `fd` itself, for calls that take only a path (inotify):
+/// the kernel resolves the magic link to the descriptor's inode.
+fn fd_path(fd: BorrowedFd<'_>) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+impl Marks {
+    fn permission(&self) -> bool {
+        self.fan.is_some()
+    }
+
+    /// Add one watch; `initial` during `start` (the tree may be walked: no
+    /// mark is placed before the walk's opens are done, so they raise no
+    /// event), else from the observer thread (which never opens anything
+    /// but `O_PATH`, so it can never wait for itself).
+    fn add(&mut self, w: &Watch, initial: bool) -> Result<(), ObserveError> {
+        let path = std::path::absolute(&w.path).map_err(|e| watch_error(&w.path, e))?;
+        let md = match std::fs::symlink_metadata(&path) {
+            Ok(md) => md,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return self.watch_for(Watch::new(path, w.scope));
+            }
+            Err(e) => return Err(watch_error(&path, e)),
+        };
+        if md.file_type().is_symlink() {
+            return Err(watch_error(
+                &path,
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "is a symbolic link (never followed)",
+                ),
+            ));
+        }
+        let key = (md.dev(), md.ino());
+        match (w.scope, md.is_dir()) {
+            (Scope::Tree, true) => {
+                self.trees.push(path.clone());
+                if initial {
+                    let nodes = self.walk(&path)?;
+                    for (p, k, dir) in nodes {
+                        self.mark_path(&p, k, dir, true)?;
+                    }
+                } else {
+                    self.mark_path(&path, key, true, true)?;
+                }
+                Ok(())
+            }
+            (_, dir) => self.mark_path(&path, key, dir, false),
+        }
+    }
+
+    /// Every directory and regular file of the tree at `root`, with its
+    /// `(dev, ino)`, bounded by [`MAX_ENTRIES`] and [`MAX_DEPTH`]. Symlinks
+    /// are not followed (entries are judged by their own type).
+    fn walk(&mut self, root: &Path) -> Result<Vec<Node>, ObserveError> {
+        let md = std::fs::symlink_metadata(root).map_err(|e| watch_error(root, e))?;
+        let mut out = vec![(root.to_path_buf(), (md.dev(), md.ino()), true)];
+        let mut stack = vec![(root.to_path_buf(), 0usize)];
+        while let Some((dir, depth)) = stack.pop() {
+            let entries = std::fs::read_dir(&dir).map_err(|e| watch_error(&dir, e))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| watch_error(&dir, e))?;
+                self.entries += 1;
+                if self.entries > MAX_ENTRIES {
+                    return Err(watch_error(
+                        root,
+                        io::Error::other(format!(
+                            "more than {MAX_ENTRIES} entries in the watched trees"
+                        )),
+                    ));
+                }
+                let p = entry.path();
+                // `DirEntry::metadata` does not follow a symlink.
+                let md = entry.metadata().map_err(|e| watch_error(&p, e))?;
+                let key = (md.dev(), md.ino());
+                if md.is_dir() {
+                    if depth + 1 > MAX_DEPTH {
+                        return Err(watch_error(
+                            &p,
+                            io::Error::other(format!(
+                                "deeper than {MAX_DEPTH} below the watched tree {}",
+                                root.display()
+                            )),
+                        ));
+                    }
+                    out.push((p.clone(), key, true));
+                    stack.push((p, depth + 1));
+                } else if md.is_file() {
+                    out.push((p, key, false));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Mark the node at `path`, which must still be the inode `key` (an
+    /// `O_PATH | O_NOFOLLOW` open, which raises no event).
+    fn mark_path(
+        &mut self,
+        path: &Path,
+        key: (u64, u64),
+        dir: bool,
+        tree: bool,
+    ) -> Result<(), ObserveError> {
+        let fd = nix::fcntl::open(
+            path,
+            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| watch_error(path, nix_io(e)))?;
+        let st = nix::sys::stat::fstat(&fd).map_err(|e| watch_error(path, nix_io(e)))?;
+        if key_of(&st) != key || is_dir_mode(st.st_mode) != dir {
+            return Err(watch_error(
+                path,
+                io::Error::other("changed while it was being marked"),
+            ));
+        }
+        self.mark_fd(fd.as_fd(), path, key, dir, tree)
+            .map_err(|e| watch_error(path, e))
+    }
+
+    /// Mark the inode of `fd` (a file, or a directory: of a tree when
+    /// `tree`) and remember it as `path`.
+    fn mark_fd(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        path: &Path,
+        key: (u64, u64),
+        dir: bool,
+        tree: bool,
+    ) -> io::Result<()> {
+        let mut open = AddWatchFlags::empty();
+        if let Some(fan) = &self.fan {
+            let mask = match (dir, tree) {
+                (true, true) => {
+                    MaskFlags::FAN_OPEN_PERM | MaskFlags::FAN_ONDIR | MaskFlags::FAN_EVENT_ON_CHILD
+                }
+                (true, false) => MaskFlags::FAN_OPEN_PERM | MaskFlags::FAN_ONDIR,
+                (false, _) => MaskFlags::FAN_OPEN_PERM,
+            };
+            // Through the descriptor's magic link, followed (fanotify takes
+            // no `O_PATH` descriptor as the object itself): the inode the
+            // descriptor holds, whatever the path now names.
+            fan.mark(
+                MarkFlags::FAN_MARK_ADD | MarkFlags::FAN_MARK_INODE,
+                mask,
+                fd,
+                Some(&fd_path(fd)),
+            )
+            .map_err(nix_io)?;
+        } else if !tree {
+            // After the fact: the open of this very inode. A tree's files
+            // are reported by their directory's watch (below), not twice.
+            open = AddWatchFlags::IN_OPEN;
+        }
+        if dir && tree {
+            let mut flags = AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO | mask_add();
+            if !self.permission() {
+                flags |= AddWatchFlags::IN_OPEN;
+            }
+            self.inotify_watch(fd, path, flags, |n| n.tree = true)?;
+        } else if !open.is_empty() {
+            self.inotify_watch(fd, path, open | mask_add(), |_| {})?;
+        }
+        self.inodes.insert(key, path.to_path_buf());
+        Ok(())
+    }
+
+    fn inotify_watch(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        path: &Path,
+        flags: AddWatchFlags,
+        role: impl FnOnce(&mut WatchedNode),
+    ) -> io::Result<()> {
+        let wd = self
+            .inotify
+            .add_watch(&fd_path(fd), flags)
+            .map_err(|e| match e {
+                Errno::ENOSPC => io::Error::other(
+                    "inotify watches exhausted (raise fs.inotify.max_user_watches)",
+                ),
+                e => nix_io(e),
+            })?;
+        let node = self.wds.entry(wd).or_default();
+        node.path = path.to_path_buf();
+        role(node);
+        Ok(())
+    }
+
+    /// A watched path that does not exist yet: watch its nearest existing
+    /// ancestor for creations, and try again on each.
+    fn watch_for(&mut self, w: Watch) -> Result<(), ObserveError> {
+        let mut anc = w.path.parent();
+        while let Some(a) = anc {
+            match std::fs::symlink_metadata(a) {
+                Ok(md) if md.is_dir() => {
+                    let fd = nix::fcntl::open(
+                        a,
+                        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                        Mode::empty(),
+                    )
+                    .map_err(|e| watch_error(a, nix_io(e)))?;
+                    let a = a.to_path_buf();
+                    self.inotify_watch(
+                        fd.as_fd(),
+                        &a,
+                        AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO | mask_add(),
+                        |n| n.ancestor = true,
+                    )
+                    .map_err(|e| watch_error(&a, e))?;
+                    if !self.pending.contains(&w) {
+                        self.pending.push(w);
+                    }
+                    return Ok(());
+                }
+                Ok(_) => {
+                    return Err(watch_error(
+                        &w.path,
+                        io::Error::other(format!(
+                            "{} is not a directory (symlinks are never followed)",
+                            a.display()
+                        )),
+                    ));
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => anc = a.parent(),
+                Err(e) => return Err(watch_error(a, e)),
+            }
+        }
+        Err(watch_error(
+            &w.path,
+            io::Error::other("no existing ancestor"),
+        ))
+    }
+
+    /// Something was created below an ancestor: mark what now exists.
+    fn retry_pending(&mut self, shared: &Shared) {
+        for w in std::mem::take(&mut self.pending) {
+            if self.add(&w, false).is_err() {
+                shared.error();
+            }
+        }
+    }
+
+    /// The observer thread.
+    fn run(mut self, mut handler: Handler, shared: &Shared, wake: &OwnedFd) {
+        let me = i32::try_from(std::process::id()).unwrap_or(-1);
+        let mut held: Vec<PermEvent> = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            if shared.stop.load(Ordering::SeqCst) {
+                break;
+            }
+            let ns = shared.ns.lock().map(|g| *g).unwrap_or(None);
+            if let Some(ns) = ns {
+                for ev in std::mem::take(&mut held) {
+                    self.answer(ev, Some(ns), &mut handler, shared);
+                }
+            }
+            let (fan_ready, ino_ready) = {
+                let mut fds = vec![
+                    PollFd::new(wake.as_fd(), PollFlags::POLLIN),
+                    PollFd::new(self.inotify.as_fd(), PollFlags::POLLIN),
+                ];
+                if let Some(fan) = &self.fan {
+                    fds.push(PollFd::new(fan.as_fd(), PollFlags::POLLIN));
+                }
+                match nix::poll::poll(&mut fds, PollTimeout::NONE) {
+                    Ok(_) => {}
+                    Err(Errno::EINTR) => continue,
+                    Err(_) => {
+                        shared.error();
+                        break;
+                    }
+                }
+                let ready = |i: usize| {
+                    fds.get(i)
+                        .and_then(PollFd::revents)
+                        .is_some_and(|r| !r.is_empty())
+                };
+                if ready(0) {
+                    let mut sink = [0u8; 64];
+                    while matches!(nix::unistd::read(wake, &mut sink), Ok(n) if n > 0) {}
+                }
+                (ready(2), ready(1))
+            };
+            if ino_ready {
+                match self.inotify.read_events() {
+                    Ok(events) => {
+                        for ev in events {
+                            self.on_inotify(&ev, &mut handler, shared);
+                        }
+                    }
+                    Err(Errno::EAGAIN | Errno::EINTR) => {}
+                    Err(_) => shared.error(),
+                }
+            }
+            if fan_ready {
+                let Some(fan) = &self.fan else { continue };
+                let n = match nix::unistd::read(fan, &mut buf) {
+                    Ok(n) => n,
+                    Err(Errno::EAGAIN | Errno::EINTR) => continue,
+                    Err(_) => {
+                        shared.error();
+                        continue;
+                    }
+                };
+                let events = parse_events(buf.get(..n).unwrap_or_default(), shared);
+                for ev in events {
+                    if ev.pid == me {
+                        // This process (the launcher, never the sandbox):
+                        // allowed at once, even before attribution.
+                        self.answer(ev, None, &mut handler, shared);
+                    } else if ns.is_some() {
+                        self.answer(ev, ns, &mut handler, shared);
+                    } else if held.len() < MAX_HELD {
+                        held.push(ev);
+                    } else {
+                        shared.error();
+                        self.respond(&ev, Response::Deny, shared);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Judge one permission event and answer it; its descriptors are
+    /// closed when it is dropped here. `ns` is `None` for this process's
+    /// own opens.
+    fn answer(
+        &mut self,
+        ev: PermEvent,
+        ns: Option<PidNamespace>,
+        handler: &mut Handler,
+        shared: &Shared,
+    ) {
+        let response = match self.judge(&ev, ns, handler) {
+            Ok(r) => r,
+            Err(_) => {
+                shared.error();
+                Response::Deny
+            }
+        };
+        self.respond(&ev, response, shared);
+    }
+
+    fn respond(&self, ev: &PermEvent, response: Response, shared: &Shared) {
+        let (Some(fan), Some(fd)) = (&self.fan, &ev.fd) else {
+            return;
+        };
+        if ev.mask & (libc::FAN_OPEN_PERM | libc::FAN_ACCESS_PERM | libc::FAN_OPEN_EXEC_PERM) == 0 {
+            return;
+        }
+        let answer = match response {
+            Response::Allow => libc::FAN_ALLOW,
+            Response::Deny => libc::FAN_DENY,
+        };
+        let mut bytes = [0u8; 8];
+        bytes[..4].copy_from_slice(&fd.as_raw_fd().to_ne_bytes());
+        bytes[4..].copy_from_slice(&answer.to_ne_bytes());
+        if nix::unistd::write(fan, &bytes) != Ok(bytes.len()) {
+            shared.error();
+        }
+    }
+
+    fn judge(
+        &mut self,
+        ev: &PermEvent,
+        ns: Option<PidNamespace>,
+        handler: &mut Handler,
+    ) -> io::Result<Response> {
+        let fd = ev
+            .fd
+            .as_ref()
+            .ok_or_else(|| io::Error::other("event without a descriptor"))?;
+        let st = nix::sys::stat::fstat(fd).map_err(nix_io)?;
+        let key = key_of(&st);
+        let dir = is_dir_mode(st.st_mode);
+        let known = self
+            .inodes
+            .get(&key)
+            .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|md| (md.dev(), md.ino()) == key));
+        let path = match known {
+            Some(p) => p.clone(),
+            None => self.learn(fd.as_fd(), key, dir)?,
+        };
+        let Some(ns) = ns else {
+            return Ok(Response::Allow);
+        };
+        let attribution = attribute(ev.pid, ev.pidfd.as_ref(), ns);
+        if attribution == Attribution::Host {
+            return Ok(Response::Allow);
+        }
+        call(
+            handler,
+            &ObservedOpen {
+                path,
+                pid: u32::try_from(ev.pid).ok().filter(|p| *p > 0),
+                attribution,
+                mode: ObserverMode::Permission,
+            },
+        )
+    }
+
+    /// A node opened below a watched tree that is not marked yet (created
+    /// after the walk): find its host path, verified by `(dev, ino)`, mark
+    /// it through the event's descriptor and remember it.
+    fn learn(&mut self, fd: BorrowedFd<'_>, key: (u64, u64), dir: bool) -> io::Result<PathBuf> {
+        let path = self.verified_path(fd, key);
+        self.mark_fd(fd, &path, key, dir, true)?;
+        Ok(path)
+    }
+
+    /// The host path of the inode `key` opened as `fd`: the first candidate
+    /// whose `lstat` is that inode: the descriptor's own path, taken as a
+    /// host path, then relative to each watched tree and each of its
+    /// ancestors (through an overlay the kernel names the file relative to
+    /// the lower layer, which is a watched tree or holds one), candidates
+    /// inside a watched tree first. When none verifies, the deepest
+    /// directory that provably holds it: the common ancestor of the
+    /// watched trees on its filesystem, as `<dir>/…`. (The opener's own
+    /// view, `/proc/<pid>/root/…`, could verify a sandbox path but never
+    /// gives a host path, so it is not a candidate.)
+    fn verified_path(&self, fd: BorrowedFd<'_>, key: (u64, u64)) -> PathBuf {
+        let link = nix::fcntl::readlink(&fd_path(fd))
+            .map(PathBuf::from)
+            .unwrap_or_default();
+        let mut candidates: Vec<PathBuf> = Vec::new();
+        if link.is_absolute() {
+            candidates.push(link.clone());
+        }
+        if let Ok(rel) = link.strip_prefix("/") {
+            for t in &self.trees {
+                for a in t.ancestors() {
+                    candidates.push(a.join(rel));
+                }
+            }
+        }
+        let inside = |p: &PathBuf| self.trees.iter().any(|t| p.starts_with(t));
+        candidates.sort_by_key(|p| !inside(p));
+        for c in candidates {
+            if std::fs::symlink_metadata(&c).is_ok_and(|md| (md.dev(), md.ino()) == key) {
+                return c;
+            }
+        }
+        let same_fs: Vec<&PathBuf> = self
+            .trees
+            .iter()
+            .filter(|t| std::fs::symlink_metadata(t).is_ok_and(|md| md.dev() == key.0))
+            .collect();
+        let pool: Vec<&PathBuf> = if same_fs.is_empty() {
+            self.trees.iter().collect()
+        } else {
+            same_fs
+        };
+        common_ancestor(&pool).join("…")
+    }
+
+    /// One inotify event: a directory created in a tree is marked; a path
+    /// waited for is retried; after the fact, an open is reported.
+    fn on_inotify(&mut self, ev: &InotifyEvent, handler: &mut Handler, shared: &Shared) {
+        if ev.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+            shared.error();
+            if !self.permission() {
+                // Lost events: report every watched path, erring towards
+                // caution.
+                let all: Vec<PathBuf> = self.inodes.values().cloned().collect();
+                for path in all {
+                    let open = ObservedOpen {
+                        path,
+                        pid: None,
+                        attribution: Attribution::Unknown,
+                        mode: ObserverMode::AfterTheFact,
+                    };
+                    if call(handler, &open).is_err() {
+                        shared.error();
+                    }
+                }
+            }
+            return;
+        }
+        if ev.mask.contains(AddWatchFlags::IN_IGNORED) {
+            self.wds.remove(&ev.wd);
+            return;
+        }
+        let Some(node) = self.wds.get(&ev.wd) else {
+            return;
+        };
+        let base = node.path.clone();
+        let (tree, ancestor) = (node.tree, node.ancestor);
+        let path = match &ev.name {
+            Some(name) => base.join(name),
+            None => base,
+        };
+        let is_dir = ev.mask.contains(AddWatchFlags::IN_ISDIR);
+        if ev
+            .mask
+            .intersects(AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO)
+        {
+            if tree && is_dir {
+                self.mark_new_dir(&path, shared);
+            }
+            if ancestor {
+                self.retry_pending(shared);
+            }
+        }
+        // A directory watched exactly reports its own opens, not its
+        // children's (inotify reports both).
+        if ev.mask.contains(AddWatchFlags::IN_OPEN)
+            && !self.permission()
+            && (tree || ev.name.is_none())
+        {
+            if tree && is_dir && ev.name.is_some() {
+                self.mark_new_dir(&path, shared);
+            }
+            let open = ObservedOpen {
+                path,
+                pid: None,
+                attribution: Attribution::Unknown,
+                mode: ObserverMode::AfterTheFact,
+            };
+            // After the fact the answer changes nothing.
+            if call(handler, &open).is_err() {
+                shared.error();
+            }
+        }
+    }
+
+    /// A directory that appeared in a watched tree: marked as one of the
+    /// tree's (not walked: its files are covered as its children, its
+    /// subdirectories when created or opened).
+    fn mark_new_dir(&mut self, path: &Path, shared: &Shared) {
+        let Ok(fd) = nix::fcntl::open(
+            path,
+            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) else {
+            // Gone again, or not a directory (a symlink): nothing to mark.
+            return;
+        };
+        let Ok(st) = nix::sys::stat::fstat(&fd) else {
+            shared.error();
+            return;
+        };
+        if self.inodes.contains_key(&key_of(&st)) && self.permission() {
+            return;
+        }
+        if self
+            .mark_fd(fd.as_fd(), path, key_of(&st), true, true)
+            .is_err()
+        {
+            shared.error();
+        }
+    }
+}
+
+/// Call the handler; a panic in it is an internal error (`Err`, so the
+/// open is denied and counted), never the end of the observer thread, whose
+/// end would close the group and let every later open through unseen.
+fn call(handler: &mut Handler, open: &ObservedOpen) -> io::Result<Response> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(open)))
+        .map_err(|_| io::Error::other("the handler panicked"))
+}
+
+/// The deepest directory holding every path of `paths` (`/` for none).
+fn common_ancestor(paths: &[&PathBuf]) -> PathBuf {
+    let Some(first) = paths.first() else {
+        return PathBuf::from("/");
+    };
+    let mut common = first.to_path_buf();
+    for p in paths.iter().skip(1) {
+        while !p.starts_with(&common) {
+            if !common.pop() {
+                return PathBuf::from("/");
+            }
+        }
+    }
+    common
+}
+
+/// Whose open it was: the opener's PID namespace, or one of its parents
+/// (`NS_GET_PARENT`, up to the observer's own level), is the sandbox's. An
+/// opener whose namespace cannot be read, or whose pidfd says it has gone
+/// (its pid may name another process by now), is [`Attribution::Unknown`].
+fn attribute(pid: i32, pidfd: Option<&OwnedFd>, ns: PidNamespace) -> Attribution {
+    if pid <= 0 {
+        return Attribution::Unknown;
+    }
+    let Ok(file) = std::fs::File::open(format!("/proc/{pid}/ns/pid")) else {
+        return Attribution::Unknown;
+    };
+    if let Some(pidfd) = pidfd {
+        // Still alive after the open above: the pid named the opener then.
+        if crate::sys::pidfd_send_signal(pidfd, 0).is_err() {
+            return Attribution::Unknown;
+        }
+    }
+    let mut cur = OwnedFd::from(file);
+    for _ in 0..MAX_NS_DEPTH {
+        let Ok(st) = nix::sys::stat::fstat(&cur) else {
+            return Attribution::Unknown;
+        };
+        if (st.st_dev, st.st_ino) == (ns.dev, ns.ino) {
+            return Attribution::Sandbox;
+        }
+        match crate::sys::ns_get_parent(cur.as_fd()) {
+            Ok(parent) => cur = parent,
+            Err(_) => return Attribution::Host,
+        }
+    }
+    Attribution::Host
+}
+
+/// The events of one `read` of the group, their descriptors adopted at
+/// once (so none leaks); a record the kernel would never write ends the
+/// batch, counted.
+fn parse_events(buf: &[u8], shared: &Shared) -> Vec<PermEvent> {
+    const META: usize = std::mem::size_of::<libc::fanotify_event_metadata>();
+    let u32_at = |b: &[u8], o: usize| -> Option<u32> {
+        Some(u32::from_ne_bytes(b.get(o..o + 4)?.try_into().ok()?))
+    };
+    let i32_at = |b: &[u8], o: usize| -> Option<i32> {
+        Some(i32::from_ne_bytes(b.get(o..o + 4)?.try_into().ok()?))
+    };
+    let mut out = Vec::new();
+    let mut off = 0usize;
+    while let Some(rec) = buf.get(off..off + META) {
+        let len = u32_at(rec, 0).unwrap_or(0) as usize;
+        let version = rec.get(4).copied().unwrap_or(0);
+        let meta_len = rec
+            .get(6..8)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, |b| u16::from_ne_bytes(b) as usize);
+        let mask = rec
+            .get(8..16)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u64::from_ne_bytes);
+        let fd = crate::sys::adopt_fd(i32_at(rec, 16).unwrap_or(-1));
+        let pid = i32_at(rec, 20).unwrap_or(0);
+        if version != libc::FANOTIFY_METADATA_VERSION
+            || len < META
+            || meta_len < META
+            || meta_len > len
+            || off + len > buf.len()
+        {
+            shared.error();
+            // Answered (denied) when the event is dropped below? No: an
+            // event we cannot read cannot be answered by its fd either way;
+            // keep it so that the caller denies it.
+            out.push(PermEvent {
+                mask,
+                fd,
+                pid,
+                pidfd: None,
+            });
+            break;
+        }
+        let mut pidfd = None;
+        let mut info = off + meta_len;
+        while info + 4 <= off + len {
+            let kind = buf.get(info).copied().unwrap_or(0);
+            let ilen = buf
+                .get(info + 2..info + 4)
+                .and_then(|b| b.try_into().ok())
+                .map_or(0, |b| u16::from_ne_bytes(b) as usize);
+            if ilen < 4 {
+                break;
+            }
+            if kind == libc::FAN_EVENT_INFO_TYPE_PIDFD {
+                pidfd = crate::sys::adopt_fd(i32_at(buf, info + 4).unwrap_or(-1));
+            }
+            info += ilen;
+        }
+        out.push(PermEvent {
+            mask,
+            fd,
+            pid,
+            pidfd,
+        });
+        off += len;
+    }
+    out
 }

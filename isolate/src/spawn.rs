@@ -302,12 +302,30 @@ impl SandboxChild {
     }
 
     /// The sandbox's PID namespace, for
-    /// [`crate::observe::ReadObserver::attribute_to`].
+    /// [`crate::observe::ReadObserver::attribute_to`]: the supervisor's
+    /// `/proc/<pid>/ns/pid_for_children` (the namespace it unshared, where
+    /// init and every process of the sandbox live; a namespace the worker
+    /// nests below it counts as the sandbox's for the observer).
     ///
-    /// SKELETON (issue 17): the isolate helper implements it (the
-    /// supervisor's `pid_for_children`, read while it is known to be ours).
+    /// The supervisor is this process's unreaped child, so its pid cannot
+    /// name another process until it is reaped (which takes `&mut self`);
+    /// the pidfd then confirms it was still running after the open (a
+    /// process that has ended has no namespaces to read). An ended sandbox
+    /// is an error.
     pub fn pid_namespace(&self) -> std::io::Result<crate::observe::PidNamespace> {
-        Err(std::io::Error::other("pid_namespace: not implemented yet"))
+        use std::os::unix::fs::MetadataExt;
+        if self.reaped || self.status.is_some() {
+            return Err(std::io::Error::other(
+                "pid_namespace: the sandbox has ended",
+            ));
+        }
+        let file = std::fs::File::open(format!("/proc/{}/ns/pid_for_children", self.pid.as_raw()))?;
+        sys::pidfd_send_signal(&self.pidfd, 0).map_err(std::io::Error::from_raw_os_error)?;
+        let md = file.metadata()?;
+        Ok(crate::observe::PidNamespace {
+            dev: md.dev(),
+            ino: md.ino(),
+        })
     }
 
     /// What was enforced.

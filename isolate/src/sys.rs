@@ -643,6 +643,33 @@ pub(crate) async fn pidfd_ended(pidfd: &OwnedFd) -> std::io::Result<()> {
     }
 }
 
+// ---- the read observer (`observe.rs`) ----
+
+/// Take ownership of a descriptor the kernel handed over in a fanotify
+/// event (the opened file, or the opener's pidfd), so that it is closed
+/// exactly once. `fd` must be a descriptor the caller owns and that
+/// nothing else will close; a negative `fd` is `None`.
+pub(crate) fn adopt_fd(fd: RawFd) -> Option<OwnedFd> {
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` was just installed in this process by the kernel for the
+    // caller alone (a fanotify event's `fd` or pidfd record); nothing else
+    // holds or closes it, so the new `OwnedFd` is its only owner.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `ioctl(ns, NS_GET_PARENT)`: the parent of the PID namespace `ns` (a new
+/// close-on-exec descriptor); `EPERM` when the parent lies outside the
+/// caller's own namespace (the walk reached the caller's level).
+pub(crate) fn ns_get_parent(ns: std::os::fd::BorrowedFd<'_>) -> SysResult<OwnedFd> {
+    // SAFETY: `ns` is borrowed for the call; `NS_GET_PARENT` takes no
+    // argument and returns a new descriptor or -1 with errno.
+    let fd = check_int(unsafe { libc::ioctl(ns.as_raw_fd(), libc::NS_GET_PARENT) })?;
+    // SAFETY: `fd` is a fresh descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 // ---- staged writes: extended attributes (change set and commit) ----
 // nix 0.32 has no xattr calls; these three are what `stage::scan` and
 // `stage::commit` need, on descriptors only (never on a path, so never

@@ -7,7 +7,14 @@
 //! and reads the same taint state that [`ControlBackend::taint`] changes
 //! under the same lock, a taint report switches the proxy to the tainted
 //! rules before the worker even gets its answer.
+//!
+//! The same state takes the read observer's opens
+//! ([`SessionCore::observed_read`]: taint and routing recorded before the
+//! open is allowed) and answers the relays' [`RelayGate`]: once the session
+//! read a path whose `[[routing]]` rules keep it from a provider, that
+//! provider's relays and its API hosts through the proxy are refused.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -18,14 +25,19 @@ use palisade_egress::control::{
 };
 use palisade_egress::decide::Decider;
 use palisade_egress::record::{Acceptance, ProxyEvent, Recorder};
+use palisade_egress::relay::{RelayGate, RouteRefusal, ServerToolResult};
 use palisade_evidence::{Body, Entry, Flags, JournalWriter, Kind, Timestamp};
+use palisade_isolate::observe::{Attribution, Response};
 use palisade_isolate::stage::{CommitFilter, Stage};
 use palisade_policy::egress::decide_host;
 use palisade_policy::outward::{OutwardRequest, OutwardTable};
+use palisade_policy::route::{ProviderHosts, RouteTable};
 use palisade_policy::verdict::{Decision, Verdict};
 use palisade_schema::host_policy::HostPolicy;
 use palisade_schema::host_policy::RequestHost;
-use palisade_taint::{Event as TaintEvent, Rules, Session, TaintSource, TaintState, ToolClass};
+use palisade_taint::{
+    Event as TaintEvent, Rules, Session, TaintSource, TaintState, ToolClass, normalize_path,
+};
 use serde_json::{Value, json};
 
 use crate::steering::observe::{
@@ -142,6 +154,10 @@ pub(crate) struct SessionCore {
     policy: HostPolicy,
     rules: Rules,
     outward: OutwardTable,
+    /// The `[[routing]]` rules: which providers may receive what was read.
+    route: RouteTable,
+    /// Which provider each API host belongs to (for the proxy's refusals).
+    provider_hosts: ProviderHosts,
     state: Mutex<State>,
     journal: Journal,
     steering: Mutex<Option<SteeringWatch>>,
@@ -176,11 +192,15 @@ impl SessionCore {
     ) -> Result<Self, String> {
         let rules = Rules::new(&policy, marks).map_err(|e| e.to_string())?;
         let outward = OutwardTable::new(&policy).map_err(|e| e.to_string())?;
+        let route = RouteTable::new(&policy).map_err(|e| e.to_string())?;
+        let provider_hosts = ProviderHosts::new(&policy);
         Ok(Self {
             id,
             policy,
             rules,
             outward,
+            route,
+            provider_hosts,
             state: Mutex::new(State {
                 session: Session::new(),
                 sources: Vec::new(),
@@ -256,14 +276,107 @@ impl SessionCore {
             "class": src.as_str(),
             "detail": detail,
             "first": fx.newly_tainted,
+            "by": reported_by,
             "reported_by": reported_by,
         });
         (true, Some(body))
     }
 
-    /// The egress decision on the current state, reserving nothing.
+    /// The proxy's decision on the current state, reserving nothing: a
+    /// routing refusal of the host's provider first (deny beats allow),
+    /// then the egress rules.
     fn egress_verdict(&self, session: &Session, host: &RequestHost, port: u16) -> Verdict {
-        decide_host(&self.policy, session, host, port)
+        self.provider_refusal(session, host)
+            .unwrap_or_else(|| decide_host(&self.policy, session, host, port))
+    }
+
+    /// A denial when `host` is an API host of a provider the session's
+    /// routing state keeps content from (`routing_denied`, naming the
+    /// provider, the rule and the path).
+    fn provider_refusal(&self, session: &Session, host: &RequestHost) -> Option<Verdict> {
+        self.route.decide_host(&self.provider_hosts, session, host)
+    }
+
+    /// Why the session's routing state keeps content from `provider`, if it
+    /// does: the first restricted path read whose rules do not list it.
+    fn route_refusal(&self, session: &Session, provider: &str) -> Option<RouteRefusal> {
+        let r = self.route.refusal(session, provider)?;
+        Some(RouteRefusal::new(
+            r.rule(),
+            self.shown_path(&r.path),
+            r.verdict().detail,
+        ))
+    }
+
+    /// `path` as records show it: relative to the working directory when it
+    /// lies below it (as taint details are), absolute otherwise.
+    fn shown_path(&self, path: &str) -> String {
+        normalize_path(path, self.policy.worker.cwd.as_deref())
+            .pop()
+            .unwrap_or_default()
+    }
+
+    /// One open of a watched path the read observer saw, at its host path
+    /// (the worker sees binds and staged roots at their host paths).
+    ///
+    /// The read is applied to the taint and routing state under the state
+    /// lock; a new taint source is recorded as `taint_raised` and the first
+    /// read of a routing-restricted path as `routing_read`, both `by:
+    /// "observer"`, and only once those records are durable is the open
+    /// allowed. A record the journal refuses answers `Deny` (the failed
+    /// journal then stops the session). A host process's open changes
+    /// nothing; an open that matches no rule is allowed without a record.
+    /// The state lock is held only for the apply, never while anything
+    /// waits on the worker, so a proxy or relay request of the same worker
+    /// cannot deadlock against it.
+    pub(crate) fn observed_read(&self, path: &Path, attribution: Attribution) -> Response {
+        if attribution == Attribution::Host {
+            return Response::Allow;
+        }
+        if self.journal.failed() {
+            return Response::Deny;
+        }
+        let path = path.to_string_lossy().into_owned();
+        let event = TaintEvent::Read { path: path.clone() };
+        let (raised, restricted, flags) = {
+            let mut st = lock(&self.state);
+            let before = st.session.restricted_reads().count();
+            let (_, raised) = self.apply_locked(&mut st, now_ms(), &event, "observer", None);
+            let restricted = st.session.restricted_reads().count() > before;
+            let flags = if st.session.is_tainted() {
+                Flags::TAINTED
+            } else {
+                Flags::NONE
+            };
+            (raised, restricted, flags)
+        };
+        if let Some(body) = raised
+            && !self
+                .journal
+                .record(Kind::TaintRaised, &body, Flags::TAINTED)
+        {
+            return Response::Deny;
+        }
+        if restricted {
+            let rules: Vec<String> = self
+                .route
+                .restrictions(&path)
+                .into_iter()
+                .map(|i| format!("routing[{i}]"))
+                .collect();
+            let body = json!({
+                "path": self.shown_path(&path),
+                "rules": rules,
+                "by": "observer",
+            });
+            let Ok(kind) = Kind::custom(palisade_taint::ROUTING_READ_KIND) else {
+                return Response::Deny;
+            };
+            if !self.journal.record(kind, &body, flags) {
+                return Response::Deny;
+            }
+        }
+        Response::Allow
     }
 
     /// Whether the proxy would allow `host:port` now, without reserving it
@@ -543,6 +656,26 @@ impl Decider for SessionCore {
                 .record(Kind::TaintRaised, &body, Flags::TAINTED);
         }
         v
+    }
+}
+
+impl RelayGate for SessionCore {
+    /// Decided on the same state and under the same lock as the proxy's
+    /// decisions and the observer's reads.
+    fn admit(&self, _relay: &str, provider: &str) -> Result<(), RouteRefusal> {
+        let st = lock(&self.state);
+        self.route_refusal(&st.session, provider)
+            .map_or(Ok(()), Err)
+    }
+
+    /// Raises `web` taint (detail: the result type and the relay) and
+    /// records it before the relay passes the result on.
+    fn server_tool_result(&self, relay: &str, _provider: &str, result: ServerToolResult) {
+        let event = TaintEvent::ToolResult {
+            tool: ToolClass::Web,
+            name: format!("{} via relay {relay}", result.as_str()),
+        };
+        let _ = self.apply_taint(&event, "relay", None);
     }
 }
 

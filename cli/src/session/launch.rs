@@ -17,11 +17,12 @@ use palisade_egress::relay::{PrivateSocket, Relay, RelayConfig, Secret};
 use palisade_egress::resolve::{BoxFuture, HostsFirstResolver, Resolver};
 use palisade_evidence::{Flags, JournalWriter, Kind, Timestamp, WriterOptions};
 use palisade_isolate::{Bridge, Command, Sandbox};
-use palisade_schema::host_policy::HostPolicy;
+use palisade_schema::host_policy::{HostPolicy, TaintObserve};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::core::{Journal, SessionCore, now_ms};
+use super::observe::SessionObserver;
 use crate::steering::SteeringWatch;
 
 /// Port of the egress proxy inside the sandbox.
@@ -319,7 +320,9 @@ fn build_relays(
             };
             env.push((k.clone(), value));
         }
-        let relay = Relay::new(config, resolver.clone(), core.clone());
+        // The session's routing state admits every request, and sees the
+        // provider-side web results in the responses.
+        let relay = Relay::new(config, resolver.clone(), core.clone()).with_gate(core.clone());
         out.push(ReadyRelay {
             relay,
             socket,
@@ -513,9 +516,28 @@ pub(crate) fn run(
             return setup_failure(e);
         }
     };
+    // Relative taint and routing globs are the worker's working directory's:
+    // when the policy names none, the sandbox's is that directory, so the
+    // rules (and the observer's host paths) are placed against it.
+    let mut session_policy = policy.clone();
+    if session_policy.worker.cwd.is_none()
+        && let Some(c) = sb.working_dir()
+    {
+        session_policy.worker.cwd = Some(c.display().to_string());
+    }
+    let watch_set = if policy.taint.observe == TaintObserve::Kernel {
+        match super::observe::watches(&session_policy, &marks) {
+            Ok(w) => w,
+            Err(e) => {
+                return left.refuse(Some(&journal), format!("{}: {e}", policy_path.display()));
+            }
+        }
+    } else {
+        Vec::new()
+    };
     let core = match SessionCore::new(
         id.clone(),
-        policy.clone(),
+        session_policy,
         &marks,
         journal,
         steering,
@@ -539,6 +561,19 @@ pub(crate) fn run(
             Err(e) => return left.refuse(Some(core.journal()), e),
         }
     }
+
+    // The read observer starts before the sandbox: its marks are in place
+    // before the worker runs (opens wait for the sandbox's namespace).
+    let support = palisade_isolate::observe::probe();
+    let read_observer = match super::observe::start(
+        &core,
+        &watch_set,
+        policy.taint.observe,
+        (support.mode, &support.facts),
+    ) {
+        Ok(o) => o,
+        Err(e) => return left.refuse(Some(core.journal()), e),
+    };
 
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -583,6 +618,7 @@ pub(crate) fn run(
                 &steering_globs,
                 staged.keep_staged,
             ),
+            read_observer,
         )
         .await
     });
@@ -874,6 +910,7 @@ async fn supervise(
         &[String],
         bool,
     ),
+    read_observer: SessionObserver,
 ) -> Result<ExitCode, String> {
     // The worker's view: proxy, control and relays on loopback ports, bridged to our sockets.
     let proxy_url = format!(
@@ -939,6 +976,24 @@ async fn supervise(
         .spawn(Command::new(command.to_vec()))
         .map_err(|e| e.to_string())?;
     *started = true;
+    // Before anything else: until it knows the sandbox's PID namespace, a
+    // permission-mode observer holds every watched open.
+    if let Some(o) = &read_observer.observer {
+        match child.pid_namespace() {
+            Ok(ns) => o.attribute_to(ns),
+            Err(e) => {
+                drop(child);
+                core.journal().record(
+                    Kind::custom("execution_ended").map_err(|e| e.to_string())?,
+                    &json!({"exit_code": null, "signal": null, "killed": true, "killed_by": "read_observer"}),
+                    Flags::NONE,
+                );
+                return Err(format!(
+                    "isolation_layer_unavailable: read_observer (cannot name the sandbox's PID namespace: {e}); the worker was stopped"
+                ));
+            }
+        }
+    }
     // Steering writes are observed as they happen: in the stage's upper
     // layers, or in the writable roots under direct writes (what was
     // written before the watches existed is found by their first listing).
@@ -954,7 +1009,9 @@ async fn supervise(
         None => false,
     };
     let report = crate::run::report_json(child.report());
-    let degraded = !child.report().downgraded.is_empty() || !child.report().deviations.is_empty();
+    let degraded = !child.report().downgraded.is_empty()
+        || !child.report().deviations.is_empty()
+        || read_observer.degraded();
     let mut status = report.clone();
     if let Some(o) = status.as_object_mut() {
         o.insert(
@@ -962,6 +1019,9 @@ async fn supervise(
             json!(if degraded { "degraded" } else { "full" }),
         );
         o.remove("mount_plan");
+        if let Some(layers) = o.get_mut("layers").and_then(|l| l.as_array_mut()) {
+            layers.push(read_observer.layer_json());
+        }
     }
     core.journal()
         .record(Kind::SandboxStatus, &status, Flags::NONE);
@@ -1074,8 +1134,11 @@ async fn supervise(
         }
     };
 
-    // After: what the observer has pending, the last steering check, then
-    // the end record.
+    // The worker is gone: the read observer stops before palisade's own
+    // reads (the last steering check, the commit) could be taken for the
+    // worker's. Then what the steering observer has pending, the last
+    // steering check, then the end record.
+    drop(read_observer);
     if let Some(o) = observer {
         o.stop();
     }

@@ -18,6 +18,8 @@ use palisade_egress::resolve::StaticResolver;
 use palisade_evidence::{JournalKey, JournalWriter, Timestamp, WriterOptions};
 use palisade_schema::host_policy::RequestHost;
 
+use palisade_egress::relay::RelayGate as _;
+
 use super::core::{Journal, SessionCore, now_ms};
 use crate::steering::SteeringWatch;
 
@@ -580,4 +582,408 @@ async fn a_governed_refusal_records_the_same_reason_code_as_the_proxy() {
         ],
         "{lines:#?}"
     );
+}
+
+/// A session core over `policy_text` (`{cwd}` replaced by its working
+/// directory, which exists), with no proxy: driven directly.
+struct Direct {
+    _dir: tempfile::TempDir,
+    cwd: PathBuf,
+    core: Arc<SessionCore>,
+    journal: PathBuf,
+}
+
+fn direct(policy_text: &str, marks: &[String]) -> Direct {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().join("work");
+    std::fs::create_dir_all(cwd.join("notes")).unwrap();
+    std::fs::create_dir_all(cwd.join("private")).unwrap();
+    let text = policy_text.replace("{cwd}", &cwd.display().to_string());
+    let (policy, _) = palisade_schema::host_policy::parse("palisade.toml", &text)
+        .unwrap()
+        .into_parts();
+    let key = JournalKey::generate().unwrap();
+    let journal = dir.path().join("run.journal");
+    let writer = JournalWriter::create(
+        &journal,
+        &key,
+        &WriterOptions::default(),
+        Timestamp(now_ms()),
+    )
+    .unwrap();
+    let core = Arc::new(
+        SessionCore::new(
+            "s-direct".into(),
+            policy,
+            marks,
+            Journal::new(writer, "s-direct".into()),
+            None,
+            None,
+        )
+        .unwrap(),
+    );
+    Direct {
+        _dir: dir,
+        cwd,
+        core,
+        journal,
+    }
+}
+
+impl Direct {
+    /// The records written so far (the journal stays open).
+    fn records(&self, kind: &str) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.journal)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|l| l["kind"] == kind)
+            .collect()
+    }
+}
+
+const OBSERVED: &str = r#"
+[worker]
+cwd = "{cwd}"
+
+[egress]
+allow = ["alpha.test", "api.openai.com", "gw.openai.test", "api.anthropic.com"]
+
+[taint]
+sources = ["web", "marked_file", "untrusted_path"]
+untrusted_paths = ["notes/untrusted.md"]
+
+[[routing]]
+paths = ["private/**"]
+providers = ["anthropic"]
+"#;
+
+#[test]
+fn an_observed_read_of_an_untrusted_path_taints_and_is_recorded_before_it_is_allowed() {
+    use palisade_isolate::observe::{Attribution, Response};
+    let d = direct(OBSERVED, &[]);
+    // Positive control: an unrelated open in a watched tree is allowed and
+    // taints nothing, with no record.
+    let other = d.cwd.join("notes/readme.md");
+    assert_eq!(
+        d.core.observed_read(&other, Attribution::Sandbox),
+        Response::Allow
+    );
+    assert!(!d.core.is_tainted());
+    assert!(d.records("taint_raised").is_empty());
+    assert!(
+        d.core
+            .would_allow(&RequestHost::Name("alpha.test".into()), 443)
+    );
+
+    let untrusted = d.cwd.join("notes/untrusted.md");
+    assert_eq!(
+        d.core.observed_read(&untrusted, Attribution::Sandbox),
+        Response::Allow
+    );
+    // The answer came after the record was written: it is in the file now.
+    let raised = d.records("taint_raised");
+    assert_eq!(raised.len(), 1, "{raised:?}");
+    let body = &raised[0]["body"];
+    assert_eq!(body["source"], "untrusted_path");
+    assert_eq!(body["detail"], "notes/untrusted.md");
+    assert_eq!(body["by"], "observer");
+    assert!(d.core.is_tainted());
+    // The next new host is denied, naming the file.
+    let v = palisade_egress::decide::Decider::decide(
+        &*d.core,
+        &RequestHost::Name("alpha.test".into()),
+        443,
+        now_ms(),
+    );
+    assert_eq!(v.decision, palisade_policy::verdict::Decision::Deny);
+    assert!(v.detail.contains("notes/untrusted.md"), "{}", v.detail);
+    // A second read of the same file adds no record.
+    assert_eq!(
+        d.core.observed_read(&untrusted, Attribution::Unknown),
+        Response::Allow
+    );
+    assert_eq!(d.records("taint_raised").len(), 1);
+}
+
+#[test]
+fn an_observed_read_the_journal_cannot_record_is_denied() {
+    use palisade_isolate::observe::{Attribution, Response};
+    let d = direct(OBSERVED, &[]);
+    // Positive control: recorded, allowed.
+    assert_eq!(
+        d.core
+            .observed_read(&d.cwd.join("private/a"), Attribution::Sandbox),
+        Response::Allow
+    );
+    // The journal takes no more records: the read that would raise taint is
+    // refused, as is every watched open after it.
+    d.core.journal().close().unwrap();
+    assert_eq!(
+        d.core
+            .observed_read(&d.cwd.join("notes/untrusted.md"), Attribution::Sandbox),
+        Response::Deny
+    );
+    assert!(d.core.journal().failed());
+    assert_eq!(
+        d.core
+            .observed_read(&d.cwd.join("notes/readme.md"), Attribution::Sandbox),
+        Response::Deny
+    );
+}
+
+#[test]
+fn a_host_process_reading_a_watched_file_taints_nothing() {
+    use palisade_isolate::observe::{Attribution, Response};
+    let d = direct(OBSERVED, &[]);
+    let untrusted = d.cwd.join("notes/untrusted.md");
+    let private = d.cwd.join("private/x");
+    for p in [&untrusted, &private] {
+        assert_eq!(d.core.observed_read(p, Attribution::Host), Response::Allow);
+    }
+    assert!(!d.core.is_tainted());
+    assert!(d.records("taint_raised").is_empty());
+    assert!(d.records("routing_read").is_empty());
+    assert!(d.core.admit("openai", "openai").is_ok());
+    // Positive control: the same read by the sandbox taints.
+    assert_eq!(
+        d.core.observed_read(&untrusted, Attribution::Sandbox),
+        Response::Allow
+    );
+    assert!(d.core.is_tainted());
+}
+
+#[test]
+fn a_restricted_read_closes_other_providers_relays_and_keeps_the_allowed_one_open() {
+    use palisade_isolate::observe::{Attribution, Response};
+    let d = direct(OBSERVED, &[]);
+    // Clean: every provider's relay is admitted (positive control).
+    assert!(d.core.admit("openai", "openai").is_ok());
+    assert!(d.core.admit("anthropic", "anthropic").is_ok());
+    let private = d.cwd.join("private/x");
+    assert_eq!(
+        d.core.observed_read(&private, Attribution::Sandbox),
+        Response::Allow
+    );
+    let reads = d.records("routing_read");
+    assert_eq!(reads.len(), 1, "{reads:?}");
+    assert_eq!(reads[0]["body"]["path"], "private/x");
+    assert_eq!(reads[0]["body"]["rules"], serde_json::json!(["routing[0]"]));
+    assert_eq!(reads[0]["body"]["by"], "observer");
+    // Routing alone does not taint.
+    assert!(!d.core.is_tainted());
+    let refusal = d.core.admit("openai", "openai").unwrap_err();
+    assert_eq!(refusal.rule, "routing[0]");
+    assert_eq!(refusal.path, "private/x");
+    assert!(refusal.detail.contains("anthropic"), "{}", refusal.detail);
+    // The relay bound to the allowed provider still answers.
+    assert!(d.core.admit("anthropic", "anthropic").is_ok());
+    // A relay named otherwise is judged by its provider, not its name.
+    assert!(d.core.admit("openai", "anthropic").is_ok());
+    // Sticky, and recorded once.
+    assert_eq!(
+        d.core.observed_read(&private, Attribution::Sandbox),
+        Response::Allow
+    );
+    assert_eq!(d.records("routing_read").len(), 1);
+    assert!(d.core.admit("openai", "openai").is_err());
+}
+
+#[test]
+fn a_provider_side_web_result_taints_the_session_and_is_recorded() {
+    use palisade_egress::relay::ServerToolResult;
+    let d = direct(OBSERVED, &[]);
+    // Positive control: admitted, clean, nothing recorded.
+    assert!(d.core.admit("anthropic", "anthropic").is_ok());
+    assert!(!d.core.is_tainted());
+    d.core.server_tool_result(
+        "anthropic",
+        "anthropic",
+        ServerToolResult::AnthropicWebSearch,
+    );
+    assert!(d.core.is_tainted());
+    let raised = d.records("taint_raised");
+    assert_eq!(raised.len(), 1, "{raised:?}");
+    assert_eq!(raised[0]["body"]["source"], "web");
+    assert_eq!(raised[0]["body"]["by"], "relay");
+    assert_eq!(
+        raised[0]["body"]["detail"],
+        "web_search_tool_result via relay anthropic"
+    );
+}
+
+#[test]
+fn the_watch_set_places_every_taint_and_routing_path_on_the_host() {
+    use palisade_isolate::observe::{Scope, Watch};
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().join("work");
+    std::fs::create_dir_all(cwd.join("notes")).unwrap();
+    std::fs::create_dir_all(cwd.join("marked-dir")).unwrap();
+    std::fs::write(cwd.join("notes/untrusted.md"), "x").unwrap();
+    let abs = dir.path().join("shared");
+    let text = format!(
+        r#"
+[worker]
+cwd = "{cwd}"
+[taint]
+marked = ["notes/untrusted.md", "notes"]
+untrusted_paths = ["inbox/**", "**/*.eml", "{abs}/feeds/*.xml"]
+[[routing]]
+paths = ["private/**", "secrets/k?y"]
+providers = ["anthropic"]
+"#,
+        cwd = cwd.display(),
+        abs = abs.display()
+    );
+    let (policy, _) = palisade_schema::host_policy::parse("palisade.toml", &text)
+        .unwrap()
+        .into_parts();
+    let marks = vec!["marked-dir".to_owned(), "/elsewhere/file.txt".to_owned()];
+    let got = super::observe::watches(&policy, &marks).unwrap();
+    let want = |p: PathBuf, s: Scope| Watch::new(p, s);
+    let mut expected = vec![
+        // A literal file exactly; a literal directory as a tree.
+        want(cwd.join("notes/untrusted.md"), Scope::Exact),
+        want(cwd.join("notes"), Scope::Tree),
+        // A glob as the tree of its literal prefix.
+        want(cwd.join("inbox"), Scope::Tree),
+        want(cwd.clone(), Scope::Tree),
+        want(abs.join("feeds"), Scope::Tree),
+        want(cwd.join("private"), Scope::Tree),
+        want(cwd.join("secrets"), Scope::Tree),
+        // The marks file's entries, relative to the working directory.
+        want(cwd.join("marked-dir"), Scope::Tree),
+        want(PathBuf::from("/elsewhere/file.txt"), Scope::Exact),
+    ];
+    expected.sort_by(|a, b| a.path.cmp(&b.path));
+    assert_eq!(got, expected);
+
+    // Positive control for the refusal below: the same relative glob
+    // placed against a working directory is watched.
+    let placed = |extra: &str| {
+        let t = format!("{extra}[taint]\nuntrusted_paths = [\"inbox/**\"]\n");
+        let (p, _) = palisade_schema::host_policy::parse("palisade.toml", &t)
+            .unwrap()
+            .into_parts();
+        super::observe::watches(&p, &[])
+    };
+    assert_eq!(
+        placed(&format!("[worker]\ncwd = \"{}\"\n", cwd.display())).unwrap(),
+        vec![Watch::new(cwd.join("inbox"), Scope::Tree)]
+    );
+    // Without one, it could not be watched: an error naming the key.
+    let err = placed("").unwrap_err();
+    assert!(
+        err.contains("taint.untrusted_paths `inbox/**` is relative"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_observer_runs_only_when_needed_and_its_absence_refuses_the_session() {
+    use palisade_isolate::observe::{ObserverMode, Scope, Watch};
+    use palisade_schema::host_policy::TaintObserve;
+    let d = direct(OBSERVED, &[]);
+    let support = (Some(ObserverMode::Permission), "root");
+    let w = [Watch::new(d.cwd.join("notes"), Scope::Tree)];
+    let off = super::observe::start(&d.core, &w, TaintObserve::SelfReport, support).unwrap();
+    assert!(off.observer.is_none());
+    assert_eq!(off.status, "off (taint.observe = self_report)");
+    assert_eq!(off.layer_json()["layer"], "read_observer");
+    let none = super::observe::start(&d.core, &[], TaintObserve::Kernel, support).unwrap();
+    assert!(none.observer.is_none());
+    assert_eq!(none.status, "not needed (no watched paths)");
+    assert!(!none.degraded());
+    // No observer can run: refused, naming the layer and the facts.
+    let err = super::observe::choose_mode(None, "no fanotify here").unwrap_err();
+    assert!(
+        err.starts_with("isolation_layer_unavailable: read_observer (no fanotify here)"),
+        "{err}"
+    );
+    // Positive controls: permission events when allowed, else after the fact.
+    assert_eq!(
+        super::observe::choose_mode(Some(ObserverMode::Permission), "root"),
+        Ok(ObserverMode::Permission)
+    );
+    assert_eq!(
+        super::observe::choose_mode(Some(ObserverMode::AfterTheFact), "inotify"),
+        Ok(ObserverMode::AfterTheFact)
+    );
+}
+
+#[test]
+fn after_a_restricted_read_the_proxy_refuses_the_other_providers_api_hosts() {
+    use palisade_egress::decide::Decider as _;
+    use palisade_isolate::observe::Attribution;
+    use palisade_policy::verdict::Decision;
+    let d = direct(
+        &format!("{OBSERVED}\n[egress.provider_hosts]\nopenai = [\"gw.openai.test\"]\n"),
+        &[],
+    );
+    let host = |h: &str| RequestHost::Name(h.into());
+    // Positive control: clean, the openai hosts are allowed (and are not
+    // reserved, so they stay new hosts below).
+    assert!(d.core.would_allow(&host("api.openai.com"), 443));
+    d.core
+        .observed_read(&d.cwd.join("private/x"), Attribution::Sandbox);
+    for h in ["api.openai.com", "gw.openai.test"] {
+        let v = d.core.decide(&host(h), 443, now_ms());
+        assert_eq!(v.decision, Decision::Deny, "{h}: {v:?}");
+        let reason = v.record_reason();
+        assert!(reason.starts_with("routing_denied: "), "{reason}");
+        assert!(reason.contains("routing[0]"), "{reason}");
+        assert!(reason.contains("private/x"), "{reason}");
+        assert_eq!(v.rule.as_deref(), Some("routing[0]"));
+    }
+    // The allowed provider's host and a host of no provider still pass.
+    let v = d.core.decide(&host("api.anthropic.com"), 443, now_ms());
+    assert_eq!(v.decision, Decision::Allow, "{v:?}");
+    let v = d.core.decide(&host("alpha.test"), 443, now_ms());
+    assert_eq!(v.decision, Decision::Allow, "{v:?}");
+}
+
+#[test]
+fn a_degraded_observer_feeds_the_session_and_says_so() {
+    use palisade_isolate::observe::{ObserverMode, Scope, Watch};
+    use palisade_schema::host_policy::TaintObserve;
+    let d = direct(OBSERVED, &[]);
+    let untrusted = d.cwd.join("notes/untrusted.md");
+    std::fs::write(&untrusted, "x").unwrap();
+    std::fs::write(d.cwd.join("notes/readme.md"), "x").unwrap();
+    let w = [Watch::new(d.cwd.join("notes"), Scope::Tree)];
+    // No observer can run: refused with the facts, nothing started.
+    let err =
+        super::observe::start(&d.core, &w, TaintObserve::Kernel, (None, "no inotify")).unwrap_err();
+    assert!(err.contains("read_observer (no inotify)"), "{err}");
+    let o = super::observe::start(
+        &d.core,
+        &w,
+        TaintObserve::Kernel,
+        (Some(ObserverMode::AfterTheFact), "inotify"),
+    )
+    .unwrap();
+    assert!(o.degraded());
+    assert_eq!(o.status, "degraded (after the fact, not attributed)");
+    assert_eq!(
+        o.layer_json()["status"],
+        "degraded (after the fact, not attributed)"
+    );
+    // Positive control: an unrelated file in the tree taints nothing.
+    std::fs::read(d.cwd.join("notes/readme.md")).unwrap();
+    // After the fact and not attributed: this process's own read counts.
+    std::fs::read(&untrusted).unwrap();
+    let mut tainted = false;
+    for _ in 0..1000 {
+        if d.core.is_tainted() {
+            tainted = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(tainted, "the observed read never reached the session");
+    let raised = d.records("taint_raised");
+    assert_eq!(raised.len(), 1, "{raised:?}");
+    assert_eq!(raised[0]["body"]["detail"], "notes/untrusted.md");
+    assert_eq!(raised[0]["body"]["by"], "observer");
+    drop(o);
 }

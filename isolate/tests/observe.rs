@@ -1,0 +1,574 @@
+//! The read observer (`palisade_isolate::observe`) against real sandboxes:
+//! a sandboxed `cat` of a watched file, through a staged root's overlay and
+//! through a direct-writes bind, reaches the handler with the verified host
+//! path and the sandbox's attribution, and waits for its answer (a `Deny`
+//! fails the open with `EPERM`, an `Allow` lets it print); an unwatched file
+//! and a host process's read reach no handler; files and directories
+//! created later in a watched tree, and a hard link the worker makes, are
+//! seen; a process without `CAP_SYS_ADMIN` gets the degraded, after-the-fact
+//! observer. Every refusal or silence has its positive control in the same
+//! test.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    reason = "tests"
+)]
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::Duration;
+
+use palisade_isolate::observe::{
+    Attribution, Handler, ObserveError, ObservedOpen, ObserverMode, ReadObserver, Response, Scope,
+    Watch,
+};
+use palisade_isolate::{Command, Exit, Layer, Profile, Sandbox, SandboxChild, Signal, Stdio};
+
+const WORKER: u32 = palisade_isolate::DEFAULT_WORKER_UID;
+/// An upper bound against hangs only, never a pass criterion.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+fn skip_unless_root() -> bool {
+    if !nix::unistd::getuid().is_root() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the sandbox tests as root"
+        );
+        eprintln!("skipped: the read observer tests run as root (CI does)");
+        return true;
+    }
+    false
+}
+
+fn chown_tree(p: &Path) {
+    std::os::unix::fs::lchown(p, Some(WORKER), Some(WORKER)).unwrap();
+    if p.is_dir() && !p.is_symlink() {
+        for e in std::fs::read_dir(p).unwrap() {
+            chown_tree(&e.unwrap().path());
+        }
+    }
+}
+
+/// The secret's content, reversed in the source so that a leak scan of the
+/// test output cannot match the source itself.
+fn secret() -> String {
+    "terces-ym".chars().rev().collect()
+}
+
+/// A writable root owned by the worker: `secret.txt` (to be watched),
+/// `plain.txt` (never watched) and a directory `tree/` holding `inner.txt`.
+/// Returned with its canonical path.
+fn root() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("palisade-observe-")
+        .tempdir()
+        .unwrap();
+    let p = dir.path().canonicalize().unwrap();
+    std::fs::write(p.join("secret.txt"), format!("{}\n", secret())).unwrap();
+    std::fs::write(p.join("plain.txt"), "plain\n").unwrap();
+    std::fs::create_dir(p.join("tree")).unwrap();
+    std::fs::write(p.join("tree/inner.txt"), "inner\n").unwrap();
+    chown_tree(&p);
+    (dir, p)
+}
+
+/// A stage base outside every root (never under /tmp, which the view
+/// replaces).
+fn stage_base() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(".palisade-stages-")
+        .tempdir_in("/")
+        .unwrap()
+}
+
+fn staged(root: &Path, base: &Path, session: &str) -> Sandbox {
+    let mut sb = Sandbox::new(Profile::governed());
+    sb.writable(root).cwd(root).stage_in(base, session);
+    sb
+}
+
+fn direct(root: &Path) -> Sandbox {
+    let mut sb = Sandbox::new(Profile::governed());
+    sb.dangerous().disable(Layer::StagedWrites).unwrap();
+    sb.writable(root).cwd(root);
+    sb
+}
+
+/// A handler that sends each open to the test and blocks until the test
+/// answers it (a silent test denies, after the patience bound).
+fn gated() -> (Handler, Receiver<ObservedOpen>, Sender<Response>) {
+    let (open_tx, open_rx) = channel();
+    let (answer_tx, answer_rx) = channel::<Response>();
+    let handler = Box::new(move |o: &ObservedOpen| {
+        let _ = open_tx.send(o.clone());
+        answer_rx.recv_timeout(PATIENCE).unwrap_or(Response::Deny)
+    });
+    (handler, open_rx, answer_tx)
+}
+
+/// A handler that records each open and allows it at once.
+fn recording() -> (Handler, Receiver<ObservedOpen>) {
+    let (tx, rx) = channel();
+    let handler = Box::new(move |o: &ObservedOpen| {
+        let _ = tx.send(o.clone());
+        Response::Allow
+    });
+    (handler, rx)
+}
+
+/// Spawn `script` under `/bin/sh -c` in `sb` (stdout and stderr together
+/// on one pipe, read by a thread), attribute the observer's opens to it.
+fn spawn(
+    sb: &Sandbox,
+    obs: &ReadObserver,
+    script: &str,
+) -> (SandboxChild, std::thread::JoinHandle<String>) {
+    let cmd = Command::new(["/bin/sh", "-c", &format!("exec 2>&1; {script}")])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut child = sb
+        .spawn(cmd)
+        .unwrap_or_else(|e| panic!("launch of {script:?} failed: {e}"));
+    obs.attribute_to(child.pid_namespace().unwrap());
+    let mut stdout = child.take_stdout().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut out = String::new();
+        let _ = stdout.read_to_string(&mut out);
+        out
+    });
+    (child, reader)
+}
+
+/// `out` for an assertion message, the secret's content replaced.
+fn shown(out: &str) -> String {
+    out.replace(&secret(), "<the secret>")
+}
+
+fn finish(mut child: SandboxChild, reader: std::thread::JoinHandle<String>) -> (Exit, String) {
+    let exit = match child.wait_timeout(PATIENCE).unwrap() {
+        Some(e) => e,
+        None => {
+            let _ = child.kill(Signal::KILL);
+            panic!("the sandbox timed out");
+        }
+    };
+    (exit, reader.join().unwrap())
+}
+
+/// While its handler runs, the opener of `o` is blocked in the `openat`
+/// that raised it (`/proc/<pid>/syscall` names the call a blocked process
+/// is in): the handler runs before the open returns.
+fn assert_in_openat(o: &ObservedOpen) {
+    let pid = o.pid.expect("a permission event names its opener");
+    let text = std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+        .unwrap_or_else(|e| format!("gone ({e})"));
+    let nr: Option<i64> = text.split_whitespace().next().and_then(|w| w.parse().ok());
+    assert_eq!(
+        nr,
+        Some(libc::SYS_openat),
+        "the opener {pid} is not in openat while the handler runs: {text}"
+    );
+}
+
+/// The permission-mode core, for a sandbox whose root is `p`: the first
+/// `cat` of the watched secret waits in the handler (the sandbox has not
+/// ended while it does) and is allowed, the second is denied with `EPERM`;
+/// the unwatched `plain.txt` reaches no handler.
+fn cat_is_held_then_denied(sb: &Sandbox, p: &Path) {
+    let (handler, opens, answers) = gated();
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("secret.txt"), Scope::Exact)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    // Dropped before the observer (which waits for a running handler), so
+    // that a failing assertion ends the handler's wait at once.
+    let answers = answers;
+    assert_eq!(obs.mode(), ObserverMode::Permission);
+    let script = "cat secret.txt; echo rc1=$?; cat secret.txt; echo rc2=$?; cat plain.txt";
+    let (mut child, reader) = spawn(sb, &obs, script);
+
+    let first = opens.recv_timeout(PATIENCE).expect("the first cat's open");
+    assert_eq!(first.path, p.join("secret.txt"));
+    assert_eq!(first.attribution, Attribution::Sandbox);
+    assert_eq!(first.mode, ObserverMode::Permission);
+    // The handler has not answered: the opener is still inside its
+    // `openat`, so nothing can have been read yet.
+    assert_in_openat(&first);
+    assert_eq!(child.try_wait().unwrap(), None);
+    answers.send(Response::Allow).unwrap();
+
+    let second = opens.recv_timeout(PATIENCE).expect("the second cat's open");
+    assert_eq!(second.path, p.join("secret.txt"));
+    assert_in_openat(&second);
+    assert_eq!(child.try_wait().unwrap(), None);
+    answers.send(Response::Deny).unwrap();
+
+    let (exit, out) = finish(child, reader);
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+    let lines: Vec<&str> = out.lines().collect();
+    // The allowed open printed the content; the denied one failed with
+    // EPERM; the unwatched file printed without a handler call.
+    assert_eq!(lines[0], secret(), "{}", shown(&out));
+    assert_eq!(lines[1], "rc1=0", "{}", shown(&out));
+    assert!(
+        lines[2].contains("Operation not permitted"),
+        "{}",
+        shown(&out)
+    );
+    assert_eq!(lines[3], "rc2=1", "{}", shown(&out));
+    assert_eq!(lines[4], "plain", "{}", shown(&out));
+    assert!(opens.try_recv().is_err(), "no other open was reported");
+    assert_eq!(obs.internal_errors(), 0);
+}
+
+#[test]
+fn a_staged_cat_waits_for_the_handler_and_a_deny_fails_it() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let base = stage_base();
+    let sb = staged(&p, base.path(), "obs-staged");
+    cat_is_held_then_denied(&sb, &p);
+}
+
+#[test]
+fn a_direct_writes_cat_waits_for_the_handler_and_a_deny_fails_it() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    cat_is_held_then_denied(&direct(&p), &p);
+}
+
+#[test]
+fn a_host_read_reaches_no_handler_while_the_sandbox_read_does() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let support = palisade_isolate::observe::probe();
+    assert_eq!(
+        support.mode,
+        Some(ObserverMode::Permission),
+        "{}",
+        support.facts
+    );
+    assert!(support.facts.contains("CAP_SYS_ADMIN"), "{}", support.facts);
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("secret.txt"), Scope::Exact)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    let (mut child, reader) = spawn(&direct(&p), &obs, "read go; cat secret.txt");
+    // A host process (not this one: a child in the host's PID namespace).
+    let host = std::process::Command::new("/bin/cat")
+        .arg(p.join("secret.txt"))
+        .output()
+        .unwrap();
+    assert!(host.status.success());
+    assert_eq!(String::from_utf8_lossy(&host.stdout).trim(), secret());
+    assert!(opens.try_recv().is_err(), "a host read reached the handler");
+    // Positive control: the sandbox's read of the same file does.
+    child.take_stdin().unwrap().write_all(b"go\n").unwrap();
+    let seen = opens.recv_timeout(PATIENCE).expect("the sandbox's open");
+    assert_eq!(seen.path, p.join("secret.txt"));
+    assert_eq!(seen.attribution, Attribution::Sandbox);
+    let (exit, out) = finish(child, reader);
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+    assert_eq!(out.trim(), secret());
+}
+
+#[test]
+fn files_and_directories_created_later_in_a_watched_tree_are_seen() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let base = stage_base();
+    let tree = p.join("tree");
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[Watch::new(&tree, Scope::Tree)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    // Created on the host after the start: a file in the tree, and a new
+    // directory with a file in it.
+    std::fs::write(tree.join("late.txt"), "late\n").unwrap();
+    std::fs::create_dir(tree.join("newdir")).unwrap();
+    std::fs::write(tree.join("newdir/deep.txt"), "deep\n").unwrap();
+    chown_tree(&tree);
+    // This process opening the new directory is allowed without a handler
+    // call, and marks it (so the test does not race the creation events).
+    assert_eq!(std::fs::read_dir(tree.join("newdir")).unwrap().count(), 1);
+    let sb = staged(&p, base.path(), "obs-tree");
+    let script = "cat plain.txt tree/inner.txt tree/late.txt tree/newdir/deep.txt";
+    let (child, reader) = spawn(&sb, &obs, script);
+    let (exit, out) = finish(child, reader);
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+    assert_eq!(out, "plain\ninner\nlate\ndeep\n");
+    let seen: Vec<ObservedOpen> = opens.try_iter().collect();
+    let paths: Vec<&Path> = seen.iter().map(|o| o.path.as_path()).collect();
+    assert_eq!(
+        paths,
+        [
+            tree.join("inner.txt"),
+            tree.join("late.txt"),
+            tree.join("newdir/deep.txt")
+        ],
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter().all(|o| o.attribution == Attribution::Sandbox),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn a_hard_link_the_worker_makes_to_a_watched_file_is_still_seen() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("secret.txt"), Scope::Exact)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    let script = "ln secret.txt other.txt && cat other.txt";
+    let (child, reader) = spawn(&direct(&p), &obs, script);
+    let (exit, out) = finish(child, reader);
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+    assert_eq!(out.trim(), secret());
+    assert!(p.join("other.txt").exists(), "the link is on the host");
+    let seen: Vec<ObservedOpen> = opens.try_iter().collect();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    // Reported by the watched name, which the inode still has.
+    assert_eq!(seen[0].path, p.join("secret.txt"));
+    assert_eq!(seen[0].attribution, Attribution::Sandbox);
+}
+
+#[test]
+fn a_handler_that_panics_denies_the_open_and_the_observer_goes_on() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let (tx, opens) = channel();
+    let mut calls = 0u32;
+    let handler: Handler = Box::new(move |o: &ObservedOpen| {
+        calls += 1;
+        let _ = tx.send(o.clone());
+        assert!(calls > 1, "the first call fails");
+        Response::Allow
+    });
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("secret.txt"), Scope::Exact)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    let script = "cat secret.txt; echo rc1=$?; cat secret.txt; echo rc2=$?";
+    let (child, reader) = spawn(&direct(&p), &obs, script);
+    let (exit, out) = finish(child, reader);
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+    let lines: Vec<&str> = out.lines().collect();
+    // Failed closed: the open whose handler panicked was denied, counted.
+    assert!(
+        lines[0].contains("Operation not permitted"),
+        "{}",
+        shown(&out)
+    );
+    assert_eq!(lines[1], "rc1=1", "{}", shown(&out));
+    // Positive control: the observer still runs, and the next open, whose
+    // handler returns, is allowed.
+    assert_eq!(lines[2], secret(), "{}", shown(&out));
+    assert_eq!(lines[3], "rc2=0", "{}", shown(&out));
+    assert_eq!(opens.try_iter().count(), 2);
+    assert_eq!(obs.internal_errors(), 1);
+}
+
+#[test]
+fn a_missing_or_symlinked_watch_is_handled_without_following() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    std::os::unix::fs::symlink(p.join("secret.txt"), p.join("link.txt")).unwrap();
+    let (handler, _opens) = recording();
+    let err = ReadObserver::start(
+        &[Watch::new(p.join("link.txt"), Scope::Exact)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, ObserveError::Watch { path, .. } if path == &p.join("link.txt")),
+        "{err}"
+    );
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+    // Positive control and the missing path: a watch of a file that does
+    // not exist yet starts, and sees the file once the host creates it.
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("later/marked.txt"), Scope::Exact)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    std::fs::create_dir(p.join("later")).unwrap();
+    std::fs::write(p.join("later/marked.txt"), "marked\n").unwrap();
+    chown_tree(&p.join("later"));
+    // The creation events are handled by the observer thread; a sandboxed
+    // reader retries until its open is reported, bounded.
+    let script = "cat later/marked.txt";
+    let mut seen = None;
+    for _ in 0..50 {
+        let (child, reader) = spawn(&direct(&p), &obs, script);
+        let (exit, out) = finish(child, reader);
+        assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+        if let Ok(o) = opens.try_recv() {
+            seen = Some(o);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let seen = seen.expect("the file created later was never seen");
+    assert_eq!(seen.path, p.join("later/marked.txt"));
+}
+
+#[test]
+fn without_cap_sys_admin_the_observer_is_degraded_and_after_the_fact() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    // In a forked child that enters a user namespace of its own, this
+    // process has no CAP_SYS_ADMIN in the initial namespace. No printing
+    // there: the code says what happened.
+    let code = fork_and(|| {
+        if nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER).is_err() {
+            return 10;
+        }
+        let support = palisade_isolate::observe::probe();
+        if support.mode != Some(ObserverMode::AfterTheFact)
+            || !support.facts.contains("no CAP_SYS_ADMIN")
+        {
+            return 11;
+        }
+        let (handler, _) = recording();
+        match ReadObserver::start(
+            &[Watch::new(p.join("secret.txt"), Scope::Exact)],
+            ObserverMode::Permission,
+            handler,
+        ) {
+            Err(ObserveError::Unavailable(why)) if why.contains("CAP_SYS_ADMIN") => {}
+            _ => return 12,
+        }
+        let (handler, opens) = recording();
+        let Ok(obs) = ReadObserver::start(
+            &[
+                Watch::new(p.join("secret.txt"), Scope::Exact),
+                Watch::new(p.join("tree"), Scope::Tree),
+            ],
+            ObserverMode::AfterTheFact,
+            handler,
+        ) else {
+            return 13;
+        };
+        if obs.mode() != ObserverMode::AfterTheFact {
+            return 14;
+        }
+        let read = |f: &str| {
+            std::process::Command::new("/bin/cat")
+                .arg(p.join(f))
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        if !(read("plain.txt") && read("secret.txt") && read("tree/inner.txt")) {
+            return 15;
+        }
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            match opens.recv_timeout(PATIENCE) {
+                Ok(o) => got.push(o),
+                Err(_) => return 16,
+            }
+        }
+        let want = [p.join("secret.txt"), p.join("tree/inner.txt")];
+        for (o, w) in got.iter().zip(want.iter()) {
+            if &o.path != w
+                || o.attribution != Attribution::Unknown
+                || o.mode != ObserverMode::AfterTheFact
+                || o.pid.is_some()
+            {
+                return 17;
+            }
+        }
+        // The unwatched plain.txt (read first) was never reported.
+        if opens.recv_timeout(Duration::from_millis(200)).is_ok() {
+            return 18;
+        }
+        0
+    });
+    assert_eq!(code, 0, "the degraded observer's check {code} failed");
+}
+
+/// Run `f` in a forked copy of this test process; its exit code.
+fn fork_and(f: impl FnOnce() -> i32) -> i32 {
+    match palisade_isolate::__escape::fork_for_tests() {
+        0 => {
+            let c = f();
+            palisade_isolate::__escape::exit_for_tests(c)
+        }
+        pid => palisade_isolate::__escape::wait_for_tests(pid),
+    }
+}
+
+#[test]
+fn the_degraded_observer_sees_a_staged_read_after_the_fact() {
+    if skip_unless_root() {
+        return;
+    }
+    // Asked for explicitly (this process could run the permission mode):
+    // inotify on the host's inodes sees the opens through the overlay.
+    let (_r, p) = root();
+    let base = stage_base();
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[
+            Watch::new(p.join("secret.txt"), Scope::Exact),
+            Watch::new(p.join("tree"), Scope::Tree),
+        ],
+        ObserverMode::AfterTheFact,
+        handler,
+    )
+    .unwrap();
+    let sb = staged(&p, base.path(), "obs-degraded");
+    let (child, reader) = spawn(&sb, &obs, "cat plain.txt secret.txt tree/inner.txt");
+    let (exit, out) = finish(child, reader);
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+    let mut files = Vec::new();
+    while files.len() < 2 {
+        let o = opens.recv_timeout(PATIENCE).expect("the staged reads");
+        assert_eq!(o.attribution, Attribution::Unknown);
+        assert_eq!(o.mode, ObserverMode::AfterTheFact);
+        // The tree's own directory may be reported too (its open).
+        if o.path != p.join("tree") {
+            files.push(o.path);
+        }
+    }
+    assert_eq!(files, [p.join("secret.txt"), p.join("tree/inner.txt")]);
+}
