@@ -130,18 +130,17 @@ impl SteeringWatch {
     /// Looks at one path again (an observed event), returns its change
     /// since the last look and keeps the new fingerprint, so the scans and
     /// the observer never report one change twice.
-    pub(crate) fn recheck(&mut self, path: &Path) -> Option<Change> {
-        let now = fs::symlink_metadata(path)
-            .ok()
-            .map(|m| fingerprint(path, &m));
-        let before = self.last.paths.get(path).cloned();
-        let change = change_of(path, before.as_ref(), now.as_ref());
+    pub(crate) fn recheck(&mut self, root: &Path, rel: &Path) -> Option<Change> {
+        let path = root.join(rel);
+        let now = fingerprint_beneath(root, rel).map(|(fp, _)| fp);
+        let before = self.last.paths.get(&path).cloned();
+        let change = change_of(&path, before.as_ref(), now.as_ref());
         match now {
             Some(fp) => {
-                self.last.paths.insert(path.to_path_buf(), fp);
+                self.last.paths.insert(path, fp);
             }
             None => {
-                self.last.paths.remove(path);
+                self.last.paths.remove(&path);
             }
         }
         change
@@ -224,16 +223,87 @@ fn fingerprint(path: &Path, meta: &fs::Metadata) -> Fingerprint {
     })
 }
 
+/// How `rel` under `root` looks, never through a symbolic link (not at
+/// `rel`, not above it: `openat2` with `RESOLVE_BENEATH |
+/// RESOLVE_NO_SYMLINKS`), and the raw device number (a whiteout is a 0/0
+/// character device). `None` when it is absent or reachable only through a
+/// link, as a worker that swapped a directory for one would make it.
+pub(crate) fn fingerprint_beneath(root: &Path, rel: &Path) -> Option<(Fingerprint, u64)> {
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+    use nix::sys::stat::{Mode, SFlag};
+    if rel.as_os_str().is_empty()
+        || rel
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
+        return None;
+    }
+    let how = |flags: OFlag| {
+        OpenHow::new()
+            .flags(flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
+            .resolve(
+                ResolveFlag::RESOLVE_BENEATH
+                    | ResolveFlag::RESOLVE_NO_SYMLINKS
+                    | ResolveFlag::RESOLVE_NO_MAGICLINKS,
+            )
+    };
+    let dir = nix::fcntl::open(
+        root,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let entry = nix::fcntl::openat2(&dir, rel, how(OFlag::O_PATH)).ok()?;
+    let st = nix::sys::stat::fstat(&entry).ok()?;
+    let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+    let rdev = st.st_rdev;
+    let fp = if kind == SFlag::S_IFLNK {
+        Fingerprint::Symlink(
+            nix::fcntl::readlinkat(&entry, "")
+                .map(|t| PathBuf::from(t).display().to_string())
+                .unwrap_or_default(),
+        )
+    } else if kind == SFlag::S_IFREG {
+        let size = u64::try_from(st.st_size).unwrap_or(u64::MAX);
+        if size > MAX_HASHED_BYTES {
+            Fingerprint::Large(size, st.st_mtime)
+        } else {
+            // Opened again for reading, as strictly; a node swapped in
+            // between that is no regular file is not read.
+            let fd = nix::fcntl::openat2(&dir, rel, how(OFlag::O_RDONLY | OFlag::O_NONBLOCK)).ok();
+            let file = fd.map(fs::File::from);
+            match file.as_ref().and_then(hash_open) {
+                Some(h) => Fingerprint::File(h),
+                None => Fingerprint::Other("unreadable"),
+            }
+        }
+    } else {
+        Fingerprint::Other(match kind {
+            SFlag::S_IFDIR => "dir",
+            SFlag::S_IFSOCK => "socket",
+            SFlag::S_IFIFO => "fifo",
+            _ => "device",
+        })
+    };
+    Some((fp, rdev))
+}
+
 fn hash_file(path: &Path) -> Option<String> {
     // O_NOFOLLOW: a file swapped for a link between stat and open is not
     // followed; O_NONBLOCK: one swapped for a fifo does not block the open,
     // and is not read (only a regular file is).
     use std::os::unix::fs::OpenOptionsExt;
-    let mut f = fs::OpenOptions::new()
+    let f = fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
         .ok()?;
+    hash_open(&f)
+}
+
+/// The `sha256:` of an open regular file (`None` for anything else, or
+/// over [`MAX_HASHED_BYTES`]).
+fn hash_open(mut f: &fs::File) -> Option<String> {
     if !f.metadata().ok()?.file_type().is_file() {
         return None;
     }
@@ -282,22 +352,16 @@ fn change_of(
 /// (the host's file shows through unchanged) or only a directory the host
 /// has too (the upper holds every parent of what was written).
 pub(crate) fn staged_change(upper: &Path, host: &Path, rel: &Path) -> Option<Change> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let up = upper.join(rel);
-    let meta = fs::symlink_metadata(&up).ok()?;
-    let hpath = host.join(rel);
-    let before = fs::symlink_metadata(&hpath)
-        .ok()
-        .map(|m| fingerprint(&hpath, &m));
-    let ft = meta.file_type();
-    let whiteout = ft.is_char_device() && meta.rdev() == 0;
+    let (up, rdev) = fingerprint_beneath(upper, rel)?;
+    let before = fingerprint_beneath(host, rel).map(|(fp, _)| fp);
+    let whiteout = matches!(up, Fingerprint::Other("device")) && rdev == 0;
     let after = if whiteout {
         None
     } else {
-        if ft.is_dir() && before.is_some() {
+        if matches!(up, Fingerprint::Other("dir")) && before.is_some() {
             return None;
         }
-        Some(fingerprint(&up, &meta))
+        Some(up)
     };
     let change = match (&before, &after) {
         (None, None) => return None,
@@ -413,16 +477,16 @@ mod tests {
         fs::write(root.join("AGENTS.md"), "a").unwrap();
         let mut w = SteeringWatch::new(std::slice::from_ref(&root), &pats(&["AGENTS.md"])).unwrap();
         // Positive control: nothing changed, nothing reported.
-        assert_eq!(w.recheck(&root.join("AGENTS.md")), None);
+        assert_eq!(w.recheck(&root, Path::new("AGENTS.md")), None);
         fs::write(root.join("AGENTS.md"), "b").unwrap();
-        let c = w.recheck(&root.join("AGENTS.md")).unwrap();
+        let c = w.recheck(&root, Path::new("AGENTS.md")).unwrap();
         assert_eq!(c.change, "modified");
         assert_ne!(c.before, c.after);
-        assert_eq!(w.recheck(&root.join("AGENTS.md")), None);
+        assert_eq!(w.recheck(&root, Path::new("AGENTS.md")), None);
         assert!(w.check().0.is_empty());
         fs::remove_file(root.join("AGENTS.md")).unwrap();
         assert_eq!(
-            w.recheck(&root.join("AGENTS.md")).unwrap().change,
+            w.recheck(&root, Path::new("AGENTS.md")).unwrap().change,
             "deleted"
         );
         assert!(w.check().0.is_empty());
@@ -471,6 +535,43 @@ mod tests {
         let c = staged_change(&upper, &host, Path::new("FIFO.md")).unwrap();
         assert_eq!(c.after.as_deref(), Some("other:fifo"));
         let _ = fs::set_permissions(&upper, fs::Permissions::from_mode(0o755));
+    }
+
+    #[test]
+    fn an_observed_path_is_never_read_through_a_symlinked_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let outside = dir.path().join("outside");
+        fs::create_dir_all(&root).unwrap();
+        fs::create_dir_all(outside.join("x")).unwrap();
+        fs::write(outside.join("x/hook.sh"), "host secret-ish").unwrap();
+        // Positive control: the same file in a real directory is read.
+        fs::create_dir_all(root.join(".paseo/x")).unwrap();
+        fs::write(root.join(".paseo/x/hook.sh"), "mine").unwrap();
+        let rel = Path::new(".paseo/x/hook.sh");
+        assert!(matches!(
+            fingerprint_beneath(&root, rel),
+            Some((Fingerprint::File(_), _))
+        ));
+        // The worker swaps `.paseo` for a link out of the root.
+        fs::remove_dir_all(root.join(".paseo")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join(".paseo")).unwrap();
+        assert_eq!(fingerprint_beneath(&root, rel), None);
+        // Nor through a link that stays inside the root.
+        fs::create_dir_all(root.join("decoy/x")).unwrap();
+        fs::write(root.join("decoy/x/hook.sh"), "decoy").unwrap();
+        fs::remove_file(root.join(".paseo")).unwrap();
+        std::os::unix::fs::symlink("decoy", root.join(".paseo")).unwrap();
+        assert_eq!(fingerprint_beneath(&root, rel), None);
+        // The link itself is fingerprinted by its target, not followed.
+        assert!(matches!(
+            fingerprint_beneath(&root, Path::new(".paseo")),
+            Some((Fingerprint::Symlink(_), _))
+        ));
+        assert_eq!(
+            fingerprint_beneath(&root, Path::new("../outside/x/hook.sh")),
+            None
+        );
     }
 
     #[test]

@@ -40,7 +40,9 @@ use palisade_taint::{
 };
 use serde_json::{Value, json};
 
-use crate::steering::observe::{Budget, MAX_RECORDS_PER_PATH, Observer, RecordBudget, Seen, Sink};
+use crate::steering::observe::{
+    Budget, MAX_RECORDS_PER_PATH, MAX_WATCHES, Observer, RecordBudget, Seen, Sink,
+};
 use crate::steering::{Change, SteeringWatch, staged_change};
 
 /// Unix milliseconds now.
@@ -492,6 +494,19 @@ impl SessionCore {
         globs: &globset::GlobSet,
         patterns: &[String],
     ) -> Option<Observer> {
+        self.observe_steering_within(stage, roots, globs, patterns, MAX_WATCHES)
+    }
+
+    /// [`SessionCore::observe_steering`] with at most `max_watches`
+    /// directories watched.
+    pub(crate) fn observe_steering_within(
+        self: &Arc<Self>,
+        stage: Option<&Stage>,
+        roots: &[std::path::PathBuf],
+        globs: &globset::GlobSet,
+        patterns: &[String],
+        max_watches: usize,
+    ) -> Option<Observer> {
         if patterns.is_empty() {
             return None;
         }
@@ -513,6 +528,10 @@ impl SessionCore {
                         let Some((upper, host)) = pairs.get(root) else {
                             return;
                         };
+                        // Over its bound, not even hashed: the commit records it.
+                        if budget.spent(&host.join(&rel)) {
+                            return;
+                        }
                         let Some(c) = staged_change(upper, host, &rel) else {
                             return;
                         };
@@ -546,7 +565,7 @@ impl SessionCore {
                             return;
                         }
                         let change = match lock(&core.steering).as_mut() {
-                            Some(w) => w.recheck(&path),
+                            Some(w) => w.recheck(base, &rel),
                             None => return,
                         };
                         if let Some(c) = change
@@ -566,7 +585,7 @@ impl SessionCore {
         // Observed from the start; an `Incomplete` report turns the
         // control-request checks back on.
         self.steering_observed.store(true, Ordering::SeqCst);
-        match Observer::start(watched, globs.clone(), patterns, sink) {
+        match Observer::start_within(watched, globs.clone(), patterns, sink, max_watches) {
             Ok(o) => Some(o),
             Err(e) => {
                 self.steering_observed.store(false, Ordering::SeqCst);

@@ -136,6 +136,7 @@ struct Watcher {
     pending: BTreeMap<(usize, PathBuf), Instant>,
     incomplete: bool,
     sink: Sink,
+    max_watches: usize,
 }
 
 fn mask() -> AddWatchFlags {
@@ -182,8 +183,11 @@ impl Watcher {
         if !self.scope.could_contain(&rel) {
             return;
         }
-        if self.dirs.len() >= MAX_WATCHES {
-            self.incomplete(format!("more than {MAX_WATCHES} directories to watch"));
+        if self.dirs.len() >= self.max_watches {
+            self.incomplete(format!(
+                "more than {} directories to watch",
+                self.max_watches
+            ));
             return;
         }
         let Some(base) = self.roots.get(root) else {
@@ -288,14 +292,16 @@ pub(crate) struct Observer {
 
 impl Observer {
     /// Watches `roots` for the steering globs (`globs`, built from
-    /// `patterns`), reporting to `sink` on its own thread. The watches are
+    /// `patterns`), at most `max_watches` directories ([`MAX_WATCHES`] in
+    /// a session), reporting to `sink` on its own thread. The watches are
     /// in place when this returns; what already matches in the watched
     /// trees is reported first.
-    pub(crate) fn start(
+    pub(crate) fn start_within(
         roots: Vec<PathBuf>,
         globs: GlobSet,
         patterns: &[String],
         sink: Sink,
+        max_watches: usize,
     ) -> Result<Self, String> {
         let scope = Scope::new(globs, patterns)?;
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
@@ -308,6 +314,7 @@ impl Observer {
             pending: BTreeMap::new(),
             incomplete: false,
             sink,
+            max_watches,
         };
         if !w.scope.patterns.is_empty() {
             for i in 0..w.roots.len() {
@@ -479,11 +486,12 @@ mod tests {
         let p = pats(&["AGENTS.md", ".paseo/**"]);
         let seen = Arc::new(Mutex::new(Vec::new()));
         let s2 = seen.clone();
-        let obs = Observer::start(
+        let obs = Observer::start_within(
             vec![root.clone()],
             super::super::glob_set(&p).unwrap(),
             &p,
             Box::new(move |s| s2.lock().unwrap().push(s)),
+            MAX_WATCHES,
         )
         .unwrap();
         // Positive control first: an ordinary file, then a steering one.
@@ -511,17 +519,47 @@ mod tests {
     }
 
     #[test]
+    fn over_its_watch_bound_the_observer_says_it_is_incomplete_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        for d in ["a", "b", "c", "d"] {
+            fs::create_dir_all(root.join(d)).unwrap();
+        }
+        let p = pats(&["**/CLAUDE.md"]);
+        for (limit, incomplete) in [(100, false), (2, true)] {
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let s2 = seen.clone();
+            let obs = Observer::start_within(
+                vec![root.clone()],
+                super::super::glob_set(&p).unwrap(),
+                &p,
+                Box::new(move |s| s2.lock().unwrap().push(s)),
+                limit,
+            )
+            .unwrap();
+            obs.stop();
+            let all = seen.lock().unwrap().clone();
+            let n = all
+                .iter()
+                .filter(|s| matches!(s, Seen::Incomplete(why) if why.contains("directories")))
+                .count();
+            assert_eq!(n, usize::from(incomplete), "limit {limit}: {all:?}");
+        }
+    }
+
+    #[test]
     fn many_small_writes_are_coalesced() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().to_path_buf();
         let p = pats(&["AGENTS.md"]);
         let seen = Arc::new(Mutex::new(Vec::new()));
         let s2 = seen.clone();
-        let obs = Observer::start(
+        let obs = Observer::start_within(
             vec![root.clone()],
             super::super::glob_set(&p).unwrap(),
             &p,
             Box::new(move |s| s2.lock().unwrap().push(s)),
+            MAX_WATCHES,
         )
         .unwrap();
         {

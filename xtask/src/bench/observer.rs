@@ -357,22 +357,28 @@ impl Session {
     }
 }
 
-/// The `read_observer` layer of a journal's `sandbox_status`, or what is
-/// missing.
+/// The status of the `read_observer` layer in a journal's
+/// `sandbox_status` (`layers` is a list of `{layer, status, detail}`), or
+/// what is missing.
 fn observer_layer(journal: &str) -> String {
-    journal
+    let Some(status) = journal
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .find(|r| r.get("kind").and_then(Value::as_str) == Some("sandbox_status"))
-        .map_or_else(
-            || "no sandbox_status record".to_owned(),
-            |r| {
-                r.pointer("/body/layers/read_observer")
-                    .and_then(Value::as_str)
-                    .unwrap_or("absent")
-                    .to_owned()
-            },
-        )
+    else {
+        return "no sandbox_status record".to_owned();
+    };
+    status
+        .pointer("/body/layers")
+        .and_then(Value::as_array)
+        .and_then(|layers| {
+            layers
+                .iter()
+                .find(|l| l.get("layer").and_then(Value::as_str) == Some("read_observer"))
+        })
+        .and_then(|l| l.get("status").and_then(Value::as_str))
+        .unwrap_or("absent")
+        .to_owned()
 }
 
 fn policy_path(dir: &Path, arm: Arm) -> PathBuf {
@@ -494,10 +500,17 @@ mod tests {
     #[test]
     fn the_observer_layer_is_read_from_sandbox_status() {
         let j = "{\"kind\":\"execution_started\",\"body\":{}}\n\
-                 {\"kind\":\"sandbox_status\",\"body\":{\"layers\":{\"read_observer\":\"active\"}}}\n";
-        assert_eq!(observer_layer(j), "active");
+                 {\"kind\":\"sandbox_status\",\"body\":{\"layers\":[\
+                 {\"layer\":\"user_ns\",\"status\":\"active\"},\
+                 {\"layer\":\"read_observer\",\"status\":\"degraded (after the fact, not attributed)\"}]}}\n";
         assert_eq!(
-            observer_layer("{\"kind\":\"sandbox_status\",\"body\":{\"layers\":{}}}"),
+            observer_layer(j),
+            "degraded (after the fact, not attributed)"
+        );
+        assert_eq!(
+            observer_layer(
+                "{\"kind\":\"sandbox_status\",\"body\":{\"layers\":[{\"layer\":\"user_ns\",\"status\":\"active\"}]}}"
+            ),
             "absent"
         );
         assert_eq!(observer_layer("not json\n"), "no sandbox_status record");
