@@ -85,6 +85,11 @@ pub enum Reason {
     /// Routing: a `routing` rule keeps the content (or something the
     /// session read) from this provider.
     RouteDenied,
+    /// Routing enforced: the session read a path whose `[[routing]]` rule
+    /// does not list this provider, so the provider's relays refuse its
+    /// requests and the proxy refuses connections to its API hosts. The
+    /// detail names the rule, the path and the provider.
+    RoutingDenied,
     /// The host policy section could not be compiled; everything is denied.
     PolicyInvalid,
 }
@@ -105,6 +110,7 @@ impl Reason {
             Self::OutwardDefault => "outward_default",
             Self::InvalidOutwardKind => "invalid_outward_kind",
             Self::RouteDenied => "route_denied",
+            Self::RoutingDenied => "routing_denied",
             Self::PolicyInvalid => "policy_invalid",
         }
     }
@@ -158,10 +164,13 @@ impl Verdict {
     /// The reason as a journal record carries it: the code, and for a
     /// [`Reason::TaintedSession`] denial the code followed by `: ` and the
     /// detail (what tainted the session and when), as `docs/egress.md`
-    /// shows.
+    /// shows; likewise for a [`Reason::RoutingDenied`] denial (the rule,
+    /// the path and the provider).
     pub fn record_reason(&self) -> String {
         match self.reason {
-            Reason::TaintedSession => format!("{}: {}", self.reason, self.detail),
+            Reason::TaintedSession | Reason::RoutingDenied => {
+                format!("{}: {}", self.reason, self.detail)
+            }
             r => r.code().to_owned(),
         }
     }
@@ -186,6 +195,7 @@ mod tests {
             Reason::OutwardDefault,
             Reason::InvalidOutwardKind,
             Reason::RouteDenied,
+            Reason::RoutingDenied,
             Reason::PolicyInvalid,
         ] {
             let json = serde_json::to_value(r).unwrap();
@@ -196,10 +206,14 @@ mod tests {
     }
 
     #[test]
-    fn only_a_taint_denial_carries_its_detail_into_the_record() {
+    fn only_taint_and_routing_denials_carry_their_detail_into_the_record() {
         let t = Verdict::new(Decision::Deny, Reason::TaintedSession, None, "tainted by x");
         assert_eq!(t.record_reason(), "tainted_session: tainted by x");
         let d = Verdict::new(Decision::Deny, Reason::HostDenied, None, "`a` matches `b`");
         assert_eq!(d.record_reason(), "host_denied");
+        let r = Verdict::new(Decision::Deny, Reason::RoutingDenied, None, "read `p`");
+        assert_eq!(r.record_reason(), "routing_denied: read `p`");
+        let o = Verdict::new(Decision::Deny, Reason::RouteDenied, None, "read `p`");
+        assert_eq!(o.record_reason(), "route_denied");
     }
 }

@@ -352,6 +352,36 @@ pub struct EgressLimits {
     pub per_minute: Option<u64>,
 }
 
+/// The built-in API hosts of the routing providers palisade knows, as host
+/// pattern text: each provider name is one a `[[routing]]` rule can list,
+/// and `[egress.provider_hosts]` adds to these (it never removes one).
+/// A session whose routing state keeps content from a provider refuses new
+/// proxy connections to that provider's hosts, as that provider's relays
+/// refuse requests (`palisade_policy::route::ProviderHosts`).
+///
+/// Only names the host-pattern grammar can express are listed: regional
+/// endpoints such as `us-central1-aiplatform.googleapis.com` (Vertex AI) or
+/// `bedrock-runtime.us-east-1.amazonaws.com` (Bedrock) are not, so a policy
+/// that needs them lists them in `[egress.provider_hosts]`.
+pub const BUILTIN_PROVIDER_HOSTS: &[(&str, &[&str])] = &[
+    ("anthropic", &["api.anthropic.com"]),
+    ("azure", &["*.openai.azure.com"]),
+    ("cohere", &["api.cohere.com", "api.cohere.ai"]),
+    ("deepseek", &["api.deepseek.com"]),
+    (
+        "google",
+        &[
+            "generativelanguage.googleapis.com",
+            "aiplatform.googleapis.com",
+        ],
+    ),
+    ("groq", &["api.groq.com"]),
+    ("mistral", &["api.mistral.ai", "codestral.mistral.ai"]),
+    ("openai", &["api.openai.com", "chatgpt.com"]),
+    ("openrouter", &["openrouter.ai"]),
+    ("xai", &["api.x.ai"]),
+];
+
 /// `[[egress.relay]]`.
 ///
 /// Deliberately not `#[non_exhaustive]`: `palisade-egress` maps this section
@@ -360,7 +390,7 @@ pub struct EgressLimits {
 /// A new field is a breaking change on purpose.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Relay {
-    /// Unique name, also usable as a routing provider.
+    /// Unique name; also the relay's provider unless `provider` is set.
     pub name: String,
     /// The routing provider this relay sends content to (`provider = …`;
     /// defaults to `name`). `[[routing]]` rules name providers.
@@ -612,6 +642,14 @@ pub enum TaintObserve {
 }
 
 impl TaintObserve {
+    /// Every mode, in documentation order.
+    pub const ALL: &'static [Self] = &[Self::Kernel, Self::SelfReport];
+
+    /// Parses the policy-file value (`kernel`, `self_report`).
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|v| v.as_str() == text)
+    }
+
     /// The value as written in the policy.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -1094,6 +1132,7 @@ fn read_egress(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Egress {
             "limits",
             "relay",
             "require_sni_match",
+            "provider_hosts",
         ],
     );
     let mut e = Egress {
@@ -1127,6 +1166,9 @@ fn read_egress(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Egress {
         e.limits.connections = l.uint(cx, "connections");
         e.limits.per_minute = l.uint(cx, "per_minute");
     }
+    if let Some(ph) = t.table(cx, "provider_hosts") {
+        e.provider_hosts = read_provider_hosts(cx, &ph);
+    }
     let mut names = BTreeSet::new();
     for r in t.table_array(cx, "relay") {
         if let Some(relay) = read_relay(cx, &r) {
@@ -1144,6 +1186,48 @@ fn read_egress(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Egress {
     e
 }
 
+/// `[egress.provider_hosts]`: provider name → host patterns without a port.
+fn read_provider_hosts(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> BTreeMap<String, Vec<HostPattern>> {
+    let mut out = BTreeMap::new();
+    for key in t.table.keys() {
+        let name: &str = key.get_ref();
+        if !is_name(name) {
+            cx.error(
+                "invalid_value",
+                &key.span(),
+                &t.path.key(name),
+                format!("`{name}` is not a provider name (letters, digits, `-`, `_`, `.`)"),
+            );
+            continue;
+        }
+        let mut kept: Vec<HostPattern> = Vec::new();
+        for (text, span, path) in t.str_array(cx, name) {
+            let Some(p) = host_pattern(cx, &kept, &text, &span, &path) else {
+                continue;
+            };
+            if let Some(port) = p.port() {
+                cx.error(
+                    "invalid_host_pattern",
+                    &span,
+                    &path,
+                    format!(
+                        "`{p}`: a provider host is refused on every port, so it takes no `:{port}`"
+                    ),
+                )
+                .help(format!(
+                    "write `{}{}`",
+                    if p.is_wildcard() { "*." } else { "" },
+                    p.base()
+                ));
+            } else {
+                kept.push(p);
+            }
+        }
+        out.insert(name.to_owned(), kept);
+    }
+    out
+}
+
 fn read_relay(cx: &mut Cx<'_>, r: &Table<'_, '_>) -> Option<Relay> {
     r.deny_unknown(
         cx,
@@ -1154,6 +1238,7 @@ fn read_relay(cx: &mut Cx<'_>, r: &Table<'_, '_>) -> Option<Relay> {
             "credential",
             "worker_env",
             "limits",
+            "provider",
         ],
     );
     let name = required_str(cx, r, "name");
@@ -1268,10 +1353,21 @@ fn read_relay(cx: &mut Cx<'_>, r: &Table<'_, '_>) -> Option<Relay> {
         worker_env.insert(k, v);
     }
     let limits = read_relay_limits(cx, r);
+    let provider = match r.str(cx, "provider") {
+        Some((p, span)) if !is_name(&p) => {
+            cx.error(
+                "invalid_value",
+                &span,
+                &r.path.key("provider"),
+                format!("`{p}` is not a provider name (letters, digits, `-`, `_`, `.`)"),
+            );
+            None
+        }
+        Some((p, _)) => Some(p),
+        None => None,
+    };
     let name = name?.0;
-    // SKELETON (issue 17): `provider = "…"` is parsed by the schema helper;
-    // until then it defaults to the relay's name.
-    let provider = name.clone();
+    let provider = provider.unwrap_or_else(|| name.clone());
     Some(Relay {
         name,
         provider,
@@ -1411,9 +1507,29 @@ fn read_taint(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Taint {
             "marks_file",
             "steering_paths",
             "egress_allow",
+            "observe",
         ],
     );
     let mut taint = Taint::default();
+    if let Some((o, span)) = t.str(cx, "observe") {
+        match TaintObserve::parse(&o) {
+            Some(v) => taint.observe = v,
+            None => {
+                let all: Vec<&str> = TaintObserve::ALL.iter().map(|v| v.as_str()).collect();
+                let help = match reader::nearest(&o, &all) {
+                    Some(n) => format!("did you mean `{n}`? expected one of: {}", all.join(", ")),
+                    None => format!("expected one of: {}", all.join(", ")),
+                };
+                cx.error(
+                    "invalid_value",
+                    &span,
+                    &t.path.key("observe"),
+                    format!("unknown observe mode `{o}`"),
+                )
+                .help(help);
+            }
+        }
+    }
     if t.table.contains_key("sources") {
         taint.sources.clear();
         for (name, span, path) in t.str_array(cx, "sources") {
@@ -1663,6 +1779,112 @@ fn lint(cx: &mut Cx<'_>, root: &Table<'_, '_>, p: &HostPolicy) {
             );
         }
     }
+    // Reads of watched paths seen only when the worker reports them.
+    if p.taint.observe == TaintObserve::SelfReport {
+        let watched = [
+            ("taint.marked", !p.taint.marked.is_empty()),
+            ("taint.untrusted_paths", !p.taint.untrusted_paths.is_empty()),
+            ("[[routing]] paths", !p.routing.is_empty()),
+        ];
+        let named: Vec<&str> = watched
+            .iter()
+            .filter(|(_, on)| *on)
+            .map(|(k, _)| *k)
+            .collect();
+        if !named.is_empty() {
+            let path = Path::root().key("taint").key("observe");
+            cx.warning(
+                "observe_self_report",
+                &span_of(&path),
+                &path,
+                format!(
+                    "reads of the paths in {} are seen only when the worker reports them with `palisade ctl taint`; a worker that does not report them is never tainted or routed by them",
+                    named.join(", ")
+                ),
+            )
+            .help("remove `observe` (the default `kernel` observes the reads without the worker's help)");
+        }
+    }
+    // Routing providers that nothing is bound to: likely a typo.
+    let mut known: BTreeSet<&str> = BUILTIN_PROVIDER_HOSTS.iter().map(|(n, _)| *n).collect();
+    known.extend(p.egress.relays.iter().map(|r| r.provider.as_str()));
+    known.extend(p.egress.provider_hosts.keys().map(String::as_str));
+    let known: Vec<&str> = known.into_iter().collect();
+    let routing_path = Path::root().key("routing");
+    for (i, r) in p.routing.iter().enumerate() {
+        let providers_path = routing_path.index(i).key("providers");
+        let listed = span_at(root, &providers_path);
+        for name in &r.providers {
+            if known.contains(&name.as_str()) {
+                continue;
+            }
+            // The element's own span: the rule's providers array in file order.
+            let j = provider_index(root, &providers_path, name);
+            let path = j.map_or_else(|| providers_path.clone(), |j| providers_path.index(j));
+            let span = if j.is_some() {
+                span_at(root, &path)
+            } else {
+                listed.clone()
+            };
+            let help = match reader::nearest(name, &known) {
+                Some(n) => format!(
+                    "did you mean `{n}`? providers with a relay or API hosts: {}",
+                    known.join(", ")
+                ),
+                None => format!(
+                    "bind a relay to it (`[[egress.relay]] provider = \"{name}\"`) or list its API hosts in `[egress.provider_hosts]`"
+                ),
+            };
+            cx.warning(
+                "routing_provider_unbound",
+                &span,
+                &path,
+                format!(
+                    "no relay is bound to provider `{name}` and it has no API hosts: is it a typo?"
+                ),
+            )
+            .help(help);
+        }
+    }
+    // A relay bound to one provider whose origin is another provider's API host.
+    for (i, relay) in p.egress.relays.iter().enumerate() {
+        let Ok(host) = RequestHost::parse(&relay.origin.host) else {
+            continue;
+        };
+        let mut owners: BTreeSet<&str> = BTreeSet::new();
+        for (name, hosts) in BUILTIN_PROVIDER_HOSTS {
+            if hosts
+                .iter()
+                .filter_map(|h| HostPattern::parse(h).ok())
+                .any(|h| h.matches_name(&host))
+            {
+                owners.insert(name);
+            }
+        }
+        for (name, hosts) in &p.egress.provider_hosts {
+            if hosts.iter().any(|h| h.matches_name(&host)) {
+                owners.insert(name);
+            }
+        }
+        if !owners.is_empty() && !owners.contains(relay.provider.as_str()) {
+            let path = egress_path.key("relay").index(i);
+            let owners: Vec<&str> = owners.into_iter().collect();
+            cx.warning(
+                "relay_provider_mismatch",
+                &span_of(&path),
+                &path,
+                format!(
+                    "relay `{}` is bound to provider `{}`, but its origin `{}` is an API host of `{}`: routing rules decide its requests by `{}`",
+                    relay.name,
+                    relay.provider,
+                    relay.origin.host,
+                    owners.join("`, `"),
+                    relay.provider
+                ),
+            )
+            .help(format!("set `provider = \"{}\"` on the relay", owners.first().copied().unwrap_or_default()));
+        }
+    }
     // A worker that can write the policy file or its steering paths is worth a look.
     if p.taint.sources.is_empty() {
         let path = Path::root().key("taint").key("sources");
@@ -1729,48 +1951,90 @@ fn span_at(root: &Table<'_, '_>, path: &Path) -> Range<usize> {
     span
 }
 
+/// The index of `name` in the string array at `path` (its first occurrence).
+fn provider_index(root: &Table<'_, '_>, path: &Path, name: &str) -> Option<usize> {
+    use crate::PathSegment;
+    use toml::de::DeValue;
+    let mut cur: Option<&DeValue<'_>> = None;
+    let mut table = Some(root.table);
+    for seg in &path.0 {
+        let next = match (seg, table, cur) {
+            (PathSegment::Key(k), Some(t), _) => t.get(k.as_str()),
+            (PathSegment::Index(i), _, Some(DeValue::Array(items))) => items.get(*i),
+            _ => None,
+        }?;
+        cur = Some(next.get_ref());
+        table = match next.get_ref() {
+            DeValue::Table(t) => Some(t),
+            _ => None,
+        };
+    }
+    match cur? {
+        DeValue::Array(items) => items
+            .iter()
+            .position(|v| matches!(v.get_ref(), DeValue::String(s) if s.as_ref() == name)),
+        _ => None,
+    }
+}
+
 const BUILTIN_FAMILIES: &[&str] = &["git.", "github.", "mail.", "booking.", "payment."];
 
 fn host_patterns(cx: &mut Cx<'_>, t: &Table<'_, '_>, key: &str) -> Vec<HostPattern> {
     let mut out: Vec<HostPattern> = Vec::new();
     for (text, span, path) in t.str_array(cx, key) {
-        match HostPattern::parse(&text) {
-            Ok(p) => {
-                if out.contains(&p) {
-                    cx.warning("duplicate", &span, &path, format!("`{p}` is listed twice"));
-                } else {
-                    if p.to_string() != text && p.to_string() != text.to_ascii_lowercase() {
-                        cx.warning(
-                            "not_normalised",
-                            &span,
-                            &path,
-                            format!("`{text}` is compared as `{p}`"),
-                        )
-                        .help(format!("write `{p}`"));
-                    }
-                    out.push(p);
-                }
-            }
-            Err(err) => {
-                let diag = cx.error(
-                    "invalid_host_pattern",
-                    &span,
-                    &path,
-                    format!("`{text}`: {err}"),
-                );
-                match err {
-                    HostError::MatchAll | HostError::WildcardTld => {
-                        diag.help("list the hosts the worker needs, such as `api.github.com:443`");
-                    }
-                    HostError::IpLiteral | HostError::Localhost => {
-                        diag.help("name rules take DNS names; let addresses through with `egress.allow_addresses`");
-                    }
-                    _ => {}
-                }
-            }
+        if let Some(p) = host_pattern(cx, &out, &text, &span, &path) {
+            out.push(p);
         }
     }
     out
+}
+
+/// One authored host pattern, unless it is invalid (an error) or already in
+/// `seen` (a warning).
+fn host_pattern(
+    cx: &mut Cx<'_>,
+    seen: &[HostPattern],
+    text: &str,
+    span: &Range<usize>,
+    path: &Path,
+) -> Option<HostPattern> {
+    match HostPattern::parse(text) {
+        Ok(p) => {
+            if seen.contains(&p) {
+                cx.warning("duplicate", span, path, format!("`{p}` is listed twice"));
+                None
+            } else {
+                if p.to_string() != text && p.to_string() != text.to_ascii_lowercase() {
+                    cx.warning(
+                        "not_normalised",
+                        span,
+                        path,
+                        format!("`{text}` is compared as `{p}`"),
+                    )
+                    .help(format!("write `{p}`"));
+                }
+                Some(p)
+            }
+        }
+        Err(err) => {
+            let diag = cx.error(
+                "invalid_host_pattern",
+                span,
+                path,
+                format!("`{text}`: {err}"),
+            );
+            match err {
+                HostError::MatchAll | HostError::WildcardTld => {
+                    diag.help("list the hosts the worker needs, such as `api.github.com:443`");
+                }
+                HostError::IpLiteral | HostError::Localhost => {
+                    diag.help("name rules take DNS names; let addresses through with `egress.allow_addresses`");
+                }
+                _ => {}
+            }
+            None
+        }
+    }
 }
 
 fn globs(cx: &mut Cx<'_>, t: &Table<'_, '_>, key: &str) -> Vec<PathGlob> {

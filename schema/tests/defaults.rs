@@ -39,6 +39,10 @@ fn assert_same(parsed: &HostPolicy, default: &HostPolicy, text: &str) {
         e.0.require_sni_match, e.1.require_sni_match,
         "{text:?}: egress.require_sni_match"
     );
+    assert_eq!(
+        e.0.provider_hosts, e.1.provider_hosts,
+        "{text:?}: egress.provider_hosts"
+    );
     let w = (&parsed.worker, &default.worker);
     assert_eq!(w.0.profile, w.1.profile, "{text:?}: worker.profile");
     assert_eq!(
@@ -71,6 +75,7 @@ fn assert_same(parsed: &HostPolicy, default: &HostPolicy, text: &str) {
         t.0.egress_allow, t.1.egress_allow,
         "{text:?}: taint.egress_allow"
     );
+    assert_eq!(t.0.observe, t.1.observe, "{text:?}: taint.observe");
     assert_eq!(parsed.routing, default.routing, "{text:?}: routing");
     assert_eq!(parsed.profiles, default.profiles, "{text:?}: profiles");
     // And as a whole, so a field added later and missed above still counts.
@@ -83,6 +88,7 @@ fn host_policy_default_is_the_empty_file() {
         "",
         "\n# nothing configured\n",
         "[worker]\n[worker.env]\n[worker.limits]\n[egress]\n[egress.limits]\n[outward]\n[taint]\n",
+        "[egress.provider_hosts]\n",
     ] {
         assert_same(&policy(text), &HostPolicy::default(), text);
     }
@@ -122,6 +128,10 @@ fn a_non_default_value_is_seen() {
     assert_ne!(p.egress, Egress::default());
     let p = policy("[taint]\nsources = [\"shell\"]\n");
     assert_ne!(p.taint, Taint::default());
+    let p = policy("[taint]\nobserve = \"self_report\"\n");
+    assert_ne!(p.taint, Taint::default());
+    let p = policy("[egress.provider_hosts]\nx = [\"llm.example\"]\n");
+    assert_ne!(p.egress, Egress::default());
 }
 
 #[test]

@@ -45,11 +45,14 @@
 //! [`EVIDENCE_KIND`]. With the `evidence` feature, `Session::rebuild_from`
 //! rebuilds a session from the entries `palisade_evidence::Verifier` handed
 //! out (each only after its MAC checked, so nothing is parsed again after
-//! verification): it replays those records as [`Session::rebuild`] does, and
-//! also takes the taint of every `taint_raised` record.
+//! verification): it replays those records as [`Session::rebuild`] does,
+//! also takes the taint of every `taint_raised` record, and the restricted
+//! read of every `routing_read` record.
 //! The [`Effects`] of each event say which other records the caller writes:
 //! `newly_tainted` → a `taint_raised` record, `steering_write` → a
-//! `steering_write` record flagged for review, `irreversible` → the
+//! `steering_write` record flagged for review, `new_restricted_read` → a
+//! `routing_read` record (`ROUTING_READ_KIND` with the `evidence` feature),
+//! `irreversible` → the
 //! `outward_action` record flagged irreversible.
 //!
 //! What taint cannot see: content that never passes through palisade (a
@@ -68,8 +71,8 @@ pub use path::{normalize_path, parse_marks};
 pub const EVIDENCE_KIND: &str = "session_event";
 
 #[cfg(feature = "evidence")]
-pub use rebuild::RebuildError;
+pub use rebuild::{ROUTING_READ_KIND, RebuildError};
 pub use session::{
-    Effects, Event, MAX_SOURCES, Record, Rules, RulesError, Session, Source, SteeringWrite,
-    TaintSource, TaintState, ToolClass,
+    Effects, Event, MAX_RESTRICTED_READS, MAX_SOURCES, Record, Rules, RulesError, Session, Source,
+    SteeringWrite, TaintSource, TaintState, ToolClass,
 };

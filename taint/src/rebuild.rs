@@ -34,6 +34,15 @@ pub enum RebuildError {
         /// What is wrong with its body.
         message: String,
     },
+    /// A `routing_read` entry without a string `path`, an array of string
+    /// `rules` and a string `by`.
+    #[error("journal record seq {seq}: not a routing read: {message}")]
+    Routing {
+        /// The entry's sequence number.
+        seq: u64,
+        /// What is wrong with its body.
+        message: String,
+    },
     /// Entries of two sessions: a session is rebuilt from its own entries
     /// only (filter on [`VerifiedEntry::session`] first).
     #[error("journal record seq {seq} belongs to session `{found}`, not `{expected}`")]
@@ -64,6 +73,22 @@ struct TaintRaised {
     detail: String,
 }
 
+/// The journal kind of a routing-restricted read a governed session
+/// recorded: body `{"path": "…", "rules": ["routing[0]", …], "by": "observer"}`
+/// (`path` as the worker named it or relative to `worker.cwd`, never
+/// content; `rules` the rules restricting it; `by` who saw the read).
+pub const ROUTING_READ_KIND: &str = "routing_read";
+
+/// The body of a `routing_read` record, as taint reads it.
+#[derive(Deserialize)]
+struct RoutingRead {
+    path: String,
+    #[serde(rename = "rules")]
+    _rules: Vec<String>,
+    #[serde(rename = "by")]
+    _by: String,
+}
+
 impl Session {
     /// Rebuilds a session from a journal's verified entries, in journal
     /// order, under `rules`.
@@ -78,6 +103,10 @@ impl Session {
     ///   event) is rebuilt; such a journal does not carry the hosts a
     ///   session contacted or the restricted paths it read, so a session
     ///   rebuilt from it may return to fewer hosts, never more.
+    /// - A `routing_read` entry ([`ROUTING_READ_KIND`]) adds its `path` to
+    ///   the session's restricted reads, whatever `rules` say now (routing
+    ///   is sticky: a path no rule restricts any more keeps nothing from any
+    ///   provider, so keeping it never allows more).
     /// - Every other entry is skipped.
     ///
     /// The entries prove each record authentic and in order; whether the
@@ -129,7 +158,8 @@ impl Session {
             previous = Some(seq);
             let kind = entry.kind();
             let is_event = kind.as_str() == EVIDENCE_KIND;
-            if !is_event && *kind != Kind::TaintRaised {
+            let is_routing = kind.as_str() == ROUTING_READ_KIND;
+            if !is_event && !is_routing && *kind != Kind::TaintRaised {
                 continue;
             }
             match owner {
@@ -150,6 +180,13 @@ impl Session {
                         message: e.to_string(),
                     })?;
                 let _ = session.apply(rules, record.at_ms, &record.event);
+            } else if is_routing {
+                let read =
+                    RoutingRead::deserialize(entry.body()).map_err(|e| RebuildError::Routing {
+                        seq,
+                        message: e.to_string(),
+                    })?;
+                session.add_restricted_read(rules, &read.path);
             } else {
                 let raised =
                     TaintRaised::deserialize(entry.body()).map_err(|e| RebuildError::Taint {

@@ -12,6 +12,14 @@ use crate::path::normalize_path;
 /// in [`TaintState::Tainted::more_sources`] only (the taint itself is kept).
 pub const MAX_SOURCES: usize = 256;
 
+/// How many distinct routing-restricted paths a session keeps. Beyond it a
+/// new path is kept only when no kept path is restricted by the same set of
+/// rules (routing decisions depend on that set alone, so dropping such a
+/// path changes no decision); the others are counted in
+/// [`Session::more_restricted_reads`]. A worker that opens a million files
+/// of a routed tree cannot grow the session without bound.
+pub const MAX_RESTRICTED_READS: usize = 256;
+
 /// Why a session became tainted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -219,6 +227,12 @@ pub struct Effects {
     pub steering_write: Option<SteeringWrite>,
     /// The event read a routing-restricted path.
     pub restricted_read: bool,
+    /// The event added a path to the session's restricted reads (a
+    /// restricted path the session had not read before, in that spelling):
+    /// the caller records a `routing_read` for it. A path read again, or
+    /// one whose rules a kept path already stands for beyond
+    /// [`MAX_RESTRICTED_READS`], is not added.
+    pub new_restricted_read: bool,
     /// The event was an outward action: record it as irreversible.
     pub irreversible: bool,
 }
@@ -231,6 +245,8 @@ pub struct Rules {
     marked: GlobSet,
     steering: GlobSet,
     restricted: GlobSet,
+    /// For each glob of `restricted`, the index of its `[[routing]]` rule.
+    restricted_rules: Vec<usize>,
     cwd: Option<String>,
 }
 
@@ -263,12 +279,19 @@ impl Rules {
             }
         }
         let routing: Vec<&PathGlob> = policy.routing.iter().flat_map(|r| &r.paths).collect();
+        let restricted_rules: Vec<usize> = policy
+            .routing
+            .iter()
+            .enumerate()
+            .flat_map(|(i, r)| r.paths.iter().map(move |_| i))
+            .collect();
         Ok(Self {
             enabled: t.sources.clone(),
             untrusted: build(t.untrusted_paths.iter().map(PathGlob::as_str))?,
             marked: build(marked.iter().map(String::as_str))?,
             steering: build(t.steering_paths.iter().map(PathGlob::as_str))?,
             restricted: build(routing.into_iter().map(PathGlob::as_str))?,
+            restricted_rules,
             cwd: policy.worker.cwd.clone(),
         })
     }
@@ -276,6 +299,16 @@ impl Rules {
     /// The forms of `path` matched against globs (see [`crate::normalize_path`]).
     pub fn path_forms(&self, path: &str) -> Vec<String> {
         normalize_path(path, self.cwd.as_deref())
+    }
+
+    /// The indices of the `[[routing]]` rules whose globs match one of
+    /// `forms`, sorted.
+    fn restricting_rules(&self, forms: &[String]) -> BTreeSet<usize> {
+        forms
+            .iter()
+            .flat_map(|f| self.restricted.matches(f))
+            .filter_map(|g| self.restricted_rules.get(g).copied())
+            .collect()
     }
 
     fn on(&self, kind: TaintSourceKind) -> bool {
@@ -319,7 +352,15 @@ pub struct Session {
     first_source: Option<Source>,
     contacted: BTreeSet<String>,
     restricted_reads: BTreeSet<String>,
+    /// Restricted reads beyond [`MAX_RESTRICTED_READS`] not kept, because a
+    /// kept path stands for their rules.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    more_restricted_reads: u64,
     steering_writes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Session {
@@ -363,9 +404,7 @@ impl Session {
                 }
                 if any_match(&rules.restricted, &forms) {
                     fx.restricted_read = true;
-                    if let Some(abs) = forms.into_iter().next() {
-                        self.restricted_reads.insert(abs);
-                    }
+                    fx.new_restricted_read = self.insert_restricted(rules, forms);
                 }
             }
             Event::Write { path } => {
@@ -433,6 +472,12 @@ impl Session {
         self.restricted_reads.iter().map(String::as_str)
     }
 
+    /// Restricted reads not kept beyond [`MAX_RESTRICTED_READS`] (a kept
+    /// path is restricted by the same rules, so no decision changes).
+    pub fn more_restricted_reads(&self) -> u64 {
+        self.more_restricted_reads
+    }
+
     /// How many steering writes the session made.
     pub fn steering_writes(&self) -> u64 {
         self.steering_writes
@@ -449,6 +494,37 @@ impl Session {
         if src.kind().is_none_or(|k| rules.on(k)) {
             self.taint_with(fx, src, detail, at_ms);
         }
+    }
+
+    /// Records `path` as a restricted read in the form [`Event::Read`]
+    /// keeps (absolute when the policy names a working directory), whether
+    /// or not `rules` restrict it now.
+    #[cfg_attr(not(feature = "evidence"), allow(dead_code))]
+    pub(crate) fn add_restricted_read(&mut self, rules: &Rules, path: &str) {
+        let _ = self.insert_restricted(rules, rules.path_forms(path));
+    }
+
+    /// Keeps the first of `forms` as a restricted read; whether it was added.
+    fn insert_restricted(&mut self, rules: &Rules, forms: Vec<String>) -> bool {
+        let Some(abs) = forms.first() else {
+            return false;
+        };
+        if self.restricted_reads.contains(abs) {
+            return false;
+        }
+        if self.restricted_reads.len() >= MAX_RESTRICTED_READS {
+            let restricting = rules.restricting_rules(&forms);
+            let represented = restricting.is_empty()
+                || self
+                    .restricted_reads
+                    .iter()
+                    .any(|kept| rules.restricting_rules(&rules.path_forms(kept)) == restricting);
+            if represented {
+                self.more_restricted_reads = self.more_restricted_reads.saturating_add(1);
+                return false;
+            }
+        }
+        self.restricted_reads.insert(abs.clone())
     }
 
     pub(crate) fn taint_with(

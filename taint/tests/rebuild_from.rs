@@ -319,3 +319,178 @@ fn entries_of_two_sessions_or_out_of_order_are_refused() {
     let err = Session::rebuild_from(&r, &reversed).unwrap_err();
     assert!(matches!(err, RebuildError::OutOfOrder { .. }), "{err}");
 }
+
+/// A policy whose globs overlap: `private/vendor/**` is both marked and
+/// routed, `inbox/**` both untrusted and routed.
+const OVERLAP: &str = r#"
+[worker]
+cwd = "/w"
+[taint]
+untrusted_paths = ["inbox/**"]
+marked = ["private/vendor/**"]
+[[routing]]
+paths = ["private/**"]
+providers = ["anthropic"]
+[[routing]]
+paths = ["inbox/**"]
+providers = []
+"#;
+
+fn routing_body(path: &str) -> serde_json::Value {
+    serde_json::json!({"path": path, "rules": ["routing[0]"], "by": "observer"})
+}
+
+fn read_path() -> impl Strategy<Value = &'static str> {
+    prop::sample::select(vec![
+        "private/vendor/a",
+        "/w/private/vendor/a",
+        "private/b",
+        "inbox/m",
+        "src/c",
+        "private/../src/d",
+    ])
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// A read of a path that is both marked (or untrusted) and routed
+    /// raises the taint once and records the restricted read once, however
+    /// often it is read and in whatever spelling.
+    #[test]
+    fn an_overlapping_read_taints_and_restricts_once(paths in proptest::collection::vec(read_path(), 1..12)) {
+        let r = rules(OVERLAP);
+        let mut s = Session::new();
+        let mut newly = 0;
+        for (t, p) in paths.iter().enumerate() {
+            let fx = s.apply(&r, t as u64, &Event::Read { path: (*p).to_owned() });
+            newly += usize::from(fx.newly_tainted);
+            let forms = r.path_forms(p);
+            let restricted = forms.iter().any(|f| f.starts_with("private/") || f.starts_with("inbox/"));
+            prop_assert_eq!(fx.restricted_read, restricted, "{}", p);
+            let marked = forms.iter().any(|f| f.starts_with("private/vendor/"));
+            let untrusted = forms.iter().any(|f| f.starts_with("inbox/"));
+            if marked || untrusted {
+                prop_assert!(fx.tainted_by.is_some(), "{}", p);
+                prop_assert!(s.is_tainted());
+            }
+        }
+        prop_assert!(newly <= 1, "tainted anew {} times", newly);
+        // One restricted read per distinct path, whatever the spelling.
+        let distinct: BTreeSet<String> = paths
+            .iter()
+            .filter_map(|p| r.path_forms(p).into_iter().next())
+            .filter(|abs| abs.starts_with("/w/private/") || abs.starts_with("/w/inbox/"))
+            .collect();
+        let reads: BTreeSet<String> = s.restricted_reads().map(str::to_owned).collect();
+        prop_assert_eq!(reads, distinct);
+    }
+
+    /// A governed session's journal (a `taint_raised` record for each new
+    /// source and a `routing_read` record for each restricted read, no
+    /// `session_event`) rebuilds the session's taint and routing state.
+    #[test]
+    fn a_governed_journal_rebuilds_the_routing_state(paths in proptest::collection::vec(read_path(), 0..12)) {
+        let r = rules(OVERLAP);
+        let mut real = Session::new();
+        let mut entries = Vec::new();
+        for (t, p) in paths.iter().enumerate() {
+            let at = 10 + t as u64;
+            let before = sources(&real);
+            let fx = real.apply(&r, at, &Event::Read { path: (*p).to_owned() });
+            if let Some(class) = fx.tainted_by {
+                for new in sources(&real).difference(&before) {
+                    entries.push(entry("s1", at, Kind::TaintRaised, taint_body(class, &new.detail, fx.newly_tainted)));
+                }
+            }
+            if fx.new_restricted_read {
+                entries.push(entry("s1", at, Kind::custom(palisade_taint::ROUTING_READ_KIND).unwrap(), routing_body(p)));
+            }
+        }
+        let verified = journal(&entries);
+        let rebuilt = Session::rebuild_from(&r, &verified).unwrap();
+        prop_assert_eq!(&rebuilt, &real);
+        // Control: without its routing_read records the journal loses the
+        // routing state (whenever there was one to lose).
+        let without: Vec<_> = verified
+            .iter()
+            .filter(|e| e.kind().as_str() != palisade_taint::ROUTING_READ_KIND)
+            .cloned()
+            .collect();
+        let lost = Session::rebuild_from(&r, &without).unwrap();
+        prop_assert_eq!(lost.restricted_reads().count(), 0);
+        prop_assert_eq!(lost.is_tainted(), real.is_tainted());
+    }
+}
+
+#[test]
+fn a_routing_read_is_kept_whatever_the_rules_say_now() {
+    let kind = Kind::custom(palisade_taint::ROUTING_READ_KIND).unwrap();
+    let entries = journal(&[entry("s1", 3, kind, routing_body("private/x"))]);
+    // Rules without any routing rule any more still keep the read.
+    let relaxed = rules("[worker]\ncwd = \"/w\"\n");
+    let s = Session::rebuild_from(&relaxed, &entries).unwrap();
+    assert_eq!(s.restricted_reads().collect::<Vec<_>>(), ["/w/private/x"]);
+    // And under the routing rules it is the form an observed read keeps.
+    let r = rules(OVERLAP);
+    let mut observed = Session::new();
+    let _ = observed.apply(
+        &r,
+        3,
+        &Event::Read {
+            path: "/w/private/x".into(),
+        },
+    );
+    assert_eq!(Session::rebuild_from(&r, &entries).unwrap(), observed);
+    assert!(!observed.is_tainted());
+}
+
+#[test]
+fn malformed_routing_reads_are_refused_with_their_seq() {
+    let r = rules(OVERLAP);
+    let kind = Kind::custom(palisade_taint::ROUTING_READ_KIND).unwrap();
+    let entries = journal(&[
+        entry("s1", 1, kind.clone(), routing_body("private/ok")),
+        entry(
+            "s1",
+            2,
+            kind.clone(),
+            serde_json::json!({"rules": [], "by": "observer"}),
+        ),
+        entry(
+            "s1",
+            3,
+            kind.clone(),
+            serde_json::json!({"path": 7, "rules": [], "by": "observer"}),
+        ),
+        entry(
+            "s1",
+            4,
+            kind.clone(),
+            serde_json::json!({"path": "p", "rules": "routing[0]", "by": "observer"}),
+        ),
+        entry("s1", 5, kind, serde_json::json!({"path": "p", "rules": []})),
+    ]);
+    // Positive control: the well-formed record alone rebuilds.
+    assert_eq!(
+        Session::rebuild_from(&r, &entries[..2])
+            .unwrap()
+            .restricted_reads()
+            .count(),
+        1
+    );
+    for bad in 2..=5 {
+        let mut some = entries[..2].to_vec();
+        some.push(entries[bad].clone());
+        let err = Session::rebuild_from(&r, &some).unwrap_err();
+        assert!(
+            matches!(err, RebuildError::Routing { seq, .. } if seq == bad as u64),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with(&format!("journal record seq {bad}: not a routing read")),
+            "{err}"
+        );
+    }
+}

@@ -17,4 +17,5 @@ mod model;
 mod naive;
 mod plan;
 mod props;
+mod provider_hosts;
 mod vectors;

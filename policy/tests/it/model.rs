@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use palisade_policy::egress::{self, ConnectRequest};
 use palisade_policy::outward::{OutwardRequest, OutwardTable};
-use palisade_policy::route::RouteTable;
+use palisade_policy::route::{ProviderHosts, RouteTable};
 use palisade_policy::verdict::Decision;
 use palisade_schema::host_policy::{
     Cidr, HostPattern, HostPolicy, OutwardDefault, OutwardKind, OutwardRule, PathGlob, RoutingRule,
@@ -102,6 +102,9 @@ struct MPolicy {
     out_deny: Vec<MOut>,
     routing: Vec<(Vec<usize>, BTreeSet<usize>)>,
     ranges: BTreeSet<usize>,
+    /// `egress.provider_hosts`: for each of `PROVIDERS`, host rules without
+    /// a port (the parser refuses ports there).
+    provider_hosts: Vec<Vec<MHost>>,
 }
 
 #[derive(Clone, Debug)]
@@ -147,9 +150,27 @@ fn mpolicy() -> impl Strategy<Value = MPolicy> {
             0..3,
         ),
         prop::collection::btree_set(0..RANGES.len(), 0..=2),
+        prop::collection::vec(
+            prop::collection::vec(
+                (any::<bool>(), 0..NAMES.len()).prop_map(|(w, n)| MHost(w, n, None)),
+                0..3,
+            ),
+            PROVIDERS.len(),
+        ),
     )
         .prop_map(
-            |(allow, deny, taint_allow, sources, d, out_allow, out_deny, routing, ranges)| {
+            |(
+                allow,
+                deny,
+                taint_allow,
+                sources,
+                d,
+                out_allow,
+                out_deny,
+                routing,
+                ranges,
+                provider_hosts,
+            )| {
                 MPolicy {
                     allow,
                     deny,
@@ -160,6 +181,7 @@ fn mpolicy() -> impl Strategy<Value = MPolicy> {
                     out_deny,
                     routing,
                     ranges,
+                    provider_hosts,
                 }
             },
         )
@@ -222,6 +244,13 @@ fn real_policy(m: &MPolicy) -> HostPolicy {
             )
         })
         .collect();
+    for (i, list) in m.provider_hosts.iter().enumerate() {
+        if !list.is_empty() {
+            p.egress
+                .provider_hosts
+                .insert(PROVIDERS[i].to_owned(), hosts(list));
+        }
+    }
     p
 }
 
@@ -378,6 +407,28 @@ fn model_dispatch(m: &MPolicy, s: &MSession, provider: usize) -> Decision {
     }
 }
 
+/// A proxy connection to a provider's API host: denied when the host is an
+/// API host of some provider the session's reads are kept from, else
+/// routing says nothing (`Allow` here: egress rules decide).
+fn model_host(m: &MPolicy, s: &MSession, host: &str) -> Decision {
+    let refused = m.provider_hosts.iter().enumerate().any(|(p, hosts)| {
+        hosts.iter().any(|h| h.matches(host, 0)) && model_dispatch(m, s, p) == Decision::Deny
+    });
+    if refused {
+        Decision::Deny
+    } else {
+        Decision::Allow
+    }
+}
+
+/// Routing's answer for a proxy connection, as a decision (`None` is `Allow`).
+fn real_host(routes: &RouteTable, hosts: &ProviderHosts, s: &Session, host: &str) -> Decision {
+    let h = palisade_schema::host_policy::RequestHost::parse(host).unwrap();
+    routes
+        .decide_host(hosts, s, &h)
+        .map_or(Decision::Allow, |v| v.decision)
+}
+
 /// Every decision of the real code for `session` under `policy`, in a fixed order.
 fn all_decisions(policy: &HostPolicy, session: &Session) -> Vec<Decision> {
     let mut out = Vec::new();
@@ -417,6 +468,11 @@ fn all_decisions(policy: &HostPolicy, session: &Session) -> Vec<Decision> {
     }
     for prov in PROVIDERS {
         out.push(routes.decide_dispatch(session, prov).decision);
+        out.push(routes.decide_provider(session, prov).decision);
+    }
+    let hosts = ProviderHosts::new(policy);
+    for h in HOSTS {
+        out.push(real_host(&routes, &hosts, session, h));
     }
     out
 }
@@ -476,6 +532,11 @@ proptest! {
             }
             for (vi, prov) in PROVIDERS.iter().enumerate() {
                 prop_assert_eq!(routes.decide_dispatch(&real, prov).decision, model_dispatch(&m, &model, vi), "dispatch {}", prov);
+                prop_assert_eq!(routes.decide_provider(&real, prov).decision, model_dispatch(&m, &model, vi), "provider {}", prov);
+            }
+            let hosts = ProviderHosts::new(&policy);
+            for h in HOSTS {
+                prop_assert_eq!(real_host(&routes, &hosts, &real, h), model_host(&m, &model, h), "provider host {}", h);
             }
         }
         // Rebuilding from the recorded events gives the same session.
@@ -554,9 +615,39 @@ proptest! {
         m2.routing.reverse();
         let dup = m2.routing.clone();
         m2.routing.extend(dup);
+        for v in &mut m2.provider_hosts {
+            v.reverse();
+            let dup = v.clone();
+            v.extend(dup);
+        }
         let shuffled = real_policy(&m2);
         let s1 = run_real(&policy, &events);
         let s2 = run_real(&shuffled, &events);
         prop_assert_eq!(all_decisions(&policy, &s1), all_decisions(&shuffled, &s2));
+    }
+
+    /// Routing only narrows: a session that read more is refused at least
+    /// what a session that read less is refused, at relays and proxy alike;
+    /// the refusal names a rule that restricts the path it names and does
+    /// not list the provider.
+    #[test]
+    fn reading_more_never_allows_more(m in mpolicy(), reads in prop::collection::vec(0..PATHS.len(), 0..6), more in prop::collection::vec(0..PATHS.len(), 0..4)) {
+        let policy = real_policy(&m);
+        let less: Vec<MEvent> = reads.iter().map(|r| MEvent::Read(*r)).collect();
+        let mut all = less.clone();
+        all.extend(more.iter().map(|r| MEvent::Read(*r)));
+        let s1 = run_real(&policy, &less);
+        let s2 = run_real(&policy, &all);
+        for (a, b) in all_decisions(&policy, &s1).into_iter().zip(all_decisions(&policy, &s2)) {
+            prop_assert!(rank(b) >= rank(a), "reading more widened {:?} to {:?}", a, b);
+        }
+        let routes = RouteTable::new(&policy).unwrap();
+        for prov in PROVIDERS {
+            if let Some(r) = routes.refusal(&s2, prov) {
+                prop_assert!(routes.restrictions(&r.path).contains(&r.rule_index));
+                prop_assert!(!r.allowed.contains(*prov));
+                prop_assert!(s2.restricted_reads().any(|p| p == r.path));
+            }
+        }
     }
 }

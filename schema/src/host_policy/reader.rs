@@ -272,7 +272,7 @@ fn type_error(
 }
 
 /// The known key closest to `name` by edit distance, if it is close.
-fn nearest<'k>(name: &str, known: &[&'k str]) -> Option<&'k str> {
+pub(crate) fn nearest<'k>(name: &str, known: &[&'k str]) -> Option<&'k str> {
     known
         .iter()
         .map(|k| (edit_distance(name, k), *k))

@@ -547,3 +547,279 @@ fn direct_writes_are_flagged() {
     assert_eq!(codes("[worker]\nwrites = \"staged\"\n"), vec![]);
     assert_eq!(codes("[worker]\n"), vec![]);
 }
+
+const RELAY: &str = "[[egress.relay]]\nname = \"claude\"\norigin = \"https://api.anthropic.com\"\nroutes = [\"POST /v1/messages\"]\ncredential = { header = \"x-api-key\", from_env = \"K\" }\n";
+
+#[test]
+fn taint_observe_parses_and_defaults_to_kernel() {
+    let p = findings("p.toml", "[taint]\nobserve = \"self_report\"\n")
+        .0
+        .unwrap();
+    assert_eq!(p.taint.observe, TaintObserve::SelfReport);
+    let p = findings("p.toml", "[taint]\nobserve = \"kernel\"\n")
+        .0
+        .unwrap();
+    assert_eq!(p.taint.observe, TaintObserve::Kernel);
+    assert_eq!(
+        findings("p.toml", "[taint]\n").0.unwrap().taint.observe,
+        TaintObserve::Kernel
+    );
+    for v in TaintObserve::ALL {
+        assert_eq!(TaintObserve::parse(v.as_str()), Some(*v));
+    }
+}
+
+#[test]
+fn taint_observe_errors_are_located_with_a_suggestion() {
+    assert_eq!(
+        codes("[taint]\nobserve = \"self-report\"\n"),
+        vec![("invalid_value", ".taint.observe".to_owned(), 2, 11)]
+    );
+    let e = errors("[taint]\nobserve = \"self-report\"\n");
+    assert_eq!(
+        e[0].help.as_deref(),
+        Some("did you mean `self_report`? expected one of: kernel, self_report")
+    );
+    let e = errors("[taint]\nobserve = \"never\"\n");
+    assert_eq!(
+        e[0].help.as_deref(),
+        Some("expected one of: kernel, self_report")
+    );
+    assert_eq!(
+        codes("[taint]\nobserve = true\n"),
+        vec![("type_mismatch", ".taint.observe".to_owned(), 2, 11)]
+    );
+    assert_eq!(
+        codes("[taint]\nobserv = \"kernel\"\n"),
+        vec![("unknown_key", ".taint.observ".to_owned(), 2, 1)]
+    );
+    assert!(
+        errors("[taint]\nobserv = \"kernel\"\n")[0]
+            .help
+            .as_deref()
+            .is_some_and(|h| h.starts_with("did you mean `observe`"))
+    );
+}
+
+#[test]
+fn relay_provider_parses_and_defaults_to_the_name() {
+    let p = findings("p.toml", RELAY).0.unwrap();
+    assert_eq!(p.egress.relays[0].provider, "claude");
+    let text = RELAY.replace(
+        "name = \"claude\"\n",
+        "name = \"claude\"\nprovider = \"anthropic\"\n",
+    );
+    let (p, d) = findings("p.toml", &text);
+    assert_eq!(d, vec![]);
+    assert_eq!(p.unwrap().egress.relays[0].provider, "anthropic");
+    let bad = RELAY
+        .replace("api.anthropic.com", "llm.corp.example")
+        .replace(
+            "name = \"claude\"\n",
+            "name = \"claude\"\nprovider = \"an thropic\"\n",
+        );
+    assert_eq!(
+        codes(&bad),
+        vec![(
+            "invalid_value",
+            ".egress.relay[0].provider".to_owned(),
+            3,
+            12
+        )]
+    );
+    let bad = RELAY.replace("name = \"claude\"\n", "name = \"claude\"\nprovider = 1\n");
+    assert!(codes(&bad).contains(&(
+        "type_mismatch",
+        ".egress.relay[0].provider".to_owned(),
+        3,
+        12
+    )));
+}
+
+#[test]
+fn provider_hosts_parse_as_host_patterns() {
+    let text = "[egress.provider_hosts]\nopenai = [\"API.example-llm.com\", \"*.llm.example\"]\nlocal-llm = []\n";
+    let (p, d) = findings("p.toml", text);
+    assert!(d.iter().all(|d| !d.is_error()), "{d:?}");
+    let hosts = p.unwrap().egress.provider_hosts;
+    let openai: Vec<String> = hosts["openai"].iter().map(ToString::to_string).collect();
+    assert_eq!(openai, ["api.example-llm.com", "*.llm.example"]);
+    assert_eq!(hosts["local-llm"], vec![]);
+    assert_eq!(hosts.len(), 2);
+}
+
+#[test]
+fn provider_hosts_errors_are_located() {
+    assert_eq!(
+        codes("[egress.provider_hosts]\nopenai = [\"ok.example\", \"*\", \"api.x.example:443\"]\n"),
+        vec![
+            (
+                "invalid_host_pattern",
+                ".egress.provider_hosts.openai[1]".to_owned(),
+                2,
+                25
+            ),
+            (
+                "invalid_host_pattern",
+                ".egress.provider_hosts.openai[2]".to_owned(),
+                2,
+                30
+            ),
+        ]
+    );
+    let e = errors("[egress.provider_hosts]\nopenai = [\"*.x.example:443\"]\n");
+    assert_eq!(e[0].help.as_deref(), Some("write `*.x.example`"));
+    assert_eq!(
+        codes("[egress.provider_hosts]\n\"open ai\" = [\"x.example\"]\n"),
+        vec![(
+            "invalid_value",
+            ".egress.provider_hosts[\"open ai\"]".to_owned(),
+            2,
+            1
+        )]
+    );
+    assert_eq!(
+        codes("[egress.provider_hosts]\nopenai = \"x.example\"\n"),
+        vec![(
+            "type_mismatch",
+            ".egress.provider_hosts.openai".to_owned(),
+            2,
+            10
+        )]
+    );
+    assert_eq!(
+        codes("[egress]\nprovider_hosts = [\"x.example\"]\n"),
+        vec![("type_mismatch", ".egress.provider_hosts".to_owned(), 2, 18)]
+    );
+    assert_eq!(codes("[egress]\nprovider_host = {}\n")[0].0, "unknown_key");
+}
+
+#[test]
+fn builtin_provider_hosts_are_valid_names_and_patterns() {
+    let mut names = BTreeSet::new();
+    for (name, hosts) in BUILTIN_PROVIDER_HOSTS {
+        assert!(is_name(name), "{name}");
+        assert!(names.insert(*name), "{name} is listed twice");
+        assert!(!hosts.is_empty(), "{name} has no hosts");
+        for h in *hosts {
+            let p = HostPattern::parse(h).unwrap_or_else(|e| panic!("{h}: {e}"));
+            assert_eq!(p.to_string(), *h, "written in normal form");
+            assert_eq!(p.port(), None, "{h}: provider hosts take no port");
+        }
+    }
+    for n in ["anthropic", "openai", "google", "mistral"] {
+        assert!(names.contains(n), "{n}");
+    }
+}
+
+#[test]
+fn observe_self_report_is_flagged_when_paths_are_watched() {
+    for watched in [
+        "marked = [\"notes/**\"]\n",
+        "untrusted_paths = [\"inbox/**\"]\n",
+    ] {
+        let text = format!("[taint]\nobserve = \"self_report\"\n{watched}");
+        assert_eq!(
+            codes(&text),
+            vec![("observe_self_report", ".taint.observe".to_owned(), 2, 11)],
+            "{watched}"
+        );
+    }
+    let routed = "[taint]\nobserve = \"self_report\"\n[[routing]]\npaths = [\"private/**\"]\nproviders = [\"anthropic\"]\n";
+    assert_eq!(
+        codes(routed),
+        vec![("observe_self_report", ".taint.observe".to_owned(), 2, 11)]
+    );
+    // Positive controls: self_report with nothing watched, and kernel with
+    // everything watched, are clean.
+    assert_eq!(codes("[taint]\nobserve = \"self_report\"\n"), vec![]);
+    let kernel = routed.replace("self_report", "kernel");
+    assert_eq!(codes(&kernel), vec![]);
+    assert_eq!(
+        codes("[taint]\nmarked = [\"notes/**\"]\nuntrusted_paths = [\"inbox/**\"]\n"),
+        vec![]
+    );
+}
+
+#[test]
+fn routing_provider_unbound_is_flagged() {
+    let text = "[[routing]]\npaths = [\"private/**\"]\nproviders = [\"anthropic\", \"antropic\"]\n";
+    assert_eq!(
+        codes(text),
+        vec![(
+            "routing_provider_unbound",
+            ".routing[0].providers[1]".to_owned(),
+            3,
+            27
+        )]
+    );
+    let e = errors(text);
+    assert!(
+        e[0].help
+            .as_deref()
+            .is_some_and(|h| h.starts_with("did you mean `anthropic`?")),
+        "{:?}",
+        e[0].help
+    );
+    // Positive controls: a built-in provider, a relay's name, a relay's
+    // provider and a provider with policy hosts are all bound.
+    assert_eq!(
+        codes("[[routing]]\npaths = [\"p/**\"]\nproviders = [\"openai\", \"xai\"]\n"),
+        vec![]
+    );
+    let relay = format!("{RELAY}[[routing]]\npaths = [\"p/**\"]\nproviders = [\"claude\"]\n");
+    assert_eq!(
+        codes(&relay),
+        vec![(
+            "relay_provider_mismatch",
+            ".egress.relay[0]".to_owned(),
+            1,
+            1
+        )]
+    );
+    let bound = RELAY.replace(
+        "name = \"claude\"\n",
+        "name = \"claude\"\nprovider = \"anthropic\"\n",
+    );
+    let by_provider =
+        format!("{bound}[[routing]]\npaths = [\"p/**\"]\nproviders = [\"anthropic\"]\n");
+    assert_eq!(codes(&by_provider), vec![]);
+    let hosts = "[egress.provider_hosts]\nlocal-llm = [\"llm.corp.example\"]\n[[routing]]\npaths = [\"p/**\"]\nproviders = [\"local-llm\"]\n";
+    assert_eq!(codes(hosts), vec![]);
+    // No providers at all is route_nowhere, not unbound.
+    assert_eq!(
+        codes("[[routing]]\npaths = [\"p/**\"]\nproviders = []\n")
+            .iter()
+            .map(|c| c.0)
+            .collect::<Vec<_>>(),
+        ["route_nowhere"]
+    );
+}
+
+#[test]
+fn relay_provider_mismatch_is_flagged() {
+    let d = errors(RELAY);
+    assert_eq!(
+        d.iter()
+            .map(|d| (d.code, d.path.to_string()))
+            .collect::<Vec<_>>(),
+        [("relay_provider_mismatch", ".egress.relay[0]".to_owned())]
+    );
+    assert_eq!(
+        d[0].help.as_deref(),
+        Some("set `provider = \"anthropic\"` on the relay")
+    );
+    // A policy host counts as much as a built-in one.
+    let own = "[egress.provider_hosts]\nlocal-llm = [\"llm.corp.example\"]\n[[egress.relay]]\nname = \"x\"\norigin = \"https://llm.corp.example\"\nroutes = [\"POST /v1\"]\ncredential = { header = \"h\", from_env = \"K\" }\n";
+    assert_eq!(codes(own)[0].0, "relay_provider_mismatch");
+    // Positive controls: bound to the host's provider, or an origin that is
+    // no provider's host.
+    assert_eq!(
+        codes(&own.replace("name = \"x\"", "name = \"local-llm\"")),
+        vec![]
+    );
+    assert_eq!(
+        codes(&RELAY.replace("api.anthropic.com", "llm.corp.example")),
+        vec![]
+    );
+}

@@ -186,6 +186,48 @@ fn restricted_reads_are_remembered() {
 }
 
 #[test]
+fn a_restricted_read_is_new_once() {
+    let r = rules(&[]);
+    let mut s = Session::new();
+    let fx = s.apply(&r, 1, &read("private/a"));
+    assert!(fx.restricted_read && fx.new_restricted_read);
+    // The same file again, in another spelling: restricted, not new.
+    let fx = s.apply(&r, 2, &read("/w/private/../private/a"));
+    assert!(fx.restricted_read && !fx.new_restricted_read);
+    // Positive control: another restricted file is new; an unrestricted one
+    // is neither.
+    assert!(s.apply(&r, 3, &read("private/b")).new_restricted_read);
+    let fx = s.apply(&r, 4, &read("public/c"));
+    assert!(!fx.restricted_read && !fx.new_restricted_read);
+}
+
+#[test]
+fn restricted_reads_are_bounded_without_losing_a_rule() {
+    let text = "[worker]\ncwd = \"/w\"\n[[routing]]\npaths = [\"private/**\"]\nproviders = [\"a\"]\n[[routing]]\npaths = [\"secret/**\"]\nproviders = []\n";
+    let (p, _) = parse("p.toml", text).unwrap().into_parts();
+    let r = Rules::new(&p, &[]).unwrap();
+    let mut s = Session::new();
+    let extra = 100;
+    for i in 0..MAX_RESTRICTED_READS + extra {
+        let _ = s.apply(&r, i as u64, &read(&format!("private/f{i}")));
+    }
+    assert_eq!(s.restricted_reads().count(), MAX_RESTRICTED_READS);
+    assert_eq!(s.more_restricted_reads(), extra as u64);
+    // A path restricted by another rule is kept beyond the bound: the bound
+    // never drops what a decision depends on.
+    let fx = s.apply(&r, 10_000, &read("secret/k"));
+    assert!(fx.new_restricted_read);
+    assert!(s.restricted_reads().any(|p| p == "/w/secret/k"));
+    assert_eq!(s.restricted_reads().count(), MAX_RESTRICTED_READS + 1);
+    // The count survives a JSON round trip; a session under the bound
+    // serialises as before (no new key).
+    let back: Session = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+    assert_eq!(back, s);
+    let small = serde_json::to_value(Session::new()).unwrap();
+    assert!(small.get("more_restricted_reads").is_none(), "{small}");
+}
+
+#[test]
 fn outward_actions_are_irreversible() {
     let r = rules(&[]);
     let mut s = Session::new();
