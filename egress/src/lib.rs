@@ -10,7 +10,10 @@
 //! record; a connection is answered (or has a byte forwarded) only after
 //! the [`record::Recorder`] accepted its `egress_admitted` record, and a
 //! relay request is sent upstream only after its `relay_admitted` record
-//! was accepted; the name is decided before any DNS lookup and the checked
+//! was accepted and, when the relay has a [`relay::RelayGate`], only after
+//! the gate admitted that very request; with a gate, every provider-side web
+//! result in a response is told to it before the bytes completing it reach
+//! the worker; the name is decided before any DNS lookup and the checked
 //! address is the one dialled; no payload bytes, header values or
 //! credential values are ever recorded or logged.
 //!
