@@ -44,7 +44,7 @@
 //!   [`ReadObserver::attribute_to`]; with `FAN_REPORT_PIDFD`, the opener's
 //!   pidfd confirms that the pid still named it after the namespace was
 //!   opened. Until `attribute_to`, events are held unanswered (at most
-//!   4096; more are denied). Host opens are allowed without a handler
+//!   256; more are denied). Host opens are allowed without a handler
 //!   call; so are this process's own opens, at once, even before
 //!   attribution. The handler must not open a watched path itself.
 //! - Fail closed: an event the observer cannot handle (no descriptor, an
@@ -52,7 +52,7 @@
 //!   `FAN_DENY` and counted ([`ReadObserver::internal_errors`]). The queue
 //!   is unlimited in the kernel (a dropped permission event would be
 //!   allowed by the kernel), bounded by the openers that wait on it; this
-//!   process reads 64 KiB at a time and answers each event before reading
+//!   process reads 8 KiB at a time and answers each event before reading
 //!   more. Dropping the observer stops the thread (waiting for a running
 //!   handler call) and closes the group; the kernel then allows whatever
 //!   open was still waiting.
@@ -250,7 +250,14 @@ pub const MAX_DEPTH: usize = 64;
 
 /// How many permission events are held, unanswered, before
 /// [`ReadObserver::attribute_to`]; further ones are denied (and counted).
-const MAX_HELD: usize = 4096;
+/// Each holds two descriptors (the file and the opener's pidfd), so this
+/// stays well below the usual limit of 1024 open files.
+const MAX_HELD: usize = 256;
+
+/// The bytes read from the group at once: a few hundred events, each with
+/// its descriptors, answered before the next read. (When the kernel cannot
+/// give a permission event a descriptor, it denies the open.)
+const READ_BUF: usize = 8 * 1024;
 
 /// The bound on `NS_GET_PARENT` steps (the kernel nests PID namespaces 32
 /// deep at most).
@@ -753,7 +760,7 @@ impl Marks {
     fn run(mut self, mut handler: Handler, shared: &Shared, wake: &OwnedFd) {
         let me = i32::try_from(std::process::id()).unwrap_or(-1);
         let mut held: Vec<PermEvent> = Vec::new();
-        let mut buf = vec![0u8; 64 * 1024];
+        let mut buf = vec![0u8; READ_BUF];
         loop {
             if shared.stop.load(Ordering::SeqCst) {
                 break;

@@ -615,3 +615,87 @@ fn the_degraded_observer_sees_a_staged_read_after_the_fact() {
     }
     assert_eq!(files, [p.join("secret.txt"), p.join("tree/inner.txt")]);
 }
+
+/// Whether `pid` descends from `root` (through `/proc/<pid>/stat`'s ppid).
+fn descends_from(mut pid: u32, root: u32) -> bool {
+    for _ in 0..64 {
+        if pid == root {
+            return true;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The fields after the command's closing parenthesis: state, ppid.
+        let Some(ppid) = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse().ok())
+        else {
+            return false;
+        };
+        pid = ppid;
+    }
+    false
+}
+
+/// The pid of the process named `comm` below the supervisor `root` that
+/// is blocked waiting for a fanotify answer (`/proc/<pid>/wchan`), if any
+/// now.
+fn blocked_on_fanotify(comm: &str, root: u32) -> Option<u32> {
+    for e in std::fs::read_dir("/proc").ok()? {
+        let name = e.ok()?.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let c = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let w = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+        if c.trim() == comm && w.contains("fanotify") && descends_from(pid, root) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+#[test]
+fn opens_before_attribution_are_held_until_the_sandbox_is_named() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("secret.txt"), Scope::Exact)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    let cmd = Command::new(["/bin/sh", "-c", "exec 2>&1; exec cat secret.txt"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    let mut child = direct(&p).spawn(cmd).unwrap();
+    let mut stdout = child.take_stdout().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut out = String::new();
+        let _ = stdout.read_to_string(&mut out);
+        out
+    });
+    // Wait (bounded) until the worker's open waits on the observer.
+    let mut held = None;
+    for _ in 0..600 {
+        held = blocked_on_fanotify("cat", child.pid());
+        if held.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let held = held.expect("the worker's open never waited on the observer");
+    // Not attributed yet: held, unanswered, the handler not called.
+    assert!(opens.try_recv().is_err());
+    assert_eq!(child.try_wait().unwrap(), None);
+    obs.attribute_to(child.pid_namespace().unwrap());
+    let seen = opens.recv_timeout(PATIENCE).expect("the held open");
+    assert_eq!(seen.path, p.join("secret.txt"));
+    assert_eq!(seen.attribution, Attribution::Sandbox);
+    assert_eq!(seen.pid, Some(held));
+    let (exit, out) = finish(child, reader);
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+    assert_eq!(out.trim(), secret());
+}
