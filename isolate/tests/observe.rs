@@ -699,3 +699,38 @@ fn opens_before_attribution_are_held_until_the_sandbox_is_named() {
     assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
     assert_eq!(out.trim(), secret());
 }
+
+#[test]
+fn a_staged_write_to_a_watched_file_is_seen_at_its_copy_up() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let base = stage_base();
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("secret.txt"), Scope::Exact)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    let sb = staged(&p, base.path(), "obs-copy-up");
+    // The append copies the file up (the overlay opens the host's file to
+    // copy it); the cat after it reads the upper copy.
+    let (child, reader) = spawn(&sb, &obs, "echo more >> secret.txt && cat secret.txt");
+    let (exit, out) = finish(child, reader);
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+    assert_eq!(out, format!("{}\nmore\n", secret()), "{}", shown(&out));
+    let seen: Vec<ObservedOpen> = opens.try_iter().collect();
+    assert!(!seen.is_empty(), "the copy-up's open was not seen");
+    assert!(
+        seen.iter()
+            .all(|o| o.path == p.join("secret.txt") && o.attribution == Attribution::Sandbox),
+        "{seen:?}"
+    );
+    // The host file is untouched (staged).
+    assert_eq!(
+        std::fs::read_to_string(p.join("secret.txt")).unwrap(),
+        format!("{}\n", secret())
+    );
+}
