@@ -44,7 +44,7 @@
 //!   [`ReadObserver::attribute_to`]; with `FAN_REPORT_PIDFD`, the opener's
 //!   pidfd confirms that the pid still named it after the namespace was
 //!   opened. Until `attribute_to`, events are held unanswered (at most
-//!   256; more are denied). Host opens are allowed without a handler
+//!   256, for at most a minute; then they are denied, counted). Host opens are allowed without a handler
 //!   call; so are this process's own opens, at once, even before
 //!   attribution. The handler must not open a watched path itself.
 //! - Fail closed: an event the observer cannot handle (no descriptor, an
@@ -74,6 +74,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
@@ -253,6 +254,10 @@ pub const MAX_DEPTH: usize = 64;
 /// Each holds two descriptors (the file and the opener's pidfd), so this
 /// stays well below the usual limit of 1024 open files.
 const MAX_HELD: usize = 256;
+
+/// How long an event is held waiting for [`ReadObserver::attribute_to`]
+/// before it is denied (and counted).
+const MAX_HOLD: Duration = Duration::from_secs(60);
 
 /// The bytes read from the group at once: a few hundred events, each with
 /// its descriptors, answered before the next read. (When the kernel cannot
@@ -759,7 +764,7 @@ impl Marks {
     /// The observer thread.
     fn run(mut self, mut handler: Handler, shared: &Shared, wake: &OwnedFd) {
         let me = i32::try_from(std::process::id()).unwrap_or(-1);
-        let mut held: Vec<PermEvent> = Vec::new();
+        let mut held: Vec<(Instant, PermEvent)> = Vec::new();
         let mut buf = vec![0u8; READ_BUF];
         loop {
             if shared.stop.load(Ordering::SeqCst) {
@@ -767,10 +772,24 @@ impl Marks {
             }
             let ns = shared.ns.lock().map(|g| *g).unwrap_or(None);
             if let Some(ns) = ns {
-                for ev in std::mem::take(&mut held) {
+                for (_, ev) in std::mem::take(&mut held) {
                     self.answer(ev, Some(ns), &mut handler, shared);
                 }
+            } else {
+                // Never named: denied rather than left waiting for ever (a
+                // process of the launch itself waiting on its own
+                // attribution would hang the launch).
+                let now = Instant::now();
+                for (_, ev) in held.extract_if(.., |(at, _)| now.duration_since(*at) >= MAX_HOLD) {
+                    shared.error();
+                    self.respond(&ev, Response::Deny, shared);
+                }
             }
+            let timeout = if held.is_empty() {
+                PollTimeout::NONE
+            } else {
+                PollTimeout::from(1000u16)
+            };
             let (fan_ready, ino_ready) = {
                 let mut fds = vec![
                     PollFd::new(wake.as_fd(), PollFlags::POLLIN),
@@ -779,7 +798,7 @@ impl Marks {
                 if let Some(fan) = &self.fan {
                     fds.push(PollFd::new(fan.as_fd(), PollFlags::POLLIN));
                 }
-                match nix::poll::poll(&mut fds, PollTimeout::NONE) {
+                match nix::poll::poll(&mut fds, timeout) {
                     Ok(_) => {}
                     Err(Errno::EINTR) => continue,
                     Err(_) => {
@@ -828,7 +847,7 @@ impl Marks {
                     } else if ns.is_some() {
                         self.answer(ev, ns, &mut handler, shared);
                     } else if held.len() < MAX_HELD {
-                        held.push(ev);
+                        held.push((Instant::now(), ev));
                     } else {
                         shared.error();
                         self.respond(&ev, Response::Deny, shared);

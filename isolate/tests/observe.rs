@@ -734,3 +734,41 @@ fn a_staged_write_to_a_watched_file_is_seen_at_its_copy_up() {
         format!("{}\n", secret())
     );
 }
+
+#[test]
+fn an_open_never_attributed_is_denied_in_the_end_not_left_waiting() {
+    if skip_unless_root() {
+        return;
+    }
+    // The positive control is `opens_before_attribution_are_held_…`: the
+    // same open, attributed, is allowed and reported.
+    let (_r, p) = root();
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("secret.txt"), Scope::Exact)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    let cmd = Command::new(["/bin/sh", "-c", "exec 2>&1; cat secret.txt; echo rc=$?"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    let mut child = direct(&p).spawn(cmd).unwrap();
+    let mut stdout = child.take_stdout().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut out = String::new();
+        let _ = stdout.read_to_string(&mut out);
+        out
+    });
+    // No attribute_to: the observer gives up on the held open (after its
+    // hold limit, a minute) and denies it.
+    let (exit, out) = finish(child, reader);
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+    assert!(out.contains("Operation not permitted"), "{}", shown(&out));
+    assert!(out.ends_with("rc=1\n"), "{}", shown(&out));
+    assert!(
+        opens.try_recv().is_err(),
+        "an unattributed open reached the handler"
+    );
+    assert_eq!(obs.internal_errors(), 1);
+}
