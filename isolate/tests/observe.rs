@@ -261,6 +261,7 @@ fn a_host_read_reaches_no_handler_while_the_sandbox_read_does() {
         support.facts
     );
     assert!(support.facts.contains("CAP_SYS_ADMIN"), "{}", support.facts);
+    eprintln!("read observer: {}", support.facts);
     let (handler, opens) = recording();
     let obs = ReadObserver::start(
         &[Watch::new(p.join("secret.txt"), Scope::Exact)],
