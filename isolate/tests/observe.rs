@@ -773,3 +773,49 @@ fn an_open_never_attributed_is_denied_in_the_end_not_left_waiting() {
     );
     assert_eq!(obs.internal_errors(), 1);
 }
+
+#[test]
+fn a_tree_over_the_depth_bound_is_an_error_not_a_partial_watch() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let deep = |name: &str, levels: usize| {
+        let mut d = p.join(name);
+        for _ in 0..levels {
+            d.push("d");
+        }
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("f.txt"), "f\n").unwrap();
+        d
+    };
+    let too_deep = deep("too-deep", palisade_isolate::observe::MAX_DEPTH + 1);
+    let (handler, _) = recording();
+    let err = ReadObserver::start(
+        &[Watch::new(p.join("too-deep"), Scope::Tree)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, ObserveError::Watch { path, .. } if path == &too_deep),
+        "{err}"
+    );
+    assert!(err.to_string().contains("deeper than 64"), "{err}");
+    // Positive control: at the bound, the whole tree is watched, down to
+    // its deepest file.
+    let at_bound = deep("at-bound", palisade_isolate::observe::MAX_DEPTH);
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("at-bound"), Scope::Tree)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    let rel = at_bound.strip_prefix(&p).unwrap().join("f.txt");
+    let (child, reader) = spawn(&direct(&p), &obs, &format!("cat {}", rel.display()));
+    let (exit, out) = finish(child, reader);
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+    let seen = opens.try_recv().expect("the deepest file's open");
+    assert_eq!(seen.path, at_bound.join("f.txt"));
+}
