@@ -44,7 +44,7 @@
 //!   [`ReadObserver::attribute_to`]; with `FAN_REPORT_PIDFD`, the opener's
 //!   pidfd confirms that the pid still named it after the namespace was
 //!   opened. Until `attribute_to`, events are held unanswered (at most
-//!   4096; more are denied). Host opens are allowed without a handler
+//!   256, for at most a minute; then they are denied, counted). Host opens are allowed without a handler
 //!   call; so are this process's own opens, at once, even before
 //!   attribution. The handler must not open a watched path itself.
 //! - Fail closed: an event the observer cannot handle (no descriptor, an
@@ -52,7 +52,7 @@
 //!   `FAN_DENY` and counted ([`ReadObserver::internal_errors`]). The queue
 //!   is unlimited in the kernel (a dropped permission event would be
 //!   allowed by the kernel), bounded by the openers that wait on it; this
-//!   process reads 64 KiB at a time and answers each event before reading
+//!   process reads 8 KiB at a time and answers each event before reading
 //!   more. Dropping the observer stops the thread (waiting for a running
 //!   handler call) and closes the group; the kernel then allows whatever
 //!   open was still waiting.
@@ -74,6 +74,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
@@ -250,7 +251,18 @@ pub const MAX_DEPTH: usize = 64;
 
 /// How many permission events are held, unanswered, before
 /// [`ReadObserver::attribute_to`]; further ones are denied (and counted).
-const MAX_HELD: usize = 4096;
+/// Each holds two descriptors (the file and the opener's pidfd), so this
+/// stays well below the usual limit of 1024 open files.
+const MAX_HELD: usize = 256;
+
+/// How long an event is held waiting for [`ReadObserver::attribute_to`]
+/// before it is denied (and counted).
+const MAX_HOLD: Duration = Duration::from_secs(60);
+
+/// The bytes read from the group at once: a few hundred events, each with
+/// its descriptors, answered before the next read. (When the kernel cannot
+/// give a permission event a descriptor, it denies the open.)
+const READ_BUF: usize = 8 * 1024;
 
 /// The bound on `NS_GET_PARENT` steps (the kernel nests PID namespaces 32
 /// deep at most).
@@ -320,6 +332,7 @@ impl ReadObserver {
             wds: HashMap::new(),
             trees: Vec::new(),
             pending: Vec::new(),
+            exact: Vec::new(),
             entries: 0,
         };
         for w in watches {
@@ -463,6 +476,9 @@ struct Marks {
     trees: Vec<PathBuf>,
     /// Watched paths that did not exist when last looked for.
     pending: Vec<Watch>,
+    /// Files watched exactly, whose directory is watched for a new inode
+    /// under the same name (a host's rename over it, a re-creation).
+    exact: Vec<PathBuf>,
     /// Entries the walks visited so far.
     entries: usize,
 }
@@ -533,7 +549,16 @@ impl Marks {
                 }
                 Ok(())
             }
-            (_, dir) => self.mark_path(&path, key, dir, false),
+            (_, dir) => {
+                self.mark_path(&path, key, dir, false)?;
+                if !dir && !self.exact.contains(&path) {
+                    if let Some(parent) = path.parent() {
+                        self.watch_dir(parent)?;
+                    }
+                    self.exact.push(path);
+                }
+                Ok(())
+            }
         }
     }
 
@@ -683,20 +708,7 @@ impl Marks {
         while let Some(a) = anc {
             match std::fs::symlink_metadata(a) {
                 Ok(md) if md.is_dir() => {
-                    let fd = nix::fcntl::open(
-                        a,
-                        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-                        Mode::empty(),
-                    )
-                    .map_err(|e| watch_error(a, nix_io(e)))?;
-                    let a = a.to_path_buf();
-                    self.inotify_watch(
-                        fd.as_fd(),
-                        &a,
-                        AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO | mask_add(),
-                        |n| n.ancestor = true,
-                    )
-                    .map_err(|e| watch_error(&a, e))?;
+                    self.watch_dir(a)?;
                     if !self.pending.contains(&w) {
                         self.pending.push(w);
                     }
@@ -721,6 +733,25 @@ impl Marks {
         ))
     }
 
+    /// Watch the directory `dir` for new entries (`IN_CREATE`,
+    /// `IN_MOVED_TO`): the nearest existing ancestor of a missing watched
+    /// path, or the directory of a file watched exactly.
+    fn watch_dir(&mut self, dir: &Path) -> Result<(), ObserveError> {
+        let fd = nix::fcntl::open(
+            dir,
+            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| watch_error(dir, nix_io(e)))?;
+        self.inotify_watch(
+            fd.as_fd(),
+            dir,
+            AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO | mask_add(),
+            |n| n.ancestor = true,
+        )
+        .map_err(|e| watch_error(dir, e))
+    }
+
     /// Something was created below an ancestor: mark what now exists.
     fn retry_pending(&mut self, shared: &Shared) {
         for w in std::mem::take(&mut self.pending) {
@@ -733,18 +764,32 @@ impl Marks {
     /// The observer thread.
     fn run(mut self, mut handler: Handler, shared: &Shared, wake: &OwnedFd) {
         let me = i32::try_from(std::process::id()).unwrap_or(-1);
-        let mut held: Vec<PermEvent> = Vec::new();
-        let mut buf = vec![0u8; 64 * 1024];
+        let mut held: Vec<(Instant, PermEvent)> = Vec::new();
+        let mut buf = vec![0u8; READ_BUF];
         loop {
             if shared.stop.load(Ordering::SeqCst) {
                 break;
             }
             let ns = shared.ns.lock().map(|g| *g).unwrap_or(None);
             if let Some(ns) = ns {
-                for ev in std::mem::take(&mut held) {
+                for (_, ev) in std::mem::take(&mut held) {
                     self.answer(ev, Some(ns), &mut handler, shared);
                 }
+            } else {
+                // Never named: denied rather than left waiting for ever (a
+                // process of the launch itself waiting on its own
+                // attribution would hang the launch).
+                let now = Instant::now();
+                for (_, ev) in held.extract_if(.., |(at, _)| now.duration_since(*at) >= MAX_HOLD) {
+                    shared.error();
+                    self.respond(&ev, Response::Deny, shared);
+                }
             }
+            let timeout = if held.is_empty() {
+                PollTimeout::NONE
+            } else {
+                PollTimeout::from(1000u16)
+            };
             let (fan_ready, ino_ready) = {
                 let mut fds = vec![
                     PollFd::new(wake.as_fd(), PollFlags::POLLIN),
@@ -753,7 +798,7 @@ impl Marks {
                 if let Some(fan) = &self.fan {
                     fds.push(PollFd::new(fan.as_fd(), PollFlags::POLLIN));
                 }
-                match nix::poll::poll(&mut fds, PollTimeout::NONE) {
+                match nix::poll::poll(&mut fds, timeout) {
                     Ok(_) => {}
                     Err(Errno::EINTR) => continue,
                     Err(_) => {
@@ -802,7 +847,7 @@ impl Marks {
                     } else if ns.is_some() {
                         self.answer(ev, ns, &mut handler, shared);
                     } else if held.len() < MAX_HELD {
-                        held.push(ev);
+                        held.push((Instant::now(), ev));
                     } else {
                         shared.error();
                         self.respond(&ev, Response::Deny, shared);
@@ -990,6 +1035,11 @@ impl Marks {
             }
             if ancestor {
                 self.retry_pending(shared);
+                if self.exact.contains(&path)
+                    && self.add(&Watch::new(&path, Scope::Exact), false).is_err()
+                {
+                    shared.error();
+                }
             }
         }
         // A directory watched exactly reports its own opens, not its

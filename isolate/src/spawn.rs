@@ -284,6 +284,8 @@ pub struct SandboxChild {
     /// The stage of a staged launch. Never removed here: dropping the
     /// child leaves it on disk for the embedder to commit or remove.
     stage: Option<Stage>,
+    /// The sandbox's PID namespace ([`SandboxChild::pid_namespace`]).
+    pid_ns: PidNs,
 }
 
 impl AsFd for SandboxChild {
@@ -307,25 +309,20 @@ impl SandboxChild {
     /// init and every process of the sandbox live; a namespace the worker
     /// nests below it counts as the sandbox's for the observer).
     ///
-    /// The supervisor is this process's unreaped child, so its pid cannot
-    /// name another process until it is reaped (which takes `&mut self`);
-    /// the pidfd then confirms it was still running after the open (a
-    /// process that has ended has no namespaces to read). An ended sandbox
-    /// is an error.
+    /// Read during the launch, after the supervisor has unshared and while
+    /// it waits for its go: it is then this process's unreaped child (its
+    /// pid can name no other process) and has not ended, so neither a
+    /// recycled pid nor a sandbox that ends at once can make it wrong. The
+    /// value stays valid after the sandbox ended: the child holds the
+    /// namespace open, so its inode number is not reused while the child
+    /// lives. An error only when the launch could not read it.
     pub fn pid_namespace(&self) -> std::io::Result<crate::observe::PidNamespace> {
-        use std::os::unix::fs::MetadataExt;
-        if self.reaped || self.status.is_some() {
-            return Err(std::io::Error::other(
-                "pid_namespace: the sandbox has ended",
-            ));
+        match &self.pid_ns {
+            Ok((ns, _)) => Ok(*ns),
+            Err(why) => Err(std::io::Error::other(format!(
+                "pid_namespace: the supervisor's pid_for_children could not be read at launch: {why}"
+            ))),
         }
-        let file = std::fs::File::open(format!("/proc/{}/ns/pid_for_children", self.pid.as_raw()))?;
-        sys::pidfd_send_signal(&self.pidfd, 0).map_err(std::io::Error::from_raw_os_error)?;
-        let md = file.metadata()?;
-        Ok(crate::observe::PidNamespace {
-            dev: md.dev(),
-            ino: md.ino(),
-        })
     }
 
     /// What was enforced.
@@ -1146,6 +1143,7 @@ impl Sandbox {
             placeholders,
             ended,
             stop,
+            pid_ns,
         } = launch(&setup, &deferred)?;
         let mut downgraded: Vec<Layer> = self.disabled.iter().copied().collect();
         downgraded.sort();
@@ -1175,6 +1173,7 @@ impl Sandbox {
             stderr,
             terminal: None,
             stage: None,
+            pid_ns,
         };
         // The relay thread starts once the forks are done; should it fail,
         // the dropped child kills the sandbox.
@@ -1391,6 +1390,10 @@ pub(crate) fn forwarded_mask() -> SigSet {
     set
 }
 
+/// The sandbox's PID namespace and the open namespace file that keeps it
+/// (and its inode number) alive, or why it could not be read.
+type PidNs = Result<(crate::observe::PidNamespace, std::fs::File), String>;
+
 /// A launched supervisor, as [`launch`] returns it.
 struct Launched {
     pid: nix::unistd::Pid,
@@ -1400,6 +1403,48 @@ struct Launched {
     ended: OwnedFd,
     /// The write end of the stop pipe.
     stop: OwnedFd,
+    /// The sandbox's PID namespace, read while the supervisor waited.
+    pid_ns: PidNs,
+}
+
+/// The namespace the supervisor `pid` unshared for its children: its
+/// `/proc/<pid>/ns/pid_for_children`. Read by [`launch`] while the
+/// supervisor is our unreaped child waiting for its go, so the pid names it
+/// and it has not ended. The descriptor is kept open with the child, so that the namespace (and
+/// its inode number) outlives the sandbox and is never reused meanwhile.
+///
+/// The kernel shows `pid_for_children` only once the namespace has its
+/// first process (init, which the supervisor forks right after "ready"):
+/// until then the open is `ENOENT`, and is tried again, for at most ten
+/// seconds and only while the supervisor runs.
+fn supervisor_pid_ns(pid: nix::unistd::Pid, pidfd: &OwnedFd) -> PidNs {
+    use std::os::unix::fs::MetadataExt;
+    let path = format!("/proc/{}/ns/pid_for_children", pid.as_raw());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let file = loop {
+        match std::fs::File::open(&path) {
+            Ok(f) => break f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                use nix::poll::{PollFd, PollFlags};
+                let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+                let ended =
+                    nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO).is_ok_and(|n| n > 0);
+                if ended || std::time::Instant::now() > deadline {
+                    return Err(format!("{e} (no init in the namespace)"));
+                }
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    };
+    let md = file.metadata().map_err(|e| e.to_string())?;
+    Ok((
+        crate::observe::PidNamespace {
+            dev: md.dev(),
+            ino: md.ino(),
+        },
+        file,
+    ))
 }
 
 /// Fork the supervisor, run the deferred host-side work (placeholders,
@@ -1473,11 +1518,16 @@ fn launch(setup: &ChildSetup<'_>, deferred: &plan::Deferred) -> Result<Launched,
     };
     let mut ready = [0u8; 1];
     let got = nix::unistd::read(&ready_r, &mut ready).unwrap_or(0);
+    let mut pid_ns = Err(String::from("the supervisor was not ready"));
     if got == 1 {
         if let Err(e) = write_id_maps(child, setup) {
             plan::remove_placeholders(&created);
             return abort(e);
         }
+        // The namespaces exist ("ready" follows the unshare); init, forked
+        // right after it, waits for the go below, so the sandbox cannot
+        // have ended and the supervisor is alive and ours.
+        pid_ns = supervisor_pid_ns(child, &pidfd);
         let _ = nix::unistd::write(&go_w, b"g");
     }
     drop(go_w);
@@ -1491,6 +1541,7 @@ fn launch(setup: &ChildSetup<'_>, deferred: &plan::Deferred) -> Result<Launched,
             placeholders: created,
             ended: end_r,
             stop: stop_w,
+            pid_ns,
         });
     }
     let _ = nix::sys::signal::kill(child, NixSignal::SIGKILL);

@@ -261,6 +261,7 @@ fn a_host_read_reaches_no_handler_while_the_sandbox_read_does() {
         support.facts
     );
     assert!(support.facts.contains("CAP_SYS_ADMIN"), "{}", support.facts);
+    eprintln!("read observer: {}", support.facts);
     let (handler, opens) = recording();
     let obs = ReadObserver::start(
         &[Watch::new(p.join("secret.txt"), Scope::Exact)],
@@ -449,6 +450,49 @@ fn a_missing_or_symlinked_watch_is_handled_without_following() {
     assert_eq!(seen.path, p.join("later/marked.txt"));
 }
 
+/// Run `script` in fresh sandboxes until `opens` reports one of its opens
+/// (the observer's thread handles inotify events on its own time): that
+/// open. Bounded.
+fn until_seen(
+    p: &Path,
+    obs: &ReadObserver,
+    opens: &Receiver<ObservedOpen>,
+    script: &str,
+) -> ObservedOpen {
+    for _ in 0..50 {
+        let (child, reader) = spawn(&direct(p), obs, script);
+        let (exit, out) = finish(child, reader);
+        assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+        if let Ok(o) = opens.try_recv() {
+            return o;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{script:?} was never seen");
+}
+
+#[test]
+fn a_watched_file_the_host_replaces_is_watched_under_its_new_inode() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("secret.txt"), Scope::Exact)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    // An editor's save: a new file renamed over the watched one.
+    std::fs::write(p.join("new.tmp"), "replaced\n").unwrap();
+    chown_tree(&p.join("new.tmp"));
+    std::fs::rename(p.join("new.tmp"), p.join("secret.txt")).unwrap();
+    let seen = until_seen(&p, &obs, &opens, "cat secret.txt");
+    assert_eq!(seen.path, p.join("secret.txt"));
+    assert_eq!(seen.attribution, Attribution::Sandbox);
+}
+
 #[test]
 fn without_cap_sys_admin_the_observer_is_degraded_and_after_the_fact() {
     if skip_unless_root() {
@@ -571,4 +615,207 @@ fn the_degraded_observer_sees_a_staged_read_after_the_fact() {
         }
     }
     assert_eq!(files, [p.join("secret.txt"), p.join("tree/inner.txt")]);
+}
+
+/// Whether `pid` descends from `root` (through `/proc/<pid>/stat`'s ppid).
+fn descends_from(mut pid: u32, root: u32) -> bool {
+    for _ in 0..64 {
+        if pid == root {
+            return true;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The fields after the command's closing parenthesis: state, ppid.
+        let Some(ppid) = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse().ok())
+        else {
+            return false;
+        };
+        pid = ppid;
+    }
+    false
+}
+
+/// The pid of the process named `comm` below the supervisor `root` that
+/// is blocked waiting for a fanotify answer (`/proc/<pid>/wchan`), if any
+/// now.
+fn blocked_on_fanotify(comm: &str, root: u32) -> Option<u32> {
+    for e in std::fs::read_dir("/proc").ok()? {
+        let name = e.ok()?.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let c = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let w = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+        if c.trim() == comm && w.contains("fanotify") && descends_from(pid, root) {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+#[test]
+fn opens_before_attribution_are_held_until_the_sandbox_is_named() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("secret.txt"), Scope::Exact)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    let cmd = Command::new(["/bin/sh", "-c", "exec 2>&1; exec cat secret.txt"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    let mut child = direct(&p).spawn(cmd).unwrap();
+    let mut stdout = child.take_stdout().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut out = String::new();
+        let _ = stdout.read_to_string(&mut out);
+        out
+    });
+    // Wait (bounded) until the worker's open waits on the observer.
+    let mut held = None;
+    for _ in 0..600 {
+        held = blocked_on_fanotify("cat", child.pid());
+        if held.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let held = held.expect("the worker's open never waited on the observer");
+    // Not attributed yet: held, unanswered, the handler not called.
+    assert!(opens.try_recv().is_err());
+    assert_eq!(child.try_wait().unwrap(), None);
+    obs.attribute_to(child.pid_namespace().unwrap());
+    let seen = opens.recv_timeout(PATIENCE).expect("the held open");
+    assert_eq!(seen.path, p.join("secret.txt"));
+    assert_eq!(seen.attribution, Attribution::Sandbox);
+    assert_eq!(seen.pid, Some(held));
+    let (exit, out) = finish(child, reader);
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+    assert_eq!(out.trim(), secret());
+}
+
+#[test]
+fn a_staged_write_to_a_watched_file_is_seen_at_its_copy_up() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let base = stage_base();
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("secret.txt"), Scope::Exact)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    let sb = staged(&p, base.path(), "obs-copy-up");
+    // The append copies the file up (the overlay opens the host's file to
+    // copy it); the cat after it reads the upper copy.
+    let (child, reader) = spawn(&sb, &obs, "echo more >> secret.txt && cat secret.txt");
+    let (exit, out) = finish(child, reader);
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+    assert_eq!(out, format!("{}\nmore\n", secret()), "{}", shown(&out));
+    let seen: Vec<ObservedOpen> = opens.try_iter().collect();
+    assert!(!seen.is_empty(), "the copy-up's open was not seen");
+    assert!(
+        seen.iter()
+            .all(|o| o.path == p.join("secret.txt") && o.attribution == Attribution::Sandbox),
+        "{seen:?}"
+    );
+    // The host file is untouched (staged).
+    assert_eq!(
+        std::fs::read_to_string(p.join("secret.txt")).unwrap(),
+        format!("{}\n", secret())
+    );
+}
+
+#[test]
+fn an_open_never_attributed_is_denied_in_the_end_not_left_waiting() {
+    if skip_unless_root() {
+        return;
+    }
+    // The positive control is `opens_before_attribution_are_held_…`: the
+    // same open, attributed, is allowed and reported.
+    let (_r, p) = root();
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("secret.txt"), Scope::Exact)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    let cmd = Command::new(["/bin/sh", "-c", "exec 2>&1; cat secret.txt; echo rc=$?"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    let mut child = direct(&p).spawn(cmd).unwrap();
+    let mut stdout = child.take_stdout().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut out = String::new();
+        let _ = stdout.read_to_string(&mut out);
+        out
+    });
+    // No attribute_to: the observer gives up on the held open (after its
+    // hold limit, a minute) and denies it.
+    let (exit, out) = finish(child, reader);
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+    assert!(out.contains("Operation not permitted"), "{}", shown(&out));
+    assert!(out.ends_with("rc=1\n"), "{}", shown(&out));
+    assert!(
+        opens.try_recv().is_err(),
+        "an unattributed open reached the handler"
+    );
+    assert_eq!(obs.internal_errors(), 1);
+}
+
+#[test]
+fn a_tree_over_the_depth_bound_is_an_error_not_a_partial_watch() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let deep = |name: &str, levels: usize| {
+        let mut d = p.join(name);
+        for _ in 0..levels {
+            d.push("d");
+        }
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("f.txt"), "f\n").unwrap();
+        d
+    };
+    let too_deep = deep("too-deep", palisade_isolate::observe::MAX_DEPTH + 1);
+    let (handler, _) = recording();
+    let err = ReadObserver::start(
+        &[Watch::new(p.join("too-deep"), Scope::Tree)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, ObserveError::Watch { path, .. } if path == &too_deep),
+        "{err}"
+    );
+    assert!(err.to_string().contains("deeper than 64"), "{err}");
+    // Positive control: at the bound, the whole tree is watched, down to
+    // its deepest file.
+    let at_bound = deep("at-bound", palisade_isolate::observe::MAX_DEPTH);
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("at-bound"), Scope::Tree)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    let rel = at_bound.strip_prefix(&p).unwrap().join("f.txt");
+    let (child, reader) = spawn(&direct(&p), &obs, &format!("cat {}", rel.display()));
+    let (exit, out) = finish(child, reader);
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+    let seen = opens.try_recv().expect("the deepest file's open");
+    assert_eq!(seen.path, at_bound.join("f.txt"));
 }
