@@ -488,6 +488,43 @@ mod tests {
     }
 
     #[test]
+    fn the_page_has_the_suite_its_ratios_and_its_goal() {
+        let mut res = SuiteResult::default();
+        push(&mut res, "`cat` of a 1024 MiB file", &samples(230.0, 200.0));
+        res.unavailable(
+            "`rg -c needle` over a 100000-file tree",
+            "rg not installed (apt-get install ripgrep)",
+        );
+        let opts = super::super::Opts {
+            quick: false,
+            runs: 3,
+            warmup: 1,
+            release: true,
+        };
+        let tmp =
+            std::env::temp_dir().join(format!("palisade-observer-page-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let results = serde_json::json!({
+            "generated_at": "now",
+            "suites": {"observer": res.to_json("observer", &opts, &tmp)},
+        });
+        report::write_page(&results, &tmp).unwrap();
+        let page = std::fs::read_to_string(tmp.join("benchmarks.md")).unwrap();
+        let _ = std::fs::remove_dir_all(&tmp);
+        let section = page
+            .split("### Suite `observer`")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{page}"));
+        assert!(
+            section.contains(ON) && section.contains(OFF) && section.contains(HOST),
+            "{section}"
+        );
+        assert!(section.contains("rg not installed"), "{section}");
+        assert!(page.contains("observer on / off"), "{page}");
+        assert!(page.contains("missed"), "1.15× misses the 5 % goal: {page}");
+    }
+
+    #[test]
     fn without_the_on_arm_no_goal_is_checked() {
         let mut res = SuiteResult::default();
         let mut s = samples(1.0, 200.0);
