@@ -1215,22 +1215,23 @@ fn a_codex_worker_whose_model_makes_it_cat_an_ordinary_file_stays_clean() {
     s.verify_closed();
 }
 
-#[test]
-fn a_restricted_file_read_through_a_symlink_the_worker_made_is_a_restricted_read() {
-    if skip() {
-        return;
-    }
-    // The worker aliases the restricted directory and reads through the
-    // alias: the observer marks the file's inode, not its name. Positive
-    // control: `without_the_restricted_read_the_openai_relay_and_hosts_answer`.
+/// A worker that reads `private/x` only through an alias it made (`alias`,
+/// a shell fragment), then calls both relays.
+fn aliased_read(alias: &str) {
     let s = session(ROUTING_POLICY);
-    let script = r#"
-ln -s private pub
-cat pub/x > /dev/null
+    // As a real workspace is (as root), the file belongs to the worker's
+    // uid, so it may link, rename and change it (which copies it up into
+    // the stage, after which its reads no longer reach the host inode).
+    let uid = palisade_isolate::DEFAULT_WORKER_UID;
+    std::os::unix::fs::chown(s.work.join("private/x"), Some(uid), Some(uid)).unwrap();
+    let script = format!(
+        r#"
+{alias}
 echo "openai: $(relay openai /v1/responses plain)"
 echo "anthropic: $(relay anthropic /v1/messages plain)"
-"#;
-    let (code, out, err) = spawn(s.command(script, None)).finish();
+"#
+    );
+    let (code, out, err) = spawn(s.command(&script, None)).finish();
     assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
     let a = answers(&out);
     assert!(a["openai"].starts_with("403 "), "{a:?}");
@@ -1241,6 +1242,36 @@ echo "anthropic: $(relay anthropic /v1/messages plain)"
     assert_eq!(reads.len(), 1, "{recs:#?}");
     assert_eq!(reads[0]["body"]["path"], "private/x", "{reads:?}");
     s.verify_closed();
+}
+
+#[test]
+fn a_restricted_file_read_through_a_symlink_the_worker_made_is_a_restricted_read() {
+    if skip() {
+        return;
+    }
+    // The observer marks the file's inode, not its name. Positive control:
+    // `without_the_restricted_read_the_openai_relay_and_hosts_answer`.
+    aliased_read("ln -s private pub && cat pub/x > /dev/null");
+}
+
+#[test]
+fn a_restricted_file_read_through_a_hard_link_the_worker_made_is_a_restricted_read() {
+    if skip() {
+        return;
+    }
+    aliased_read("ln private/x hl && cat hl > /dev/null");
+}
+
+#[test]
+fn a_restricted_file_the_worker_renamed_or_changed_before_reading_is_a_restricted_read() {
+    if skip() {
+        return;
+    }
+    // Each copies the file up into the stage before the read: the copy-up's
+    // own read of the host file is the one seen.
+    aliased_read("mv private/x y && cat y > /dev/null");
+    aliased_read("chmod 600 private/x && cat private/x > /dev/null");
+    aliased_read("touch private/x && cat private/x > /dev/null");
 }
 
 #[test]
