@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use sha2::{Digest, Sha256};
 
+pub(crate) mod observe;
+
 /// Files larger than this are fingerprinted by size and mtime, not content.
 pub(crate) const MAX_HASHED_BYTES: u64 = 64 << 20;
 /// Most directory entries one snapshot visits.
@@ -125,6 +127,26 @@ impl SteeringWatch {
         (changes, incomplete)
     }
 
+    /// Looks at one path again (an observed event), returns its change
+    /// since the last look and keeps the new fingerprint, so the scans and
+    /// the observer never report one change twice.
+    pub(crate) fn recheck(&mut self, path: &Path) -> Option<Change> {
+        let now = fs::symlink_metadata(path)
+            .ok()
+            .map(|m| fingerprint(path, &m));
+        let before = self.last.paths.get(path).cloned();
+        let change = change_of(path, before.as_ref(), now.as_ref());
+        match now {
+            Some(fp) => {
+                self.last.paths.insert(path.to_path_buf(), fp);
+            }
+            None => {
+                self.last.paths.remove(path);
+            }
+        }
+        change
+    }
+
     fn snapshot(&self) -> Snapshot {
         let mut snap = Snapshot::default();
         let mut budget = MAX_ENTRIES;
@@ -203,13 +225,18 @@ fn fingerprint(path: &Path, meta: &fs::Metadata) -> Fingerprint {
 }
 
 fn hash_file(path: &Path) -> Option<String> {
-    // O_NOFOLLOW: a file swapped for a link between stat and open is not followed.
+    // O_NOFOLLOW: a file swapped for a link between stat and open is not
+    // followed; O_NONBLOCK: one swapped for a fifo does not block the open,
+    // and is not read (only a regular file is).
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
         .ok()?;
+    if !f.metadata().ok()?.file_type().is_file() {
+        return None;
+    }
     let mut h = Sha256::new();
     let mut buf = [0u8; 64 * 1024];
     let mut total: u64 = 0;
@@ -225,6 +252,66 @@ fn hash_file(path: &Path) -> Option<String> {
         h.update(buf.get(..n)?);
     }
     Some(format!("sha256:{}", hex::encode(h.finalize())))
+}
+
+/// The change at `path` from fingerprint `before` to `after`, if any.
+fn change_of(
+    path: &Path,
+    before: Option<&Fingerprint>,
+    after: Option<&Fingerprint>,
+) -> Option<Change> {
+    let change = match (before, after) {
+        (None, None) => return None,
+        (Some(b), Some(a)) if a == b => return None,
+        (None, Some(_)) => "created",
+        (Some(_), None) => "deleted",
+        (Some(_), Some(_)) => "modified",
+    };
+    Some(Change {
+        path: path.to_path_buf(),
+        change,
+        before: before.map(Fingerprint::show),
+        after: after.map(Fingerprint::show),
+    })
+}
+
+/// What the worker's view shows at `rel` under a staged root whose upper
+/// layer is `upper` and whose host directory is `host`: `created` or
+/// `modified` for an upper file (its fingerprint after, the host's before),
+/// `deleted` for a whiteout; `None` when the upper holds nothing there
+/// (the host's file shows through unchanged) or only a directory the host
+/// has too (the upper holds every parent of what was written).
+pub(crate) fn staged_change(upper: &Path, host: &Path, rel: &Path) -> Option<Change> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let up = upper.join(rel);
+    let meta = fs::symlink_metadata(&up).ok()?;
+    let hpath = host.join(rel);
+    let before = fs::symlink_metadata(&hpath)
+        .ok()
+        .map(|m| fingerprint(&hpath, &m));
+    let ft = meta.file_type();
+    let whiteout = ft.is_char_device() && meta.rdev() == 0;
+    let after = if whiteout {
+        None
+    } else {
+        if ft.is_dir() && before.is_some() {
+            return None;
+        }
+        Some(fingerprint(&up, &meta))
+    };
+    let change = match (&before, &after) {
+        (None, None) => return None,
+        (Some(b), Some(a)) if a == b => return None,
+        (None, Some(_)) => "created",
+        (Some(_), None) => "deleted",
+        (Some(_), Some(_)) => "modified",
+    };
+    Some(Change {
+        path: host.join(rel),
+        change,
+        before: before.as_ref().map(Fingerprint::show),
+        after: after.as_ref().map(Fingerprint::show),
+    })
 }
 
 /// The changes from `before` to `after`, in path order.
@@ -317,6 +404,73 @@ mod tests {
         assert_eq!(changes[0].after.as_deref(), Some("symlink:/etc/passwd"));
         // Nothing changed since: no flags.
         assert!(w.check().0.is_empty());
+    }
+
+    #[test]
+    fn a_recheck_reports_one_path_once_and_the_next_scan_does_not_repeat_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        fs::write(root.join("AGENTS.md"), "a").unwrap();
+        let mut w = SteeringWatch::new(std::slice::from_ref(&root), &pats(&["AGENTS.md"])).unwrap();
+        // Positive control: nothing changed, nothing reported.
+        assert_eq!(w.recheck(&root.join("AGENTS.md")), None);
+        fs::write(root.join("AGENTS.md"), "b").unwrap();
+        let c = w.recheck(&root.join("AGENTS.md")).unwrap();
+        assert_eq!(c.change, "modified");
+        assert_ne!(c.before, c.after);
+        assert_eq!(w.recheck(&root.join("AGENTS.md")), None);
+        assert!(w.check().0.is_empty());
+        fs::remove_file(root.join("AGENTS.md")).unwrap();
+        assert_eq!(
+            w.recheck(&root.join("AGENTS.md")).unwrap().change,
+            "deleted"
+        );
+        assert!(w.check().0.is_empty());
+    }
+
+    #[test]
+    fn the_staged_view_shows_created_modified_deleted_and_skips_parents() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let host = dir.path().join("host");
+        let upper = dir.path().join("upper");
+        fs::create_dir_all(host.join(".paseo")).unwrap();
+        fs::create_dir_all(upper.join(".paseo")).unwrap();
+        fs::write(host.join("AGENTS.md"), "host").unwrap();
+        fs::write(host.join("CLAUDE.md"), "same").unwrap();
+        fs::write(host.join("GONE.md"), "x").unwrap();
+        // Nothing in the upper: the host shows through, nothing to report.
+        assert_eq!(staged_change(&upper, &host, Path::new("AGENTS.md")), None);
+        fs::write(upper.join("AGENTS.md"), "worker").unwrap();
+        let c = staged_change(&upper, &host, Path::new("AGENTS.md")).unwrap();
+        assert_eq!(c.change, "modified");
+        assert_eq!(c.path, host.join("AGENTS.md"));
+        assert_ne!(c.before, c.after);
+        fs::write(upper.join("NEW.md"), "n").unwrap();
+        let c = staged_change(&upper, &host, Path::new("NEW.md")).unwrap();
+        assert_eq!((c.change, c.before), ("created", None));
+        // The same bytes as the host's: no change.
+        fs::write(upper.join("CLAUDE.md"), "same").unwrap();
+        assert_eq!(staged_change(&upper, &host, Path::new("CLAUDE.md")), None);
+        // A parent directory the upper holds for its children.
+        assert_eq!(staged_change(&upper, &host, Path::new(".paseo")), None);
+        // A whiteout (0/0 character device, as root) is a deletion.
+        if nix::sys::stat::mknod(
+            &upper.join("GONE.md"),
+            nix::sys::stat::SFlag::S_IFCHR,
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+            0,
+        )
+        .is_ok()
+        {
+            let c = staged_change(&upper, &host, Path::new("GONE.md")).unwrap();
+            assert_eq!((c.change, c.after), ("deleted", None));
+        }
+        // A fifo is fingerprinted by its type, never opened.
+        nix::unistd::mkfifo(&upper.join("FIFO.md"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let c = staged_change(&upper, &host, Path::new("FIFO.md")).unwrap();
+        assert_eq!(c.after.as_deref(), Some("other:fifo"));
+        let _ = fs::set_permissions(&upper, fs::Permissions::from_mode(0o755));
     }
 
     #[test]

@@ -173,9 +173,25 @@ fn probe_json_lists_every_layer() {
         "rlimits",
         "cgroups",
         "staged_writes",
+        "read_observer",
     ] {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }
+    // The read observer's entry carries the probe's facts and a status word.
+    let observer = v["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["layer"] == "read_observer")
+        .unwrap();
+    assert!(
+        ["active", "degraded", "unavailable"].contains(&observer["status"].as_str().unwrap()),
+        "{observer}"
+    );
+    assert!(
+        !observer["detail"].as_str().unwrap().is_empty(),
+        "{observer}"
+    );
     let ready = v["ready"].as_bool().unwrap();
     assert_eq!(out.status.code(), Some(if ready { 0 } else { 1 }));
 }

@@ -3,18 +3,68 @@
 //!
 //! As root (`CAP_SYS_ADMIN`), a fanotify group of class content places
 //! inode marks with `FAN_OPEN_PERM` on the watched files and, for a
-//! [`Scope::Tree`], on every directory of the tree (`FAN_EVENT_ON_CHILD`,
-//! new directories marked as they appear). The opener blocks until the
+//! [`Scope::Tree`], on every directory and file of the tree (directories
+//! with `FAN_EVENT_ON_CHILD | FAN_ONDIR`). The opener blocks until the
 //! handler has answered, so whatever the handler records happens before
 //! the first byte is returned. Marks are on the host's inodes, so opens
-//! through a bind and through a staged root's overlay (whose lower layer is
-//! the host tree) are both seen.
+//! through a bind, through a hard link and through a staged root's overlay
+//! (whose lower layer is the host tree) are all seen.
+//!
+//! How it is built:
+//! - The tree is walked before any mark is placed (bounded by
+//!   [`MAX_ENTRIES`] and [`MAX_DEPTH`]; over the bound is an error, never a
+//!   partial watch); each node is then reopened `O_PATH | O_NOFOLLOW`
+//!   (which raises no event), checked to be the walked inode, and marked
+//!   through that descriptor. Symlinks are never followed; a watched path
+//!   that is a symlink is an error.
+//! - One thread reads the events. Each event's descriptor is `fstat`ed and
+//!   looked up by `(st_dev, st_ino)` in the marked inodes, whose host path
+//!   is re-checked by `lstat`. A node below a watched tree that is not
+//!   marked yet (created later) gets its host path from candidates (the
+//!   descriptor's own path, and that path under each watched tree and its
+//!   ancestors, since through an overlay the kernel names it relative to
+//!   the lower layer), accepted only when `lstat` gives the same inode; if
+//!   none does, the path is `<dir>/…` for the deepest directory that
+//!   provably holds it. It is then marked through the event's descriptor.
+//! - Directories created later in a tree are found by inotify
+//!   (`IN_CREATE | IN_MOVED_TO` on the same inodes; the brief's second,
+//!   `FAN_REPORT_DFID_NAME` group would need `open_by_handle_at` to reach
+//!   the new directory, inotify names it directly) and by their own open;
+//!   they are marked without a walk (the observer thread never opens
+//!   anything but `O_PATH`, so it can never wait for its own event): their
+//!   files are covered as their children, their subdirectories when
+//!   created or opened. An open inside a new directory in the window
+//!   before its creation event is handled is not seen.
+//! - A watched path that does not exist is watched for from its nearest
+//!   existing ancestor (inotify) and marked when it appears; an open in the
+//!   window before that is not seen.
+//! - Attribution: the opener's PID namespace (`/proc/<pid>/ns/pid`, then
+//!   `NS_GET_PARENT` up to the observer's own level, so a namespace the
+//!   worker nests counts as the sandbox's) against the one given to
+//!   [`ReadObserver::attribute_to`]; with `FAN_REPORT_PIDFD`, the opener's
+//!   pidfd confirms that the pid still named it after the namespace was
+//!   opened. Until `attribute_to`, events are held unanswered (at most
+//!   4096; more are denied). Host opens are allowed without a handler
+//!   call; so are this process's own opens, at once, even before
+//!   attribution. The handler must not open a watched path itself.
+//! - Fail closed: an event the observer cannot handle (no descriptor, an
+//!   `fstat` or mark that fails, a handler that panics) is answered
+//!   `FAN_DENY` and counted ([`ReadObserver::internal_errors`]). The queue
+//!   is unlimited in the kernel (a dropped permission event would be
+//!   allowed by the kernel), bounded by the openers that wait on it; this
+//!   process reads 64 KiB at a time and answers each event before reading
+//!   more. Dropping the observer stops the thread (waiting for a running
+//!   handler call) and closes the group; the kernel then allows whatever
+//!   open was still waiting.
 //!
 //! Without privilege the observer is degraded
-//! ([`ObserverMode::AfterTheFact`]): the open is reported after it happened
-//! and cannot be attributed to the sandbox.
-//!
-//! SKELETON (issue 17): the contract; the isolate helper implements it.
+//! ([`ObserverMode::AfterTheFact`]): inotify `IN_OPEN` on the watched files
+//! and on the trees' directories (which report their children's opens,
+//! through binds and the overlay alike). The open is reported after it
+//! happened, [`Attribution::Unknown`] (host processes' opens included),
+//! and a lost inotify queue is reported as an open of every watched path.
+//! A hard link made outside a watched tree to one of its files is not seen
+//! in this mode (exactly watched files are: the watch is on the inode).
 
 use std::collections::HashMap;
 use std::io;
@@ -820,7 +870,7 @@ impl Marks {
             .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|md| (md.dev(), md.ino()) == key));
         let path = match known {
             Some(p) => p.clone(),
-            None => self.learn(fd.as_fd(), ev.pid, key, dir)?,
+            None => self.learn(fd.as_fd(), key, dir)?,
         };
         let Some(ns) = ns else {
             return Ok(Response::Allow);
@@ -829,25 +879,22 @@ impl Marks {
         if attribution == Attribution::Host {
             return Ok(Response::Allow);
         }
-        Ok(handler(&ObservedOpen {
-            path,
-            pid: u32::try_from(ev.pid).ok().filter(|p| *p > 0),
-            attribution,
-            mode: ObserverMode::Permission,
-        }))
+        call(
+            handler,
+            &ObservedOpen {
+                path,
+                pid: u32::try_from(ev.pid).ok().filter(|p| *p > 0),
+                attribution,
+                mode: ObserverMode::Permission,
+            },
+        )
     }
 
     /// A node opened below a watched tree that is not marked yet (created
     /// after the walk): find its host path, verified by `(dev, ino)`, mark
     /// it through the event's descriptor and remember it.
-    fn learn(
-        &mut self,
-        fd: BorrowedFd<'_>,
-        pid: i32,
-        key: (u64, u64),
-        dir: bool,
-    ) -> io::Result<PathBuf> {
-        let path = self.verified_path(fd, pid, key);
+    fn learn(&mut self, fd: BorrowedFd<'_>, key: (u64, u64), dir: bool) -> io::Result<PathBuf> {
+        let path = self.verified_path(fd, key);
         self.mark_fd(fd, &path, key, dir, true)?;
         Ok(path)
     }
@@ -859,9 +906,10 @@ impl Marks {
     /// the lower layer, which is a watched tree or holds one), candidates
     /// inside a watched tree first. When none verifies, the deepest
     /// directory that provably holds it: the common ancestor of the
-    /// watched trees on its filesystem, as `<dir>/…`.
-    fn verified_path(&self, fd: BorrowedFd<'_>, pid: i32, key: (u64, u64)) -> PathBuf {
-        let _ = pid;
+    /// watched trees on its filesystem, as `<dir>/…`. (The opener's own
+    /// view, `/proc/<pid>/root/…`, could verify a sandbox path but never
+    /// gives a host path, so it is not a candidate.)
+    fn verified_path(&self, fd: BorrowedFd<'_>, key: (u64, u64)) -> PathBuf {
         let link = nix::fcntl::readlink(&fd_path(fd))
             .map(PathBuf::from)
             .unwrap_or_default();
@@ -906,12 +954,15 @@ impl Marks {
                 // caution.
                 let all: Vec<PathBuf> = self.inodes.values().cloned().collect();
                 for path in all {
-                    let _ = handler(&ObservedOpen {
+                    let open = ObservedOpen {
                         path,
                         pid: None,
                         attribution: Attribution::Unknown,
                         mode: ObserverMode::AfterTheFact,
-                    });
+                    };
+                    if call(handler, &open).is_err() {
+                        shared.error();
+                    }
                 }
             }
             return;
@@ -950,12 +1001,16 @@ impl Marks {
             if tree && is_dir && ev.name.is_some() {
                 self.mark_new_dir(&path, shared);
             }
-            let _ = handler(&ObservedOpen {
+            let open = ObservedOpen {
                 path,
                 pid: None,
                 attribution: Attribution::Unknown,
                 mode: ObserverMode::AfterTheFact,
-            });
+            };
+            // After the fact the answer changes nothing.
+            if call(handler, &open).is_err() {
+                shared.error();
+            }
         }
     }
 
@@ -985,6 +1040,14 @@ impl Marks {
             shared.error();
         }
     }
+}
+
+/// Call the handler; a panic in it is an internal error (`Err`, so the
+/// open is denied and counted), never the end of the observer thread, whose
+/// end would close the group and let every later open through unseen.
+fn call(handler: &mut Handler, open: &ObservedOpen) -> io::Result<Response> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(open)))
+        .map_err(|_| io::Error::other("the handler panicked"))
 }
 
 /// The deepest directory holding every path of `paths` (`/` for none).

@@ -143,6 +143,11 @@ fn spawn(
     (child, reader)
 }
 
+/// `out` for an assertion message, the secret's content replaced.
+fn shown(out: &str) -> String {
+    out.replace(&secret(), "<the secret>")
+}
+
 fn finish(mut child: SandboxChild, reader: std::thread::JoinHandle<String>) -> (Exit, String) {
     let exit = match child.wait_timeout(PATIENCE).unwrap() {
         Some(e) => e,
@@ -152,6 +157,21 @@ fn finish(mut child: SandboxChild, reader: std::thread::JoinHandle<String>) -> (
         }
     };
     (exit, reader.join().unwrap())
+}
+
+/// While its handler runs, the opener of `o` is blocked in the `openat`
+/// that raised it (`/proc/<pid>/syscall` names the call a blocked process
+/// is in): the handler runs before the open returns.
+fn assert_in_openat(o: &ObservedOpen) {
+    let pid = o.pid.expect("a permission event names its opener");
+    let text = std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+        .unwrap_or_else(|e| format!("gone ({e})"));
+    let nr: Option<i64> = text.split_whitespace().next().and_then(|w| w.parse().ok());
+    assert_eq!(
+        nr,
+        Some(libc::SYS_openat),
+        "the opener {pid} is not in openat while the handler runs: {text}"
+    );
 }
 
 /// The permission-mode core, for a sandbox whose root is `p`: the first
@@ -166,6 +186,9 @@ fn cat_is_held_then_denied(sb: &Sandbox, p: &Path) {
         handler,
     )
     .unwrap();
+    // Dropped before the observer (which waits for a running handler), so
+    // that a failing assertion ends the handler's wait at once.
+    let answers = answers;
     assert_eq!(obs.mode(), ObserverMode::Permission);
     let script = "cat secret.txt; echo rc1=$?; cat secret.txt; echo rc2=$?; cat plain.txt";
     let (mut child, reader) = spawn(sb, &obs, script);
@@ -174,26 +197,32 @@ fn cat_is_held_then_denied(sb: &Sandbox, p: &Path) {
     assert_eq!(first.path, p.join("secret.txt"));
     assert_eq!(first.attribution, Attribution::Sandbox);
     assert_eq!(first.mode, ObserverMode::Permission);
-    assert!(first.pid.is_some_and(|pid| pid > 1), "{first:?}");
-    // The handler has not answered: the open, so the sandbox, is waiting.
+    // The handler has not answered: the opener is still inside its
+    // `openat`, so nothing can have been read yet.
+    assert_in_openat(&first);
     assert_eq!(child.try_wait().unwrap(), None);
     answers.send(Response::Allow).unwrap();
 
     let second = opens.recv_timeout(PATIENCE).expect("the second cat's open");
     assert_eq!(second.path, p.join("secret.txt"));
+    assert_in_openat(&second);
     assert_eq!(child.try_wait().unwrap(), None);
     answers.send(Response::Deny).unwrap();
 
     let (exit, out) = finish(child, reader);
-    assert_eq!(exit, Exit::Exited(0), "{out}");
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
     let lines: Vec<&str> = out.lines().collect();
     // The allowed open printed the content; the denied one failed with
     // EPERM; the unwatched file printed without a handler call.
-    assert_eq!(lines[0], secret(), "{out}");
-    assert_eq!(lines[1], "rc1=0", "{out}");
-    assert!(lines[2].contains("Operation not permitted"), "{out}");
-    assert_eq!(lines[3], "rc2=1", "{out}");
-    assert_eq!(lines[4], "plain", "{out}");
+    assert_eq!(lines[0], secret(), "{}", shown(&out));
+    assert_eq!(lines[1], "rc1=0", "{}", shown(&out));
+    assert!(
+        lines[2].contains("Operation not permitted"),
+        "{}",
+        shown(&out)
+    );
+    assert_eq!(lines[3], "rc2=1", "{}", shown(&out));
+    assert_eq!(lines[4], "plain", "{}", shown(&out));
     assert!(opens.try_recv().is_err(), "no other open was reported");
     assert_eq!(obs.internal_errors(), 0);
 }
@@ -224,6 +253,14 @@ fn a_host_read_reaches_no_handler_while_the_sandbox_read_does() {
         return;
     }
     let (_r, p) = root();
+    let support = palisade_isolate::observe::probe();
+    assert_eq!(
+        support.mode,
+        Some(ObserverMode::Permission),
+        "{}",
+        support.facts
+    );
+    assert!(support.facts.contains("CAP_SYS_ADMIN"), "{}", support.facts);
     let (handler, opens) = recording();
     let obs = ReadObserver::start(
         &[Watch::new(p.join("secret.txt"), Scope::Exact)],
@@ -246,7 +283,7 @@ fn a_host_read_reaches_no_handler_while_the_sandbox_read_does() {
     assert_eq!(seen.path, p.join("secret.txt"));
     assert_eq!(seen.attribution, Attribution::Sandbox);
     let (exit, out) = finish(child, reader);
-    assert_eq!(exit, Exit::Exited(0), "{out}");
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
     assert_eq!(out.trim(), secret());
 }
 
@@ -278,7 +315,7 @@ fn files_and_directories_created_later_in_a_watched_tree_are_seen() {
     let script = "cat plain.txt tree/inner.txt tree/late.txt tree/newdir/deep.txt";
     let (child, reader) = spawn(&sb, &obs, script);
     let (exit, out) = finish(child, reader);
-    assert_eq!(exit, Exit::Exited(0), "{out}");
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
     assert_eq!(out, "plain\ninner\nlate\ndeep\n");
     let seen: Vec<ObservedOpen> = opens.try_iter().collect();
     let paths: Vec<&Path> = seen.iter().map(|o| o.path.as_path()).collect();
@@ -313,7 +350,7 @@ fn a_hard_link_the_worker_makes_to_a_watched_file_is_still_seen() {
     let script = "ln secret.txt other.txt && cat other.txt";
     let (child, reader) = spawn(&direct(&p), &obs, script);
     let (exit, out) = finish(child, reader);
-    assert_eq!(exit, Exit::Exited(0), "{out}");
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
     assert_eq!(out.trim(), secret());
     assert!(p.join("other.txt").exists(), "the link is on the host");
     let seen: Vec<ObservedOpen> = opens.try_iter().collect();
@@ -321,6 +358,46 @@ fn a_hard_link_the_worker_makes_to_a_watched_file_is_still_seen() {
     // Reported by the watched name, which the inode still has.
     assert_eq!(seen[0].path, p.join("secret.txt"));
     assert_eq!(seen[0].attribution, Attribution::Sandbox);
+}
+
+#[test]
+fn a_handler_that_panics_denies_the_open_and_the_observer_goes_on() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let (tx, opens) = channel();
+    let mut calls = 0u32;
+    let handler: Handler = Box::new(move |o: &ObservedOpen| {
+        calls += 1;
+        let _ = tx.send(o.clone());
+        assert!(calls > 1, "the first call fails");
+        Response::Allow
+    });
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("secret.txt"), Scope::Exact)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    let script = "cat secret.txt; echo rc1=$?; cat secret.txt; echo rc2=$?";
+    let (child, reader) = spawn(&direct(&p), &obs, script);
+    let (exit, out) = finish(child, reader);
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+    let lines: Vec<&str> = out.lines().collect();
+    // Failed closed: the open whose handler panicked was denied, counted.
+    assert!(
+        lines[0].contains("Operation not permitted"),
+        "{}",
+        shown(&out)
+    );
+    assert_eq!(lines[1], "rc1=1", "{}", shown(&out));
+    // Positive control: the observer still runs, and the next open, whose
+    // handler returns, is allowed.
+    assert_eq!(lines[2], secret(), "{}", shown(&out));
+    assert_eq!(lines[3], "rc2=0", "{}", shown(&out));
+    assert_eq!(opens.try_iter().count(), 2);
+    assert_eq!(obs.internal_errors(), 1);
 }
 
 #[test]
@@ -361,7 +438,7 @@ fn a_missing_or_symlinked_watch_is_handled_without_following() {
     for _ in 0..50 {
         let (child, reader) = spawn(&direct(&p), &obs, script);
         let (exit, out) = finish(child, reader);
-        assert_eq!(exit, Exit::Exited(0), "{out}");
+        assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
         if let Ok(o) = opens.try_recv() {
             seen = Some(o);
             break;
@@ -458,4 +535,40 @@ fn fork_and(f: impl FnOnce() -> i32) -> i32 {
         }
         pid => palisade_isolate::__escape::wait_for_tests(pid),
     }
+}
+
+#[test]
+fn the_degraded_observer_sees_a_staged_read_after_the_fact() {
+    if skip_unless_root() {
+        return;
+    }
+    // Asked for explicitly (this process could run the permission mode):
+    // inotify on the host's inodes sees the opens through the overlay.
+    let (_r, p) = root();
+    let base = stage_base();
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[
+            Watch::new(p.join("secret.txt"), Scope::Exact),
+            Watch::new(p.join("tree"), Scope::Tree),
+        ],
+        ObserverMode::AfterTheFact,
+        handler,
+    )
+    .unwrap();
+    let sb = staged(&p, base.path(), "obs-degraded");
+    let (child, reader) = spawn(&sb, &obs, "cat plain.txt secret.txt tree/inner.txt");
+    let (exit, out) = finish(child, reader);
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+    let mut files = Vec::new();
+    while files.len() < 2 {
+        let o = opens.recv_timeout(PATIENCE).expect("the staged reads");
+        assert_eq!(o.attribution, Attribution::Unknown);
+        assert_eq!(o.mode, ObserverMode::AfterTheFact);
+        // The tree's own directory may be reported too (its open).
+        if o.path != p.join("tree") {
+            files.push(o.path);
+        }
+    }
+    assert_eq!(files, [p.join("secret.txt"), p.join("tree/inner.txt")]);
 }

@@ -14,6 +14,7 @@
 mod check;
 mod crates;
 mod journal;
+mod observer;
 mod proxy;
 mod report;
 mod spawn;
@@ -32,7 +33,7 @@ use self::crates::CrateBenches;
 use self::stats::{GoalCheck, Row};
 
 /// The suites, in the order they run and appear on the page.
-pub(crate) const SUITES: &[&str] = &["spawn", "proxy", "journal", "check", "staging"];
+pub(crate) const SUITES: &[&str] = &["spawn", "proxy", "journal", "check", "staging", "observer"];
 
 /// The suites that do not use the `palisade` binary (so a run of only
 /// these does not build it).
@@ -49,7 +50,7 @@ pub(crate) const PEERS: &[(&str, &str, &str)] = &[
     ),
     ("socat", "spawn (srt)", "apt-get install socat"),
     ("codex", "spawn", "npm install -g @openai/codex@0.171.0"),
-    ("rg", "spawn (srt)", "apt-get install ripgrep"),
+    ("rg", "spawn (srt), observer", "apt-get install ripgrep"),
     ("tinyproxy", "proxy", "apt-get install tinyproxy"),
     ("squid", "proxy", "apt-get install squid"),
     (
@@ -148,7 +149,7 @@ impl SuiteResult {
 }
 
 const USAGE: &str = "usage: cargo xtask bench [--quick] [--runs N] [--debug] [SUITE…] \
-                     | bench --render (suites: spawn proxy journal check staging)";
+                     | bench --render (suites: spawn proxy journal check staging observer)";
 
 /// Entry point of `cargo xtask bench`.
 pub(crate) fn bench(args: &[String]) -> Result<(), String> {
@@ -239,6 +240,7 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
             "proxy" => proxy::run(&ctx),
             "journal" => journal::run(&ctx),
             "staging" => staging::run(&ctx),
+            "observer" => observer::run(&ctx),
             _ => check::run(&ctx),
         };
         match res {

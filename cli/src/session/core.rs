@@ -40,7 +40,8 @@ use palisade_taint::{
 };
 use serde_json::{Value, json};
 
-use crate::steering::SteeringWatch;
+use crate::steering::observe::{Budget, MAX_RECORDS_PER_PATH, Observer, RecordBudget, Seen, Sink};
+use crate::steering::{Change, SteeringWatch, staged_change};
 
 /// Unix milliseconds now.
 pub(crate) fn now_ms() -> u64 {
@@ -158,6 +159,9 @@ pub(crate) struct SessionCore {
     state: Mutex<State>,
     journal: Journal,
     steering: Mutex<Option<SteeringWatch>>,
+    /// Whether an observer sees every steering write as it happens (then
+    /// the control requests no longer re-hash the steering paths).
+    steering_observed: AtomicBool,
     /// The worker's stage and its commit filter, once a staged worker runs
     /// (for `checkpoint`; taken back for the commit once it ended).
     stage: Mutex<Option<StagedWrites>>,
@@ -201,6 +205,7 @@ impl SessionCore {
             }),
             journal,
             steering: Mutex::new(steering),
+            steering_observed: AtomicBool::new(false),
             stage: Mutex::new(None),
             pending: AtomicUsize::new(0),
             host_endpoint,
@@ -362,7 +367,7 @@ impl SessionCore {
                 "rules": rules,
                 "by": "observer",
             });
-            let Ok(kind) = Kind::custom("routing_read") else {
+            let Ok(kind) = Kind::custom(palisade_taint::ROUTING_READ_KIND) else {
                 return Response::Deny;
             };
             if !self.journal.record(kind, &body, flags) {
@@ -420,7 +425,16 @@ impl SessionCore {
             Some(w) => w.check(),
             None => return,
         };
-        if changes.is_empty() && !incomplete {
+        self.record_steering(changes, trigger);
+        if incomplete {
+            self.steering_incomplete(trigger, None);
+        }
+    }
+
+    /// Records each steering change (`trigger` says what saw it); changes
+    /// made while the session is tainted are flagged.
+    pub(crate) fn record_steering(&self, changes: Vec<Change>, trigger: &str) {
+        if changes.is_empty() {
             return;
         }
         let tainted = self.is_tainted();
@@ -449,15 +463,143 @@ impl SessionCore {
                 flags,
             );
         }
-        if incomplete {
-            self.journal.record(
-                Kind::SteeringWrite,
-                &json!({"path": null, "change": "scan_incomplete", "tainted": tainted, "trigger": trigger}),
-                Flags::FLAGGED,
-            );
+    }
+
+    /// Records that the steering paths are not all seen (`scan_incomplete`,
+    /// flagged), with the reason when there is one.
+    fn steering_incomplete(&self, trigger: &str, reason: Option<&str>) {
+        let tainted = self.is_tainted();
+        let mut body = json!({"path": null, "change": "scan_incomplete", "tainted": tainted, "trigger": trigger});
+        if let (Some(r), Some(o)) = (reason, body.as_object_mut()) {
+            o.insert("reason".into(), json!(r));
+        }
+        self.journal
+            .record(Kind::SteeringWrite, &body, Flags::FLAGGED);
+    }
+
+    /// Starts observing the steering paths (`globs`, built from
+    /// `patterns`) as the worker writes them: in the upper layers of
+    /// `stage` when its writes are staged, else in the writable `roots`.
+    /// Each change is recorded with trigger `observed`; while the observer
+    /// sees everything, the control requests no longer re-hash the paths.
+    /// An observer that cannot start, or that loses sight of some changes,
+    /// records `scan_incomplete` (flagged, with the reason) and the
+    /// control-request checks run again.
+    pub(crate) fn observe_steering(
+        self: &Arc<Self>,
+        stage: Option<&Stage>,
+        roots: &[std::path::PathBuf],
+        globs: &globset::GlobSet,
+        patterns: &[String],
+    ) -> Option<Observer> {
+        if patterns.is_empty() {
+            return None;
+        }
+        let core = self.clone();
+        let (watched, sink): (Vec<std::path::PathBuf>, Sink) = match stage {
+            Some(stage) => {
+                let pairs: Vec<(std::path::PathBuf, std::path::PathBuf)> = stage
+                    .roots()
+                    .iter()
+                    .map(|r| (r.upper().to_path_buf(), r.root().to_path_buf()))
+                    .collect();
+                let uppers = pairs.iter().map(|(u, _)| u.clone()).collect();
+                // Once per distinct content: the last `after` recorded per path.
+                let mut last: std::collections::HashMap<std::path::PathBuf, Option<String>> =
+                    std::collections::HashMap::new();
+                let mut budget = RecordBudget::default();
+                let sink: Sink = Box::new(move |seen| match seen {
+                    Seen::Path { root, rel } => {
+                        let Some((upper, host)) = pairs.get(root) else {
+                            return;
+                        };
+                        let Some(c) = staged_change(upper, host, &rel) else {
+                            return;
+                        };
+                        if last.get(&c.path) == Some(&c.after) {
+                            return;
+                        }
+                        last.insert(c.path.clone(), c.after.clone());
+                        if core.within_budget(&mut budget, &c.path) {
+                            core.record_steering(vec![c], OBSERVED);
+                        }
+                    }
+                    Seen::Incomplete(why) => {
+                        core.steering_observed.store(false, Ordering::SeqCst);
+                        core.steering_incomplete(OBSERVED, Some(&why));
+                    }
+                });
+                (uppers, sink)
+            }
+            None => {
+                let roots_owned = roots.to_vec();
+                let mut budget = RecordBudget::default();
+                let sink: Sink = Box::new(move |seen| match seen {
+                    Seen::Path { root, rel } => {
+                        let Some(base) = roots_owned.get(root) else {
+                            return;
+                        };
+                        let path = base.join(&rel);
+                        // Over its bound, the path is left to the exit scan
+                        // (its last fingerprint stays the one recorded).
+                        if budget.spent(&path) {
+                            return;
+                        }
+                        let change = match lock(&core.steering).as_mut() {
+                            Some(w) => w.recheck(&path),
+                            None => return,
+                        };
+                        if let Some(c) = change
+                            && core.within_budget(&mut budget, &c.path)
+                        {
+                            core.record_steering(vec![c], OBSERVED);
+                        }
+                    }
+                    Seen::Incomplete(why) => {
+                        core.steering_observed.store(false, Ordering::SeqCst);
+                        core.steering_incomplete(OBSERVED, Some(&why));
+                    }
+                });
+                (roots.to_vec(), sink)
+            }
+        };
+        // Observed from the start; an `Incomplete` report turns the
+        // control-request checks back on.
+        self.steering_observed.store(true, Ordering::SeqCst);
+        match Observer::start(watched, globs.clone(), patterns, sink) {
+            Ok(o) => Some(o),
+            Err(e) => {
+                self.steering_observed.store(false, Ordering::SeqCst);
+                self.steering_incomplete(OBSERVED, Some(&e));
+                None
+            }
         }
     }
 }
+
+impl SessionCore {
+    /// Whether one more observed record of `path` is within its bound;
+    /// the first one over it is said, once.
+    fn within_budget(&self, budget: &mut RecordBudget, path: &std::path::Path) -> bool {
+        match budget.take(path) {
+            Budget::Record => true,
+            Budget::Last => {
+                self.steering_incomplete(
+                    OBSERVED,
+                    Some(&format!(
+                        "{} was recorded {MAX_RECORDS_PER_PATH} times as observed; its later changes are recorded at the end",
+                        path.display()
+                    )),
+                );
+                true
+            }
+            Budget::Silent => false,
+        }
+    }
+}
+
+/// The `trigger` of a steering write seen as it happened.
+const OBSERVED: &str = "observed";
 
 fn sources_of(t: &TaintState) -> Vec<(TaintSource, String)> {
     match t {
@@ -554,7 +696,8 @@ impl ControlBackend for SessionCore {
     fn before_request(&self, endpoint: Endpoint, op: &str) {
         // The worker's requests mark points in its run; the host's polling
         // (`palisade approve --next`) must not cost a walk each time.
-        if endpoint == Endpoint::Worker {
+        // An observer that sees every steering write makes them unneeded.
+        if endpoint == Endpoint::Worker && !self.steering_observed.load(Ordering::SeqCst) {
             self.check_steering(&format!("control:{op}"));
         }
     }

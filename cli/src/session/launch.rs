@@ -564,11 +564,12 @@ pub(crate) fn run(
 
     // The read observer starts before the sandbox: its marks are in place
     // before the worker runs (opens wait for the sandbox's namespace).
-    let observer = match super::observe::start(
+    let support = palisade_isolate::observe::probe();
+    let read_observer = match super::observe::start(
         &core,
         &watch_set,
         policy.taint.observe,
-        &palisade_isolate::observe::probe(),
+        (support.mode, &support.facts),
     ) {
         Ok(o) => o,
         Err(e) => return left.refuse(Some(core.journal()), e),
@@ -611,8 +612,13 @@ pub(crate) fn run(
             &policy_path,
             &policy_digest,
             launch_report.as_deref(),
-            (commit_filter, &steering_set, staged.keep_staged),
-            observer,
+            (
+                commit_filter,
+                &steering_set,
+                &steering_globs,
+                staged.keep_staged,
+            ),
+            read_observer,
         )
         .await
     });
@@ -898,12 +904,13 @@ async fn supervise(
     policy_path: &Path,
     policy_digest: &str,
     launch_report: Option<&Path>,
-    (filter, steering, keep): (
+    (filter, steering, steering_globs, keep): (
         palisade_isolate::stage::CommitFilter,
         &globset::GlobSet,
+        &[String],
         bool,
     ),
-    observer: SessionObserver,
+    read_observer: SessionObserver,
 ) -> Result<ExitCode, String> {
     // The worker's view: proxy, control and relays on loopback ports, bridged to our sockets.
     let proxy_url = format!(
@@ -962,6 +969,7 @@ async fn supervise(
     // On the worker's own pty (a terminal on fds 0-2), a new window size.
     let mut winch = signal_stream(tokio::signal::unix::SignalKind::window_change())?;
 
+    let writable: Vec<PathBuf> = sb.profile().writable().to_vec();
     // Fork while this runtime is still single-threaded: nothing has been polled yet.
     // A refusal here is a setup refusal: the caller removes the journal.
     let mut child = sb
@@ -970,7 +978,7 @@ async fn supervise(
     *started = true;
     // Before anything else: until it knows the sandbox's PID namespace, a
     // permission-mode observer holds every watched open.
-    if let Some(o) = &observer.observer {
+    if let Some(o) = &read_observer.observer {
         match child.pid_namespace() {
             Ok(ns) => o.attribute_to(ns),
             Err(e) => {
@@ -986,8 +994,12 @@ async fn supervise(
             }
         }
     }
+    // Steering writes are observed as they happen: in the stage's upper
+    // layers, or in the writable roots under direct writes (what was
+    // written before the watches existed is found by their first listing).
     // A staged worker: checkpoints read its stage, and the commit records
-    // the steering writes (the point-in-time checks stop).
+    // the steering writes that reach the host (the point-in-time checks stop).
+    let observer = core.observe_steering(child.stage(), &writable, steering, steering_globs);
     let staged = match child.take_stage() {
         Some(stage) => {
             let filter = crate::stage::filter_for(filter, Some(policy_path), &stage);
@@ -999,7 +1011,7 @@ async fn supervise(
     let report = crate::run::report_json(child.report());
     let degraded = !child.report().downgraded.is_empty()
         || !child.report().deviations.is_empty()
-        || observer.degraded();
+        || read_observer.degraded();
     let mut status = report.clone();
     if let Some(o) = status.as_object_mut() {
         o.insert(
@@ -1008,7 +1020,7 @@ async fn supervise(
         );
         o.remove("mount_plan");
         if let Some(layers) = o.get_mut("layers").and_then(|l| l.as_array_mut()) {
-            layers.push(observer.layer_json());
+            layers.push(read_observer.layer_json());
         }
     }
     core.journal()
@@ -1122,10 +1134,14 @@ async fn supervise(
         }
     };
 
-    // The worker is gone: the observer stops before palisade's own reads
-    // (the last steering check, the commit) could be taken for the worker's.
-    drop(observer);
-    // After: the last steering check, then the end record.
+    // The worker is gone: the read observer stops before palisade's own
+    // reads (the last steering check, the commit) could be taken for the
+    // worker's. Then what the steering observer has pending, the last
+    // steering check, then the end record.
+    drop(read_observer);
+    if let Some(o) = observer {
+        o.stop();
+    }
     core.check_steering("exit");
     let exit = code?;
     // The exit status keeps the shell's number (137 for a wall-limit kill,

@@ -14,9 +14,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use palisade_isolate::observe::{
-    ObservedOpen, ObserverMode, ObserverSupport, ReadObserver, Scope, Watch,
-};
+use palisade_isolate::observe::{ObservedOpen, ObserverMode, ReadObserver, Scope, Watch};
 use palisade_schema::host_policy::{HostPolicy, TaintObserve};
 use palisade_taint::normalize_path;
 
@@ -151,7 +149,9 @@ pub(crate) fn choose_mode(mode: Option<ObserverMode>, facts: &str) -> Result<Obs
 }
 
 /// Starts the observer for `watches` before the sandbox spawns (the marks
-/// are in place before the worker runs), its handler feeding `core`.
+/// are in place before the worker runs), its handler feeding `core`;
+/// `support` is what [`palisade_isolate::observe::probe`] found (the best
+/// mode, the facts).
 ///
 /// With no watched path nothing starts; with `taint.observe =
 /// "self_report"` nothing starts and the status says so; otherwise an
@@ -160,8 +160,9 @@ pub(crate) fn start(
     core: &Arc<SessionCore>,
     watches: &[Watch],
     observe: TaintObserve,
-    support: &ObserverSupport,
+    support: (Option<ObserverMode>, &str),
 ) -> Result<SessionObserver, String> {
+    let (best, facts) = support;
     if observe == TaintObserve::SelfReport {
         return Ok(SessionObserver {
             observer: None,
@@ -178,7 +179,7 @@ pub(crate) fn start(
             detail: "the policy names no marked, untrusted or routed path".to_owned(),
         });
     }
-    let mode = choose_mode(support.mode, &support.facts)?;
+    let mode = choose_mode(best, facts)?;
     let core = core.clone();
     let handler =
         Box::new(move |open: &ObservedOpen| core.observed_read(&open.path, open.attribution));
@@ -187,7 +188,7 @@ pub(crate) fn start(
     let mode = observer.mode();
     Ok(SessionObserver {
         status: mode.status(),
-        detail: format!("{}; {} watched path(s)", support.facts, watches.len()),
+        detail: format!("{facts}; {} watched path(s)", watches.len()),
         observer: Some(observer),
     })
 }

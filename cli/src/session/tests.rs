@@ -833,13 +833,13 @@ fn the_observer_runs_only_when_needed_and_its_absence_refuses_the_session() {
     use palisade_isolate::observe::{ObserverMode, Scope, Watch};
     use palisade_schema::host_policy::TaintObserve;
     let d = direct(OBSERVED, &[]);
-    let support = palisade_isolate::observe::probe();
+    let support = (Some(ObserverMode::Permission), "root");
     let w = [Watch::new(d.cwd.join("notes"), Scope::Tree)];
-    let off = super::observe::start(&d.core, &w, TaintObserve::SelfReport, &support).unwrap();
+    let off = super::observe::start(&d.core, &w, TaintObserve::SelfReport, support).unwrap();
     assert!(off.observer.is_none());
     assert_eq!(off.status, "off (taint.observe = self_report)");
     assert_eq!(off.layer_json()["layer"], "read_observer");
-    let none = super::observe::start(&d.core, &[], TaintObserve::Kernel, &support).unwrap();
+    let none = super::observe::start(&d.core, &[], TaintObserve::Kernel, support).unwrap();
     assert!(none.observer.is_none());
     assert_eq!(none.status, "not needed (no watched paths)");
     assert!(!none.degraded());
@@ -889,4 +889,50 @@ fn after_a_restricted_read_the_proxy_refuses_the_other_providers_api_hosts() {
     assert_eq!(v.decision, Decision::Allow, "{v:?}");
     let v = d.core.decide(&host("alpha.test"), 443, now_ms());
     assert_eq!(v.decision, Decision::Allow, "{v:?}");
+}
+
+#[test]
+fn a_degraded_observer_feeds_the_session_and_says_so() {
+    use palisade_isolate::observe::{ObserverMode, Scope, Watch};
+    use palisade_schema::host_policy::TaintObserve;
+    let d = direct(OBSERVED, &[]);
+    let untrusted = d.cwd.join("notes/untrusted.md");
+    std::fs::write(&untrusted, "x").unwrap();
+    std::fs::write(d.cwd.join("notes/readme.md"), "x").unwrap();
+    let w = [Watch::new(d.cwd.join("notes"), Scope::Tree)];
+    // No observer can run: refused with the facts, nothing started.
+    let err =
+        super::observe::start(&d.core, &w, TaintObserve::Kernel, (None, "no inotify")).unwrap_err();
+    assert!(err.contains("read_observer (no inotify)"), "{err}");
+    let o = super::observe::start(
+        &d.core,
+        &w,
+        TaintObserve::Kernel,
+        (Some(ObserverMode::AfterTheFact), "inotify"),
+    )
+    .unwrap();
+    assert!(o.degraded());
+    assert_eq!(o.status, "degraded (after the fact, not attributed)");
+    assert_eq!(
+        o.layer_json()["status"],
+        "degraded (after the fact, not attributed)"
+    );
+    // Positive control: an unrelated file in the tree taints nothing.
+    std::fs::read(d.cwd.join("notes/readme.md")).unwrap();
+    // After the fact and not attributed: this process's own read counts.
+    std::fs::read(&untrusted).unwrap();
+    let mut tainted = false;
+    for _ in 0..1000 {
+        if d.core.is_tainted() {
+            tainted = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(tainted, "the observed read never reached the session");
+    let raised = d.records("taint_raised");
+    assert_eq!(raised.len(), 1, "{raised:?}");
+    assert_eq!(raised[0]["body"]["detail"], "notes/untrusted.md");
+    assert_eq!(raised[0]["body"]["by"], "observer");
+    drop(o);
 }
