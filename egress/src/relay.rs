@@ -1142,7 +1142,10 @@ fn is_encoded(headers: &http::HeaderMap) -> bool {
 /// A response body passed through a [`ToolResultScanner`]: each data frame
 /// is scanned, and the gate told of every result it completes, before the
 /// frame is returned; the end (or an error) finishes the scanner first.
-/// Nothing is held beyond the frame in hand.
+/// Nothing is held beyond the frame in hand. It gives no size hint and is
+/// never at its end before it has returned `None`, so hyper frames the
+/// answer as chunked and always polls it to the end (where the scanner is
+/// finished) before it ends the worker's response.
 struct ScannedBody {
     inner: RelayBody,
     scanner: ToolResultScanner,
@@ -1755,6 +1758,8 @@ impl Relay {
         {
             record.outcome = RelayOutcome::RoutingDenied;
             record.routing = Some(refusal);
+            // read, but none of it went upstream
+            record.bytes_up = 0;
             return Err(ROUTING_DENIED);
         }
 
@@ -1977,6 +1982,41 @@ mod tests {
             "https://",
         ] {
             assert!(Origin::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn encoded_responses_are_recognised() {
+        let with = |pairs: &[(&str, &[u8])]| {
+            let mut h = http::HeaderMap::new();
+            for (k, v) in pairs {
+                h.append(
+                    HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                    HeaderValue::from_bytes(v).unwrap(),
+                );
+            }
+            is_encoded(&h)
+        };
+        for plain in [
+            &[][..],
+            &[("content-encoding", &b"identity"[..])],
+            &[("content-encoding", b"IDENTITY")],
+            &[("transfer-encoding", b"chunked")],
+            &[("content-encoding", b"identity, identity")],
+        ] {
+            assert!(!with(plain), "{plain:?}");
+        }
+        for encoded in [
+            &[("content-encoding", &b"gzip"[..])][..],
+            &[("content-encoding", b"identity, br")],
+            &[
+                ("content-encoding", b"identity"),
+                ("content-encoding", b"zstd"),
+            ],
+            &[("transfer-encoding", b"gzip, chunked")],
+            &[("content-encoding", b"\xffgzip")],
+        ] {
+            assert!(with(encoded), "{encoded:?}");
         }
     }
 

@@ -456,6 +456,7 @@ async fn a_refusing_gate_answers_403_routing_denied_and_the_upstream_sees_nothin
         (recs[0].outcome, recs[0].status, recs[0].reason.as_str()),
         (RelayOutcome::RoutingDenied, 403, "routing_denied")
     );
+    assert_eq!(recs[0].bytes_up, 0, "nothing went upstream");
     assert!(r.recorder.relay_admitted().is_empty(), "never admitted");
     let json = ProxyEvent::Relay(recs[0].clone()).to_json();
     assert_eq!(json["outcome"], "routing_denied");

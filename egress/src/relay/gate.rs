@@ -69,7 +69,9 @@ pub trait RelayGate: Send + Sync + fmt::Debug {
 
     /// A response of relay `relay` carried `result`. Called (once per
     /// result seen) before the bytes that completed it are passed to the
-    /// worker; the session raises `web` taint here.
+    /// worker; the session raises `web` taint here. It is called from the
+    /// response body's poll, so the bytes wait for it: it should record and
+    /// return, not wait on anything the worker controls.
     fn server_tool_result(&self, relay: &str, provider: &str, result: ServerToolResult);
 }
 
