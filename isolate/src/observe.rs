@@ -320,6 +320,7 @@ impl ReadObserver {
             wds: HashMap::new(),
             trees: Vec::new(),
             pending: Vec::new(),
+            exact: Vec::new(),
             entries: 0,
         };
         for w in watches {
@@ -463,6 +464,9 @@ struct Marks {
     trees: Vec<PathBuf>,
     /// Watched paths that did not exist when last looked for.
     pending: Vec<Watch>,
+    /// Files watched exactly, whose directory is watched for a new inode
+    /// under the same name (a host's rename over it, a re-creation).
+    exact: Vec<PathBuf>,
     /// Entries the walks visited so far.
     entries: usize,
 }
@@ -533,7 +537,16 @@ impl Marks {
                 }
                 Ok(())
             }
-            (_, dir) => self.mark_path(&path, key, dir, false),
+            (_, dir) => {
+                self.mark_path(&path, key, dir, false)?;
+                if !dir && !self.exact.contains(&path) {
+                    if let Some(parent) = path.parent() {
+                        self.watch_dir(parent)?;
+                    }
+                    self.exact.push(path);
+                }
+                Ok(())
+            }
         }
     }
 
@@ -683,20 +696,7 @@ impl Marks {
         while let Some(a) = anc {
             match std::fs::symlink_metadata(a) {
                 Ok(md) if md.is_dir() => {
-                    let fd = nix::fcntl::open(
-                        a,
-                        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-                        Mode::empty(),
-                    )
-                    .map_err(|e| watch_error(a, nix_io(e)))?;
-                    let a = a.to_path_buf();
-                    self.inotify_watch(
-                        fd.as_fd(),
-                        &a,
-                        AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO | mask_add(),
-                        |n| n.ancestor = true,
-                    )
-                    .map_err(|e| watch_error(&a, e))?;
+                    self.watch_dir(a)?;
                     if !self.pending.contains(&w) {
                         self.pending.push(w);
                     }
@@ -719,6 +719,25 @@ impl Marks {
             &w.path,
             io::Error::other("no existing ancestor"),
         ))
+    }
+
+    /// Watch the directory `dir` for new entries (`IN_CREATE`,
+    /// `IN_MOVED_TO`): the nearest existing ancestor of a missing watched
+    /// path, or the directory of a file watched exactly.
+    fn watch_dir(&mut self, dir: &Path) -> Result<(), ObserveError> {
+        let fd = nix::fcntl::open(
+            dir,
+            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| watch_error(dir, nix_io(e)))?;
+        self.inotify_watch(
+            fd.as_fd(),
+            dir,
+            AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO | mask_add(),
+            |n| n.ancestor = true,
+        )
+        .map_err(|e| watch_error(dir, e))
     }
 
     /// Something was created below an ancestor: mark what now exists.
@@ -990,6 +1009,11 @@ impl Marks {
             }
             if ancestor {
                 self.retry_pending(shared);
+                if self.exact.contains(&path)
+                    && self.add(&Watch::new(&path, Scope::Exact), false).is_err()
+                {
+                    shared.error();
+                }
             }
         }
         // A directory watched exactly reports its own opens, not its

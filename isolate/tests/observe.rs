@@ -449,6 +449,49 @@ fn a_missing_or_symlinked_watch_is_handled_without_following() {
     assert_eq!(seen.path, p.join("later/marked.txt"));
 }
 
+/// Run `script` in fresh sandboxes until `opens` reports one of its opens
+/// (the observer's thread handles inotify events on its own time): that
+/// open. Bounded.
+fn until_seen(
+    p: &Path,
+    obs: &ReadObserver,
+    opens: &Receiver<ObservedOpen>,
+    script: &str,
+) -> ObservedOpen {
+    for _ in 0..50 {
+        let (child, reader) = spawn(&direct(p), obs, script);
+        let (exit, out) = finish(child, reader);
+        assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+        if let Ok(o) = opens.try_recv() {
+            return o;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{script:?} was never seen");
+}
+
+#[test]
+fn a_watched_file_the_host_replaces_is_watched_under_its_new_inode() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("secret.txt"), Scope::Exact)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    // An editor's save: a new file renamed over the watched one.
+    std::fs::write(p.join("new.tmp"), "replaced\n").unwrap();
+    chown_tree(&p.join("new.tmp"));
+    std::fs::rename(p.join("new.tmp"), p.join("secret.txt")).unwrap();
+    let seen = until_seen(&p, &obs, &opens, "cat secret.txt");
+    assert_eq!(seen.path, p.join("secret.txt"));
+    assert_eq!(seen.attribution, Attribution::Sandbox);
+}
+
 #[test]
 fn without_cap_sys_admin_the_observer_is_degraded_and_after_the_fact() {
     if skip_unless_root() {
