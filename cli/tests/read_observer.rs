@@ -1305,3 +1305,57 @@ echo "blog: $(connect blog.test)"
     assert_ne!(by(raised[0]), "observer", "{raised:?}");
     s.verify_closed();
 }
+
+#[test]
+fn a_directory_marked_with_mark_untrusted_taints_a_read_of_a_file_the_host_adds_later() {
+    if skip() {
+        return;
+    }
+    // The operator's way (`palisade mark-untrusted downloads/`): the marks
+    // file, not the policy, names the directory.
+    let s = session(UNTRUSTED_POLICY);
+    let downloads = s.work.join("downloads");
+    std::fs::create_dir_all(&downloads).unwrap();
+    std::fs::set_permissions(
+        &downloads,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let mark = Command::new(palisade())
+        .current_dir(&s.work)
+        .args(["mark-untrusted", "--policy"])
+        .arg(s.work.join("palisade.toml"))
+        .arg("downloads")
+        .output()
+        .unwrap();
+    assert!(
+        mark.status.success(),
+        "{}",
+        String::from_utf8_lossy(&mark.stderr)
+    );
+    let script = r#"
+echo STARTED
+read -r go
+cat notes/plain.md > /dev/null
+echo "news: $(connect news.test)"
+cat downloads/invoice.txt > /dev/null
+echo "blog: $(connect blog.test)"
+"#;
+    let mut w = spawn(s.command(script, None));
+    w.wait_line("STARTED");
+    std::fs::write(downloads.join("invoice.txt"), "pay now\n").unwrap();
+    w.go();
+    let (code, out, err) = w.finish();
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    let a = answers(&out);
+    // Control: a read of an unmarked file leaves the session clean.
+    assert_eq!(a["news"], "200", "{a:?}");
+    assert_eq!(a["blog"], "403", "{a:?}");
+    let recs = s.records();
+    let raised = kind(&recs, "taint_raised");
+    assert_eq!(raised.len(), 1, "{raised:?}");
+    assert_eq!(raised[0]["body"]["source"], "marked_file", "{raised:?}");
+    assert_eq!(raised[0]["body"]["detail"], "downloads/invoice.txt");
+    assert_eq!(by(raised[0]), "observer");
+    s.verify_closed();
+}
