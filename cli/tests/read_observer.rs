@@ -1359,3 +1359,109 @@ echo "blog: $(connect blog.test)"
     assert_eq!(by(raised[0]), "observer");
     s.verify_closed();
 }
+
+// ---------------------------------------------------------------------------
+// Without privilege: the degraded observer, reported as such.
+
+/// The unprivileged user the degraded runs use (`nobody`).
+const NOBODY: u32 = 65534;
+
+/// `c` (a `palisade run`) started as [`NOBODY`] through `setpriv`, with a
+/// clean environment; the session's files are handed to that user first.
+fn as_nobody(s: &Session, c: &Command) -> Command {
+    fn chown_tree(p: &Path) {
+        std::os::unix::fs::lchown(p, Some(NOBODY), Some(NOBODY)).unwrap();
+        if p.is_dir() && !p.is_symlink() {
+            for e in std::fs::read_dir(p).unwrap() {
+                chown_tree(&e.unwrap().path());
+            }
+        }
+    }
+    chown_tree(s.dir.path());
+    let mut n = Command::new("/usr/bin/setpriv");
+    n.args([
+        "--reuid",
+        &NOBODY.to_string(),
+        "--regid",
+        &NOBODY.to_string(),
+    ])
+    .arg("--clear-groups")
+    .arg(c.get_program())
+    .args(c.get_args())
+    .env_clear()
+    .env("PATH", "/usr/bin:/bin")
+    .env("HOME", s.dir.path())
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    n
+}
+
+const DEGRADED_WORKER: &str = r#"
+if [ "${2:-}" = cat ]; then cat notes/untrusted.md > /dev/null; fi
+# After the fact: wait (bounded) until the session says it is tainted.
+i=0
+while [ $i -lt 150 ]; do
+  "$PALISADE_BIN" ctl state | grep -q '"tainted":true' && break
+  i=$((i + 1)); sleep 0.1
+done
+echo "state: $("$PALISADE_BIN" ctl state | grep -o '"tainted":[a-z]*')"
+echo "news: $(connect news.test)"
+"#;
+
+fn degraded_run(cat: bool) -> (Session, BTreeMap<String, String>) {
+    let s = session(UNTRUSTED_POLICY);
+    let mut c = s.command(DEGRADED_WORKER, None);
+    if cat {
+        c.arg("cat");
+    }
+    let (code, out, err) = spawn(as_nobody(&s, &c)).finish();
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    let recs = s.records();
+    assert_eq!(
+        read_observer_layer(&recs),
+        "degraded (after the fact, not attributed)"
+    );
+    assert_eq!(
+        kind(&recs, "sandbox_status")[0]["body"]["status"],
+        "degraded"
+    );
+    (s, answers(&out))
+}
+
+#[test]
+fn without_privilege_the_observer_says_it_is_degraded_and_a_cat_still_taints_after_the_fact() {
+    if skip() {
+        return;
+    }
+    if !Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("skipped: the unprivileged run needs /usr/bin/setpriv");
+        return;
+    }
+    let (s, a) = degraded_run(true);
+    assert_eq!(a["state"], "\"tainted\":true", "{a:?}");
+    assert_eq!(a["news"], "403", "{a:?}");
+    let recs = s.records();
+    let raised = kind(&recs, "taint_raised");
+    assert_eq!(raised.len(), 1, "{raised:?}");
+    assert_eq!(raised[0]["body"]["detail"], "notes/untrusted.md");
+    assert_eq!(by(raised[0]), "observer");
+    s.verify_closed();
+}
+
+#[test]
+fn without_privilege_a_worker_that_does_not_read_the_file_stays_clean() {
+    if skip() {
+        return;
+    }
+    if !Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("skipped: the unprivileged run needs /usr/bin/setpriv");
+        return;
+    }
+    // Positive control of the test above (its wait ends untainted).
+    let (s, a) = degraded_run(false);
+    assert_eq!(a["state"], "\"tainted\":false", "{a:?}");
+    assert_eq!(a["news"], "200", "{a:?}");
+    assert!(kind(&s.records(), "taint_raised").is_empty());
+    s.verify_closed();
+}
