@@ -5,8 +5,10 @@
 //! a provider the routing rules keep content from, the proxy refuses that
 //! provider's API hosts, host processes reading the same files change
 //! nothing, and provider-side web results in a relayed SSE stream taint
-//! (`web`). Every refusal has its positive control. The last test drives the
-//! real Codex CLI against a scripted Responses API on loopback.
+//! (`web`). Every refusal has its positive control. Two runs drive the real
+//! Codex CLI against a scripted Responses API on loopback (skipped when it
+//! is not installed; Claude Code is not installed here), and two run the
+//! session as `nobody` (through `setpriv`) to see the degraded observer.
 //!
 //! Loopback only: every name is pinned to 127.0.0.1 with `--resolve`, the
 //! fake provider binds 127.0.0.1. The suite needs root (as CI runs it) and
