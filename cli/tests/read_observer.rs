@@ -5,8 +5,10 @@
 //! a provider the routing rules keep content from, the proxy refuses that
 //! provider's API hosts, host processes reading the same files change
 //! nothing, and provider-side web results in a relayed SSE stream taint
-//! (`web`). Every refusal has its positive control. The last test drives the
-//! real Codex CLI against a scripted Responses API on loopback.
+//! (`web`). Every refusal has its positive control. Two runs drive the real
+//! Codex CLI against a scripted Responses API on loopback (skipped when it
+//! is not installed; Claude Code is not installed here), and two run the
+//! session as `nobody` (through `setpriv`) to see the degraded observer.
 //!
 //! Loopback only: every name is pinned to 127.0.0.1 with `--resolve`, the
 //! fake provider binds 127.0.0.1. The suite needs root (as CI runs it) and
@@ -1215,22 +1217,23 @@ fn a_codex_worker_whose_model_makes_it_cat_an_ordinary_file_stays_clean() {
     s.verify_closed();
 }
 
-#[test]
-fn a_restricted_file_read_through_a_symlink_the_worker_made_is_a_restricted_read() {
-    if skip() {
-        return;
-    }
-    // The worker aliases the restricted directory and reads through the
-    // alias: the observer marks the file's inode, not its name. Positive
-    // control: `without_the_restricted_read_the_openai_relay_and_hosts_answer`.
+/// A worker that reads `private/x` only through an alias it made (`alias`,
+/// a shell fragment), then calls both relays.
+fn aliased_read(alias: &str) {
     let s = session(ROUTING_POLICY);
-    let script = r#"
-ln -s private pub
-cat pub/x > /dev/null
+    // As a real workspace is (as root), the file belongs to the worker's
+    // uid, so it may link, rename and change it (which copies it up into
+    // the stage, after which its reads no longer reach the host inode).
+    let uid = palisade_isolate::DEFAULT_WORKER_UID;
+    std::os::unix::fs::chown(s.work.join("private/x"), Some(uid), Some(uid)).unwrap();
+    let script = format!(
+        r#"
+{alias}
 echo "openai: $(relay openai /v1/responses plain)"
 echo "anthropic: $(relay anthropic /v1/messages plain)"
-"#;
-    let (code, out, err) = spawn(s.command(script, None)).finish();
+"#
+    );
+    let (code, out, err) = spawn(s.command(&script, None)).finish();
     assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
     let a = answers(&out);
     assert!(a["openai"].starts_with("403 "), "{a:?}");
@@ -1241,6 +1244,36 @@ echo "anthropic: $(relay anthropic /v1/messages plain)"
     assert_eq!(reads.len(), 1, "{recs:#?}");
     assert_eq!(reads[0]["body"]["path"], "private/x", "{reads:?}");
     s.verify_closed();
+}
+
+#[test]
+fn a_restricted_file_read_through_a_symlink_the_worker_made_is_a_restricted_read() {
+    if skip() {
+        return;
+    }
+    // The observer marks the file's inode, not its name. Positive control:
+    // `without_the_restricted_read_the_openai_relay_and_hosts_answer`.
+    aliased_read("ln -s private pub && cat pub/x > /dev/null");
+}
+
+#[test]
+fn a_restricted_file_read_through_a_hard_link_the_worker_made_is_a_restricted_read() {
+    if skip() {
+        return;
+    }
+    aliased_read("ln private/x hl && cat hl > /dev/null");
+}
+
+#[test]
+fn a_restricted_file_the_worker_renamed_or_changed_before_reading_is_a_restricted_read() {
+    if skip() {
+        return;
+    }
+    // Each copies the file up into the stage before the read: the copy-up's
+    // own read of the host file is the one seen.
+    aliased_read("mv private/x y && cat y > /dev/null");
+    aliased_read("chmod 600 private/x && cat private/x > /dev/null");
+    aliased_read("touch private/x && cat private/x > /dev/null");
 }
 
 #[test]
@@ -1272,5 +1305,165 @@ echo "blog: $(connect blog.test)"
     let raised = kind(&recs, "taint_raised");
     assert_eq!(raised.len(), 1, "{raised:?}");
     assert_ne!(by(raised[0]), "observer", "{raised:?}");
+    s.verify_closed();
+}
+
+#[test]
+fn a_directory_marked_with_mark_untrusted_taints_a_read_of_a_file_the_host_adds_later() {
+    if skip() {
+        return;
+    }
+    // The operator's way (`palisade mark-untrusted downloads/`): the marks
+    // file, not the policy, names the directory.
+    let s = session(UNTRUSTED_POLICY);
+    let downloads = s.work.join("downloads");
+    std::fs::create_dir_all(&downloads).unwrap();
+    std::fs::set_permissions(
+        &downloads,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let mark = Command::new(palisade())
+        .current_dir(&s.work)
+        .args(["mark-untrusted", "--policy"])
+        .arg(s.work.join("palisade.toml"))
+        .arg("downloads")
+        .output()
+        .unwrap();
+    assert!(
+        mark.status.success(),
+        "{}",
+        String::from_utf8_lossy(&mark.stderr)
+    );
+    let script = r#"
+echo STARTED
+read -r go
+cat notes/plain.md > /dev/null
+echo "news: $(connect news.test)"
+cat downloads/invoice.txt > /dev/null
+echo "blog: $(connect blog.test)"
+"#;
+    let mut w = spawn(s.command(script, None));
+    w.wait_line("STARTED");
+    std::fs::write(downloads.join("invoice.txt"), "pay now\n").unwrap();
+    w.go();
+    let (code, out, err) = w.finish();
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    let a = answers(&out);
+    // Control: a read of an unmarked file leaves the session clean.
+    assert_eq!(a["news"], "200", "{a:?}");
+    assert_eq!(a["blog"], "403", "{a:?}");
+    let recs = s.records();
+    let raised = kind(&recs, "taint_raised");
+    assert_eq!(raised.len(), 1, "{raised:?}");
+    assert_eq!(raised[0]["body"]["source"], "marked_file", "{raised:?}");
+    assert_eq!(raised[0]["body"]["detail"], "downloads/invoice.txt");
+    assert_eq!(by(raised[0]), "observer");
+    s.verify_closed();
+}
+
+// ---------------------------------------------------------------------------
+// Without privilege: the degraded observer, reported as such.
+
+/// The unprivileged user the degraded runs use (`nobody`).
+const NOBODY: u32 = 65534;
+
+/// `c` (a `palisade run`) started as [`NOBODY`] through `setpriv`, with a
+/// clean environment; the session's files are handed to that user first.
+fn as_nobody(s: &Session, c: &Command) -> Command {
+    fn chown_tree(p: &Path) {
+        std::os::unix::fs::lchown(p, Some(NOBODY), Some(NOBODY)).unwrap();
+        if p.is_dir() && !p.is_symlink() {
+            for e in std::fs::read_dir(p).unwrap() {
+                chown_tree(&e.unwrap().path());
+            }
+        }
+    }
+    chown_tree(s.dir.path());
+    let mut n = Command::new("/usr/bin/setpriv");
+    n.args([
+        "--reuid",
+        &NOBODY.to_string(),
+        "--regid",
+        &NOBODY.to_string(),
+    ])
+    .arg("--clear-groups")
+    .arg(c.get_program())
+    .args(c.get_args())
+    .env_clear()
+    .env("PATH", "/usr/bin:/bin")
+    .env("HOME", s.dir.path())
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    n
+}
+
+const DEGRADED_WORKER: &str = r#"
+if [ "${2:-}" = cat ]; then cat notes/untrusted.md > /dev/null; fi
+# After the fact: wait (bounded) until the session says it is tainted.
+i=0
+while [ $i -lt 150 ]; do
+  "$PALISADE_BIN" ctl state | grep -q '"tainted":true' && break
+  i=$((i + 1)); sleep 0.1
+done
+echo "state: $("$PALISADE_BIN" ctl state | grep -o '"tainted":[a-z]*')"
+echo "news: $(connect news.test)"
+"#;
+
+fn degraded_run(cat: bool) -> (Session, BTreeMap<String, String>) {
+    let s = session(UNTRUSTED_POLICY);
+    let mut c = s.command(DEGRADED_WORKER, None);
+    if cat {
+        c.arg("cat");
+    }
+    let (code, out, err) = spawn(as_nobody(&s, &c)).finish();
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    let recs = s.records();
+    assert_eq!(
+        read_observer_layer(&recs),
+        "degraded (after the fact, not attributed)"
+    );
+    assert_eq!(
+        kind(&recs, "sandbox_status")[0]["body"]["status"],
+        "degraded"
+    );
+    (s, answers(&out))
+}
+
+#[test]
+fn without_privilege_the_observer_says_it_is_degraded_and_a_cat_still_taints_after_the_fact() {
+    if skip() {
+        return;
+    }
+    if !Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("skipped: the unprivileged run needs /usr/bin/setpriv");
+        return;
+    }
+    let (s, a) = degraded_run(true);
+    assert_eq!(a["state"], "\"tainted\":true", "{a:?}");
+    assert_eq!(a["news"], "403", "{a:?}");
+    let recs = s.records();
+    let raised = kind(&recs, "taint_raised");
+    assert_eq!(raised.len(), 1, "{raised:?}");
+    assert_eq!(raised[0]["body"]["detail"], "notes/untrusted.md");
+    assert_eq!(by(raised[0]), "observer");
+    s.verify_closed();
+}
+
+#[test]
+fn without_privilege_a_worker_that_does_not_read_the_file_stays_clean() {
+    if skip() {
+        return;
+    }
+    if !Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("skipped: the unprivileged run needs /usr/bin/setpriv");
+        return;
+    }
+    // Positive control of the test above (its wait ends untainted).
+    let (s, a) = degraded_run(false);
+    assert_eq!(a["state"], "\"tainted\":false", "{a:?}");
+    assert_eq!(a["news"], "200", "{a:?}");
+    assert!(kind(&s.records(), "taint_raised").is_empty());
     s.verify_closed();
 }
