@@ -213,3 +213,33 @@ fn a_marked_directory_created_after_start_covers_its_files() {
         assert_eq!(r.records("taint_raised"), 1, "{writes}: read without taint");
     }
 }
+
+/// Finding 3: a populated directory the host moves into a watched tree is
+/// marked alone (`mark_new_dir`, no walk): its subdirectories are never
+/// marked, so a file two levels below is read without taint (direct and
+/// staged alike).
+#[test]
+fn a_populated_directory_moved_into_a_watched_tree_is_covered() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let taint = "untrusted_paths = [\"notes/**\"]";
+    let script = "sleep 3; cat notes/sub/a/b/g";
+    // Positive control: the same tree made in place, one level at a time.
+    let r = setup("direct", taint, "");
+    let out = r.run(script, Some(
+        "mkdir notes/sub && sleep 0.3 && mkdir notes/sub/a && sleep 0.3 && mkdir notes/sub/a/b && echo SECRET > notes/sub/a/b/g",
+    ));
+    assert!(out.contains("SECRET"));
+    assert_eq!(r.records("taint_raised"), 1, "control");
+
+    for writes in ["direct", "staged"] {
+        let r = setup(writes, taint, "");
+        // Built beside the work tree (same filesystem), then renamed in.
+        let host = "mkdir -p ../src/a/b && echo SECRET > ../src/a/b/g && mv ../src notes/sub";
+        let out = r.run(script, Some(host));
+        assert!(out.contains("SECRET"), "{writes}: the worker read it");
+        assert_eq!(r.records("taint_raised"), 1, "{writes}: read without taint");
+    }
+}
