@@ -243,3 +243,30 @@ fn a_populated_directory_moved_into_a_watched_tree_is_covered() {
         assert_eq!(r.records("taint_raised"), 1, "{writes}: read without taint");
     }
 }
+
+/// Finding 3b: the host replaces a watched tree's root (`rm -rf` and
+/// `mkdir`, or a directory swap by rename): the new root is never marked
+/// (only exactly watched files have their parent watched), so the whole
+/// tree is unwatched for the rest of the session.
+#[test]
+fn a_watched_tree_root_replaced_by_the_host_stays_watched() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let taint = "untrusted_paths = [\"notes/**\"]";
+    let script = "sleep 3; cat notes/f";
+    // Positive control: a new file in the original root.
+    let r = setup("direct", taint, "");
+    let out = r.run(script, Some("echo SECRET > notes/f"));
+    assert!(out.contains("SECRET"));
+    assert_eq!(r.records("taint_raised"), 1, "control");
+
+    for writes in ["direct", "staged"] {
+        let r = setup(writes, taint, "");
+        let host = "rm -rf notes && mkdir -m777 notes && echo SECRET > notes/f";
+        let out = r.run(script, Some(host));
+        assert!(out.contains("SECRET"), "{writes}: the worker read it");
+        assert_eq!(r.records("taint_raised"), 1, "{writes}: read without taint");
+    }
+}
