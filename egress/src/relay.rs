@@ -1156,7 +1156,9 @@ struct ScannedBody {
 }
 
 impl ScannedBody {
-    fn tell(&self, results: Vec<ServerToolResult>) {
+    /// Tells the gate of each result; whether every one was recorded.
+    fn tell(&self, results: Vec<ServerToolResult>) -> bool {
+        let mut recorded = true;
         for r in results {
             tracing::info!(
                 target: "palisade_egress",
@@ -1164,8 +1166,9 @@ impl ScannedBody {
                 result = r.as_str(),
                 "relay response carries a provider-side tool result"
             );
-            self.gate.server_tool_result(&self.relay, &self.provider, r);
+            recorded &= self.gate.server_tool_result(&self.relay, &self.provider, r);
         }
+        recorded
     }
 }
 
@@ -1181,20 +1184,29 @@ impl hyper::body::Body for ScannedBody {
             return Poll::Ready(None);
         }
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
+        let recorded = match &polled {
+            Poll::Ready(Some(Ok(frame))) => match frame.data_ref() {
+                Some(data) => {
                     let found = self.scanner.feed(data);
-                    self.tell(found);
+                    self.tell(found)
                 }
-            }
+                None => true,
+            },
             Poll::Ready(None | Some(Err(_))) => {
                 // the end, or a cut: an event left open is checked too
                 self.done = true;
                 let found = self.scanner.finish();
-                self.tell(found);
+                self.tell(found)
             }
-            Poll::Pending => {}
+            Poll::Pending => true,
+        };
+        if !recorded {
+            // Fail closed: the bytes that completed an unrecorded result
+            // never reach the worker.
+            self.done = true;
+            return Poll::Ready(Some(Err(
+                "a provider-side tool result could not be recorded; response cut".into(),
+            )));
         }
         polled
     }

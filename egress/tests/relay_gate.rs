@@ -56,6 +56,8 @@ enum Ev {
 struct TestGate {
     budget: AtomicUsize,
     log: Arc<Mutex<Vec<Ev>>>,
+    /// Whether `server_tool_result` reports the result as not recorded.
+    unrecorded: std::sync::atomic::AtomicBool,
 }
 
 impl TestGate {
@@ -63,6 +65,7 @@ impl TestGate {
         Arc::new(Self {
             budget: AtomicUsize::new(budget),
             log,
+            unrecorded: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -96,8 +99,9 @@ impl RelayGate for TestGate {
         }
     }
 
-    fn server_tool_result(&self, _relay: &str, _provider: &str, result: ServerToolResult) {
+    fn server_tool_result(&self, _relay: &str, _provider: &str, result: ServerToolResult) -> bool {
         self.log.lock().unwrap().push(Ev::Result(result));
+        !self.unrecorded.load(Ordering::SeqCst)
     }
 }
 
@@ -569,6 +573,73 @@ async fn an_anthropic_web_search_result_is_told_before_the_worker_receives_it() 
     assert_eq!(status, StatusCode::OK);
     assert!(body.contains("server_tool_use") && body.ends_with("message_stop\"}\n\n"));
     assert!(results(&r.log.lock().unwrap()).is_empty());
+}
+
+#[tokio::test]
+async fn a_result_the_gate_cannot_record_cuts_the_response_before_its_bytes() {
+    let r = start(usize::MAX).await;
+    r.gate.unrecorded.store(true, Ordering::SeqCst);
+    let release = r.upstream.release.clone();
+    let stream = UnixStream::connect(&r.sock).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let resp = tokio::time::timeout(
+        Duration::from_secs(20),
+        sender.send_request(post(&r, "/v1/messages")),
+    )
+    .await
+    .expect("the relay answers")
+    .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body();
+    let mut got = Vec::new();
+    let mut cut = false;
+    let mut release = Some(release);
+    loop {
+        let frame = tokio::time::timeout(Duration::from_secs(20), body.frame())
+            .await
+            .expect("no frame within 20 s");
+        match frame {
+            None => break,
+            Some(Err(_)) => {
+                cut = true;
+                break;
+            }
+            Some(Ok(f)) => {
+                if let Ok(data) = f.into_data() {
+                    got.extend_from_slice(&data);
+                }
+                if let Some(r) = release.take() {
+                    r.notify_one();
+                }
+            }
+        }
+    }
+    let got = String::from_utf8_lossy(&got);
+    assert_eq!(
+        results(&r.log.lock().unwrap()).len(),
+        1,
+        "the gate was told of the result"
+    );
+    assert!(cut, "the response was cut, not ended cleanly: {got}");
+    assert!(
+        !got.contains("web_search_tool_result"),
+        "the unrecorded result never reached the worker: {got}"
+    );
+    assert!(
+        got.contains("message_start"),
+        "the events before it did: {got}"
+    );
+
+    // positive control: the same stream, recorded, arrives whole
+    r.gate.unrecorded.store(false, Ordering::SeqCst);
+    r.log.lock().unwrap().clear();
+    let release = r.upstream.release.clone();
+    let (status, body, _) = exchange(&r, "/v1/messages", move || release.notify_one()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.contains("web_search_tool_result") && body.ends_with("message_stop\"}\n\n"));
 }
 
 #[tokio::test]

@@ -275,6 +275,12 @@ struct Shared {
     ns: Mutex<Option<PidNamespace>>,
     /// Set by the handle's drop.
     stop: AtomicBool,
+    /// Testing only: end the thread as on a fatal error.
+    #[cfg_attr(
+        not(any(fuzzing, feature = "testing")),
+        allow(dead_code, reason = "set only by the testing hook")
+    )]
+    fail: AtomicBool,
     /// Internal errors (each answered `FAN_DENY` in permission mode).
     errors: AtomicU64,
     /// Write end of the wake pipe (non-blocking).
@@ -298,6 +304,12 @@ pub struct ReadObserver {
     mode: ObserverMode,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
+    /// A second descriptor of the permission group, held by the handle: if
+    /// the observer thread ever ends on its own (an error, a bug), the group
+    /// outlives it, so watched opens keep waiting (fail closed) instead of
+    /// being allowed unseen, until the caller stops the worker
+    /// ([`ReadObserver::failed`]) and drops the handle.
+    group: Option<OwnedFd>,
 }
 
 impl ReadObserver {
@@ -325,6 +337,14 @@ impl ReadObserver {
             };
         let ino =
             inotify().map_err(|e| ObserveError::Unavailable(format!("inotify_init1: {e}")))?;
+        let group = match &fan {
+            Some((f, _)) => Some(
+                f.as_fd()
+                    .try_clone_to_owned()
+                    .map_err(|e| ObserveError::Unavailable(format!("dup of the group: {e}")))?,
+            ),
+            None => None,
+        };
         let mut marks = Marks {
             fan: fan.map(|(f, _)| f),
             inotify: ino,
@@ -341,6 +361,7 @@ impl ReadObserver {
         let shared = Arc::new(Shared {
             ns: Mutex::new(None),
             stop: AtomicBool::new(false),
+            fail: AtomicBool::new(false),
             errors: AtomicU64::new(0),
             wake: wake_tx,
         });
@@ -353,7 +374,25 @@ impl ReadObserver {
             mode,
             shared,
             thread: Some(thread),
+            group,
         })
+    }
+
+    /// Whether the observer thread has ended while the handle still runs:
+    /// it sees no more opens. In permission mode the watched opens then wait
+    /// (the handle keeps the group), so nothing passes unseen; the caller
+    /// must stop the worker and then drop the handle, which releases them.
+    pub fn failed(&self) -> bool {
+        !self.shared.stop.load(Ordering::SeqCst)
+            && self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    /// Testing only: make the observer thread end as on a fatal error.
+    #[cfg(any(fuzzing, feature = "testing"))]
+    #[doc(hidden)]
+    pub fn __simulate_thread_failure(&self) {
+        self.shared.fail.store(true, Ordering::SeqCst);
+        self.shared.wake();
     }
 
     /// Attribute opens to the sandbox whose PID namespace is `ns` (or one
@@ -387,6 +426,8 @@ impl Drop for ReadObserver {
             // kernel allows whatever open was still waiting.
             let _ = t.join();
         }
+        // Last: the handle's own descriptor of the permission group.
+        drop(self.group.take());
     }
 }
 
@@ -767,7 +808,7 @@ impl Marks {
         let mut held: Vec<(Instant, PermEvent)> = Vec::new();
         let mut buf = vec![0u8; READ_BUF];
         loop {
-            if shared.stop.load(Ordering::SeqCst) {
+            if shared.stop.load(Ordering::SeqCst) || shared.fail.load(Ordering::SeqCst) {
                 break;
             }
             let ns = shared.ns.lock().map(|g| *g).unwrap_or(None);

@@ -819,3 +819,60 @@ fn a_tree_over_the_depth_bound_is_an_error_not_a_partial_watch() {
     let seen = opens.try_recv().expect("the deepest file's open");
     assert_eq!(seen.path, at_bound.join("f.txt"));
 }
+
+#[test]
+fn an_observer_whose_thread_ended_holds_watched_opens_instead_of_allowing_them() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("secret.txt"), Scope::Exact)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    assert!(!obs.failed(), "a running observer has not failed");
+    let (mut child, reader) = spawn(
+        &direct(&p),
+        &obs,
+        "cat secret.txt; read go; exec cat secret.txt",
+    );
+    // Positive control: while the thread runs, the read is seen and passes.
+    let seen = opens.recv_timeout(PATIENCE).expect("the first open");
+    assert_eq!(seen.attribution, Attribution::Sandbox);
+    obs.__simulate_thread_failure();
+    let mut failed = false;
+    for _ in 0..600 {
+        failed = obs.failed();
+        if failed {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(failed, "the ended thread is reported");
+    child.take_stdin().unwrap().write_all(b"go\n").unwrap();
+    // The second open waits on the group the handle still holds: it is
+    // neither allowed unseen nor answered.
+    let mut held = None;
+    for _ in 0..600 {
+        held = blocked_on_fanotify("cat", child.pid());
+        if held.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        held.is_some(),
+        "the open after the thread ended went through instead of waiting"
+    );
+    assert_eq!(child.try_wait().unwrap(), None);
+    assert!(opens.try_recv().is_err(), "no handler runs any more");
+    // Dropping the handle releases the group (the caller has stopped the
+    // worker by then; here it just lets the open go).
+    drop(obs);
+    let (exit, out) = finish(child, reader);
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+    assert_eq!(out.matches(&secret()).count(), 2, "{}", shown(&out));
+}

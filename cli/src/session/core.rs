@@ -670,12 +670,15 @@ impl RelayGate for SessionCore {
 
     /// Raises `web` taint (detail: the result type and the relay) and
     /// records it before the relay passes the result on.
-    fn server_tool_result(&self, relay: &str, _provider: &str, result: ServerToolResult) {
+    fn server_tool_result(&self, relay: &str, _provider: &str, result: ServerToolResult) -> bool {
         let event = TaintEvent::ToolResult {
             tool: ToolClass::Web,
             name: format!("{} via relay {relay}", result.as_str()),
         };
         let _ = self.apply_taint(&event, "relay", None);
+        // The taint is in the state either way; the bytes pass only while
+        // the journal holds it.
+        !self.journal.failed()
     }
 }
 

@@ -1098,6 +1098,11 @@ async fn supervise(
                 if core.journal().failed() && killed_by.is_none() {
                     killed_by = Some("journal_failure");
                 }
+                // An observer that stopped sees no more reads: its watched
+                // opens wait (it keeps its group), and the worker is stopped.
+                if read_observer.failed() && killed_by.is_none() {
+                    killed_by = Some("read_observer");
+                }
             }
         }
         if let Some(why) = killed_by
@@ -1117,12 +1122,22 @@ async fn supervise(
                     nix::sys::signal::Signal::SIGHUP,
                     "forwarded to the worker; SIGKILL after 5 s",
                 ),
+                "read_observer" => (
+                    nix::sys::signal::Signal::SIGKILL,
+                    "worker killed: the read observer stopped, so its reads could no longer be seen",
+                ),
                 _ => (
                     nix::sys::signal::Signal::SIGKILL,
                     "worker killed: the journal cannot be written",
                 ),
             };
-            if why != "journal_failure" {
+            if why == "read_observer" {
+                core.journal().record(
+                    Kind::custom("execution_killed").map_err(|e| e.to_string())?,
+                    &json!({"signal": "SIGKILL", "by": "palisade", "reason": "read_observer_failed", "action": action}),
+                    Flags::NONE,
+                );
+            } else if why != "journal_failure" {
                 core.journal().record(
                     Kind::custom("execution_killed").map_err(|e| e.to_string())?,
                     &json!({"signal": why, "by": "palisade", "action": action}),
@@ -1169,6 +1184,13 @@ async fn supervise(
     // The control channel is down before the commit: no checkpoint reads
     // the stage while it is applied.
     stop_all(&stop, &s.control, &mut tasks).await;
+    if killed_by == Some("read_observer") {
+        // Reads may have waited unanswered, never unseen; but the session's
+        // taint is no longer known to be complete: nothing is committed.
+        return Err(String::from(
+            "isolation_layer_unavailable: read_observer (the observer stopped during the run); the worker was stopped",
+        ));
+    }
     let code = u8::try_from(code).unwrap_or(EXIT_SETUP);
     let stage = core.take_stage();
     if core.journal().failed() {

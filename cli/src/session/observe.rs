@@ -123,6 +123,12 @@ pub(crate) struct SessionObserver {
 }
 
 impl SessionObserver {
+    /// Whether a running observer stopped on its own (the session must stop
+    /// the worker: its reads are no longer seen).
+    pub(crate) fn failed(&self) -> bool {
+        self.observer.as_ref().is_some_and(ReadObserver::failed)
+    }
+
     /// Whether the layer runs degraded (after the fact, not attributed).
     pub(crate) fn degraded(&self) -> bool {
         self.observer

@@ -71,8 +71,11 @@ pub trait RelayGate: Send + Sync + fmt::Debug {
     /// result seen) before the bytes that completed it are passed to the
     /// worker; the session raises `web` taint here. It is called from the
     /// response body's poll, so the bytes wait for it: it should record and
-    /// return, not wait on anything the worker controls.
-    fn server_tool_result(&self, relay: &str, provider: &str, result: ServerToolResult);
+    /// return, not wait on anything the worker controls. `false` means the
+    /// result could not be recorded: the relay then cuts the response
+    /// before those bytes (fail closed), so the worker never holds web
+    /// content the session does not know about.
+    fn server_tool_result(&self, relay: &str, provider: &str, result: ServerToolResult) -> bool;
 }
 
 /// The longest SSE event `data` (or non-streaming JSON body) the scanner
