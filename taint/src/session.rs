@@ -266,17 +266,28 @@ pub enum RulesError {
 
 impl Rules {
     /// Compiles the `[taint]` and `[[routing]]` sections of `policy`, plus the
-    /// paths from the marks file (`marks`, see [`crate::parse_marks`]; a
-    /// marked directory covers everything under it).
+    /// paths from the marks file (`marks`, see [`crate::parse_marks`]).
+    ///
+    /// A mark is a path and everything under it: each marks-file entry, and
+    /// each `taint.marked` entry written as a literal path (no `*`, `?`,
+    /// `[`, `]`, `{`, `}` or `\`), also matches every path below it (a
+    /// marked directory covers the files in it). A `taint.marked` glob
+    /// matches what the glob says.
     pub fn new(policy: &HostPolicy, marks: &[String]) -> Result<Self, RulesError> {
         let t = &policy.taint;
-        let mut marked: Vec<String> = t.marked.iter().map(|g| g.as_str().to_owned()).collect();
-        for m in marks {
-            for form in normalize_path(m, policy.worker.cwd.as_deref()) {
-                let escaped = globset::escape(&form);
-                marked.push(format!("{escaped}/**"));
-                marked.push(escaped);
+        let cwd = policy.worker.cwd.as_deref();
+        let mut marked: Vec<String> = Vec::new();
+        for g in &t.marked {
+            let g = g.as_str();
+            marked.push(g.to_owned());
+            // A literal path (no glob syntax) is a mark like the marks
+            // file's: the path and everything below it.
+            if !g.contains(GLOB_SYNTAX) {
+                marked.extend(normalize_path(g, cwd).iter().flat_map(|f| mark_globs(f)));
             }
+        }
+        for m in marks {
+            marked.extend(normalize_path(m, cwd).iter().flat_map(|f| mark_globs(f)));
         }
         let routing: Vec<&PathGlob> = policy.routing.iter().flat_map(|r| &r.paths).collect();
         let restricted_rules: Vec<usize> = policy
@@ -314,6 +325,22 @@ impl Rules {
     fn on(&self, kind: TaintSourceKind) -> bool {
         self.enabled.contains(&kind)
     }
+}
+
+/// The characters that make a `taint.marked` entry a glob rather than a
+/// literal path.
+const GLOB_SYNTAX: [char; 7] = ['*', '?', '[', ']', '{', '}', '\\'];
+
+/// The globs of one mark, a lexically normalised path `form`: the path
+/// itself and everything below it.
+fn mark_globs(form: &str) -> [String; 2] {
+    let escaped = globset::escape(form);
+    let below = if escaped.ends_with('/') {
+        format!("{escaped}**")
+    } else {
+        format!("{escaped}/**")
+    };
+    [below, escaped]
 }
 
 fn build<'a>(globs: impl Iterator<Item = &'a str>) -> Result<GlobSet, RulesError> {

@@ -135,6 +135,64 @@ fn marked_files_from_the_marks_file_taint() {
     );
 }
 
+fn marked_rules(marked: &str) -> Rules {
+    let text = format!(
+        "[worker]\ncwd = \"/w\"\n[taint]\nsources = [\"marked_file\"]\nmarked = {marked}\n"
+    );
+    let (p, _) = parse("p.toml", &text).unwrap().into_parts();
+    Rules::new(&p, &[]).unwrap()
+}
+
+fn taints(r: &Rules, path: &str) -> bool {
+    let mut s = Session::new();
+    s.apply(r, 1, &read(path)).newly_tainted
+}
+
+#[test]
+fn a_literal_marked_path_covers_everything_below_it_like_a_mark() {
+    // `taint.marked = ["notes"]` means what a marks-file entry `notes`
+    // means: the path and everything below it.
+    let r = marked_rules(r#"["notes", "/srv/feeds/", "./docs"]"#);
+    let marks = rules(&["notes"]);
+    for path in [
+        "notes",
+        "notes/untrusted.md",
+        "/w/notes/a/b.md",
+        "./notes/x",
+        "/srv/feeds",
+        "/srv/feeds/today.xml",
+        "docs/x",
+    ] {
+        assert!(taints(&r, path), "{path}: below a literal marked path");
+    }
+    assert!(
+        taints(&marks, "notes/untrusted.md"),
+        "the marks file agrees"
+    );
+    // Positive control: neighbours and prefixes of the name are not below it.
+    for path in [
+        "notesx/y",
+        "other/notes",
+        "/srv/feedsx",
+        "lib/docs/x",
+        "/w/no",
+        "docsx",
+    ] {
+        assert!(!taints(&r, path), "{path}: not below a marked path");
+    }
+    // A glob still means what it says: `vendor/*.md` does not cover a
+    // deeper file, and `vendor/**` is not a literal.
+    let g = marked_rules(r#"["vendor/*.md", "lit\\*"]"#);
+    assert!(taints(&g, "vendor/a.md"), "control: the glob matches");
+    assert!(!taints(&g, "vendor/a.md/x"));
+    assert!(!taints(&g, "vendor/sub/a.md"));
+    assert!(
+        taints(&g, "lit*"),
+        "control: an escaped glob matches its name"
+    );
+    assert!(!taints(&g, "lit*/x"), "an escaped glob is still a glob");
+}
+
 #[test]
 fn steering_writes_are_flagged() {
     let r = rules(&[]);
