@@ -4,12 +4,16 @@
 //! `sandbox_status` shows for it.
 //!
 //! Globs are placed as `palisade_taint::Rules` reads them: an absolute glob
-//! as written, a relative one below the worker's working directory. A
-//! literal path is watched exactly (a directory as a tree: a marked
-//! directory also covers files created in it later); a glob is watched as
-//! the tree of its literal prefix, and the session's handler matches each
-//! opened path against the rules. The worker sees binds and staged roots at
-//! their host paths, so a host path is also the worker's path.
+//! as written, a relative one below the worker's working directory. A mark
+//! (a marks-file entry or a literal `taint.marked` path) means the path and
+//! everything below it, so it is always watched as a tree
+//! ([`Scope::Tree`]): a file as that file, a directory with everything
+//! created in it later, and a path that does not exist yet as whatever it
+//! becomes. Another literal path is watched exactly (a directory as a
+//! tree); a glob is watched as the tree of its literal prefix, and the
+//! session's handler matches each opened path against the rules. The worker
+//! sees binds and staged roots at their host paths, so a host path is also
+//! the worker's path.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,22 +32,23 @@ use super::core::SessionCore;
 pub(crate) fn watches(policy: &HostPolicy, marks: &[String]) -> Result<Vec<Watch>, String> {
     let cwd = policy.worker.cwd.as_deref();
     let mut out: Vec<Watch> = Vec::new();
-    let mut globs: Vec<(String, &str)> = Vec::new();
+    // (key, glob, whether a literal path means it and everything below)
+    let mut globs: Vec<(String, &str, bool)> = Vec::new();
     for g in &policy.taint.marked {
-        globs.push(("taint.marked".to_owned(), g.as_str()));
+        globs.push(("taint.marked".to_owned(), g.as_str(), true));
     }
     for g in &policy.taint.untrusted_paths {
-        globs.push(("taint.untrusted_paths".to_owned(), g.as_str()));
+        globs.push(("taint.untrusted_paths".to_owned(), g.as_str(), false));
     }
     for (i, r) in policy.routing.iter().enumerate() {
         for g in &r.paths {
-            globs.push((format!("routing[{i}].paths"), g.as_str()));
+            globs.push((format!("routing[{i}].paths"), g.as_str(), false));
         }
     }
-    for (key, glob) in globs {
+    for (key, glob, below) in globs {
         let abs = absolute(glob, cwd).ok_or_else(|| unplaced(&key, glob))?;
         let (prefix, literal) = literal_prefix(&abs);
-        out.push(if literal {
+        out.push(if literal && !below {
             exact_or_tree(prefix)
         } else {
             Watch::new(prefix, Scope::Tree)
@@ -57,7 +62,9 @@ pub(crate) fn watches(policy: &HostPolicy, marks: &[String]) -> Result<Vec<Watch
         if !form.starts_with('/') {
             return Err(unplaced("the marks file", m));
         }
-        out.push(exact_or_tree(PathBuf::from(form)));
+        // A mark is the path and everything below it, whatever the path is
+        // (or is not yet) when the session starts.
+        out.push(Watch::new(PathBuf::from(form), Scope::Tree));
     }
     out.sort_by(|a, b| a.path.cmp(&b.path).then(tree_first(a.scope, b.scope)));
     out.dedup_by(|later, first| later.path == first.path);
@@ -104,8 +111,8 @@ fn literal_prefix(glob: &str) -> (PathBuf, bool) {
     (PathBuf::from(norm), all)
 }
 
-/// A literal path: a directory is watched as a tree, anything else (a
-/// file, or a path that does not exist yet) exactly.
+/// A literal untrusted or routed path: a directory is watched as a tree,
+/// anything else (a file, or a path that does not exist yet) exactly.
 fn exact_or_tree(path: PathBuf) -> Watch {
     let dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
     Watch::new(path, if dir { Scope::Tree } else { Scope::Exact })

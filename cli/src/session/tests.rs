@@ -827,7 +827,7 @@ fn the_watch_set_places_every_taint_and_routing_path_on_the_host() {
 cwd = "{cwd}"
 [taint]
 marked = ["notes/untrusted.md", "notes"]
-untrusted_paths = ["inbox/**", "**/*.eml", "{abs}/feeds/*.xml"]
+untrusted_paths = ["inbox/**", "**/*.eml", "{abs}/feeds/*.xml", "notes/absent.md"]
 [[routing]]
 paths = ["private/**", "secrets/k?y"]
 providers = ["anthropic"]
@@ -838,22 +838,31 @@ providers = ["anthropic"]
     let (policy, _) = palisade_schema::host_policy::parse("palisade.toml", &text)
         .unwrap()
         .into_parts();
-    let marks = vec!["marked-dir".to_owned(), "/elsewhere/file.txt".to_owned()];
+    let marks = vec![
+        "marked-dir".to_owned(),
+        "/elsewhere/file.txt".to_owned(),
+        "later".to_owned(),
+    ];
     let got = super::observe::watches(&policy, &marks).unwrap();
     let want = |p: PathBuf, s: Scope| Watch::new(p, s);
     let mut expected = vec![
-        // A literal file exactly; a literal directory as a tree.
-        want(cwd.join("notes/untrusted.md"), Scope::Exact),
+        // A mark is the path and everything below it: a tree, even on a
+        // file (watched as that file).
+        want(cwd.join("notes/untrusted.md"), Scope::Tree),
         want(cwd.join("notes"), Scope::Tree),
+        // Another literal path that does not exist (or is a file) exactly.
+        want(cwd.join("notes/absent.md"), Scope::Exact),
         // A glob as the tree of its literal prefix.
         want(cwd.join("inbox"), Scope::Tree),
         want(cwd.clone(), Scope::Tree),
         want(abs.join("feeds"), Scope::Tree),
         want(cwd.join("private"), Scope::Tree),
         want(cwd.join("secrets"), Scope::Tree),
-        // The marks file's entries, relative to the working directory.
+        // The marks file's entries, relative to the working directory, as
+        // trees whatever they are (or are not yet) at start.
         want(cwd.join("marked-dir"), Scope::Tree),
-        want(PathBuf::from("/elsewhere/file.txt"), Scope::Exact),
+        want(PathBuf::from("/elsewhere/file.txt"), Scope::Tree),
+        want(cwd.join("later"), Scope::Tree),
     ];
     expected.sort_by(|a, b| a.path.cmp(&b.path));
     assert_eq!(got, expected);
