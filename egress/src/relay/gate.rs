@@ -33,8 +33,15 @@ impl RouteRefusal {
     }
 }
 
-/// A provider-side tool result a relay saw in a response: untrusted web
-/// content brought in by the provider itself.
+/// A provider-side tool result a relay saw in a response: untrusted
+/// outside content (a web page, a remote MCP server's answer) brought in by
+/// the provider itself.
+///
+/// Only tools that reach outside the provider are listed: web search and
+/// fetch, and remote MCP servers (whose URL the request, so the worker,
+/// names). Code execution, file search and computer use are not: their
+/// results come from the provider's sandbox or from what the request (or
+/// the worker's own account files) put there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ServerToolResult {
@@ -44,6 +51,19 @@ pub enum ServerToolResult {
     AnthropicWebFetch,
     /// OpenAI `web_search_call` output item.
     OpenAiWebSearch,
+    /// Anthropic `mcp_tool_result` content block (the MCP connector,
+    /// `mcp_servers` in the request).
+    AnthropicMcpToolResult,
+    /// OpenAI Responses `mcp_call` output item (a remote MCP tool call and
+    /// its `output`).
+    OpenAiMcpCall,
+    /// OpenAI Responses `mcp_list_tools` output item (a remote MCP
+    /// server's tool names and descriptions).
+    OpenAiMcpListTools,
+    /// OpenAI `url_citation` annotation: web content cited by a search
+    /// model (chat completions with `web_search_options`, which report no
+    /// `web_search_call`).
+    OpenAiUrlCitation,
 }
 
 impl ServerToolResult {
@@ -53,8 +73,37 @@ impl ServerToolResult {
             Self::AnthropicWebSearch => "web_search_tool_result",
             Self::AnthropicWebFetch => "web_fetch_tool_result",
             Self::OpenAiWebSearch => "web_search_call",
+            Self::AnthropicMcpToolResult => "mcp_tool_result",
+            Self::OpenAiMcpCall => "mcp_call",
+            Self::OpenAiMcpListTools => "mcp_list_tools",
+            Self::OpenAiUrlCitation => "url_citation",
         }
     }
+
+    /// The family of the result: an Anthropic content block, an OpenAI
+    /// Responses output item, or an annotation.
+    fn family(self) -> Family {
+        match self {
+            Self::AnthropicWebSearch | Self::AnthropicWebFetch | Self::AnthropicMcpToolResult => {
+                Family::AnthropicBlock
+            }
+            Self::OpenAiWebSearch | Self::OpenAiMcpCall | Self::OpenAiMcpListTools => {
+                Family::OpenAiItem
+            }
+            Self::OpenAiUrlCitation => Family::Annotation,
+        }
+    }
+}
+
+/// Where a [`ServerToolResult`]'s type name appears in a response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    /// An Anthropic content block's `type`.
+    AnthropicBlock,
+    /// An OpenAI Responses output item's `type`.
+    OpenAiItem,
+    /// An annotation's `type` (OpenAI chat completions and Responses).
+    Annotation,
 }
 
 /// What a relay asks its session before forwarding, and tells it about
@@ -84,7 +133,7 @@ pub trait RelayGate: Send + Sync + fmt::Debug {
 pub const MAX_SCANNED: usize = 1024 * 1024;
 
 /// The wire type names the scanner looks for, with their results.
-const NAMES: [(&[u8], ServerToolResult); 3] = [
+const NAMES: [(&[u8], ServerToolResult); 7] = [
     (
         b"web_search_tool_result",
         ServerToolResult::AnthropicWebSearch,
@@ -94,13 +143,20 @@ const NAMES: [(&[u8], ServerToolResult); 3] = [
         ServerToolResult::AnthropicWebFetch,
     ),
     (b"web_search_call", ServerToolResult::OpenAiWebSearch),
+    (b"mcp_tool_result", ServerToolResult::AnthropicMcpToolResult),
+    (b"mcp_call", ServerToolResult::OpenAiMcpCall),
+    (b"mcp_list_tools", ServerToolResult::OpenAiMcpListTools),
+    (b"url_citation", ServerToolResult::OpenAiUrlCitation),
 ];
+
+/// How many names there are (a bit each in [`Raw::Value`]'s `alive`).
+const N_NAMES: usize = NAMES.len();
 
 /// `"type"`, the key the raw match starts with.
 const KEY: &[u8] = b"\"type\"";
 
 /// All of [`NAMES`] still possible.
-const ALL_NAMES: u8 = 0b111;
+const ALL_NAMES: u16 = (1 << N_NAMES) - 1;
 
 /// The raw match: a streaming automaton over bytes for the quoted JSON
 /// member `"type"` (JSON whitespace) `:` (JSON whitespace) `"<name>"`, with
@@ -125,7 +181,7 @@ enum Raw {
         /// Bytes of the value matched.
         pos: usize,
         /// Names still possible.
-        alive: u8,
+        alive: u16,
     },
 }
 
@@ -190,7 +246,7 @@ impl Raw {
                         *self = Self::Key(1);
                         return done;
                     }
-                    let mut next = 0u8;
+                    let mut next = 0u16;
                     for (i, (name, _)) in NAMES.iter().enumerate() {
                         if alive & (1 << i) != 0 && name.get(pos) == Some(&b) {
                             next |= 1 << i;
@@ -224,7 +280,7 @@ impl Default for Raw {
 #[derive(Clone, Debug)]
 struct Unit {
     /// Raw matches so far, per entry of [`NAMES`].
-    seen: [usize; 3],
+    seen: [usize; N_NAMES],
     /// The unit's bytes while at most the cap (`None` once over, or when
     /// no structured check applies).
     kept: Option<Vec<u8>>,
@@ -233,7 +289,7 @@ struct Unit {
 impl Unit {
     fn new() -> Self {
         Self {
-            seen: [0; 3],
+            seen: [0; N_NAMES],
             kept: Some(Vec::new()),
         }
     }
@@ -285,48 +341,84 @@ impl Unit {
     }
 }
 
-fn result_named(t: Option<&serde_json::Value>) -> Option<ServerToolResult> {
+fn result_named(t: Option<&serde_json::Value>, family: Family) -> Option<ServerToolResult> {
     let t = t?.as_str()?;
     NAMES
         .iter()
         .find(|(n, _)| *n == t.as_bytes())
         .map(|(_, r)| *r)
+        .filter(|r| r.family() == family)
+}
+
+/// The members of `v`'s array `key` (none when it is not an array).
+fn items<'a>(
+    v: Option<&'a serde_json::Value>,
+    key: &str,
+) -> impl Iterator<Item = &'a serde_json::Value> {
+    v.and_then(|v| v.get(key))
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
+/// The annotation results of an object holding `annotations`.
+fn annotations(v: Option<&serde_json::Value>) -> impl Iterator<Item = ServerToolResult> + '_ {
+    items(v, "annotations").filter_map(|a| result_named(a.get("type"), Family::Annotation))
 }
 
 /// The results of one SSE event's `data`: an Anthropic
-/// `content_block_start` whose `content_block.type` is a web result, an
-/// OpenAI Responses `response.output_item.added`/`.done` whose `item.type`
-/// is `web_search_call`.
+/// `content_block_start` whose `content_block.type` is a content-block
+/// result, an OpenAI Responses `response.output_item.added`/`.done` whose
+/// `item.type` is an output-item result, a Responses
+/// `response.output_text.annotation.added` whose `annotation.type` is
+/// `url_citation`, and an OpenAI chat-completions chunk's
+/// `choices[*].delta.annotations[*].type`.
 fn sse_results(v: &serde_json::Value) -> Vec<ServerToolResult> {
     let t = v.get("type").and_then(serde_json::Value::as_str);
-    let found = match t {
-        Some("content_block_start") => {
-            result_named(v.get("content_block").and_then(|b| b.get("type")))
-                .filter(|r| *r != ServerToolResult::OpenAiWebSearch)
-        }
-        Some("response.output_item.added" | "response.output_item.done") => {
-            result_named(v.get("item").and_then(|b| b.get("type")))
-                .filter(|r| *r == ServerToolResult::OpenAiWebSearch)
-        }
-        _ => None,
+    let mut out: Vec<ServerToolResult> = match t {
+        Some("content_block_start") => result_named(
+            v.get("content_block").and_then(|b| b.get("type")),
+            Family::AnthropicBlock,
+        )
+        .into_iter()
+        .collect(),
+        Some("response.output_item.added" | "response.output_item.done") => result_named(
+            v.get("item").and_then(|b| b.get("type")),
+            Family::OpenAiItem,
+        )
+        .into_iter()
+        .collect(),
+        Some("response.output_text.annotation.added") => result_named(
+            v.get("annotation").and_then(|b| b.get("type")),
+            Family::Annotation,
+        )
+        .into_iter()
+        .collect(),
+        _ => Vec::new(),
     };
-    found.into_iter().collect()
+    for choice in items(Some(v), "choices") {
+        out.extend(annotations(choice.get("delta")));
+    }
+    out
 }
 
 /// The results of a non-streaming JSON body: an Anthropic message's
-/// `content[*].type`, an OpenAI Responses object's `output[*].type`.
+/// `content[*].type`, an OpenAI Responses object's `output[*].type` and
+/// its messages' `output[*].content[*].annotations[*].type`, an OpenAI
+/// chat completion's `choices[*].message.annotations[*].type`.
 fn json_results(v: &serde_json::Value) -> Vec<ServerToolResult> {
-    let of = |key: &str, anthropic: bool| {
-        v.get(key)
-            .and_then(serde_json::Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|item| result_named(item.get("type")))
-            .filter(move |r| (*r == ServerToolResult::OpenAiWebSearch) != anthropic)
-            .collect::<Vec<_>>()
-    };
-    let mut out = of("content", true);
-    out.extend(of("output", false));
+    let mut out: Vec<ServerToolResult> = items(Some(v), "content")
+        .filter_map(|item| result_named(item.get("type"), Family::AnthropicBlock))
+        .collect();
+    for item in items(Some(v), "output") {
+        out.extend(result_named(item.get("type"), Family::OpenAiItem));
+        for part in items(Some(item), "content") {
+            out.extend(annotations(Some(part)));
+        }
+    }
+    for choice in items(Some(v), "choices") {
+        out.extend(annotations(choice.get("message")));
+    }
     out
 }
 
@@ -372,7 +464,10 @@ enum Mode {
 /// match**): each occurrence, in the body bytes as they arrive, of the JSON
 /// member `"type":"<name>"` (JSON whitespace allowed around the colon, the
 /// name written without escapes) for the names `web_search_tool_result`,
-/// `web_fetch_tool_result` and `web_search_call`. Its state is a few
+/// `web_fetch_tool_result`, `mcp_tool_result` (Anthropic content blocks),
+/// `web_search_call`, `mcp_call`, `mcp_list_tools` (OpenAI Responses
+/// output items) and `url_citation` (OpenAI annotations, the only sign of
+/// a chat-completions web search). Its state is a few
 /// bytes, so no size of body or event hides a result from it, and a result
 /// is reported by the [`Self::feed`] whose bytes complete the member,
 /// before the caller passes them on (the content of a result block follows
@@ -388,13 +483,17 @@ enum Mode {
 ///   split anywhere across feeds; comments and other fields ignored; an
 ///   event unterminated at the end is checked too): an Anthropic
 ///   `content_block_start` whose `content_block.type` is
-///   `web_search_tool_result` or `web_fetch_tool_result`, an OpenAI
-///   Responses `response.output_item.added` or `response.output_item.done`
-///   whose `item.type` is `web_search_call`. OpenAI chat-completions
-///   chunks carry no such results and yield none.
+///   `web_search_tool_result`, `web_fetch_tool_result` or
+///   `mcp_tool_result`, an OpenAI Responses `response.output_item.added`
+///   or `response.output_item.done` whose `item.type` is `web_search_call`,
+///   `mcp_call` or `mcp_list_tools`, a Responses
+///   `response.output_text.annotation.added` whose `annotation.type` is
+///   `url_citation`, and an OpenAI chat-completions chunk's
+///   `choices[*].delta.annotations[*].type` `url_citation`.
 /// * `application/json` (or `…+json`): at the body's end, an Anthropic
-///   message's `content[*].type` and an OpenAI Responses object's
-///   `output[*].type`.
+///   message's `content[*].type`, an OpenAI Responses object's
+///   `output[*].type` and `output[*].content[*].annotations[*].type`, and
+///   a chat completion's `choices[*].message.annotations[*].type`.
 ///
 /// A larger unit is left to the raw match. Results are the same whatever
 /// the chunking (property-tested, fuzzed by `egress_tool_results`).
@@ -633,7 +732,10 @@ pub(super) mod __fuzz {
 
 #[cfg(test)]
 mod tests {
-    use super::ServerToolResult::{AnthropicWebFetch, AnthropicWebSearch, OpenAiWebSearch};
+    use super::ServerToolResult::{
+        AnthropicMcpToolResult, AnthropicWebFetch, AnthropicWebSearch, OpenAiMcpCall,
+        OpenAiMcpListTools, OpenAiUrlCitation, OpenAiWebSearch,
+    };
     use super::*;
     use proptest::prelude::*;
 
@@ -708,6 +810,40 @@ mod tests {
         assert_eq!(scan(SSE, s.as_bytes()), [OpenAiWebSearch, OpenAiWebSearch]);
         let chat = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"delta\":{\"content\":\"web_search_call\"}}]}\n\ndata: [DONE]\n\n";
         assert_eq!(scan(SSE, chat.as_bytes()), []);
+    }
+
+    #[test]
+    fn remote_mcp_and_citations_are_results_and_their_calls_are_not() {
+        // the MCP connector's call (`mcp_tool_use`) is not content; its
+        // result is
+        let anthropic = "data: {\"type\":\"content_block_start\",\"content_block\":{\"type\":\"mcp_tool_use\",\"name\":\"f\"}}\n\n\
+                         data: {\"type\":\"content_block_start\",\"content_block\":{\"type\":\"mcp\\u005ftool_result\"}}\n\n";
+        assert_eq!(scan(SSE, anthropic.as_bytes()), [AnthropicMcpToolResult]);
+        let openai = "data: {\"type\":\"response.output_item.added\",\"item\":{\"type\":\"mcp\\u005flist_tools\"}}\n\n\
+                      data: {\"type\":\"response.output_item.done\",\"item\":{\"type\":\"mcp_call\",\"output\":\"x\"}}\n\n\
+                      data: {\"type\":\"response.output_item.done\",\"item\":{\"type\":\"mcp_approval_request\"}}\n\n";
+        assert_eq!(
+            scan(SSE, openai.as_bytes()),
+            [OpenAiMcpListTools, OpenAiMcpCall],
+            "each at its event: the escaped name at the first event's end"
+        );
+        let chunk = "data: {\"choices\":[{\"delta\":{\"annotations\":[{\"type\":\"url\\u005fcitation\"}]}}]}\n\n";
+        assert_eq!(scan(SSE, chunk.as_bytes()), [OpenAiUrlCitation]);
+        let added = "data: {\"type\":\"response.output_text.annotation.added\",\"annotation\":{\"type\":\"url\\u005fcitation\"}}\n\n";
+        assert_eq!(scan(SSE, added.as_bytes()), [OpenAiUrlCitation]);
+        // a name in the wrong place is left to the raw match (here: none)
+        let wrong = "data: {\"type\":\"content_block_start\",\"content_block\":{\"type\":\"mcp\\u005fcall\"}}\n\n";
+        assert_eq!(scan(SSE, wrong.as_bytes()), []);
+        // non-streaming bodies
+        let msg = br#"{"content":[{"type":"mcp_tool_use"},{"type":"mcp\u005ftool_result"}]}"#;
+        assert_eq!(scan(JSON, msg), [AnthropicMcpToolResult]);
+        let resp = br#"{"output":[{"type":"mcp\u005fcall"},{"type":"message","content":[{"type":"output_text","annotations":[{"type":"url\u005fcitation"}]}]}]}"#;
+        assert_eq!(scan(JSON, resp), [OpenAiMcpCall, OpenAiUrlCitation]);
+        let chat = br#"{"choices":[{"message":{"content":"x","annotations":[{"type":"url_citation","url_citation":{"url":"https://x.test"}}]}}]}"#;
+        assert_eq!(scan(JSON, chat), [OpenAiUrlCitation]);
+        let plain =
+            br#"{"choices":[{"message":{"content":"mcp_call url_citation","annotations":[]}}]}"#;
+        assert_eq!(scan(JSON, plain), [], "positive control: no result");
     }
 
     #[test]
@@ -818,11 +954,19 @@ mod tests {
             "\"web_search_tool_result\"",
             "\"web_fetch_tool_result\"",
             "\"web_search_call\"",
+            "\"mcp_tool_result\"",
+            "\"mcp_call\"",
+            "\"mcp_list_tools\"",
+            "\"url_citation\"",
+            "\"mcp_\"",
+            "mcp_",
             "web_search",
             "\"content_block_start\"",
             "\"content_block\":{",
             "\"response.output_item.done\"",
             "\"item\":{",
+            "\"choices\":[{\"delta\":{\"annotations\":[",
+            "\"annotation\":{",
             "\"content\":[",
             "\"output\":[",
             "x",
