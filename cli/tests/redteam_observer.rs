@@ -3,7 +3,13 @@
 //!
 //! Run as root (fanotify permission events); skipped otherwise.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs,
+    reason = "tests"
+)]
 
 use std::path::PathBuf;
 use std::process::Command;
