@@ -876,3 +876,150 @@ fn an_observer_whose_thread_ended_holds_watched_opens_instead_of_allowing_them()
     assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
     assert_eq!(out.matches(&secret()).count(), 2, "{}", shown(&out));
 }
+
+/// A marked inode keeps the watched path it was marked as: the worker's
+/// rename of a watched file, or of a watched tree, does not hide its read
+/// (direct writes: the rename is on the host). A file created later in
+/// the renamed tree takes its name from the tree's watched path.
+#[test]
+fn a_watched_file_or_tree_the_worker_renames_is_reported_under_its_watched_path() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[
+            Watch::new(p.join("secret.txt"), Scope::Exact),
+            Watch::new(p.join("tree"), Scope::Tree),
+        ],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    // Positive control first: the reads under the watched names.
+    let script = "cat secret.txt tree/inner.txt >/dev/null && \
+        mv secret.txt moved.txt && mv tree pub && \
+        cat moved.txt pub/inner.txt && echo new > pub/new.txt && cat pub/new.txt";
+    let (child, reader) = spawn(&direct(&p), &obs, script);
+    let (exit, out) = finish(child, reader);
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+    assert_eq!(
+        out,
+        format!("{}\ninner\nnew\n", secret()),
+        "{}",
+        shown(&out)
+    );
+    assert!(
+        p.join("pub/new.txt").exists(),
+        "the renames are on the host"
+    );
+    let seen: Vec<PathBuf> = opens.try_iter().map(|o| o.path).collect();
+    let count = |q: &Path| seen.iter().filter(|s| s.as_path() == q).count();
+    // Twice each: before the rename (the control) and after it.
+    assert_eq!(count(&p.join("secret.txt")), 2, "{seen:?}");
+    assert_eq!(count(&p.join("tree/inner.txt")), 2, "{seen:?}");
+    // The new file: its creation and its read, under the tree's name.
+    assert_eq!(count(&p.join("tree/new.txt")), 2, "{seen:?}");
+    assert!(
+        seen.iter()
+            .all(|s| s.starts_with(p.join("tree")) || s == &p.join("secret.txt")),
+        "an open reported under a name no watch has: {seen:?}"
+    );
+    assert_eq!(obs.internal_errors(), 0);
+}
+
+/// Run `script` in fresh sandboxes until every path of `want` has been
+/// reported (the observer handles the host's changes on its own time):
+/// the paths reported. Bounded.
+fn until_all_seen(
+    p: &Path,
+    obs: &ReadObserver,
+    opens: &Receiver<ObservedOpen>,
+    script: &str,
+    want: &[PathBuf],
+) -> Vec<PathBuf> {
+    let mut seen: Vec<PathBuf> = Vec::new();
+    for _ in 0..50 {
+        let (child, reader) = spawn(&direct(p), obs, script);
+        let (exit, out) = finish(child, reader);
+        assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+        seen.extend(opens.try_iter().map(|o| o.path));
+        if want.iter().all(|w| seen.contains(w)) {
+            return seen;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{script:?}: not all of {want:?} were seen, only {seen:?}");
+}
+
+/// The host changes a watched tree's structure: it replaces the root
+/// (`mv` away and `mkdir`), moves a populated directory in, and recreates
+/// the directory of an exactly watched file (`rm -rf`, so that the new
+/// nodes may reuse the old inode numbers). Each new node is watched; a
+/// file of the replaced root that was moved away stays watched too.
+#[test]
+fn a_tree_root_the_host_replaces_and_a_populated_directory_moved_in_stay_watched() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    std::fs::create_dir(p.join("dir")).unwrap();
+    std::fs::write(p.join("dir/exact.txt"), "exact\n").unwrap();
+    chown_tree(&p);
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[
+            Watch::new(p.join("tree"), Scope::Tree),
+            Watch::new(p.join("dir/exact.txt"), Scope::Exact),
+        ],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    // Positive control: the original tree's file is seen.
+    let first = until_all_seen(
+        &p,
+        &obs,
+        &opens,
+        "cat tree/inner.txt",
+        &[p.join("tree/inner.txt")],
+    );
+    assert_eq!(first, [p.join("tree/inner.txt")]);
+    // The root swapped by rename, a new file in the new root.
+    std::fs::rename(p.join("tree"), p.join("old")).unwrap();
+    std::fs::create_dir(p.join("tree")).unwrap();
+    std::fs::write(p.join("tree/f.txt"), "f\n").unwrap();
+    // A populated directory built beside the tree, then moved in.
+    std::fs::create_dir_all(p.join("src/a/b")).unwrap();
+    std::fs::write(p.join("src/a/b/g.txt"), "g\n").unwrap();
+    chown_tree(&p);
+    std::fs::rename(p.join("src"), p.join("tree/sub")).unwrap();
+    // The exact file's directory deleted and made again (its inode numbers
+    // free for reuse), with a new file at the watched name.
+    std::fs::remove_dir_all(p.join("dir")).unwrap();
+    std::fs::create_dir(p.join("dir")).unwrap();
+    std::fs::write(p.join("dir/exact.txt"), "exact2\n").unwrap();
+    chown_tree(&p);
+    let want = [
+        p.join("tree/f.txt"),
+        p.join("tree/sub/a/b/g.txt"),
+        p.join("dir/exact.txt"),
+    ];
+    let script = "cat tree/f.txt tree/sub/a/b/g.txt dir/exact.txt plain.txt";
+    let seen = until_all_seen(&p, &obs, &opens, script, &want);
+    // The old root's file, moved away with it, is still the watched one.
+    let again = until_all_seen(
+        &p,
+        &obs,
+        &opens,
+        "cat old/inner.txt",
+        &[p.join("tree/inner.txt")],
+    );
+    assert!(
+        seen.iter().chain(&again).all(|s| s != &p.join("plain.txt")),
+        "an unwatched file was reported: {seen:?}"
+    );
+    assert!(!obs.failed());
+    assert_eq!(obs.internal_errors(), 0);
+}
