@@ -929,35 +929,14 @@ fn a_watched_file_or_tree_the_worker_renames_is_reported_under_its_watched_path(
     assert_eq!(obs.internal_errors(), 0);
 }
 
-/// Run `script` in fresh sandboxes until every path of `want` has been
-/// reported (the observer handles the host's changes on its own time):
-/// the paths reported. Bounded.
-fn until_all_seen(
-    p: &Path,
-    obs: &ReadObserver,
-    opens: &Receiver<ObservedOpen>,
-    script: &str,
-    want: &[PathBuf],
-) -> Vec<PathBuf> {
-    let mut seen: Vec<PathBuf> = Vec::new();
-    for _ in 0..50 {
-        let (child, reader) = spawn(&direct(p), obs, script);
-        let (exit, out) = finish(child, reader);
-        assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
-        seen.extend(opens.try_iter().map(|o| o.path));
-        if want.iter().all(|w| seen.contains(w)) {
-            return seen;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("{script:?}: not all of {want:?} were seen, only {seen:?}");
-}
-
-/// The host changes a watched tree's structure: it replaces the root
-/// (`mv` away and `mkdir`), moves a populated directory in, and recreates
-/// the directory of an exactly watched file (`rm -rf`, so that the new
-/// nodes may reuse the old inode numbers). Each new node is watched; a
-/// file of the replaced root that was moved away stays watched too.
+/// The host changes a watched tree's structure while the sandbox runs:
+/// it replaces the root (`mv` away and `mkdir`), moves a populated
+/// directory in, and recreates the directory of an exactly watched file
+/// (`rm -rf`, so that the new nodes may reuse the old inode numbers). Each
+/// new node is watched; a file of the replaced root that was moved away
+/// stays watched too. (The sandbox is launched before the changes: a
+/// launch walks its writable roots, and its opens would mark what the
+/// observer must find on its own.)
 #[test]
 fn a_tree_root_the_host_replaces_and_a_populated_directory_moved_in_stay_watched() {
     if skip_unless_root() {
@@ -977,15 +956,34 @@ fn a_tree_root_the_host_replaces_and_a_populated_directory_moved_in_stay_watched
         handler,
     )
     .unwrap();
+    // Each line on stdin reads the files once and answers `done`.
+    let script = "while read -r files; do cat $files >/dev/null 2>&1; echo done; done";
+    let cmd = Command::new(["/bin/sh", "-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut sandbox = direct(&p).spawn(cmd).unwrap();
+    obs.attribute_to(sandbox.pid_namespace().unwrap());
+    let mut stdin = sandbox.take_stdin().unwrap();
+    let mut stdout = std::io::BufReader::new(sandbox.take_stdout().unwrap());
+    // Reads `files` in the sandbox until each of `want` was reported
+    // (bounded): what was reported.
+    let mut round = |files: &str, want: &[PathBuf]| -> Vec<PathBuf> {
+        let mut seen: Vec<PathBuf> = Vec::new();
+        for _ in 0..50 {
+            writeln!(stdin, "{files}").unwrap();
+            let mut line = String::new();
+            std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+            assert_eq!(line, "done\n");
+            seen.extend(opens.try_iter().map(|o| o.path));
+            if want.iter().all(|w| seen.contains(w)) {
+                return seen;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("{files}: not all of {want:?} were seen, only {seen:?}");
+    };
     // Positive control: the original tree's file is seen.
-    let first = until_all_seen(
-        &p,
-        &obs,
-        &opens,
-        "cat tree/inner.txt",
-        &[p.join("tree/inner.txt")],
-    );
-    assert_eq!(first, [p.join("tree/inner.txt")]);
+    round("tree/inner.txt", &[p.join("tree/inner.txt")]);
     // The root swapped by rename, a new file in the new root.
     std::fs::rename(p.join("tree"), p.join("old")).unwrap();
     std::fs::create_dir(p.join("tree")).unwrap();
@@ -993,33 +991,33 @@ fn a_tree_root_the_host_replaces_and_a_populated_directory_moved_in_stay_watched
     // A populated directory built beside the tree, then moved in.
     std::fs::create_dir_all(p.join("src/a/b")).unwrap();
     std::fs::write(p.join("src/a/b/g.txt"), "g\n").unwrap();
-    chown_tree(&p);
     std::fs::rename(p.join("src"), p.join("tree/sub")).unwrap();
-    // The exact file's directory deleted and made again (its inode numbers
-    // free for reuse), with a new file at the watched name.
+    // The exact file's directory deleted and made again, a new file at the
+    // watched name.
     std::fs::remove_dir_all(p.join("dir")).unwrap();
     std::fs::create_dir(p.join("dir")).unwrap();
     std::fs::write(p.join("dir/exact.txt"), "exact2\n").unwrap();
-    chown_tree(&p);
-    let want = [
-        p.join("tree/f.txt"),
-        p.join("tree/sub/a/b/g.txt"),
-        p.join("dir/exact.txt"),
-    ];
-    let script = "cat tree/f.txt tree/sub/a/b/g.txt dir/exact.txt plain.txt";
-    let seen = until_all_seen(&p, &obs, &opens, script, &want);
-    // The old root's file, moved away with it, is still the watched one.
-    let again = until_all_seen(
-        &p,
-        &obs,
-        &opens,
-        "cat old/inner.txt",
-        &[p.join("tree/inner.txt")],
+    let seen = round(
+        "tree/f.txt tree/sub/a/b/g.txt dir/exact.txt plain.txt",
+        &[
+            p.join("tree/f.txt"),
+            p.join("tree/sub/a/b/g.txt"),
+            p.join("dir/exact.txt"),
+        ],
     );
     assert!(
-        seen.iter().chain(&again).all(|s| s != &p.join("plain.txt")),
+        !seen.contains(&p.join("plain.txt")),
         "an unwatched file was reported: {seen:?}"
     );
+    // The old root's file, moved away with it, is still the watched one.
+    let old = round("old/inner.txt", &[p.join("tree/inner.txt")]);
+    assert!(
+        old.iter().all(|o| o == &p.join("tree/inner.txt")),
+        "{old:?}"
+    );
+    drop(stdin);
+    let exit = sandbox.wait_timeout(PATIENCE).unwrap();
+    assert_eq!(exit, Some(Exit::Exited(0)));
     assert!(!obs.failed());
     assert_eq!(obs.internal_errors(), 0);
 }
