@@ -1021,3 +1021,71 @@ fn a_tree_root_the_host_replaces_and_a_populated_directory_moved_in_stay_watched
     assert!(!obs.failed());
     assert_eq!(obs.internal_errors(), 0);
 }
+
+/// Whether the process `pid` waits for a fanotify answer now.
+fn waits_on_fanotify(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/wchan")).is_ok_and(|w| w.contains("fanotify"))
+}
+
+/// A host reader killed while its open waits (held before attribution)
+/// is denied without a handler call once the sandbox is named: its pidfd
+/// says it exited, so it is not taken for the sandbox's (`Unknown`). The
+/// controls: a host reader still running is allowed without a handler
+/// call and reads the file, and the sandbox's read of the same file
+/// reaches the handler.
+#[test]
+fn a_host_reader_killed_mid_open_reaches_no_handler() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("secret.txt"), Scope::Exact)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    let reader = || {
+        std::process::Command::new("/bin/cat")
+            .arg(p.join("secret.txt"))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let wait_held = |pid: u32| {
+        for _ in 0..600 {
+            if waits_on_fanotify(pid) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the host reader {pid} never waited on the observer");
+    };
+    let mut killed = reader();
+    wait_held(killed.id());
+    let running = reader();
+    wait_held(running.id());
+    killed.kill().unwrap();
+    let status = killed.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL)
+    );
+    assert!(opens.try_recv().is_err(), "held: nothing reported yet");
+    // Naming the sandbox judges the held opens; then the sandbox reads.
+    let (child, out) = spawn(&direct(&p), &obs, "cat secret.txt");
+    let host = running.wait_with_output().unwrap();
+    assert!(host.status.success());
+    assert_eq!(String::from_utf8_lossy(&host.stdout).trim(), secret());
+    let (exit, out) = finish(child, out);
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+    assert_eq!(out.trim(), secret());
+    let seen: Vec<ObservedOpen> = opens.try_iter().collect();
+    assert_eq!(
+        seen.iter().map(|o| o.attribution).collect::<Vec<_>>(),
+        [Attribution::Sandbox],
+        "only the sandbox's read reaches the handler: {seen:?}"
+    );
+    assert_eq!(obs.internal_errors(), 0);
+}
