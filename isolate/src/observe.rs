@@ -18,32 +18,51 @@
 //!   through that descriptor. Symlinks are never followed; a watched path
 //!   that is a symlink is an error.
 //! - One thread reads the events. Each event's descriptor is `fstat`ed and
-//!   looked up by `(st_dev, st_ino)` in the marked inodes, whose host path
-//!   is re-checked by `lstat`. A node below a watched tree that is not
+//!   looked up by `(st_dev, st_ino)` (and birth time, which tells a new
+//!   inode under a reused number from the old one) in the marked inodes. A
+//!   marked inode is reported as the watched path it was marked as,
+//!   wherever it is now: the mark and the watched content are the inode's,
+//!   so a rename (`mv private pub`) or a hard link does not hide the read.
+//!   A node below a watched tree that is not
 //!   marked yet (created later) gets its host path from candidates (the
 //!   descriptor's own path, and that path under each watched tree and its
 //!   ancestors, since through an overlay the kernel names it relative to
 //!   the lower layer), accepted only when `lstat` gives the same inode; if
 //!   none does, the path is `<dir>/…` for the deepest directory that
-//!   provably holds it. It is then marked through the event's descriptor.
+//!   provably holds it. Its name is then taken from the nearest marked
+//!   directory of a tree above it (that directory's watched path joined
+//!   with the rest: `private/z` for `pub/z` after `mv private pub`), and it
+//!   is marked through the event's descriptor.
 //! - Directories created later in a tree are found by inotify
 //!   (`IN_CREATE | IN_MOVED_TO` on the same inodes; the brief's second,
 //!   `FAN_REPORT_DFID_NAME` group would need `open_by_handle_at` to reach
 //!   the new directory, inotify names it directly) and by their own open;
-//!   they are marked without a walk (the observer thread never opens
-//!   anything but `O_PATH`, so it can never wait for its own event): their
-//!   files are covered as their children, their subdirectories when
-//!   created or opened. An open inside a new directory in the window
-//!   before its creation event is handled is not seen.
-//! - A watched path that does not exist is watched for from its nearest
-//!   existing ancestor (inotify) and marked when it appears; an open in the
-//!   window before that is not seen.
+//!   they are marked at once (the observer thread never opens anything but
+//!   `O_PATH`, so it can never wait for its own event), then walked by a
+//!   helper thread, since a directory moved in comes populated: the
+//!   helper's open of each subdirectory raises a permission event on its
+//!   marked parent, which the observer thread answers at once (this
+//!   process's own) after marking it, so each directory is marked before
+//!   it is listed. The walks share [`MAX_ENTRIES`] with the initial ones
+//!   and have the same [`MAX_DEPTH`]; over them, part of a tree is not
+//!   watched and [`ReadObserver::failed`] says so. An open inside a new
+//!   directory before its creation event is handled, or deep inside a
+//!   moved-in tree before the walk reached it, is not seen. (After the
+//!   fact there is no walk: the helper's own opens would be reported.)
+//! - The ancestors of every watched path (up to, not including, `/`) are
+//!   watched for new entries (inotify): a watched path that does not exist
+//!   is marked when it appears, and so is a root, an exact file or a
+//!   directory above them that the host deletes or renames away and makes
+//!   again (the new root is walked); an open in the window before that is
+//!   not seen.
 //! - Attribution: the opener's PID namespace (`/proc/<pid>/ns/pid`, then
 //!   `NS_GET_PARENT` up to the observer's own level, so a namespace the
 //!   worker nests counts as the sandbox's) against the one given to
 //!   [`ReadObserver::attribute_to`]; with `FAN_REPORT_PIDFD`, the opener's
 //!   pidfd confirms that the pid still named it after the namespace was
-//!   opened. Until `attribute_to`, events are held unanswered (at most
+//!   opened. An opener whose pidfd says it has exited (a host reader killed
+//!   while its open waited) is denied without a handler call: its open
+//!   never returns, and it must not be taken for the sandbox's. Until `attribute_to`, events are held unanswered (at most
 //!   256, for at most a minute; then they are denied, counted). Host opens are allowed without a handler
 //!   call; so are this process's own opens, at once, even before
 //!   attribution. The handler must not open a watched path itself.
@@ -193,8 +212,10 @@ pub enum Attribution {
     Sandbox,
     /// A process outside the sandbox.
     Host,
-    /// Could not be told (degraded mode, or the opener is gone); callers
-    /// treat it as the sandbox's (taint errs towards caution).
+    /// Could not be told (degraded mode, or an opener whose namespace cannot
+    /// be read and that may still run: no pidfd says it has exited);
+    /// callers treat it as the sandbox's (taint errs towards caution). An
+    /// opener known to have exited is denied without being reported.
     Unknown,
 }
 
@@ -202,7 +223,12 @@ pub enum Attribution {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ObservedOpen {
-    /// The host path of the opened file, verified against the opened inode.
+    /// The watched host path of the opened inode: the path it was marked
+    /// as (a watched file, or a node of a watched tree, verified against
+    /// the inode when marked), kept when the inode is renamed, moved or
+    /// linked elsewhere; a node first seen below a marked directory is
+    /// named from that directory's watched path. It is not necessarily the
+    /// name the opener used.
     pub path: PathBuf,
     /// The opener's PID in the observer's PID namespace, when known.
     pub pid: Option<u32>,
@@ -406,9 +432,12 @@ impl ReadObserver {
         })
     }
 
-    /// Whether the observer thread has ended while the handle still runs:
-    /// it sees no more opens. In permission mode the watched opens then wait
-    /// (the handle keeps the group), so nothing passes unseen; the caller
+    /// Whether the observer thread has ended while the handle still runs
+    /// (it sees no more opens), or a walk of a directory that appeared in a
+    /// watched tree went over [`MAX_ENTRIES`] or [`MAX_DEPTH`] or could not
+    /// list a directory (part of the tree is not watched). After the
+    /// thread's end, in permission mode, the watched opens wait (the handle
+    /// keeps the group), so nothing passes unseen; either way the caller
     /// must stop the worker and then drop the handle, which releases them.
     pub fn failed(&self) -> bool {
         !self.shared.stop.load(Ordering::SeqCst)
