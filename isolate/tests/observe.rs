@@ -1089,3 +1089,54 @@ fn a_host_reader_killed_mid_open_reaches_no_handler() {
     );
     assert_eq!(obs.internal_errors(), 0);
 }
+
+/// A directory moved into a watched tree deeper than `MAX_DEPTH` cannot be
+/// watched whole: the walk says so, and the observer reports itself failed
+/// (the caller stops the worker) rather than watch part of it. The
+/// control: a shallow directory moved in first leaves it healthy.
+#[test]
+fn a_directory_moved_in_deeper_than_the_bound_fails_the_observer() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let (handler, _opens) = recording();
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("tree"), Scope::Tree)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    let chain = |name: &str, depth: usize| {
+        let mut d = p.join(name);
+        for _ in 0..depth {
+            d.push("d");
+        }
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("f.txt"), "f\n").unwrap();
+    };
+    // Wait (bounded) for the walk the move starts: until `until` holds.
+    let settle = |until: &dyn Fn() -> bool| {
+        for _ in 0..100 {
+            if until() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    };
+    chain("shallow", 3);
+    std::fs::rename(p.join("shallow"), p.join("tree/shallow")).unwrap();
+    // Within the bound: the walk ends and the observer stays healthy.
+    assert!(
+        !settle(&|| obs.failed()),
+        "a shallow tree failed the observer"
+    );
+    chain("deep", palisade_isolate::observe::MAX_DEPTH + 2);
+    std::fs::rename(p.join("deep"), p.join("tree/deep")).unwrap();
+    assert!(
+        settle(&|| obs.failed()),
+        "a tree over the depth bound left the observer healthy"
+    );
+    assert!(obs.internal_errors() >= 1);
+}
