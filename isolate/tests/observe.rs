@@ -1140,3 +1140,58 @@ fn a_directory_moved_in_deeper_than_the_bound_fails_the_observer() {
     );
     assert!(obs.internal_errors() >= 1);
 }
+
+/// A tree watched before it exists is watched whole once the host makes
+/// it, populated or not (the session watches a marks-file directory so):
+/// its files, and those of a directory below it, are seen. The control: an
+/// unwatched file beside it is not.
+#[test]
+fn a_tree_watched_before_it_exists_covers_its_files_once_it_appears() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("later"), Scope::Tree)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    let script = "while read -r files; do cat $files >/dev/null 2>&1; echo done; done";
+    let cmd = Command::new(["/bin/sh", "-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut sandbox = direct(&p).spawn(cmd).unwrap();
+    obs.attribute_to(sandbox.pid_namespace().unwrap());
+    let mut stdin = sandbox.take_stdin().unwrap();
+    let mut stdout = std::io::BufReader::new(sandbox.take_stdout().unwrap());
+    // Made beside the root, populated, then moved in: a rename makes it
+    // appear whole.
+    std::fs::create_dir_all(p.join("src/sub")).unwrap();
+    std::fs::write(p.join("src/f.txt"), "f\n").unwrap();
+    std::fs::write(p.join("src/sub/g.txt"), "g\n").unwrap();
+    std::fs::rename(p.join("src"), p.join("later")).unwrap();
+    let want = [p.join("later/f.txt"), p.join("later/sub/g.txt")];
+    let mut seen: Vec<PathBuf> = Vec::new();
+    for _ in 0..50 {
+        writeln!(stdin, "later/f.txt later/sub/g.txt plain.txt").unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+        assert_eq!(line, "done\n");
+        seen.extend(opens.try_iter().map(|o| o.path));
+        if want.iter().all(|w| seen.contains(w)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(want.iter().all(|w| seen.contains(w)), "{seen:?}");
+    assert!(!seen.contains(&p.join("plain.txt")), "{seen:?}");
+    drop(stdin);
+    assert_eq!(
+        sandbox.wait_timeout(PATIENCE).unwrap(),
+        Some(Exit::Exited(0))
+    );
+    assert!(!obs.failed());
+    assert_eq!(obs.internal_errors(), 0);
+}
