@@ -969,7 +969,7 @@ fn a_tree_root_the_host_replaces_and_a_populated_directory_moved_in_stay_watched
     // (bounded): what was reported.
     let mut round = |files: &str, want: &[PathBuf]| -> Vec<PathBuf> {
         let mut seen: Vec<PathBuf> = Vec::new();
-        for _ in 0..50 {
+        for _ in 0..600 {
             writeln!(stdin, "{files}").unwrap();
             let mut line = String::new();
             std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
@@ -1116,8 +1116,8 @@ fn a_directory_moved_in_deeper_than_the_bound_fails_the_observer() {
         std::fs::write(d.join("f.txt"), "f\n").unwrap();
     };
     // Wait (bounded) for the walk the move starts: until `until` holds.
-    let settle = |until: &dyn Fn() -> bool| {
-        for _ in 0..100 {
+    let settle = |until: &dyn Fn() -> bool, rounds: usize| {
+        for _ in 0..rounds {
             if until() {
                 return true;
             }
@@ -1129,13 +1129,13 @@ fn a_directory_moved_in_deeper_than_the_bound_fails_the_observer() {
     std::fs::rename(p.join("shallow"), p.join("tree/shallow")).unwrap();
     // Within the bound: the walk ends and the observer stays healthy.
     assert!(
-        !settle(&|| obs.failed()),
+        !settle(&|| obs.failed(), 100),
         "a shallow tree failed the observer"
     );
     chain("deep", palisade_isolate::observe::MAX_DEPTH + 2);
     std::fs::rename(p.join("deep"), p.join("tree/deep")).unwrap();
     assert!(
-        settle(&|| obs.failed()),
+        settle(&|| obs.failed(), 1200),
         "a tree over the depth bound left the observer healthy"
     );
     assert!(obs.internal_errors() >= 1);
@@ -1174,7 +1174,7 @@ fn a_tree_watched_before_it_exists_covers_its_files_once_it_appears() {
     std::fs::rename(p.join("src"), p.join("later")).unwrap();
     let want = [p.join("later/f.txt"), p.join("later/sub/g.txt")];
     let mut seen: Vec<PathBuf> = Vec::new();
-    for _ in 0..50 {
+    for _ in 0..600 {
         writeln!(stdin, "later/f.txt later/sub/g.txt plain.txt").unwrap();
         let mut line = String::new();
         std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
