@@ -18,32 +18,51 @@
 //!   through that descriptor. Symlinks are never followed; a watched path
 //!   that is a symlink is an error.
 //! - One thread reads the events. Each event's descriptor is `fstat`ed and
-//!   looked up by `(st_dev, st_ino)` in the marked inodes, whose host path
-//!   is re-checked by `lstat`. A node below a watched tree that is not
+//!   looked up by `(st_dev, st_ino)` (and birth time, which tells a new
+//!   inode under a reused number from the old one) in the marked inodes. A
+//!   marked inode is reported as the watched path it was marked as,
+//!   wherever it is now: the mark and the watched content are the inode's,
+//!   so a rename (`mv private pub`) or a hard link does not hide the read.
+//!   A node below a watched tree that is not
 //!   marked yet (created later) gets its host path from candidates (the
 //!   descriptor's own path, and that path under each watched tree and its
 //!   ancestors, since through an overlay the kernel names it relative to
 //!   the lower layer), accepted only when `lstat` gives the same inode; if
 //!   none does, the path is `<dir>/…` for the deepest directory that
-//!   provably holds it. It is then marked through the event's descriptor.
+//!   provably holds it. Its name is then taken from the nearest marked
+//!   directory of a tree above it (that directory's watched path joined
+//!   with the rest: `private/z` for `pub/z` after `mv private pub`), and it
+//!   is marked through the event's descriptor.
 //! - Directories created later in a tree are found by inotify
 //!   (`IN_CREATE | IN_MOVED_TO` on the same inodes; the brief's second,
 //!   `FAN_REPORT_DFID_NAME` group would need `open_by_handle_at` to reach
 //!   the new directory, inotify names it directly) and by their own open;
-//!   they are marked without a walk (the observer thread never opens
-//!   anything but `O_PATH`, so it can never wait for its own event): their
-//!   files are covered as their children, their subdirectories when
-//!   created or opened. An open inside a new directory in the window
-//!   before its creation event is handled is not seen.
-//! - A watched path that does not exist is watched for from its nearest
-//!   existing ancestor (inotify) and marked when it appears; an open in the
-//!   window before that is not seen.
+//!   they are marked at once (the observer thread never opens anything but
+//!   `O_PATH`, so it can never wait for its own event), then walked by a
+//!   helper thread, since a directory moved in comes populated: the
+//!   helper's open of each subdirectory raises a permission event on its
+//!   marked parent, which the observer thread answers at once (this
+//!   process's own) after marking it, so each directory is marked before
+//!   it is listed. The walks share [`MAX_ENTRIES`] with the initial ones
+//!   and have the same [`MAX_DEPTH`]; over them, part of a tree is not
+//!   watched and [`ReadObserver::failed`] says so. An open inside a new
+//!   directory before its creation event is handled, or deep inside a
+//!   moved-in tree before the walk reached it, is not seen. (After the
+//!   fact there is no walk: the helper's own opens would be reported.)
+//! - The ancestors of every watched path (up to, not including, `/`) are
+//!   watched for new entries (inotify): a watched path that does not exist
+//!   is marked when it appears, and so is a root, an exact file or a
+//!   directory above them that the host deletes or renames away and makes
+//!   again (the new root is walked); an open in the window before that is
+//!   not seen.
 //! - Attribution: the opener's PID namespace (`/proc/<pid>/ns/pid`, then
 //!   `NS_GET_PARENT` up to the observer's own level, so a namespace the
 //!   worker nests counts as the sandbox's) against the one given to
 //!   [`ReadObserver::attribute_to`]; with `FAN_REPORT_PIDFD`, the opener's
 //!   pidfd confirms that the pid still named it after the namespace was
-//!   opened. Until `attribute_to`, events are held unanswered (at most
+//!   opened. An opener whose pidfd says it has exited (a host reader killed
+//!   while its open waited) is denied without a handler call: its open
+//!   never returns, and it must not be taken for the sandbox's. Until `attribute_to`, events are held unanswered (at most
 //!   256, for at most a minute; then they are denied, counted). Host opens are allowed without a handler
 //!   call; so are this process's own opens, at once, even before
 //!   attribution. The handler must not open a watched path itself.
@@ -71,10 +90,11 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
@@ -192,8 +212,10 @@ pub enum Attribution {
     Sandbox,
     /// A process outside the sandbox.
     Host,
-    /// Could not be told (degraded mode, or the opener is gone); callers
-    /// treat it as the sandbox's (taint errs towards caution).
+    /// Could not be told (degraded mode, or an opener whose namespace cannot
+    /// be read and that may still run: no pidfd says it has exited);
+    /// callers treat it as the sandbox's (taint errs towards caution). An
+    /// opener known to have exited is denied without being reported.
     Unknown,
 }
 
@@ -201,7 +223,12 @@ pub enum Attribution {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ObservedOpen {
-    /// The host path of the opened file, verified against the opened inode.
+    /// The watched host path of the opened inode: the path it was marked
+    /// as (a watched file, or a node of a watched tree, verified against
+    /// the inode when marked), kept when the inode is renamed, moved or
+    /// linked elsewhere; a node first seen below a marked directory is
+    /// named from that directory's watched path. It is not necessarily the
+    /// name the opener used.
     pub path: PathBuf,
     /// The opener's PID in the observer's PID namespace, when known.
     pub pid: Option<u32>,
@@ -283,6 +310,12 @@ struct Shared {
     fail: AtomicBool,
     /// Internal errors (each answered `FAN_DENY` in permission mode).
     errors: AtomicU64,
+    /// Entries visited by all the walks so far (bounded by [`MAX_ENTRIES`]).
+    entries: AtomicUsize,
+    /// Set when a walk of a directory that appeared in a watched tree went
+    /// over the bound: part of a tree is no longer watched
+    /// ([`ReadObserver::failed`]).
+    incomplete: AtomicBool,
     /// Write end of the wake pipe (non-blocking).
     wake: OwnedFd,
 }
@@ -345,7 +378,17 @@ impl ReadObserver {
             ),
             None => None,
         };
+        let shared = Arc::new(Shared {
+            ns: Mutex::new(None),
+            stop: AtomicBool::new(false),
+            fail: AtomicBool::new(false),
+            errors: AtomicU64::new(0),
+            entries: AtomicUsize::new(0),
+            incomplete: AtomicBool::new(false),
+            wake: wake_tx,
+        });
         let mut marks = Marks {
+            shared: Arc::clone(&shared),
             fan: fan.map(|(f, _)| f),
             inotify: ino,
             inodes: HashMap::new(),
@@ -353,18 +396,29 @@ impl ReadObserver {
             trees: Vec::new(),
             pending: Vec::new(),
             exact: Vec::new(),
+            watches: Vec::new(),
+            walker: None,
             entries: 0,
         };
         for w in watches {
-            marks.add(w, true)?;
+            let path = std::path::absolute(&w.path).map_err(|e| watch_error(&w.path, e))?;
+            let w = Watch::new(path, w.scope);
+            marks.add(&w, true)?;
+            marks.watches.push(w);
         }
-        let shared = Arc::new(Shared {
-            ns: Mutex::new(None),
-            stop: AtomicBool::new(false),
-            fail: AtomicBool::new(false),
-            errors: AtomicU64::new(0),
-            wake: wake_tx,
-        });
+        shared.entries.store(marks.entries, Ordering::SeqCst);
+        if marks.permission() {
+            // The walks of directories that appear in a tree later: their
+            // opens raise permission events this thread's observer answers,
+            // so they never run on the observer thread itself.
+            let (tx, rx) = std::sync::mpsc::channel();
+            let walker_shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("palisade-read-observer-walk".to_owned())
+                .spawn(move || walker(&rx, &walker_shared))
+                .map_err(|e| ObserveError::Unavailable(format!("walker thread: {e}")))?;
+            marks.walker = Some(tx);
+        }
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("palisade-read-observer".to_owned())
@@ -378,13 +432,17 @@ impl ReadObserver {
         })
     }
 
-    /// Whether the observer thread has ended while the handle still runs:
-    /// it sees no more opens. In permission mode the watched opens then wait
-    /// (the handle keeps the group), so nothing passes unseen; the caller
+    /// Whether the observer thread has ended while the handle still runs
+    /// (it sees no more opens), or a walk of a directory that appeared in a
+    /// watched tree went over [`MAX_ENTRIES`] or [`MAX_DEPTH`] or could not
+    /// list a directory (part of the tree is not watched). After the
+    /// thread's end, in permission mode, the watched opens wait (the handle
+    /// keeps the group), so nothing passes unseen; either way the caller
     /// must stop the worker and then drop the handle, which releases them.
     pub fn failed(&self) -> bool {
         !self.shared.stop.load(Ordering::SeqCst)
-            && self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+            && (self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+                || self.shared.incomplete.load(Ordering::SeqCst))
     }
 
     /// Testing only: make the observer thread end as on a fatal error.
@@ -496,21 +554,62 @@ struct PermEvent {
     fd: Option<OwnedFd>,
     pid: i32,
     pidfd: Option<OwnedFd>,
+    /// The kernel's pidfd record said the opener was already reaped
+    /// (`FAN_EPIDFD`).
+    reaped: bool,
 }
 
 /// A node a walk found: its path, `(dev, ino)`, and whether it is a
 /// directory.
 type Node = (PathBuf, (u64, u64), bool);
 
+/// A marked inode: the watched path it was marked as (kept when the inode
+/// moves: the mark, and the watched content, are the inode's), whether it
+/// is a node of a watched tree, and its birth time, which tells it from a
+/// later inode under the same number (the host deleted it and made
+/// another).
+#[derive(Debug, Clone)]
+struct Known {
+    path: PathBuf,
+    tree: bool,
+    born: Option<SystemTime>,
+}
+
+impl Known {
+    /// Whether this entry is the inode born at `born` (when either birth
+    /// time is unknown, the number alone decides).
+    fn is(&self, born: Option<SystemTime>) -> bool {
+        self.born.is_none() || born.is_none() || self.born == born
+    }
+}
+
+/// The birth time of the inode `fd` holds (`statx`), when the filesystem
+/// keeps one.
+fn born(fd: BorrowedFd<'_>) -> Option<SystemTime> {
+    let file = std::fs::File::from(fd.try_clone_to_owned().ok()?);
+    file.metadata().ok()?.created().ok()
+}
+
+/// A directory that appeared in a watched tree, to be walked off the
+/// observer thread: its host path now, and its depth below its tree's root.
+#[derive(Debug)]
+struct Walk {
+    dir: PathBuf,
+    depth: usize,
+}
+
 /// The marks, and the observer thread's state.
 #[derive(Debug)]
 struct Marks {
+    /// State shared with the handle and the walker.
+    shared: Arc<Shared>,
     /// The permission group (`None`: after the fact, over inotify).
     fan: Option<Fanotify>,
     /// Directory creations (both modes) and opens (after the fact).
     inotify: Inotify,
-    /// Marked inodes, `(st_dev, st_ino)`, to their verified host path.
-    inodes: HashMap<(u64, u64), PathBuf>,
+    /// Marked inodes, `(st_dev, st_ino)`, to the watched path each was
+    /// marked as.
+    inodes: HashMap<(u64, u64), Known>,
     /// inotify watches.
     wds: HashMap<WatchDescriptor, WatchedNode>,
     /// The roots of the tree watches (absolute host paths).
@@ -520,7 +619,12 @@ struct Marks {
     /// Files watched exactly, whose directory is watched for a new inode
     /// under the same name (a host's rename over it, a re-creation).
     exact: Vec<PathBuf>,
-    /// Entries the walks visited so far.
+    /// Every watch asked for (absolute): re-added when a directory appears
+    /// at or above it (a root or an ancestor the host replaced).
+    watches: Vec<Watch>,
+    /// The walker thread's queue (permission mode).
+    walker: Option<Sender<Walk>>,
+    /// Entries the initial walks visited.
     entries: usize,
 }
 
@@ -579,26 +683,59 @@ impl Marks {
         let key = (md.dev(), md.ino());
         match (w.scope, md.is_dir()) {
             (Scope::Tree, true) => {
-                self.trees.push(path.clone());
+                if !self.trees.contains(&path) {
+                    self.trees.push(path.clone());
+                }
                 if initial {
                     let nodes = self.walk(&path)?;
                     for (p, k, dir) in nodes {
                         self.mark_path(&p, k, dir, true)?;
                     }
                 } else {
+                    // A root that appeared (or reappeared) while the
+                    // observer runs may be populated: marked now, walked
+                    // off this thread.
                     self.mark_path(&path, key, true, true)?;
+                    self.walk_later(&path, 0);
                 }
-                Ok(())
             }
             (_, dir) => {
                 self.mark_path(&path, key, dir, false)?;
-                if !dir && !self.exact.contains(&path) {
-                    if let Some(parent) = path.parent() {
-                        self.watch_dir(parent)?;
-                    }
-                    self.exact.push(path);
+                if !self.exact.contains(&path) {
+                    self.exact.push(path.clone());
                 }
-                Ok(())
+            }
+        }
+        // A new node at the watched path, or a new directory at one of its
+        // ancestors (the host replacing the root, or a directory above it),
+        // is re-added as it appears.
+        self.watch_ancestors(&path)
+    }
+
+    /// Watch every ancestor of `path` but `/` for new entries.
+    fn watch_ancestors(&mut self, path: &Path) -> Result<(), ObserveError> {
+        for a in path.ancestors().skip(1) {
+            if a.parent().is_none() {
+                break;
+            }
+            self.watch_dir(a)?;
+        }
+        Ok(())
+    }
+
+    /// Queue the walk of `dir` (a directory of a watched tree, `depth`
+    /// below its root) for the walker thread; without one (after the fact)
+    /// nothing is walked.
+    fn walk_later(&self, dir: &Path, depth: usize) {
+        if let Some(tx) = &self.walker {
+            let job = Walk {
+                dir: dir.to_path_buf(),
+                depth,
+            };
+            if tx.send(job).is_err() {
+                // The walker is gone: part of a tree may never be marked.
+                self.shared.error();
+                self.shared.incomplete.store(true, Ordering::SeqCst);
             }
         }
     }
@@ -716,7 +853,23 @@ impl Marks {
         } else if !open.is_empty() {
             self.inotify_watch(fd, path, open | mask_add(), |_| {})?;
         }
-        self.inodes.insert(key, path.to_path_buf());
+        // The first name is kept: a marked inode moved or linked elsewhere
+        // still holds the content it was marked for. An entry of an earlier
+        // inode under the same number is replaced.
+        let born = born(fd);
+        match self.inodes.get_mut(&key) {
+            Some(known) if known.is(born) => known.tree |= tree,
+            _ => {
+                self.inodes.insert(
+                    key,
+                    Known {
+                        path: path.to_path_buf(),
+                        tree,
+                        born,
+                    },
+                );
+            }
+        }
         Ok(())
     }
 
@@ -793,9 +946,18 @@ impl Marks {
         .map_err(|e| watch_error(dir, e))
     }
 
-    /// Something was created below an ancestor: mark what now exists.
-    fn retry_pending(&mut self, shared: &Shared) {
-        for w in std::mem::take(&mut self.pending) {
+    /// `created` appeared in a watched ancestor: every watch at or below it
+    /// (one waited for, a root or an exact file the host replaced, one
+    /// below a directory the host replaced) is added again.
+    fn readd_below(&mut self, created: &Path, shared: &Shared) {
+        let hit: Vec<Watch> = self
+            .watches
+            .iter()
+            .filter(|w| w.path.starts_with(created))
+            .cloned()
+            .collect();
+        for w in hit {
+            self.pending.retain(|p| p != &w);
             if self.add(&w, false).is_err() {
                 shared.error();
             }
@@ -950,21 +1112,30 @@ impl Marks {
         let st = nix::sys::stat::fstat(fd).map_err(nix_io)?;
         let key = key_of(&st);
         let dir = is_dir_mode(st.st_mode);
-        let known = self
-            .inodes
-            .get(&key)
-            .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|md| (md.dev(), md.ino()) == key));
-        let path = match known {
-            Some(p) => p.clone(),
+        // A marked inode is reported as the watched path it was marked as,
+        // wherever it is now (renamed, moved, linked): the mark and the
+        // watched content are the inode's, not the name's.
+        let born = born(fd.as_fd());
+        let path = match self.inodes.get(&key).filter(|k| k.is(born)).cloned() {
+            Some(known) => {
+                if dir && known.tree {
+                    // Idempotent; a directory under a reused inode number
+                    // is marked before its entries can be opened.
+                    self.mark_fd(fd.as_fd(), &known.path, key, true, true)?;
+                }
+                known.path
+            }
             None => self.learn(fd.as_fd(), key, dir)?,
         };
         let Some(ns) = ns else {
             return Ok(Response::Allow);
         };
-        let attribution = attribute(ev.pid, ev.pidfd.as_ref(), ns);
-        if attribution == Attribution::Host {
-            return Ok(Response::Allow);
-        }
+        let attribution = match attribute(ev, ns) {
+            // Its open never returns: nothing was read, nothing to report.
+            Opener::Gone => return Ok(Response::Deny),
+            Opener::Is(Attribution::Host) => return Ok(Response::Allow),
+            Opener::Is(a) => a,
+        };
         call(
             handler,
             &ObservedOpen {
@@ -980,9 +1151,32 @@ impl Marks {
     /// after the walk): find its host path, verified by `(dev, ino)`, mark
     /// it through the event's descriptor and remember it.
     fn learn(&mut self, fd: BorrowedFd<'_>, key: (u64, u64), dir: bool) -> io::Result<PathBuf> {
-        let path = self.verified_path(fd, key);
+        let path = self.watched_name(&self.verified_path(fd, key));
         self.mark_fd(fd, &path, key, dir, true)?;
         Ok(path)
+    }
+
+    /// `path` (a host path) named from the nearest directory above it that
+    /// is a marked node of a tree: that directory's watched path joined
+    /// with the rest (`private/x` for `pub/x` after `mv private pub`); the
+    /// path itself when no such directory holds it.
+    fn watched_name(&self, path: &Path) -> PathBuf {
+        for a in path.ancestors().skip(1) {
+            let Ok(md) = std::fs::symlink_metadata(a) else {
+                continue;
+            };
+            let Some(known) = self.inodes.get(&(md.dev(), md.ino())) else {
+                continue;
+            };
+            if known.tree
+                && md.is_dir()
+                && known.is(md.created().ok())
+                && let Ok(rest) = path.strip_prefix(a)
+            {
+                return known.path.join(rest);
+            }
+        }
+        path.to_path_buf()
     }
 
     /// The host path of the inode `key` opened as `fd`: the first candidate
@@ -1038,7 +1232,7 @@ impl Marks {
             if !self.permission() {
                 // Lost events: report every watched path, erring towards
                 // caution.
-                let all: Vec<PathBuf> = self.inodes.values().cloned().collect();
+                let all: Vec<PathBuf> = self.inodes.values().map(|k| k.path.clone()).collect();
                 for path in all {
                     let open = ObservedOpen {
                         path,
@@ -1075,12 +1269,7 @@ impl Marks {
                 self.mark_new_dir(&path, shared);
             }
             if ancestor {
-                self.retry_pending(shared);
-                if self.exact.contains(&path)
-                    && self.add(&Watch::new(&path, Scope::Exact), false).is_err()
-                {
-                    shared.error();
-                }
+                self.readd_below(&path, shared);
             }
         }
         // A directory watched exactly reports its own opens, not its
@@ -1106,8 +1295,10 @@ impl Marks {
     }
 
     /// A directory that appeared in a watched tree: marked as one of the
-    /// tree's (not walked: its files are covered as its children, its
-    /// subdirectories when created or opened).
+    /// tree's (again if it was: a mark is idempotent, and the inode may be a
+    /// new one under a reused number), then walked off this thread, since it
+    /// may have come populated (moved in); its files are covered as its
+    /// children, its subdirectories as the walk opens them.
     fn mark_new_dir(&mut self, path: &Path, shared: &Shared) {
         let Ok(fd) = nix::fcntl::open(
             path,
@@ -1121,15 +1312,19 @@ impl Marks {
             shared.error();
             return;
         };
-        if self.inodes.contains_key(&key_of(&st)) && self.permission() {
-            return;
-        }
         if self
             .mark_fd(fd.as_fd(), path, key_of(&st), true, true)
             .is_err()
         {
             shared.error();
+            return;
         }
+        let depth = self
+            .trees
+            .iter()
+            .find_map(|t| path.strip_prefix(t).ok())
+            .map_or(0, |rest| rest.components().count());
+        self.walk_later(path, depth);
     }
 }
 
@@ -1157,37 +1352,121 @@ fn common_ancestor(paths: &[&PathBuf]) -> PathBuf {
     common
 }
 
+/// Whose open it was, or that its opener has provably exited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opener {
+    /// The opener, as far as it can be told.
+    Is(Attribution),
+    /// The opener's pidfd says it has exited (or the kernel said it was
+    /// reaped before the event was read): its open never returns, so it is
+    /// denied without a handler call (a host reader killed mid-open taints
+    /// nothing).
+    Gone,
+}
+
+/// Whether the process `pidfd` refers to has exited (a pidfd polls
+/// readable once it has).
+fn exited(pidfd: &OwnedFd) -> bool {
+    let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+    matches!(nix::poll::poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+}
+
 /// Whose open it was: the opener's PID namespace, or one of its parents
 /// (`NS_GET_PARENT`, up to the observer's own level), is the sandbox's. An
-/// opener whose namespace cannot be read, or whose pidfd says it has gone
-/// (its pid may name another process by now), is [`Attribution::Unknown`].
-fn attribute(pid: i32, pidfd: Option<&OwnedFd>, ns: PidNamespace) -> Attribution {
+/// opener whose pidfd says it has exited is [`Opener::Gone`] (checked
+/// again after the namespace is opened: its pid may name another process
+/// by then); one whose namespace cannot be read and that may still run (no
+/// pidfd to tell) is [`Attribution::Unknown`].
+fn attribute(ev: &PermEvent, ns: PidNamespace) -> Opener {
+    let pidfd = ev.pidfd.as_ref();
+    if ev.reaped || pidfd.is_some_and(exited) {
+        return Opener::Gone;
+    }
+    let pid = ev.pid;
     if pid <= 0 {
-        return Attribution::Unknown;
+        return Opener::Is(Attribution::Unknown);
     }
-    let Ok(file) = std::fs::File::open(format!("/proc/{pid}/ns/pid")) else {
-        return Attribution::Unknown;
+    let file = std::fs::File::open(format!("/proc/{pid}/ns/pid"));
+    // After the open above: if the opener still runs, the pid named it.
+    if pidfd.is_some_and(exited) {
+        return Opener::Gone;
+    }
+    let Ok(file) = file else {
+        return Opener::Is(Attribution::Unknown);
     };
-    if let Some(pidfd) = pidfd {
-        // Still alive after the open above: the pid named the opener then.
-        if crate::sys::pidfd_send_signal(pidfd, 0).is_err() {
-            return Attribution::Unknown;
-        }
-    }
     let mut cur = OwnedFd::from(file);
     for _ in 0..MAX_NS_DEPTH {
         let Ok(st) = nix::sys::stat::fstat(&cur) else {
-            return Attribution::Unknown;
+            return Opener::Is(Attribution::Unknown);
         };
         if (st.st_dev, st.st_ino) == (ns.dev, ns.ino) {
-            return Attribution::Sandbox;
+            return Opener::Is(Attribution::Sandbox);
         }
         match crate::sys::ns_get_parent(cur.as_fd()) {
             Ok(parent) => cur = parent,
-            Err(_) => return Attribution::Host,
+            Err(_) => return Opener::Is(Attribution::Host),
         }
     }
-    Attribution::Host
+    Opener::Is(Attribution::Host)
+}
+
+/// The walker thread: each directory that appeared in a watched tree is
+/// listed, and every directory below it opened and listed in turn (never
+/// following a symlink), bounded by the same [`MAX_ENTRIES`] (counted with
+/// the initial walks) and [`MAX_DEPTH`]. Each open of a subdirectory raises
+/// a permission event on its marked parent, which the observer thread
+/// answers at once (this process's own open) after marking the
+/// subdirectory: so each directory is marked before its entries are
+/// listed. Over the bound, or a directory that exists but cannot be
+/// listed, the watch is incomplete: counted, and [`ReadObserver::failed`]
+/// says so (fail closed: the caller stops the worker).
+fn walker(jobs: &Receiver<Walk>, shared: &Shared) {
+    let incomplete = || {
+        shared.error();
+        shared.incomplete.store(true, Ordering::SeqCst);
+    };
+    while let Ok(job) = jobs.recv() {
+        let mut stack = vec![(job.dir, job.depth)];
+        while let Some((dir, depth)) = stack.pop() {
+            if shared.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(entries) => entries,
+                // Gone again, or replaced by something else: nothing below.
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP)
+                    ) =>
+                {
+                    continue;
+                }
+                Err(_) => {
+                    incomplete();
+                    continue;
+                }
+            };
+            for entry in entries {
+                let Ok(entry) = entry else {
+                    incomplete();
+                    break;
+                };
+                if shared.entries.fetch_add(1, Ordering::SeqCst) >= MAX_ENTRIES {
+                    incomplete();
+                    return;
+                }
+                // `DirEntry::file_type` does not follow a symlink.
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    if depth + 1 > MAX_DEPTH {
+                        incomplete();
+                        break;
+                    }
+                    stack.push((entry.path(), depth + 1));
+                }
+            }
+        }
+    }
 }
 
 /// The events of one `read` of the group, their descriptors adopted at
@@ -1231,10 +1510,12 @@ fn parse_events(buf: &[u8], shared: &Shared) -> Vec<PermEvent> {
                 fd,
                 pid,
                 pidfd: None,
+                reaped: false,
             });
             break;
         }
         let mut pidfd = None;
+        let mut reaped = false;
         let mut info = off + meta_len;
         while info + 4 <= off + len {
             let kind = buf.get(info).copied().unwrap_or(0);
@@ -1246,7 +1527,9 @@ fn parse_events(buf: &[u8], shared: &Shared) -> Vec<PermEvent> {
                 break;
             }
             if kind == libc::FAN_EVENT_INFO_TYPE_PIDFD {
-                pidfd = crate::sys::adopt_fd(i32_at(buf, info + 4).unwrap_or(-1));
+                let raw = i32_at(buf, info + 4).unwrap_or(-1);
+                reaped = raw == libc::FAN_EPIDFD;
+                pidfd = crate::sys::adopt_fd(raw);
             }
             info += ilen;
         }
@@ -1255,6 +1538,7 @@ fn parse_events(buf: &[u8], shared: &Shared) -> Vec<PermEvent> {
             fd,
             pid,
             pidfd,
+            reaped,
         });
         off += len;
     }

@@ -876,3 +876,322 @@ fn an_observer_whose_thread_ended_holds_watched_opens_instead_of_allowing_them()
     assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
     assert_eq!(out.matches(&secret()).count(), 2, "{}", shown(&out));
 }
+
+/// A marked inode keeps the watched path it was marked as: the worker's
+/// rename of a watched file, or of a watched tree, does not hide its read
+/// (direct writes: the rename is on the host). A file created later in
+/// the renamed tree takes its name from the tree's watched path.
+#[test]
+fn a_watched_file_or_tree_the_worker_renames_is_reported_under_its_watched_path() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[
+            Watch::new(p.join("secret.txt"), Scope::Exact),
+            Watch::new(p.join("tree"), Scope::Tree),
+        ],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    // Positive control first: the reads under the watched names.
+    let script = "cat secret.txt tree/inner.txt >/dev/null && \
+        mv secret.txt moved.txt && mv tree pub && \
+        cat moved.txt pub/inner.txt && echo new > pub/new.txt && cat pub/new.txt";
+    let (child, reader) = spawn(&direct(&p), &obs, script);
+    let (exit, out) = finish(child, reader);
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+    assert_eq!(
+        out,
+        format!("{}\ninner\nnew\n", secret()),
+        "{}",
+        shown(&out)
+    );
+    assert!(
+        p.join("pub/new.txt").exists(),
+        "the renames are on the host"
+    );
+    let seen: Vec<PathBuf> = opens.try_iter().map(|o| o.path).collect();
+    let count = |q: &Path| seen.iter().filter(|s| s.as_path() == q).count();
+    // Twice each: before the rename (the control) and after it.
+    assert_eq!(count(&p.join("secret.txt")), 2, "{seen:?}");
+    assert_eq!(count(&p.join("tree/inner.txt")), 2, "{seen:?}");
+    // The new file: its creation and its read, under the tree's name.
+    assert_eq!(count(&p.join("tree/new.txt")), 2, "{seen:?}");
+    assert!(
+        seen.iter()
+            .all(|s| s.starts_with(p.join("tree")) || s == &p.join("secret.txt")),
+        "an open reported under a name no watch has: {seen:?}"
+    );
+    assert_eq!(obs.internal_errors(), 0);
+}
+
+/// The host changes a watched tree's structure while the sandbox runs:
+/// it replaces the root (`mv` away and `mkdir`), moves a populated
+/// directory in, and recreates the directory of an exactly watched file
+/// (`rm -rf`, so that the new nodes may reuse the old inode numbers). Each
+/// new node is watched; a file of the replaced root that was moved away
+/// stays watched too. (The sandbox is launched before the changes: a
+/// launch walks its writable roots, and its opens would mark what the
+/// observer must find on its own.)
+#[test]
+fn a_tree_root_the_host_replaces_and_a_populated_directory_moved_in_stay_watched() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    std::fs::create_dir(p.join("dir")).unwrap();
+    std::fs::write(p.join("dir/exact.txt"), "exact\n").unwrap();
+    chown_tree(&p);
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[
+            Watch::new(p.join("tree"), Scope::Tree),
+            Watch::new(p.join("dir/exact.txt"), Scope::Exact),
+        ],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    // Each line on stdin reads the files once and answers `done`.
+    let script = "while read -r files; do cat $files >/dev/null 2>&1; echo done; done";
+    let cmd = Command::new(["/bin/sh", "-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut sandbox = direct(&p).spawn(cmd).unwrap();
+    obs.attribute_to(sandbox.pid_namespace().unwrap());
+    let mut stdin = sandbox.take_stdin().unwrap();
+    let mut stdout = std::io::BufReader::new(sandbox.take_stdout().unwrap());
+    // Reads `files` in the sandbox until each of `want` was reported
+    // (bounded): what was reported.
+    let mut round = |files: &str, want: &[PathBuf]| -> Vec<PathBuf> {
+        let mut seen: Vec<PathBuf> = Vec::new();
+        for _ in 0..600 {
+            writeln!(stdin, "{files}").unwrap();
+            let mut line = String::new();
+            std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+            assert_eq!(line, "done\n");
+            seen.extend(opens.try_iter().map(|o| o.path));
+            if want.iter().all(|w| seen.contains(w)) {
+                return seen;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("{files}: not all of {want:?} were seen, only {seen:?}");
+    };
+    // Positive control: the original tree's file is seen.
+    round("tree/inner.txt", &[p.join("tree/inner.txt")]);
+    // The root swapped by rename, a new file in the new root.
+    std::fs::rename(p.join("tree"), p.join("old")).unwrap();
+    std::fs::create_dir(p.join("tree")).unwrap();
+    std::fs::write(p.join("tree/f.txt"), "f\n").unwrap();
+    // A populated directory built beside the tree, then moved in.
+    std::fs::create_dir_all(p.join("src/a/b")).unwrap();
+    std::fs::write(p.join("src/a/b/g.txt"), "g\n").unwrap();
+    std::fs::rename(p.join("src"), p.join("tree/sub")).unwrap();
+    // The exact file's directory deleted and made again, a new file at the
+    // watched name.
+    std::fs::remove_dir_all(p.join("dir")).unwrap();
+    std::fs::create_dir(p.join("dir")).unwrap();
+    std::fs::write(p.join("dir/exact.txt"), "exact2\n").unwrap();
+    let seen = round(
+        "tree/f.txt tree/sub/a/b/g.txt dir/exact.txt plain.txt",
+        &[
+            p.join("tree/f.txt"),
+            p.join("tree/sub/a/b/g.txt"),
+            p.join("dir/exact.txt"),
+        ],
+    );
+    assert!(
+        !seen.contains(&p.join("plain.txt")),
+        "an unwatched file was reported: {seen:?}"
+    );
+    // The old root's file, moved away with it, is still the watched one.
+    let old = round("old/inner.txt", &[p.join("tree/inner.txt")]);
+    assert!(
+        old.iter().all(|o| o == &p.join("tree/inner.txt")),
+        "{old:?}"
+    );
+    drop(stdin);
+    let exit = sandbox.wait_timeout(PATIENCE).unwrap();
+    assert_eq!(exit, Some(Exit::Exited(0)));
+    assert!(!obs.failed());
+    assert_eq!(obs.internal_errors(), 0);
+}
+
+/// Whether the process `pid` waits for a fanotify answer now.
+fn waits_on_fanotify(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/wchan")).is_ok_and(|w| w.contains("fanotify"))
+}
+
+/// A host reader killed while its open waits (held before attribution)
+/// is denied without a handler call once the sandbox is named: its pidfd
+/// says it exited, so it is not taken for the sandbox's (`Unknown`). The
+/// controls: a host reader still running is allowed without a handler
+/// call and reads the file, and the sandbox's read of the same file
+/// reaches the handler.
+#[test]
+fn a_host_reader_killed_mid_open_reaches_no_handler() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("secret.txt"), Scope::Exact)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    let reader = || {
+        std::process::Command::new("/bin/cat")
+            .arg(p.join("secret.txt"))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let wait_held = |pid: u32| {
+        for _ in 0..600 {
+            if waits_on_fanotify(pid) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the host reader {pid} never waited on the observer");
+    };
+    let mut killed = reader();
+    wait_held(killed.id());
+    let running = reader();
+    wait_held(running.id());
+    killed.kill().unwrap();
+    let status = killed.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL)
+    );
+    assert!(opens.try_recv().is_err(), "held: nothing reported yet");
+    // Naming the sandbox judges the held opens; then the sandbox reads.
+    let (child, out) = spawn(&direct(&p), &obs, "cat secret.txt");
+    let host = running.wait_with_output().unwrap();
+    assert!(host.status.success());
+    assert_eq!(String::from_utf8_lossy(&host.stdout).trim(), secret());
+    let (exit, out) = finish(child, out);
+    assert_eq!(exit, Exit::Exited(0), "{}", shown(&out));
+    assert_eq!(out.trim(), secret());
+    let seen: Vec<ObservedOpen> = opens.try_iter().collect();
+    assert_eq!(
+        seen.iter().map(|o| o.attribution).collect::<Vec<_>>(),
+        [Attribution::Sandbox],
+        "only the sandbox's read reaches the handler: {seen:?}"
+    );
+    assert_eq!(obs.internal_errors(), 0);
+}
+
+/// A directory moved into a watched tree deeper than `MAX_DEPTH` cannot be
+/// watched whole: the walk says so, and the observer reports itself failed
+/// (the caller stops the worker) rather than watch part of it. The
+/// control: a shallow directory moved in first leaves it healthy.
+#[test]
+fn a_directory_moved_in_deeper_than_the_bound_fails_the_observer() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let (handler, _opens) = recording();
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("tree"), Scope::Tree)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    let chain = |name: &str, depth: usize| {
+        let mut d = p.join(name);
+        for _ in 0..depth {
+            d.push("d");
+        }
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("f.txt"), "f\n").unwrap();
+    };
+    // Wait (bounded) for the walk the move starts: until `until` holds.
+    let settle = |until: &dyn Fn() -> bool, rounds: usize| {
+        for _ in 0..rounds {
+            if until() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    };
+    chain("shallow", 3);
+    std::fs::rename(p.join("shallow"), p.join("tree/shallow")).unwrap();
+    // Within the bound: the walk ends and the observer stays healthy.
+    assert!(
+        !settle(&|| obs.failed(), 100),
+        "a shallow tree failed the observer"
+    );
+    chain("deep", palisade_isolate::observe::MAX_DEPTH + 2);
+    std::fs::rename(p.join("deep"), p.join("tree/deep")).unwrap();
+    assert!(
+        settle(&|| obs.failed(), 1200),
+        "a tree over the depth bound left the observer healthy"
+    );
+    assert!(obs.internal_errors() >= 1);
+}
+
+/// A tree watched before it exists is watched whole once the host makes
+/// it, populated or not (the session watches a marks-file directory so):
+/// its files, and those of a directory below it, are seen. The control: an
+/// unwatched file beside it is not.
+#[test]
+fn a_tree_watched_before_it_exists_covers_its_files_once_it_appears() {
+    if skip_unless_root() {
+        return;
+    }
+    let (_r, p) = root();
+    let (handler, opens) = recording();
+    let obs = ReadObserver::start(
+        &[Watch::new(p.join("later"), Scope::Tree)],
+        ObserverMode::Permission,
+        handler,
+    )
+    .unwrap();
+    let script = "while read -r files; do cat $files >/dev/null 2>&1; echo done; done";
+    let cmd = Command::new(["/bin/sh", "-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut sandbox = direct(&p).spawn(cmd).unwrap();
+    obs.attribute_to(sandbox.pid_namespace().unwrap());
+    let mut stdin = sandbox.take_stdin().unwrap();
+    let mut stdout = std::io::BufReader::new(sandbox.take_stdout().unwrap());
+    // Made beside the root, populated, then moved in: a rename makes it
+    // appear whole.
+    std::fs::create_dir_all(p.join("src/sub")).unwrap();
+    std::fs::write(p.join("src/f.txt"), "f\n").unwrap();
+    std::fs::write(p.join("src/sub/g.txt"), "g\n").unwrap();
+    std::fs::rename(p.join("src"), p.join("later")).unwrap();
+    let want = [p.join("later/f.txt"), p.join("later/sub/g.txt")];
+    let mut seen: Vec<PathBuf> = Vec::new();
+    for _ in 0..600 {
+        writeln!(stdin, "later/f.txt later/sub/g.txt plain.txt").unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+        assert_eq!(line, "done\n");
+        seen.extend(opens.try_iter().map(|o| o.path));
+        if want.iter().all(|w| seen.contains(w)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(want.iter().all(|w| seen.contains(w)), "{seen:?}");
+    assert!(!seen.contains(&p.join("plain.txt")), "{seen:?}");
+    drop(stdin);
+    assert_eq!(
+        sandbox.wait_timeout(PATIENCE).unwrap(),
+        Some(Exit::Exited(0))
+    );
+    assert!(!obs.failed());
+    assert_eq!(obs.internal_errors(), 0);
+}
