@@ -363,19 +363,7 @@ pub(crate) fn staged_change(upper: &Path, host: &Path, rel: &Path) -> Option<Cha
         }
         Some(up)
     };
-    let change = match (&before, &after) {
-        (None, None) => return None,
-        (Some(b), Some(a)) if a == b => return None,
-        (None, Some(_)) => "created",
-        (Some(_), None) => "deleted",
-        (Some(_), Some(_)) => "modified",
-    };
-    Some(Change {
-        path: host.join(rel),
-        change,
-        before: before.as_ref().map(Fingerprint::show),
-        after: after.as_ref().map(Fingerprint::show),
-    })
+    change_of(&host.join(rel), before.as_ref(), after.as_ref())
 }
 
 /// The changes from `before` to `after`, in path order.
