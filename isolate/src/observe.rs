@@ -1234,15 +1234,7 @@ impl Marks {
                 // caution.
                 let all: Vec<PathBuf> = self.inodes.values().map(|k| k.path.clone()).collect();
                 for path in all {
-                    let open = ObservedOpen {
-                        path,
-                        pid: None,
-                        attribution: Attribution::Unknown,
-                        mode: ObserverMode::AfterTheFact,
-                    };
-                    if call(handler, &open).is_err() {
-                        shared.error();
-                    }
+                    report_after(handler, shared, path);
                 }
             }
             return;
@@ -1281,16 +1273,7 @@ impl Marks {
             if tree && is_dir && ev.name.is_some() {
                 self.mark_new_dir(&path, shared);
             }
-            let open = ObservedOpen {
-                path,
-                pid: None,
-                attribution: Attribution::Unknown,
-                mode: ObserverMode::AfterTheFact,
-            };
-            // After the fact the answer changes nothing.
-            if call(handler, &open).is_err() {
-                shared.error();
-            }
+            report_after(handler, shared, path);
         }
     }
 
@@ -1325,6 +1308,20 @@ impl Marks {
             .find_map(|t| path.strip_prefix(t).ok())
             .map_or(0, |rest| rest.components().count());
         self.walk_later(path, depth);
+    }
+}
+
+/// Reports an open seen after the fact (unattributed); the handler's answer
+/// changes nothing then, and a handler that fails is counted.
+fn report_after(handler: &mut Handler, shared: &Shared, path: PathBuf) {
+    let open = ObservedOpen {
+        path,
+        pid: None,
+        attribution: Attribution::Unknown,
+        mode: ObserverMode::AfterTheFact,
+    };
+    if call(handler, &open).is_err() {
+        shared.error();
     }
 }
 
