@@ -29,8 +29,9 @@ mod server;
 pub use client::{CONTROL_ENV, ClientError, ControlAddr, ControlClient};
 pub use protocol::{
     Approval, AskAnswer, CheckpointRefusal, CheckpointSummary, MAX_CHECKPOINT_REFUSED,
-    MAX_FIELD_BYTES, MAX_LINE_BYTES, OutwardAnswer, PROTOCOL_VERSION, PendingAction, ProtocolError,
-    Request, Response, SessionView, TaintEntry, TaintKind, WireError, parse_request,
+    MAX_FIELD_BYTES, MAX_LINE_BYTES, OutwardAction, OutwardAnswer, OutwardResult, PROTOCOL_VERSION,
+    PendingAction, ProtocolError, Request, Response, SessionView, TaintEntry, TaintKind, WireError,
+    parse_request,
 };
 pub use server::{
     ControlBackend, ControlConfig, ControlError, ControlListener, ControlServer, Endpoint,

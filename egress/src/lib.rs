@@ -98,6 +98,7 @@ pub mod addr;
 pub mod body;
 pub mod control;
 pub mod decide;
+pub mod git;
 pub mod head;
 pub mod journal;
 pub mod net;

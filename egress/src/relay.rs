@@ -61,7 +61,9 @@ use palisade_schema::host_policy::{Origin, RequestHost};
 mod gate;
 mod overrides;
 
-pub use gate::{MAX_SCANNED, RelayGate, RouteRefusal, ServerToolResult, ToolResultScanner};
+pub use gate::{
+    MAX_SCANNED, OutwardFuture, RelayGate, RouteRefusal, ServerToolResult, ToolResultScanner,
+};
 
 /// Fuzzing entry points (only with `cfg(fuzzing)` or the `testing` feature).
 #[cfg(any(fuzzing, feature = "testing"))]
@@ -197,6 +199,9 @@ pub enum RelayConfigError {
     /// The credential header name or value could split a request.
     #[error("invalid relay credential header: {0}")]
     Credential(&'static str),
+    /// A relay setting this build cannot apply (never silently ignored).
+    #[error("relay `{0}` uses a setting this relay cannot apply")]
+    Unsupported(String),
     /// No random bytes for the placeholder.
     #[error("cannot generate a relay placeholder: no random bytes")]
     Placeholder,
@@ -545,12 +550,25 @@ impl RelayConfig {
             credential,
             worker_env: _,
             limits,
+            kind,
+            preset,
+            repos,
         } = relay;
         let palisade_schema::host_policy::RelayCredential {
             header,
             from_env: _,
             prefix,
+            username,
         } = credential;
+        // CONTRACT: applied by the egress pieces of issue 18; refused until then.
+        if *kind != palisade_schema::host_policy::RelayKind::Http
+            || preset.is_some()
+            || !repos.is_empty()
+            || username.is_some()
+            || routes.iter().any(|r| r.outward.is_some())
+        {
+            return Err(RelayConfigError::Unsupported(name.clone()));
+        }
         let routes = routes
             .iter()
             .map(|r| Route::parse(&format!("{} {}", r.method, r.path)))

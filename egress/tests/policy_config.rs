@@ -141,11 +141,16 @@ fn every_relay_key_reaches_the_relay_config() {
         credential,
         worker_env,
         limits,
+        // CONTRACT (issue 18): the egress piece maps these and asserts them here.
+        kind: _,
+        preset: _,
+        repos: _,
     } = relay;
     let RelayCredential {
         header,
         from_env,
         prefix,
+        username: _,
     } = credential;
     let RelayLimits {
         max_body,

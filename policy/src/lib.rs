@@ -105,6 +105,7 @@ pub mod invocation;
 pub mod ledger;
 pub mod outward;
 pub mod plan;
+pub mod relay_route;
 pub mod route;
 pub mod translate;
 pub mod verdict;

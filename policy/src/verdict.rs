@@ -90,6 +90,11 @@ pub enum Reason {
     /// requests and the proxy refuses connections to its API hosts. The
     /// detail names the rule, the path and the provider.
     RoutingDenied,
+    /// Egress: the host is the origin of an outward relay (a git relay, a
+    /// preset or an outward route), so it is reached only through that
+    /// relay, which asks before acting in the user's name; the detail names
+    /// the relay.
+    RelayRequired,
     /// The host policy section could not be compiled; everything is denied.
     PolicyInvalid,
 }
@@ -111,6 +116,7 @@ impl Reason {
             Self::InvalidOutwardKind => "invalid_outward_kind",
             Self::RouteDenied => "route_denied",
             Self::RoutingDenied => "routing_denied",
+            Self::RelayRequired => "relay_required",
             Self::PolicyInvalid => "policy_invalid",
         }
     }

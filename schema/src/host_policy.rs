@@ -25,7 +25,9 @@ use std::ops::Range;
 
 pub use host_pattern::{HostError, HostPattern, RequestHost, split_authority};
 use reader::{Cx, Table};
-pub use values::{Cidr, Origin, PathGlob, RelayRoute, parse_duration, parse_size};
+pub use values::{
+    Cidr, Origin, PathGlob, RelayRoute, RouteOutward, parse_duration, parse_size, placeholder_name,
+};
 
 use crate::{Diagnostic, Diagnostics, Parsed, Path};
 
@@ -405,7 +407,138 @@ pub struct Relay {
     pub worker_env: BTreeMap<String, String>,
     /// `limits = { … }`: the relay's request bounds.
     pub limits: RelayLimits,
+    /// `kind = "http"` (the default: exact routes) or `"git"` (git smart
+    /// HTTP: clone and fetch are reads, every ref update of a push is an
+    /// outward action; `routes` are implicit and must not be given).
+    pub kind: RelayKind,
+    /// `preset = "github"`: the GitHub REST write routes of
+    /// [`GITHUB_REST_PRESET`], each an outward route, added to `routes`
+    /// (a listed route with the same method and path is an error).
+    pub preset: Option<RelayPreset>,
+    /// `repos = ["acme/*", …]` (git relays only): the `OWNER/REPO` paths
+    /// the relay serves, as target globs; empty serves every repository
+    /// the credential can reach.
+    pub repos: Vec<TargetGlob>,
 }
+
+impl Relay {
+    /// Whether a request through this relay can be an outward action (a
+    /// git relay, a preset, or any route with `outward`): the proxy then
+    /// refuses direct connections to its origin ("one way out").
+    pub fn is_outward(&self) -> bool {
+        self.kind == RelayKind::Git
+            || self.preset.is_some()
+            || self.routes.iter().any(|r| r.outward.is_some())
+    }
+}
+
+/// `[[egress.relay]] kind`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum RelayKind {
+    /// Exact `METHOD path` routes (provider APIs, REST).
+    #[default]
+    Http,
+    /// Git smart HTTP (`info/refs`, `git-upload-pack`, `git-receive-pack`).
+    Git,
+}
+
+/// `[[egress.relay]] preset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RelayPreset {
+    /// The GitHub REST API ([`GITHUB_REST_PRESET`]).
+    GitHub,
+}
+
+/// The GitHub REST preset: `(method, path, outward kind, target template)`.
+/// Every write a governed worker may ask for through a `preset = "github"`
+/// relay; any other write is refused unless the policy lists it, and reads
+/// (`GET`) only on the routes the policy names.
+pub const GITHUB_REST_PRESET: &[(&str, &str, &str, &str)] = &[
+    (
+        "POST",
+        "/repos/{owner}/{repo}/issues/{number}/comments",
+        "github.post.comment",
+        "github.com/{owner}/{repo}/issues/{number}",
+    ),
+    (
+        "PATCH",
+        "/repos/{owner}/{repo}/issues/comments/{comment_id}",
+        "github.post.comment",
+        "github.com/{owner}/{repo}/issues/comments/{comment_id}",
+    ),
+    (
+        "POST",
+        "/repos/{owner}/{repo}/issues",
+        "github.post.issue",
+        "github.com/{owner}/{repo}/issues",
+    ),
+    (
+        "PATCH",
+        "/repos/{owner}/{repo}/issues/{number}",
+        "github.post.issue",
+        "github.com/{owner}/{repo}/issues/{number}",
+    ),
+    (
+        "POST",
+        "/repos/{owner}/{repo}/pulls",
+        "github.post.pull_request",
+        "github.com/{owner}/{repo}/pulls",
+    ),
+    (
+        "PATCH",
+        "/repos/{owner}/{repo}/pulls/{number}",
+        "github.post.pull_request",
+        "github.com/{owner}/{repo}/pull/{number}",
+    ),
+    (
+        "POST",
+        "/repos/{owner}/{repo}/pulls/{number}/reviews",
+        "github.post.review",
+        "github.com/{owner}/{repo}/pull/{number}",
+    ),
+    (
+        "POST",
+        "/repos/{owner}/{repo}/pulls/{number}/comments",
+        "github.post.review",
+        "github.com/{owner}/{repo}/pull/{number}",
+    ),
+    (
+        "PUT",
+        "/repos/{owner}/{repo}/pulls/{number}/merge",
+        "github.post.merge",
+        "github.com/{owner}/{repo}/pull/{number}",
+    ),
+    (
+        "POST",
+        "/repos/{owner}/{repo}/releases",
+        "github.post.release",
+        "github.com/{owner}/{repo}/releases",
+    ),
+    (
+        "POST",
+        "/repos/{owner}/{repo}/issues/{number}/labels",
+        "github.post.label",
+        "github.com/{owner}/{repo}/issues/{number}",
+    ),
+    (
+        "PUT",
+        "/repos/{owner}/{repo}/issues/{number}/labels",
+        "github.post.label",
+        "github.com/{owner}/{repo}/issues/{number}",
+    ),
+    (
+        "DELETE",
+        "/repos/{owner}/{repo}/issues/{number}/labels/{name}",
+        "github.post.label",
+        "github.com/{owner}/{repo}/issues/{number}",
+    ),
+    (
+        "POST",
+        "/repos/{owner}/{repo}/actions/workflows/{workflow_id}/dispatches",
+        "github.post.workflow_dispatch",
+        "github.com/{owner}/{repo}/actions/workflows/{workflow_id}",
+    ),
+];
 
 /// `[[egress.relay]] limits`; `None` means the relay's built-in default
 /// (documented in `docs/policy.md`). Every value is at least 1.
@@ -444,6 +577,10 @@ pub struct RelayCredential {
     pub from_env: String,
     /// Text put before the secret, such as `Bearer `.
     pub prefix: String,
+    /// `username = "x-access-token"`: send HTTP Basic,
+    /// `Basic base64(username:secret)`, in `header` (which must be
+    /// `authorization`, with no `prefix`); what git hosts expect.
+    pub username: Option<String>,
 }
 
 /// `[outward]`.
@@ -492,11 +629,17 @@ pub struct OutwardKind(String);
 /// The built-in outward kinds.
 pub const BUILTIN_OUTWARD_KINDS: &[&str] = &[
     "git.push",
+    "git.force_push",
+    "git.delete_ref",
     "github.post",
     "github.post.comment",
     "github.post.issue",
     "github.post.pull_request",
     "github.post.review",
+    "github.post.merge",
+    "github.post.release",
+    "github.post.label",
+    "github.post.workflow_dispatch",
     "mail.send",
     "booking",
     "payment",
@@ -1326,6 +1469,7 @@ fn read_relay(cx: &mut Cx<'_>, r: &Table<'_, '_>) -> Option<Relay> {
                     header: h.to_ascii_lowercase(),
                     from_env: v,
                     prefix,
+                    username: None,
                 }),
                 _ => None,
             }
@@ -1376,6 +1520,9 @@ fn read_relay(cx: &mut Cx<'_>, r: &Table<'_, '_>) -> Option<Relay> {
         credential: credential?,
         worker_env,
         limits,
+        kind: RelayKind::Http,
+        preset: None,
+        repos: Vec::new(),
     })
 }
 

@@ -449,6 +449,60 @@ pub struct PendingAction {
     pub reason: String,
     /// Whether the session was tainted when it asked.
     pub tainted: bool,
+    /// The relay that holds the request, when a relay asks (a worker's
+    /// `outward` request has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
+}
+
+/// An outward action a relay is about to carry out for the worker: what
+/// the relay asks the session about, and what the journal records.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutwardAction {
+    /// The kind (`git.push`, `github.post.comment`, …).
+    pub kind: String,
+    /// The target (`github.com/acme/app:refs/heads/agent/x`).
+    pub target: String,
+    /// The relay that carries it out; `None` for a worker's own request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
+    /// Facts for the record (`method`, `path`, `ref`, `old`, `new`); never
+    /// a header value or a body.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub detail: std::collections::BTreeMap<String, String>,
+}
+
+impl OutwardAction {
+    /// An action of `kind` on `target` carried out by relay `via`.
+    pub fn new(kind: impl Into<String>, target: impl Into<String>, via: Option<&str>) -> Self {
+        Self {
+            kind: kind.into(),
+            target: target.into(),
+            via: via.map(str::to_owned),
+            detail: std::collections::BTreeMap::new(),
+        }
+    }
+
+    /// The same action with one more fact for the record.
+    #[must_use]
+    pub fn with(mut self, key: &str, value: impl Into<String>) -> Self {
+        self.detail.insert(key.to_owned(), value.into());
+        self
+    }
+}
+
+/// How an allowed outward action ended, as the relay that carried it out
+/// saw it (or the worker reported it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutwardResult {
+    /// The exit status (`ctl outward -- CMD`) or the upstream HTTP status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<i32>,
+    /// Facts for the record (`result: ok` or `ng <reason>` for a ref update).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub detail: std::collections::BTreeMap<String, String>,
 }
 
 /// One recorded taint source.

@@ -13,8 +13,9 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{Semaphore, oneshot, watch};
 
 use super::protocol::{
-    Approval, AskAnswer, CheckpointSummary, MAX_LINE_BYTES, OutwardAnswer, PendingAction,
-    ProtocolError, Request, Response, SessionView, TaintKind, parse_request,
+    Approval, AskAnswer, CheckpointSummary, MAX_LINE_BYTES, OutwardAction, OutwardAnswer,
+    OutwardResult, PendingAction, ProtocolError, Request, Response, SessionView, TaintKind,
+    parse_request,
 };
 
 /// Which endpoint a connection arrived on.
@@ -56,6 +57,18 @@ pub trait ControlBackend: Send + Sync + 'static {
     fn outward_settled(&self, kind: &str, target: &str, answer: &OutwardAnswer);
     /// The worker reports that an allowed outward action was executed.
     fn outward_executed(&self, ticket: u64, kind: &str, target: &str, status: Option<i32>);
+    /// An outward action a relay asked about was settled
+    /// ([`ControlServer::request_outward`], [`ControlServer::refuse_outward`]).
+    /// The default records it as a worker's request would be.
+    fn relay_outward_settled(&self, action: &OutwardAction, answer: &OutwardAnswer) {
+        self.outward_settled(&action.kind, &action.target, answer);
+    }
+    /// A relay carried out an allowed outward action and saw `result`
+    /// ([`ControlServer::relay_executed`]). The default records it as a
+    /// worker's report would be.
+    fn relay_outward_executed(&self, ticket: u64, action: &OutwardAction, result: &OutwardResult) {
+        self.outward_executed(ticket, &action.kind, &action.target, result.status);
+    }
     /// The current session state.
     fn state(&self) -> SessionView;
     /// Host only: the staged change set as it is now, read without touching
@@ -277,6 +290,90 @@ impl ControlServer {
         resolve(&self.shared, ticket, approve)
     }
 
+    /// Decides an outward action a relay is about to carry out, exactly as
+    /// a worker's `outward` request is decided: the backend's policy, held
+    /// for the host's approval on an `ask` (listed by `pending` with
+    /// `via`), denied on timeout or shutdown; recorded through
+    /// [`ControlBackend::relay_outward_settled`]. Report what happened to
+    /// an allowed one with [`ControlServer::relay_executed`].
+    pub async fn request_outward(&self, action: &OutwardAction) -> OutwardAnswer {
+        let answer = outward(
+            &self.shared,
+            &action.kind,
+            &action.target,
+            action.via.as_deref(),
+        )
+        .await;
+        self.shared.backend.relay_outward_settled(action, &answer);
+        lock(&self.shared.issued).insert(
+            answer.ticket,
+            Issued {
+                kind: action.kind.clone(),
+                target: action.target.clone(),
+                allowed: answer.decision == AskAnswer::Allow,
+                executed: false,
+            },
+        );
+        answer
+    }
+
+    /// The policy's answer for `action` now, without asking anyone and
+    /// without a record (a relay's all-or-nothing pre-check).
+    #[must_use]
+    pub fn outward_policy(&self, action: &OutwardAction) -> PolicyAnswer {
+        self.shared
+            .backend
+            .decide_outward(&action.kind, &action.target)
+    }
+
+    /// Refuses `action` without asking, because `reason` (another ref
+    /// update of the same push was refused): a ticket, a `deny` answer,
+    /// recorded through [`ControlBackend::relay_outward_settled`].
+    pub fn refuse_outward(&self, action: &OutwardAction, reason: &str) -> OutwardAnswer {
+        let ticket = self.shared.next_ticket.fetch_add(1, Ordering::Relaxed);
+        let policy = self
+            .shared
+            .backend
+            .decide_outward(&action.kind, &action.target);
+        let answer = OutwardAnswer {
+            ticket,
+            decision: AskAnswer::Deny,
+            policy: policy.verdict,
+            approval: None,
+            rule: policy.rule,
+            reason: reason.to_owned(),
+        };
+        self.shared.backend.relay_outward_settled(action, &answer);
+        answer
+    }
+
+    /// A relay carried out the allowed action of `ticket`: recorded once
+    /// through [`ControlBackend::relay_outward_executed`]. `false` for a
+    /// ticket that is unknown, was not allowed or was already reported.
+    pub fn relay_executed(
+        &self,
+        ticket: u64,
+        action: &OutwardAction,
+        result: &OutwardResult,
+    ) -> bool {
+        let ok = {
+            let mut issued = lock(&self.shared.issued);
+            match issued.get_mut(&ticket) {
+                Some(i) if i.allowed && !i.executed => {
+                    i.executed = true;
+                    true
+                }
+                _ => false,
+            }
+        };
+        if ok {
+            self.shared
+                .backend
+                .relay_outward_executed(ticket, action, result);
+        }
+        ok
+    }
+
     /// Stops accepting, and denies every pending action as cancelled.
     pub fn shutdown(&self) {
         self.shared.stop.send_replace(true);
@@ -480,7 +577,7 @@ async fn handle(shared: &Arc<Shared>, endpoint: Endpoint, req: Request) -> Respo
             }
         }
         Request::Outward { kind, target } => {
-            let answer = outward(shared, &kind, &target).await;
+            let answer = outward(shared, &kind, &target, None).await;
             shared.backend.outward_settled(&kind, &target, &answer);
             lock(&shared.issued).insert(
                 answer.ticket,
@@ -499,7 +596,12 @@ async fn handle(shared: &Arc<Shared>, endpoint: Endpoint, req: Request) -> Respo
     }
 }
 
-async fn outward(shared: &Arc<Shared>, kind: &str, target: &str) -> OutwardAnswer {
+async fn outward(
+    shared: &Arc<Shared>,
+    kind: &str,
+    target: &str,
+    via: Option<&str>,
+) -> OutwardAnswer {
     let ticket = shared.next_ticket.fetch_add(1, Ordering::Relaxed);
     let policy = shared.backend.decide_outward(kind, target);
     let mut answer = OutwardAnswer {
@@ -520,6 +622,7 @@ async fn outward(shared: &Arc<Shared>, kind: &str, target: &str) -> OutwardAnswe
         target: target.to_owned(),
         reason: answer.reason.clone(),
         tainted: shared.backend.state().tainted,
+        via: via.map(str::to_owned),
     };
     if *shared.stop.borrow() {
         answer.decision = AskAnswer::Deny;

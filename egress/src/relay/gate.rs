@@ -5,6 +5,8 @@
 
 use std::fmt;
 
+use crate::control::{AskAnswer, OutwardAction, OutwardAnswer, OutwardResult};
+
 /// Why a relay refused a request on routing grounds (`routing_denied`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -125,7 +127,70 @@ pub trait RelayGate: Send + Sync + fmt::Debug {
     /// before those bytes (fail closed), so the worker never holds web
     /// content the session does not know about.
     fn server_tool_result(&self, relay: &str, provider: &str, result: ServerToolResult) -> bool;
+
+    /// The policy's answer for an outward action now, without asking
+    /// anyone and without a record: a git push's all-or-nothing pre-check
+    /// (one ref denied refuses the whole push before anything is asked).
+    /// The default, for a gate with no outward policy, is deny.
+    fn outward_policy(&self, relay: &str, action: &OutwardAction) -> AskAnswer {
+        let _ = (relay, action);
+        AskAnswer::Deny
+    }
+
+    /// Decide `action` (an outward route matched, or a ref update of a
+    /// push): the policy's answer, held for the host's approval on an
+    /// `ask`, recorded as `outward_action` decided. The relay forwards only
+    /// on `decision == Allow`. The default denies (fail closed): a relay
+    /// with outward routes and no session to decide them forwards none.
+    fn outward(&self, relay: &str, action: OutwardAction) -> OutwardFuture {
+        let _ = relay;
+        let reason = format!(
+            "no session decides outward actions for this relay, so `{}` on `{}` is refused",
+            action.kind, action.target
+        );
+        Box::pin(std::future::ready(OutwardAnswer {
+            ticket: 0,
+            decision: AskAnswer::Deny,
+            policy: AskAnswer::Deny,
+            approval: None,
+            rule: None,
+            reason,
+        }))
+    }
+
+    /// Refuse `action` without asking because `reason` (another ref update
+    /// of the same push was refused); recorded as decided, deny.
+    fn outward_refused(&self, relay: &str, action: OutwardAction, reason: &str) -> OutwardAnswer {
+        let _ = (relay, action);
+        OutwardAnswer {
+            ticket: 0,
+            decision: AskAnswer::Deny,
+            policy: AskAnswer::Deny,
+            approval: None,
+            rule: None,
+            reason: reason.to_owned(),
+        }
+    }
+
+    /// An allowed action of `ticket` was carried out: the upstream status
+    /// (and, for a ref update, the origin's `ok`/`ng` for it). Recorded as
+    /// `outward_action` executed, `irreversible`. Called once per allowed
+    /// action whose request reached the origin.
+    fn outward_executed(
+        &self,
+        relay: &str,
+        ticket: u64,
+        action: &OutwardAction,
+        result: &OutwardResult,
+    ) {
+        let _ = (relay, ticket, action, result);
+    }
 }
+
+/// What [`RelayGate::outward`] returns: the settled answer, once any
+/// approval is in.
+pub type OutwardFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = OutwardAnswer> + Send + 'static>>;
 
 /// The longest SSE event `data` (or non-streaming JSON body) the scanner
 /// keeps for its structured check (1 MiB); beyond it only the raw match

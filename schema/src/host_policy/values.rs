@@ -258,12 +258,30 @@ impl fmt::Display for Origin {
 pub struct RelayRoute {
     /// Uppercase method such as `POST`.
     pub method: String,
-    /// Exact path beginning with `/`, such as `/v1/messages`.
+    /// Path beginning with `/`, such as `/v1/messages`. A segment written
+    /// `{name}` is a placeholder that matches exactly one non-empty path
+    /// segment (see `palisade_policy::relay_route`); every other segment
+    /// matches only itself.
     pub path: String,
+    /// `outward = …, target = …` of a table route: a request matching this
+    /// route is an outward action decided by `[outward]` before it is
+    /// forwarded. `None` for a plain (string) route: forwarded as today.
+    pub outward: Option<RouteOutward>,
+}
+
+/// The outward class of a table route: `{ route = "POST /repos/{owner}/{repo}/issues/{number}/comments",
+/// outward = "github.post.comment", target = "github.com/{owner}/{repo}/issues/{number}" }`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RouteOutward {
+    /// The outward kind the request is decided as.
+    pub kind: super::OutwardKind,
+    /// The target template: text with `{name}` placeholders, each one of
+    /// the route path's placeholders (checked at parse time).
+    pub target: String,
 }
 
 impl RelayRoute {
-    /// Parses `METHOD /path`.
+    /// Parses `METHOD /path` (a plain route, no outward class).
     pub fn parse(text: &str) -> Result<Self, String> {
         let (method, path) = text
             .split_once(' ')
@@ -280,11 +298,35 @@ impl RelayRoute {
                 "`{path}` must be an exact path starting with `/`, without `.`/`..` segments, `//`, query, `%` or wildcards"
             ));
         }
+        for seg in path.split('/') {
+            if (seg.contains('{') || seg.contains('}')) && placeholder_name(seg).is_none() {
+                return Err(format!(
+                    "`{seg}` in `{path}`: a placeholder is a whole segment `{{name}}` (letters, digits, `_`)"
+                ));
+            }
+        }
         Ok(Self {
             method: method.to_owned(),
             path: path.to_owned(),
+            outward: None,
         })
     }
+
+    /// The placeholder names of the path, in order (`owner`, `repo`, …).
+    pub fn placeholders(&self) -> impl Iterator<Item = &str> {
+        self.path.split('/').filter_map(placeholder_name)
+    }
+}
+
+/// `Some(name)` when `seg` is a whole-segment placeholder `{name}`.
+pub fn placeholder_name(seg: &str) -> Option<&str> {
+    let name = seg.strip_prefix('{')?.strip_suffix('}')?;
+    let ok = name
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    ok.then_some(name)
 }
 
 impl fmt::Display for RelayRoute {
