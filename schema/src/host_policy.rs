@@ -1708,6 +1708,17 @@ fn read_relay_routes(
         );
     }
     // A plain route that wins over an outward route for some requests.
+    // Compared only within one method and segment count, under a budget of
+    // pair comparisons so that a huge route list cannot stall the parser
+    // (past it the advisory lint stops; nothing is enforced here).
+    let mut outward_by: BTreeMap<(&str, usize), Vec<&RelayRoute>> = BTreeMap::new();
+    for o in routes.iter().filter(|o| o.outward.is_some()) {
+        outward_by
+            .entry((o.method.as_str(), o.path.split('/').count()))
+            .or_default()
+            .push(o);
+    }
+    let mut budget: usize = 1 << 20;
     for (j, plain) in routes
         .iter()
         .enumerate()
@@ -1716,10 +1727,14 @@ fn read_relay_routes(
         let Some(at) = authored_at.get(j) else {
             continue;
         };
-        if let Some(o) = routes
-            .iter()
-            .find(|o| o.outward.is_some() && shadows(plain, o))
-        {
+        let group = outward_by
+            .get(&(plain.method.as_str(), plain.path.split('/').count()))
+            .map_or(&[][..], Vec::as_slice);
+        if budget < group.len() {
+            break;
+        }
+        budget -= group.len();
+        if let Some(o) = group.iter().find(|o| shadows(plain, o)) {
             let path = r.path.key("routes").index(*at);
             cx.warning(
                 "route_shadows_outward",

@@ -510,3 +510,26 @@ fn a_plain_route_that_wins_over_an_outward_one_is_flagged() {
         );
     }
 }
+
+#[test]
+fn a_huge_route_list_is_parsed_in_bounded_work() {
+    // Near the size limit: thousands of plain and outward routes of one
+    // method and length, every pair compatible (the shadow lint's worst case).
+    let mut routes = Vec::new();
+    let mut len = 0;
+    let mut i = 0;
+    while len < MAX_POLICY_BYTES - 4096 {
+        let plain = format!("\"POST /p/{{x}}/{i}\"");
+        let outward = format!(
+            "{{ route = \"POST /p/{i}/{{y}}\", outward = \"github.post\", target = \"t/{{y}}\" }}"
+        );
+        len += plain.len() + outward.len() + 4;
+        routes.push(plain);
+        routes.push(outward);
+        i += 1;
+    }
+    let text = http(&routes.join(", "));
+    assert!(text.len() <= MAX_POLICY_BYTES);
+    let p = policy(&text);
+    assert_eq!(p.egress.relays[0].routes.len(), routes.len());
+}
