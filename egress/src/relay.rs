@@ -2000,8 +2000,10 @@ impl Relay {
                 return Err((
                     StatusCode::BAD_REQUEST,
                     "invalid_segment",
-                    "A path segment that fills a route placeholder must be plain \
-                     (letters, digits, `.`, `_`, `~`, `-`; no percent-encoding, `.` or `..`)",
+                    "A path segment is not one the relay forwards: a route placeholder takes one \
+                     plain segment (letters, digits, `.`, `_`, `~`, `-`; no percent-encoding, `.` \
+                     or `..`), and a near-miss of an outward route (letter case, trailing `/`) is \
+                     refused",
                 ));
             }
         };

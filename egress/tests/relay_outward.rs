@@ -652,6 +652,9 @@ async fn segments_that_fill_placeholders_must_be_plain() {
         "/repos/acme/./issues/1/comments",
         "/repos//app/issues/1/comments",
         "/repos/acme/app/issues/1%3F/comments",
+        // a near-miss of the outward route an origin that folds case could act on
+        "/repos/acme/app/ISSUES/1/comments",
+        "/repos/acme/app/issues/1/comments/",
     ] {
         let (status, body) = send(&r.sock, request("POST", path, &r.key())).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
