@@ -1,7 +1,10 @@
 //! Host relays: a reverse proxy on a private Unix socket (directory 0700,
-//! socket 0600) to **one** exact HTTPS origin, with exact `METHOD path`
-//! routes. The worker holds a credential-shaped, per-session random
-//! placeholder; the relay checks it in constant time, strips it with every
+//! socket 0600) to **one** exact HTTPS origin, with `METHOD path` routes
+//! matched on the raw path (a `{name}` segment matches one plain segment,
+//! [`palisade_policy::relay_route`]). The worker holds a credential-shaped,
+//! per-session random placeholder (for an HTTP Basic credential, as the
+//! password of `Basic base64(username:placeholder)`); the relay checks it
+//! in constant time, strips it with every
 //! other inbound credential and hop-by-hop header, injects the host-held
 //! credential, ignores the worker's `Host`, refuses method, URL and host
 //! override headers (and a `_method` query parameter), never follows a
@@ -25,6 +28,13 @@
 //! The upstream is always asked for `accept-encoding: identity`; a response
 //! under any other content or transfer coding is refused (502
 //! `encoded_response`), never passed on unread.
+//!
+//! A request matching an outward route ([`Route::outward`]) is an outward
+//! action: after admission and before the origin is dialled the relay
+//! awaits [`RelayGate::outward`] (a relay without a gate denies), forwards
+//! only on `allow`, exactly once, and reports it executed once
+//! ([`RelayGate::outward_executed`]) when it was sent; anything else is 403
+//! `outward_denied`, outcome [`RelayOutcome::OutwardDenied`], with the ticket.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
