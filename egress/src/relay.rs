@@ -59,7 +59,10 @@ use crate::resolve::Resolver;
 use palisade_schema::host_policy::{Origin, RequestHost};
 
 mod gate;
+mod git;
 mod overrides;
+
+pub use git::{ANOTHER_REF_REFUSED, GIT_DELETE_REF, GIT_FORCE_PUSH, GIT_PUSH, GitSettings};
 
 pub use gate::{
     MAX_SCANNED, OutwardFuture, RelayGate, RouteRefusal, ServerToolResult, ToolResultScanner,
@@ -426,8 +429,11 @@ pub struct RelayConfig {
     origin: Origin,
     /// The origin's host, parsed once when the config is made.
     upstream: RequestHost,
-    /// Exact routes.
+    /// Exact routes (none for a git relay, whose routes are implicit).
     pub routes: Vec<Route>,
+    /// `kind = "git"`: git smart HTTP, each ref update of a push an
+    /// outward action (`relay/git.rs`); `None` for an HTTP relay.
+    pub git: Option<GitSettings>,
     /// The host-held credential.
     pub credential: Credential,
     /// The per-session placeholder the worker presents in the credential header.
@@ -488,6 +494,31 @@ impl RelayConfig {
         if routes.is_empty() {
             return Err(RelayConfigError::NoRoutes(name.to_owned()));
         }
+        Self::build(name, origin, routes, credential, placeholder)
+    }
+
+    /// A `kind = "git"` relay to `origin` (routes implicit), serving the
+    /// `OWNER/REPO` paths `git` allows, with the defaults of
+    /// [`RelayConfig::new`].
+    pub fn new_git(
+        name: &str,
+        origin: Origin,
+        git: GitSettings,
+        credential: Credential,
+        placeholder: Placeholder,
+    ) -> Result<Self, RelayConfigError> {
+        let mut config = Self::build(name, origin, Vec::new(), credential, placeholder)?;
+        config.git = Some(git);
+        Ok(config)
+    }
+
+    fn build(
+        name: &str,
+        origin: Origin,
+        routes: Vec<Route>,
+        credential: Credential,
+        placeholder: Placeholder,
+    ) -> Result<Self, RelayConfigError> {
         let origin_err = |reason| RelayConfigError::Origin {
             origin: origin.to_string(),
             reason,
@@ -509,6 +540,7 @@ impl RelayConfig {
             origin,
             upstream,
             routes,
+            git: None,
             credential,
             placeholder,
             max_body: DEFAULT_MAX_BODY,
@@ -561,11 +593,13 @@ impl RelayConfig {
             username,
         } = credential;
         // CONTRACT: applied by the egress pieces of issue 18; refused until then.
-        if *kind != palisade_schema::host_policy::RelayKind::Http
-            || preset.is_some()
-            || !repos.is_empty()
+        let git = *kind == palisade_schema::host_policy::RelayKind::Git;
+        if preset.is_some()
             || username.is_some()
             || routes.iter().any(|r| r.outward.is_some())
+            // a git relay's routes are implicit; `repos` is a git setting
+            || (git && !routes.is_empty())
+            || (!git && !repos.is_empty())
         {
             return Err(RelayConfigError::Unsupported(name.clone()));
         }
@@ -576,8 +610,18 @@ impl RelayConfig {
         let credential = Credential::new(header, prefix, secret)?;
         let placeholder = Placeholder::generate(&PlaceholderFormat::for_relay(relay))
             .map_err(|_| RelayConfigError::Placeholder)?;
-        let mut config =
-            Self::new(name, origin.clone(), routes, credential, placeholder)?.with_limits(limits);
+        let config = if git {
+            Self::new_git(
+                name,
+                origin.clone(),
+                GitSettings::new(repos.clone()),
+                credential,
+                placeholder,
+            )?
+        } else {
+            Self::new(name, origin.clone(), routes, credential, placeholder)?
+        };
+        let mut config = config.with_limits(limits);
         config.provider = provider.clone();
         Ok(config)
     }
@@ -1520,11 +1564,20 @@ impl Relay {
             down: Arc::new(AtomicU64::new(0)),
             t0,
         };
-        match self.forward(req, &mut guard.record, t0).await {
+        let answer = if cfg.git.is_some() {
+            self.forward_git(req, &mut guard.record, t0).await
+        } else {
+            self.forward(req, &mut guard.record, t0).await
+        };
+        match answer {
             Ok(resp) => {
-                guard.record.outcome = RelayOutcome::Forwarded;
+                // a refused push is answered (a report git prints) but
+                // keeps its outcome
+                if guard.record.outcome != RelayOutcome::OutwardDenied {
+                    guard.record.outcome = RelayOutcome::Forwarded;
+                    guard.record.reason = "forwarded".into();
+                }
                 guard.record.status = resp.status().as_u16();
-                guard.record.reason = "forwarded".into();
                 let inner = self.inner.clone();
                 let (parts, body) = resp.into_parts();
                 let body = body
