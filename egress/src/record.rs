@@ -181,9 +181,6 @@ pub enum RelayOutcome {
     /// Refused because the session's routing state keeps content from the
     /// relay's provider ([`crate::relay::RelayGate::admit`]).
     RoutingDenied,
-    /// Answered, but the outward action it carried was refused (a push
-    /// whose ref updates the session refused): nothing was applied.
-    OutwardDenied,
 }
 
 impl RelayOutcome {
@@ -193,7 +190,6 @@ impl RelayOutcome {
             Self::Forwarded => "forwarded",
             Self::Refused => "refused",
             Self::RoutingDenied => "routing_denied",
-            Self::OutwardDenied => "outward_denied",
         }
     }
 }
