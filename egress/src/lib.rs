@@ -109,12 +109,20 @@ pub mod relay;
 pub mod resolve;
 pub mod sni;
 
+/// A loopback git origin over the real `git http-backend`, for tests: not
+/// part of the public API, no semver guarantee (only with `cfg(fuzzing)` or
+/// the `testing` feature).
+#[cfg(any(fuzzing, feature = "testing"))]
+#[doc(hidden)]
+pub mod __git_origin;
+
 /// Fuzzing entry points: not part of the public API, no semver guarantee
 /// (only with `cfg(fuzzing)` or the `testing` feature).
 #[cfg(any(fuzzing, feature = "testing"))]
 #[doc(hidden)]
 pub mod __fuzz {
     pub use crate::body::__fuzz::chunked_body;
+    pub use crate::git::__fuzz::{pack as git_pack, push_head as git_push, report as git_report};
     pub use crate::head::__fuzz::request_head;
     pub use crate::relay::__fuzz::tool_results;
     pub use crate::sni::__fuzz::client_hello;
