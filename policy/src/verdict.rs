@@ -171,10 +171,11 @@ impl Verdict {
     /// [`Reason::TaintedSession`] denial the code followed by `: ` and the
     /// detail (what tainted the session and when), as `docs/egress.md`
     /// shows; likewise for a [`Reason::RoutingDenied`] denial (the rule,
-    /// the path and the provider).
+    /// the path and the provider) and a [`Reason::RelayRequired`] one (the
+    /// relay to use).
     pub fn record_reason(&self) -> String {
         match self.reason {
-            Reason::TaintedSession | Reason::RoutingDenied => {
+            Reason::TaintedSession | Reason::RoutingDenied | Reason::RelayRequired => {
                 format!("{}: {}", self.reason, self.detail)
             }
             r => r.code().to_owned(),

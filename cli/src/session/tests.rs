@@ -1213,7 +1213,8 @@ async fn a_direct_connection_to_an_outward_relay_s_origin_is_refused_naming_the_
     assert_eq!(refused["body"]["decision"], "deny", "{refused}");
     let reason = refused["body"]["reason"].as_str().unwrap_or_default();
     assert!(reason.starts_with("relay_required"), "{refused}");
-    // The rule names the relay to use: `egress.relay[0]` is `github-git`.
+    // The refusal names the relay to use, by name and by rule.
+    assert!(reason.contains("relay `github-git`"), "{refused}");
     assert_eq!(refused["body"]["rule"], "egress.relay[0]", "{refused}");
     let allowed = egress
         .iter()
