@@ -526,7 +526,10 @@ impl Session {
     /// Records `path` as a restricted read in the form [`Event::Read`]
     /// keeps (absolute when the policy names a working directory), whether
     /// or not `rules` restrict it now.
-    #[cfg_attr(not(feature = "evidence"), allow(dead_code))]
+    #[cfg_attr(
+        not(feature = "evidence"),
+        expect(dead_code, reason = "only `Session::rebuild_from` (feature `evidence`) calls it")
+    )]
     pub(crate) fn add_restricted_read(&mut self, rules: &Rules, path: &str) {
         let _ = self.insert_restricted(rules, rules.path_forms(path));
     }
