@@ -878,9 +878,12 @@ impl Relay {
             .updates
             .iter()
             .map(|u| {
-                candidates(u)
+                // every candidate is asked (none skipped), then combined
+                let answers: Vec<AskAnswer> = candidates(u)
                     .iter()
-                    .all(|k| gate.outward_policy(relay, &action(k, u)) == AskAnswer::Deny)
+                    .map(|k| gate.outward_policy(relay, &action(k, u)))
+                    .collect();
+                answers.iter().all(|a| *a == AskAnswer::Deny)
             })
             .collect();
         if denied.iter().any(|d| *d) {
