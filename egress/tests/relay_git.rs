@@ -751,6 +751,16 @@ fn a_push_refused_after_its_pack_is_cut_before_the_trailer_and_changes_nothing()
             ]
         );
         assert!(gate.executed().is_empty(), "nothing executed");
+        let records = rig.records(3).await;
+        let push = records
+            .iter()
+            .find(|r| r.path.ends_with("/git-receive-pack"))
+            .unwrap();
+        assert_eq!(
+            (push.outcome, push.reason.as_str()),
+            (RelayOutcome::OutwardDenied, "outward_denied")
+        );
+        assert!(push.bytes_up > 0, "the pack but its trailer went upstream");
 
         // positive control: the same push, both allowed, lands
         let rig2 = Rig::start(&[], Some(Gate::allow_all())).await;
@@ -1165,4 +1175,39 @@ fn a_large_push_streams_through_a_small_buffer() {
         );
         assert_eq!(rig.relay.buffered_bytes(), 0);
     });
+}
+
+#[test]
+fn from_policy_maps_kind_git_and_repos() {
+    let text = |extra: &str| {
+        format!(
+            "[[egress.relay]]\nname = \"github-git\"\nkind = \"git\"\norigin = \"https://github.com\"\ncredential = {{ header = \"authorization\", from_env = \"GH\", username = \"x-access-token\" }}\n{extra}"
+        )
+    };
+    let policy = |t: &str| {
+        palisade_schema::host_policy::parse("palisade.toml", t)
+            .unwrap()
+            .into_value()
+    };
+    let p = policy(&text("repos = [\"acme/*\"]\n"));
+    let c = RelayConfig::from_policy(&p.egress.relays[0], Secret::new(real_token())).unwrap();
+    let git = c.git.as_ref().expect("a git relay");
+    assert!(git.serves("acme/app"));
+    assert!(!git.serves("evil/app"), "repos is applied");
+    assert!(c.routes.is_empty(), "routes are implicit");
+    assert_eq!(c.credential.username(), Some("x-access-token"));
+    // without repos: every repository
+    let p = policy(&text(""));
+    let c = RelayConfig::from_policy(&p.egress.relays[0], Secret::new(real_token())).unwrap();
+    assert!(c.git.as_ref().unwrap().serves("anyone/anything"));
+    // an HTTP relay is not a git relay (positive control of the mapping)
+    let http = "[[egress.relay]]\nname = \"api\"\norigin = \"https://api.example.com\"\nroutes = [\"POST /v1\"]\ncredential = { header = \"x-api-key\", from_env = \"K\" }\n";
+    let p = policy(http);
+    let c = RelayConfig::from_policy(&p.egress.relays[0], Secret::new(real_token())).unwrap();
+    assert!(c.git.is_none());
+    // `repos` given to an HTTP relay by a caller that built the policy by
+    // hand is refused, never ignored
+    let mut relay = p.egress.relays[0].clone();
+    relay.repos = vec![TargetGlob::parse("acme/*").unwrap()];
+    assert!(RelayConfig::from_policy(&relay, Secret::new(real_token())).is_err());
 }
