@@ -274,6 +274,16 @@ async fn start(
     basic: Option<&str>,
     approval_timeout: Duration,
 ) -> TestRelay {
+    start_with(outward, basic, approval_timeout, |_| {}).await
+}
+
+/// [`start`], with the relay's config changed by `configure`.
+async fn start_with(
+    outward: Option<&str>,
+    basic: Option<&str>,
+    approval_timeout: Duration,
+    configure: impl FnOnce(&mut RelayConfig),
+) -> TestRelay {
     let (addr, cert, seen) = origin().await;
     let origin = palisade_schema::host_policy::Origin::parse(&format!(
         "https://api.github.test:{}",
@@ -302,6 +312,7 @@ async fn start(
         .with_roots(roots)
         .unwrap();
     config.addresses = AddressPolicy::new(vec!["127.0.0.0/8".parse().unwrap()]);
+    configure(&mut config);
     let recorder = Arc::new(MemoryRecorder::new());
     let resolver =
         Arc::new(StaticResolver::new().with("api.github.test", &["127.0.0.1".parse().unwrap()]));
@@ -566,6 +577,34 @@ async fn an_ask_holds_the_request_until_the_host_answers() {
 }
 
 #[tokio::test]
+async fn the_body_deadlines_do_not_bound_the_approval_wait() {
+    // a body deadline of 2 s, an approval given after more than that
+    let r = start_with(Some(POLICY), None, Duration::from_secs(300), |c| {
+        c.body_timeout = Duration::from_secs(2);
+        c.body_idle_timeout = Duration::from_secs(2);
+    })
+    .await;
+    let server = r.server.clone().unwrap();
+    let sock = r.sock.clone();
+    let key = r.key();
+    let asked = tokio::spawn(async move {
+        send(
+            &sock,
+            request("POST", "/repos/third/app/issues/4/comments", &key),
+        )
+        .await
+    });
+    let p = pending(&server).await;
+    // a wait, not a measurement: the held request outlives both deadlines
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(server.resolve(p.ticket, true), "still pending");
+    let (status, body) = asked.await.unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(r.seen().len(), 1);
+    assert_eq!(r.seen()[0].body.as_ref(), b"{\"body\":\"LGTM\"}");
+}
+
+#[tokio::test]
 async fn an_unanswered_ask_is_denied_by_the_approval_timeout() {
     // the timeout bounds how long a held request (and its buffered body) waits
     let r = start(Some(POLICY), None, Duration::from_millis(300)).await;
@@ -613,6 +652,9 @@ async fn segments_that_fill_placeholders_must_be_plain() {
         "/repos/acme/./issues/1/comments",
         "/repos//app/issues/1/comments",
         "/repos/acme/app/issues/1%3F/comments",
+        // a near-miss of the outward route an origin that folds case could act on
+        "/repos/acme/app/ISSUES/1/comments",
+        "/repos/acme/app/issues/1/comments/",
     ] {
         let (status, body) = send(&r.sock, request("POST", path, &r.key())).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
@@ -753,4 +795,54 @@ async fn curl_posts_an_approved_comment_through_the_relay() {
     assert!(text.contains("outward_denied"), "{text}");
     assert_eq!(r.seen().len(), 1, "only the allowed one reached the origin");
     assert_eq!(r.executed().len(), 1);
+}
+
+#[tokio::test]
+async fn concurrent_outward_requests_are_each_decided_and_executed_once() {
+    let r = start(Some(POLICY), None, Duration::from_secs(300)).await;
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        for owner in ["other", "acme"] {
+            let sock = r.sock.clone();
+            let key = r.key();
+            tasks.push(tokio::spawn(async move {
+                let path = format!("/repos/{owner}/x/issues/{i}/comments");
+                (owner, send(&sock, request("POST", &path, &key)).await.0)
+            }));
+        }
+    }
+    for t in tasks {
+        let (owner, status) = t.await.unwrap();
+        let want = if owner == "other" {
+            StatusCode::CREATED
+        } else {
+            StatusCode::FORBIDDEN
+        };
+        assert_eq!(status, want, "{owner}");
+    }
+    let mut seen: Vec<String> = r.seen().into_iter().map(|s| s.uri).collect();
+    seen.sort();
+    let want: Vec<String> = (0..6)
+        .map(|i| format!("/repos/other/x/issues/{i}/comments"))
+        .collect();
+    assert_eq!(seen, want, "each allowed one once, no denied one");
+    let mut tickets: Vec<u64> = r.executed().into_iter().map(|(t, _)| t).collect();
+    tickets.sort_unstable();
+    tickets.dedup();
+    assert_eq!(tickets.len(), 6, "six executed, each its own ticket");
+    let recs = r.records(12).await;
+    let mut forwarded: Vec<u64> = recs
+        .iter()
+        .filter(|x| x.outcome == RelayOutcome::Forwarded)
+        .map(|x| x.ticket.unwrap())
+        .collect();
+    forwarded.sort_unstable();
+    assert_eq!(forwarded, tickets, "each record names its own ticket");
+    assert_eq!(
+        recs.iter()
+            .filter(|x| x.outcome == RelayOutcome::OutwardDenied)
+            .count(),
+        6
+    );
+    assert_eq!(*r.gate.as_ref().unwrap().refused_reports.lock().unwrap(), 0);
 }
