@@ -32,13 +32,20 @@ pub(crate) struct Args {
     wait: u64,
 }
 
+/// One pending action as a line: ticket, kind, target and reason, then the
+/// relay that holds it (`via relay NAME`, when a relay asks) and whether the
+/// session is tainted, each tab-separated.
 fn show(p: &PendingAction) -> String {
     format!(
-        "{}\t{}\t{}\t{}{}",
+        "{}\t{}\t{}\t{}{}{}",
         p.ticket,
         p.kind,
         p.target,
         p.reason,
+        p.via
+            .as_ref()
+            .map(|v| format!("\tvia relay {v}"))
+            .unwrap_or_default(),
         if p.tainted { "\t(tainted session)" } else { "" }
     )
 }
@@ -93,4 +100,33 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         if approve { "approved" } else { "denied" }
     );
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(via: Option<&str>, tainted: bool) -> PendingAction {
+        PendingAction {
+            ticket: 7,
+            kind: "git.push".into(),
+            target: "github.com/acme/app:refs/heads/main".into(),
+            reason: "no rule matched: default ask".into(),
+            tainted,
+            via: via.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_relay_s_pending_action_names_the_relay_and_keeps_the_columns() {
+        assert_eq!(
+            show(&pending(Some("github-git"), true)),
+            "7\tgit.push\tgithub.com/acme/app:refs/heads/main\tno rule matched: default ask\tvia relay github-git\t(tainted session)"
+        );
+        // A worker's own request: the line as it always was.
+        assert_eq!(
+            show(&pending(None, false)),
+            "7\tgit.push\tgithub.com/acme/app:refs/heads/main\tno rule matched: default ask"
+        );
+    }
 }

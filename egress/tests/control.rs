@@ -447,3 +447,56 @@ async fn the_worker_endpoint_cannot_take_a_checkpoint() {
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_ticket_is_reported_executed_by_that_relay_alone() {
+    let h = start(Duration::from_millis(100));
+    let action = palisade_egress::control::OutwardAction::new(
+        "git.push",
+        "github.com/acme/app:refs/heads/agent/x",
+        Some("github-git"),
+    );
+    let answer = h.server.request_outward(&action).await;
+    assert_eq!(answer.decision, AskAnswer::Allow);
+    // The worker guesses the relay's ticket and reports it first: refused,
+    // so the relay's own record (with the ref and the upstream status)
+    // cannot be replaced by the worker's.
+    let w = h.worker.clone();
+    let t = answer.ticket;
+    match blocking(move || client(&w).executed(t, Some(0))).await {
+        Err(ClientError::Refused { code, message }) => {
+            assert_eq!(code, "unknown_ticket");
+            assert!(message.contains("relay"), "{message}");
+        }
+        other => panic!("the worker reported a relay's ticket: {other:?}"),
+    }
+    let result = palisade_egress::control::OutwardResult {
+        status: Some(200),
+        ..Default::default()
+    };
+    // Positive control: the relay reports it, once.
+    assert!(h.server.relay_executed(t, &action, &result));
+    assert!(!h.server.relay_executed(t, &action, &result));
+    // And a worker's ticket is the worker's: a relay cannot report it,
+    // the worker can (positive control).
+    let w = h.worker.clone();
+    let own = blocking(move || client(&w).outward("git.push", "r").unwrap()).await;
+    assert_eq!(own.decision, AskAnswer::Allow);
+    assert!(!h.server.relay_executed(own.ticket, &action, &result));
+    let w = h.worker.clone();
+    let t = own.ticket;
+    blocking(move || client(&w).executed(t, Some(0)).unwrap()).await;
+    let events = h.fake.events.lock().unwrap().clone();
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.starts_with("executed"))
+            .cloned()
+            .collect::<Vec<_>>(),
+        vec![
+            format!("executed {} git.push Some(200)", answer.ticket),
+            format!("executed {} git.push Some(0)", own.ticket),
+        ],
+        "{events:?}"
+    );
+}

@@ -20,12 +20,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use palisade_egress::control::{
-    AskAnswer, CheckpointSummary, ControlBackend, Endpoint, OutwardAnswer, PendingAction,
-    PolicyAnswer, SessionView, TaintEntry, TaintKind,
+    AskAnswer, CheckpointSummary, ControlBackend, ControlServer, Endpoint, OutwardAction,
+    OutwardAnswer, OutwardResult, PendingAction, PolicyAnswer, SessionView, TaintEntry, TaintKind,
 };
 use palisade_egress::decide::Decider;
 use palisade_egress::record::{Acceptance, ProxyEvent, Recorder};
-use palisade_egress::relay::{RelayGate, RouteRefusal, ServerToolResult};
+use palisade_egress::relay::{OutwardFuture, RelayGate, RouteRefusal, ServerToolResult};
 use palisade_evidence::{Body, Entry, Flags, JournalWriter, Kind, Timestamp};
 use palisade_isolate::observe::{Attribution, Response};
 use palisade_isolate::stage::{CommitFilter, Stage};
@@ -170,6 +170,11 @@ pub(crate) struct SessionCore {
     pending: AtomicUsize,
     /// Print approval prompts for the operator (`palisade approve`).
     host_endpoint: Option<String>,
+    /// The session's control server, which decides the relays' outward
+    /// actions ([`RelayGate::outward`]); set once it exists (it holds this
+    /// core as its backend), cleared when the session ends. Until it is
+    /// set, every outward action a relay asks about is denied.
+    control: Mutex<Option<ControlServer>>,
 }
 
 impl std::fmt::Debug for SessionCore {
@@ -211,7 +216,28 @@ impl SessionCore {
             stage: Mutex::new(None),
             pending: AtomicUsize::new(0),
             host_endpoint,
+            control: Mutex::new(None),
         })
+    }
+
+    /// The control server that decides the relays' outward actions, from
+    /// now on (the server holds this core as its backend, so it can only be
+    /// handed over once both exist).
+    pub(crate) fn set_control(&self, control: ControlServer) {
+        *lock(&self.control) = Some(control);
+    }
+
+    /// Forgets the control server (the session ends; this also breaks the
+    /// reference cycle between the server and its backend). Relays then
+    /// deny every outward action again.
+    pub(crate) fn clear_control(&self) {
+        *lock(&self.control) = None;
+    }
+
+    /// The control server, when it is set (cloned: never held under the
+    /// lock while an approval is awaited).
+    fn control(&self) -> Option<ControlServer> {
+        lock(&self.control).clone()
     }
 
     /// The journal.
@@ -680,6 +706,90 @@ impl RelayGate for SessionCore {
         // the journal holds it.
         !self.journal.failed()
     }
+
+    /// The control server's policy answer, no record, no ask; deny while
+    /// there is no control server.
+    fn outward_policy(&self, relay: &str, action: &OutwardAction) -> AskAnswer {
+        let action = via_relay(relay, action.clone());
+        self.control()
+            .map_or(AskAnswer::Deny, |c| c.outward_policy(&action).verdict)
+    }
+
+    /// Decided by the control server exactly as a worker's `outward`
+    /// request (asks wait for `palisade approve`), recorded with the relay
+    /// and the action's facts. Without a control server: denied, and
+    /// recorded as such.
+    fn outward(&self, relay: &str, action: OutwardAction) -> OutwardFuture {
+        let action = via_relay(relay, action);
+        let Some(control) = self.control() else {
+            let answer = self.no_control(&action);
+            return Box::pin(std::future::ready(answer));
+        };
+        Box::pin(async move { control.request_outward(&action).await })
+    }
+
+    /// Refused without asking, recorded as decided, deny.
+    fn outward_refused(&self, relay: &str, action: OutwardAction, reason: &str) -> OutwardAnswer {
+        let action = via_relay(relay, action);
+        match self.control() {
+            Some(c) => c.refuse_outward(&action, reason),
+            None => self.no_control(&action),
+        }
+    }
+
+    /// Recorded once per allowed ticket (the control server refuses a
+    /// second report, and a ticket it did not allow).
+    fn outward_executed(
+        &self,
+        relay: &str,
+        ticket: u64,
+        action: &OutwardAction,
+        result: &OutwardResult,
+    ) {
+        let action = via_relay(relay, action.clone());
+        let recorded = self
+            .control()
+            .is_some_and(|c| c.relay_executed(ticket, &action, result));
+        if !recorded {
+            eprintln!(
+                "palisade: relay `{relay}` reported ticket {ticket} executed, but that ticket was not allowed to it or was reported already; not recorded again"
+            );
+        }
+    }
+}
+
+/// `action` as carried out by `relay`: the gate's caller names the relay,
+/// so the record's `via` is that name whatever the action said.
+fn via_relay(relay: &str, mut action: OutwardAction) -> OutwardAction {
+    action.via = Some(relay.to_owned());
+    action
+}
+
+/// The keys an `outward_action` record sets itself: an action's or a
+/// result's facts never replace them.
+const OUTWARD_RECORD_KEYS: &[&str] = &[
+    "event", "ticket", "kind", "target", "via", "policy", "decision", "approval", "rule", "reason",
+    "tainted", "status",
+];
+
+/// Adds `via` (when there is one) and the facts of `details` to an
+/// `outward_action` body, never over a key the record sets itself.
+fn with_facts(
+    mut body: Value,
+    via: Option<&str>,
+    details: &[&std::collections::BTreeMap<String, String>],
+) -> Value {
+    if let Some(o) = body.as_object_mut() {
+        if let Some(v) = via {
+            o.insert("via".into(), json!(v));
+        }
+        for (k, v) in details.iter().flat_map(|d| d.iter()) {
+            if !OUTWARD_RECORD_KEYS.contains(&k.as_str()) {
+                o.entry(k.clone()).or_insert_with(|| json!(v));
+            }
+        }
+    }
+    body
 }
 
 impl SessionCore {
@@ -692,6 +802,104 @@ impl SessionCore {
             Flags::NONE
         };
         self.journal.record(kind, &event.to_json(), flags)
+    }
+}
+
+impl SessionCore {
+    /// The answer for a relay's outward action while there is no control
+    /// server: denied, and recorded as decided (ticket 0 is never issued).
+    fn no_control(&self, action: &OutwardAction) -> OutwardAnswer {
+        let answer = OutwardAnswer {
+            ticket: 0,
+            decision: AskAnswer::Deny,
+            policy: AskAnswer::Deny,
+            approval: None,
+            rule: None,
+            reason: format!(
+                "the session's control channel is not running, so `{}` on `{}` is refused",
+                action.kind, action.target
+            ),
+        };
+        self.relay_outward_settled(action, &answer);
+        answer
+    }
+
+    /// Records `outward_action` decided: the worker's requests (`via`
+    /// `None`, no facts) and the relays' alike.
+    fn record_outward_decided(
+        &self,
+        kind: &str,
+        target: &str,
+        via: Option<&str>,
+        details: &[&std::collections::BTreeMap<String, String>],
+        a: &OutwardAnswer,
+    ) {
+        if a.approval.is_some() {
+            self.pending.fetch_sub(1, Ordering::SeqCst);
+        }
+        let tainted = self.is_tainted();
+        let body = json!({
+            "event": "decided",
+            "ticket": a.ticket,
+            "kind": kind,
+            "target": target,
+            "policy": a.policy.as_str(),
+            "decision": a.decision.as_str(),
+            "approval": a.approval.map(|x| match x {
+                palisade_egress::control::Approval::Approved => "approved",
+                palisade_egress::control::Approval::Denied => "denied",
+                palisade_egress::control::Approval::TimedOut => "timed_out",
+                palisade_egress::control::Approval::Cancelled => "cancelled",
+            }),
+            "rule": a.rule,
+            "reason": a.reason,
+            "tainted": tainted,
+        });
+        self.journal.record(
+            Kind::OutwardAction,
+            &with_facts(body, via, details),
+            if tainted { Flags::TAINTED } else { Flags::NONE },
+        );
+    }
+
+    /// Records `outward_action` executed (`irreversible`) after applying
+    /// the outward taint event: the worker's reports and the relays' alike.
+    fn record_outward_executed(
+        &self,
+        ticket: u64,
+        kind: &str,
+        target: &str,
+        via: Option<&str>,
+        details: &[&std::collections::BTreeMap<String, String>],
+        status: Option<i32>,
+    ) {
+        let fx = lock(&self.state).session.apply(
+            &self.rules,
+            now_ms(),
+            &TaintEvent::Outward {
+                kind: kind.to_owned(),
+                target: target.to_owned(),
+            },
+        );
+        // Executed means done: even a failed command may have had an effect,
+        // so an executed action is irreversible whatever its status.
+        let _ = fx;
+        let flags = if self.is_tainted() {
+            Flags::TAINTED | Flags::IRREVERSIBLE
+        } else {
+            Flags::IRREVERSIBLE
+        };
+        let body = json!({
+            "event": "executed",
+            "ticket": ticket,
+            "kind": kind,
+            "target": target,
+            "decision": "allow",
+            "policy": null,
+            "status": status,
+        });
+        self.journal
+            .record(Kind::OutwardAction, &with_facts(body, via, details), flags);
     }
 }
 
@@ -774,69 +982,48 @@ impl ControlBackend for SessionCore {
             .as_ref()
             .map(|e| format!(": palisade approve --socket {e} {} [--deny]", p.ticket))
             .unwrap_or_default();
+        let via = p
+            .via
+            .as_ref()
+            .map(|v| format!(" through relay `{v}`"))
+            .unwrap_or_default();
         eprintln!(
-            "palisade: outward `{}` to `{}` waits for approval (ticket {}){how}",
+            "palisade: outward `{}` to `{}`{via} waits for approval (ticket {}){how}",
             p.kind, p.target, p.ticket
         );
     }
 
     fn outward_settled(&self, kind: &str, target: &str, a: &OutwardAnswer) {
-        if a.approval.is_some() {
-            self.pending.fetch_sub(1, Ordering::SeqCst);
-        }
-        let tainted = self.is_tainted();
-        self.journal.record(
-            Kind::OutwardAction,
-            &json!({
-                "event": "decided",
-                "ticket": a.ticket,
-                "kind": kind,
-                "target": target,
-                "policy": a.policy.as_str(),
-                "decision": a.decision.as_str(),
-                "approval": a.approval.map(|x| match x {
-                    palisade_egress::control::Approval::Approved => "approved",
-                    palisade_egress::control::Approval::Denied => "denied",
-                    palisade_egress::control::Approval::TimedOut => "timed_out",
-                    palisade_egress::control::Approval::Cancelled => "cancelled",
-                }),
-                "rule": a.rule,
-                "reason": a.reason,
-                "tainted": tainted,
-            }),
-            if tainted { Flags::TAINTED } else { Flags::NONE },
-        );
+        self.record_outward_decided(kind, target, None, &[], a);
     }
 
     fn outward_executed(&self, ticket: u64, kind: &str, target: &str, status: Option<i32>) {
-        let fx = lock(&self.state).session.apply(
-            &self.rules,
-            now_ms(),
-            &TaintEvent::Outward {
-                kind: kind.to_owned(),
-                target: target.to_owned(),
-            },
+        self.record_outward_executed(ticket, kind, target, None, &[], status);
+    }
+
+    /// Recorded as the worker's requests are, with the relay (`via`) and
+    /// the action's facts (`ref`, `old`, `new`, `method`, `path`).
+    fn relay_outward_settled(&self, action: &OutwardAction, answer: &OutwardAnswer) {
+        self.record_outward_decided(
+            &action.kind,
+            &action.target,
+            action.via.as_deref(),
+            &[&action.detail],
+            answer,
         );
-        // Executed means done: even a failed command may have had an effect,
-        // so an executed action is irreversible whatever its status.
-        let _ = fx;
-        let flags = if self.is_tainted() {
-            Flags::TAINTED | Flags::IRREVERSIBLE
-        } else {
-            Flags::IRREVERSIBLE
-        };
-        self.journal.record(
-            Kind::OutwardAction,
-            &json!({
-                "event": "executed",
-                "ticket": ticket,
-                "kind": kind,
-                "target": target,
-                "decision": "allow",
-                "policy": null,
-                "status": status,
-            }),
-            flags,
+    }
+
+    /// Recorded as the worker's reports are (`irreversible`, the outward
+    /// taint event), with the relay, the action's facts and the result's
+    /// (`result`).
+    fn relay_outward_executed(&self, ticket: u64, action: &OutwardAction, result: &OutwardResult) {
+        self.record_outward_executed(
+            ticket,
+            &action.kind,
+            &action.target,
+            action.via.as_deref(),
+            &[&action.detail, &result.detail],
+            result.status,
         );
     }
 

@@ -623,6 +623,9 @@ pub(crate) fn run(
         .await
     });
     drop(rt);
+    // The server held the core as its backend: the relays are gone, and the
+    // cycle between the two ends here.
+    core.clear_control();
     if !started {
         let e = result.err().unwrap_or_default();
         return left.refuse(Some(core.journal()), e);
@@ -872,6 +875,9 @@ async fn bind_services(
         core.clone(),
         ControlConfig::default().with_approval_timeout(approval_timeout),
     );
+    // The relays' outward actions are decided by this same server (asks
+    // listed by `palisade approve`); until now they were denied.
+    core.set_control(control.clone());
     let control_path = dir.join("control.sock");
     let worker_listener =
         ControlListener::bind_unix(&control_path, 0o600).map_err(|e| e.to_string())?;

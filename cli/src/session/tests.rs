@@ -11,14 +11,14 @@ use std::time::Duration;
 
 use palisade_egress::control::{
     AskAnswer, ControlAddr, ControlBackend, ControlClient, ControlConfig, ControlListener,
-    ControlServer, Endpoint, TaintKind,
+    ControlServer, Endpoint, OutwardAction, OutwardResult, TaintKind,
 };
 use palisade_egress::proxy::{Listener, Proxy, shutdown_channel};
 use palisade_egress::resolve::StaticResolver;
 use palisade_evidence::{JournalKey, JournalWriter, Timestamp, WriterOptions};
 use palisade_schema::host_policy::RequestHost;
 
-use palisade_egress::relay::RelayGate as _;
+use palisade_egress::relay::RelayGate;
 
 use super::core::{Journal, SessionCore, now_ms};
 use crate::steering::SteeringWatch;
@@ -168,6 +168,8 @@ async fn rig_with(policy_text: &str) -> Rig {
         ControlListener::bind_unix(&hp, 0o600).unwrap(),
         Endpoint::Host,
     );
+    // As `palisade run` does: the relays' outward actions go to this server.
+    core.set_control(control.clone());
     Rig {
         dir,
         core,
@@ -995,4 +997,167 @@ fn a_degraded_observer_feeds_the_session_and_says_so() {
     assert_eq!(raised[0]["body"]["detail"], "notes/untrusted.md");
     assert_eq!(raised[0]["body"]["by"], "observer");
     drop(o);
+}
+
+/// A ref update as the git relay describes it.
+fn ref_update(kind: &str, branch: &str) -> OutwardAction {
+    OutwardAction::new(
+        kind,
+        format!("github.com/acme/app:refs/heads/{branch}"),
+        None,
+    )
+    .with("ref", format!("refs/heads/{branch}"))
+    .with("old", "1".repeat(40))
+    .with("new", "2".repeat(40))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_outward_action_asks_through_the_control_server_and_is_recorded_with_its_relay_and_facts()
+ {
+    let r = rig().await;
+    // Clean, allowed by the policy: forwarded at once (positive control).
+    let push = ref_update("git.push", "agent/x");
+    assert_eq!(r.core.outward_policy("github-git", &push), AskAnswer::Allow);
+    let allowed = r.core.outward("github-git", push.clone()).await;
+    assert_eq!(allowed.decision, AskAnswer::Allow);
+    assert!(r.control.pending().is_empty());
+
+    // Not listed: the default asks, and the relay's request waits for the
+    // host, listed with the relay that holds it.
+    let force = ref_update("git.force_push", "main");
+    assert_eq!(r.core.outward_policy("github-git", &force), AskAnswer::Ask);
+    let core = r.core.clone();
+    let f = force.clone();
+    let asked = tokio::spawn(async move { core.outward("github-git", f).await });
+    let mut pending = None;
+    for _ in 0..500 {
+        if let Some(p) = r.control.pending().first() {
+            pending = Some(p.clone());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let pending = pending.expect("the relay's force push must wait for approval");
+    assert_eq!(pending.via.as_deref(), Some("github-git"));
+    assert_eq!(pending.kind, "git.force_push");
+    let h = r.host.clone();
+    let t = pending.ticket;
+    let listed = blocking(move || client(&h).pending().unwrap()).await;
+    assert_eq!(listed[0].via.as_deref(), Some("github-git"), "{listed:?}");
+    let h = r.host.clone();
+    blocking(move || client(&h).resolve(t, false).unwrap()).await;
+    let denied = asked.await.unwrap();
+    assert_eq!(
+        (denied.policy, denied.decision),
+        (AskAnswer::Ask, AskAnswer::Deny)
+    );
+
+    // The allowed push reached the origin: recorded once, however often
+    // the relay says so; the denied one is never recorded as executed.
+    let result = OutwardResult {
+        status: Some(200),
+        detail: [("result".to_owned(), "ok".to_owned())].into(),
+    };
+    let gate: &dyn RelayGate = &*r.core;
+    gate.outward_executed("github-git", allowed.ticket, &push, &result);
+    gate.outward_executed("github-git", allowed.ticket, &push, &result);
+    gate.outward_executed("github-git", denied.ticket, &force, &result);
+
+    let lines = journal_lines_after(&r, 0).await;
+    let outward: Vec<_> = lines
+        .iter()
+        .filter(|l| l["kind"] == "outward_action")
+        .collect();
+    assert_eq!(outward.len(), 3, "{outward:?}");
+    let (d1, d2, ex) = (&outward[0]["body"], &outward[1]["body"], &outward[2]);
+    assert_eq!(d1["event"], "decided");
+    assert_eq!(d1["decision"], "allow");
+    assert_eq!(d1["via"], "github-git");
+    assert_eq!(d1["ref"], "refs/heads/agent/x");
+    assert_eq!(d1["old"], "1".repeat(40));
+    assert_eq!(d1["new"], "2".repeat(40));
+    assert_eq!(d2["kind"], "git.force_push");
+    assert_eq!(d2["policy"], "ask");
+    assert_eq!(d2["approval"], "denied");
+    assert_eq!(d2["decision"], "deny");
+    assert_eq!(d2["via"], "github-git");
+    assert_eq!(d2["ref"], "refs/heads/main");
+    assert_eq!(ex["body"]["event"], "executed");
+    assert_eq!(ex["body"]["ticket"], allowed.ticket);
+    assert_eq!(ex["body"]["via"], "github-git");
+    assert_eq!(ex["body"]["ref"], "refs/heads/agent/x");
+    assert_eq!(ex["body"]["status"], 200);
+    assert_eq!(ex["body"]["result"], "ok");
+    assert!(
+        ex["flags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f == "irreversible"),
+        "{ex}"
+    );
+    // The pending count went back to zero once the ask was settled.
+    assert_eq!(r.core.state().pending, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_outward_action_before_the_control_server_exists_is_denied_and_recorded() {
+    let d = direct(POLICY, &[]);
+    let push = ref_update("git.push", "agent/x");
+    // No control server yet: the policy would allow it, the gate does not.
+    assert_eq!(d.core.outward_policy("github-git", &push), AskAnswer::Deny);
+    let answer = d.core.outward("github-git", push.clone()).await;
+    assert_eq!(answer.decision, AskAnswer::Deny);
+    assert!(answer.reason.contains("control channel"), "{answer:?}");
+    let refused = d
+        .core
+        .outward_refused("github-git", push.clone(), "another ref");
+    assert_eq!(refused.decision, AskAnswer::Deny);
+    // Nothing allowed, so nothing can be reported executed.
+    RelayGate::outward_executed(
+        &*d.core,
+        "github-git",
+        answer.ticket,
+        &push,
+        &OutwardResult::default(),
+    );
+    let rec = d.records("outward_action");
+    assert_eq!(rec.len(), 2, "{rec:?}");
+    assert!(rec.iter().all(|r| r["body"]["event"] == "decided"
+        && r["body"]["decision"] == "deny"
+        && r["body"]["via"] == "github-git"));
+
+    // Positive control: once the server is set, the same push is allowed.
+    let control = ControlServer::new(d.core.clone(), ControlConfig::default());
+    d.core.set_control(control);
+    assert_eq!(d.core.outward_policy("github-git", &push), AskAnswer::Allow);
+    let answer = d.core.outward("github-git", push.clone()).await;
+    assert_eq!(answer.decision, AskAnswer::Allow);
+    // And cleared at the end of the session: denied again.
+    d.core.clear_control();
+    assert_eq!(d.core.outward_policy("github-git", &push), AskAnswer::Deny);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_s_facts_never_replace_the_record_s_own_keys() {
+    let r = rig().await;
+    let action = OutwardAction::new("payment", "shop.example/cart", Some("not-the-relay"))
+        .with("decision", "allow")
+        .with("ticket", "0")
+        .with("method", "POST");
+    let answer = r.core.outward("shop", action).await;
+    assert_eq!(answer.decision, AskAnswer::Deny);
+    let lines = journal_lines_after(&r, 0).await;
+    let rec: Vec<_> = lines
+        .iter()
+        .filter(|l| l["kind"] == "outward_action")
+        .collect();
+    assert_eq!(rec.len(), 1, "{rec:?}");
+    let body = &rec[0]["body"];
+    assert_eq!(body["decision"], "deny");
+    assert_eq!(body["ticket"], answer.ticket);
+    // The gate's caller names the relay, whatever the action said.
+    assert_eq!(body["via"], "shop");
+    // A fact that is no key of the record is kept (positive control).
+    assert_eq!(body["method"], "POST");
 }

@@ -219,6 +219,10 @@ struct Issued {
     target: String,
     allowed: bool,
     executed: bool,
+    /// Issued to a relay ([`ControlServer::request_outward`]): only that
+    /// relay reports it executed, never the worker (whose report would
+    /// take the place of the relay's record).
+    relay: bool,
 }
 
 struct Shared {
@@ -312,6 +316,7 @@ impl ControlServer {
                 target: action.target.clone(),
                 allowed: answer.decision == AskAnswer::Allow,
                 executed: false,
+                relay: true,
             },
         );
         answer
@@ -359,7 +364,7 @@ impl ControlServer {
         let ok = {
             let mut issued = lock(&self.shared.issued);
             match issued.get_mut(&ticket) {
-                Some(i) if i.allowed && !i.executed => {
+                Some(i) if i.relay && i.allowed && !i.executed => {
                     i.executed = true;
                     true
                 }
@@ -557,6 +562,7 @@ async fn handle(shared: &Arc<Shared>, endpoint: Endpoint, req: Request) -> Respo
             let found = {
                 let mut issued = lock(&shared.issued);
                 match issued.get_mut(&ticket) {
+                    Some(i) if i.relay => Err("belongs to a relay, which reports it itself"),
                     Some(i) if i.allowed && !i.executed => {
                         i.executed = true;
                         Ok(i.clone())
@@ -586,6 +592,7 @@ async fn handle(shared: &Arc<Shared>, endpoint: Endpoint, req: Request) -> Respo
                     target,
                     allowed: answer.decision == AskAnswer::Allow,
                     executed: false,
+                    relay: false,
                 },
             );
             Response {
