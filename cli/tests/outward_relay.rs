@@ -1081,78 +1081,9 @@ step clone git clone -q \"$ORIGIN/acme/app.git\" app
 // 7. The injected credential reaches the origin; the placeholder never does,
 // and the credential is in no record and no output.
 
-#[test]
-fn the_relays_inject_the_host_credential_and_it_never_leaks() {
-    if skip() {
-        return;
-    }
-    let git = Git::start(&[]);
-    let rest = Rest::start();
-    let port = git.port();
-    let s = session(
-        &policy(
-            Some(port),
-            Some(rest.port),
-            &[],
-            &format!(
-                "default = \"deny\"\nallow = [{{ kind = \"git.push\", target = \"git.test:{port}/acme/app:refs/heads/agent/*\" }}, {{ kind = \"github.post.comment\" }}]\n"
-            ),
-        ),
-        &[git.ca_pem(), rest.ca_pem.clone()],
-    );
-    let script = format!(
-        "{}echo placeholder=$GH_TOKEN
-step clone git clone -q \"$ORIGIN/acme/app.git\" app
-cd app
-echo cred > cred.txt && git add cred.txt && git commit -qm cred
-step push git push origin HEAD:refs/heads/agent/cred
-step post curl -sS -o /dev/null -w '%{{http_code}}' -X POST \
- -H \"authorization: Bearer $GH_TOKEN\" --data '{{}}' \"$GH_API/repos/acme/app/issues/1/comments\"
-",
-        prelude(port)
-    );
-    let r = s.run(&script, &[]);
-    assert_eq!(r.code, 0, "{r}");
-    let placeholder = r.value("placeholder");
-    assert!(placeholder.len() >= 16, "{r}");
-    assert_eq!(r.rc("push"), 0, "{r}");
-    assert!(git.rev("refs/heads/agent/cred").is_some(), "{r}");
-    assert_eq!(r.log("post"), "201", "{r}");
-
-    // The REST origin saw the host's credential, never the placeholder.
-    let seen = rest.seen();
-    assert_eq!(seen.len(), 1, "{seen:?}");
-    let auth = seen[0].authorization.clone().unwrap_or_default();
-    assert!(
-        auth == format!("Bearer {}", rest_token()),
-        "CREDENTIAL_INJECTED: the origin did not get the host's credential"
-    );
-    assert!(!auth.contains(&placeholder));
-    // The git origin saw HTTP Basic with the host's token, never the placeholder.
-    let basic = format!(
-        "Basic {}",
-        base64_encode(format!("x-access-token:{}", git_token()).as_bytes())
-    );
-    // Every request, the reads and the push.
-    let git_auth = git.origin.authorizations("");
-    assert!(
-        git.origin.requests("/git-receive-pack") >= 1,
-        "the push never reached the git origin"
-    );
-    assert!(
-        git_auth
-            .iter()
-            .all(|a| a.as_deref() == Some(basic.as_str())),
-        "CREDENTIAL_INJECTED: a request reached the git origin without the host's credential"
-    );
-    assert!(
-        git_auth
-            .iter()
-            .all(|a| !a.as_deref().unwrap_or("").contains(&placeholder))
-    );
-
-    // Neither credential is in the journal, the worker's output or palisade's.
-    s.verify();
+/// Neither host credential (nor its Basic encoding) is in the journal,
+/// the worker's output or palisade's.
+fn assert_no_credential(s: &Session, r: &Run) {
     let text = std::fs::read_to_string(&s.journal).unwrap();
     for secret in [git_token(), rest_token()] {
         let encoded = base64_encode(format!("x-access-token:{secret}").as_bytes());
@@ -1167,6 +1098,113 @@ step post curl -sS -o /dev/null -w '%{{http_code}}' -X POST \
             );
         }
     }
+}
+
+#[test]
+fn the_rest_relay_injects_the_host_credential_and_it_never_leaks() {
+    if skip() {
+        return;
+    }
+    let rest = Rest::start();
+    let s = session(
+        &policy(
+            None,
+            Some(rest.port),
+            &[],
+            "default = \"deny\"\nallow = [{ kind = \"github.post.comment\" }]\n",
+        ),
+        &[rest.ca_pem.clone()],
+    );
+    let script = format!(
+        "{}echo placeholder=$GH_TOKEN
+step post curl -sS -o /dev/null -w '%{{http_code}}' -X POST \
+ -H \"authorization: Bearer $GH_TOKEN\" --data '{{}}' \"$GH_API/repos/acme/app/issues/1/comments\"
+",
+        prelude(0)
+    );
+    let r = s.run(&script, &[]);
+    assert_eq!(r.code, 0, "{r}");
+    let placeholder = r.value("placeholder");
+    assert!(placeholder.len() >= 16, "{r}");
+    assert_eq!(r.log("post"), "201", "{r}");
+
+    // The origin saw the host's credential (so the scans below look for a
+    // string that really travelled), never the placeholder.
+    let seen = rest.seen();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let auth = seen[0].authorization.clone().unwrap_or_default();
+    assert!(
+        auth == format!("Bearer {}", rest_token()),
+        "CREDENTIAL_INJECTED: the origin did not get the host's credential"
+    );
+    assert!(!auth.contains(&placeholder));
+    s.verify();
+    assert_no_credential(&s, &r);
+}
+
+#[test]
+fn the_git_relay_injects_the_host_credential_as_basic_and_it_never_leaks() {
+    if skip() {
+        return;
+    }
+    let git = Git::start(&[]);
+    let port = git.port();
+    let s = session(
+        &policy(
+            Some(port),
+            None,
+            &[],
+            &format!(
+                "default = \"deny\"\nallow = [{{ kind = \"git.push\", target = \"git.test:{port}/acme/app:refs/heads/agent/*\" }}]\n"
+            ),
+        ),
+        &[git.ca_pem()],
+    );
+    // The header the session configured for the worker's git (its placeholder).
+    let script = format!(
+        "{}env | sed -n 's/^GIT_CONFIG_VALUE_[0-9]*=[Aa]uthorization: *//p' | sed 's/^/worker_auth=/'
+step clone git clone -q \"$ORIGIN/acme/app.git\" app
+cd app
+echo cred > cred.txt && git add cred.txt && git commit -qm cred
+step push git push origin HEAD:refs/heads/agent/cred
+",
+        prelude(port)
+    );
+    let r = s.run(&script, &[]);
+    assert_eq!(r.code, 0, "{r}");
+    let worker_auth = r.value("worker_auth");
+    assert!(worker_auth.starts_with("Basic "), "{r}");
+    assert_eq!(r.rc("clone"), 0, "{r}");
+    assert_eq!(r.rc("push"), 0, "{r}");
+    assert!(git.rev("refs/heads/agent/cred").is_some(), "{r}");
+
+    // Every request (the reads and the push) carried HTTP Basic with the
+    // host's token, none the worker's header.
+    let basic = format!(
+        "Basic {}",
+        base64_encode(format!("x-access-token:{}", git_token()).as_bytes())
+    );
+    assert_ne!(worker_auth, basic);
+    assert!(
+        git.origin.requests("/git-receive-pack") >= 1,
+        "the push never reached the git origin"
+    );
+    let git_auth = git.origin.authorizations("");
+    assert!(!git_auth.is_empty());
+    assert!(
+        git_auth
+            .iter()
+            .all(|a| a.as_deref() == Some(basic.as_str())),
+        "CREDENTIAL_INJECTED: a request reached the git origin without the host's credential"
+    );
+    assert!(
+        git_auth
+            .iter()
+            .all(|a| a.as_deref() != Some(worker_auth.as_str())),
+        "the worker's placeholder reached the git origin"
+    );
+    s.verify();
+    assert_no_credential(&s, &r);
 }
 
 /// Standard base64 with padding (what HTTP Basic uses).
