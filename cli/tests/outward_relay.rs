@@ -932,7 +932,7 @@ fn a_comment_route_asks_and_runs_once_when_approved_and_never_when_denied() {
     let rest = Rest::start();
     let s = session(
         &policy(None, Some(rest.port), &[], "default = \"ask\"\n"),
-        &[rest.ca_pem.clone()],
+        std::slice::from_ref(&rest.ca_pem),
     );
     let post = |n: u32| {
         format!(
@@ -1113,7 +1113,7 @@ fn the_rest_relay_injects_the_host_credential_and_it_never_leaks() {
             &[],
             "default = \"deny\"\nallow = [{ kind = \"github.post.comment\" }]\n",
         ),
-        &[rest.ca_pem.clone()],
+        std::slice::from_ref(&rest.ca_pem),
     );
     let script = format!(
         "{}echo placeholder=$GH_TOKEN
