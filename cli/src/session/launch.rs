@@ -240,9 +240,91 @@ const PALISADE_VARS: &[&str] = &[
     "PALISADE_STEP_GRANT",
 ];
 
+/// Whether `name` is one of git's configuration-by-environment variables
+/// (`GIT_CONFIG_COUNT`, `GIT_CONFIG_KEY_<n>`, `GIT_CONFIG_VALUE_<n>`), which
+/// a session with a git relay sets for the worker.
+fn is_git_config_var(name: &str) -> bool {
+    name == GIT_CONFIG_COUNT
+        || name.starts_with("GIT_CONFIG_KEY_")
+        || name.starts_with("GIT_CONFIG_VALUE_")
+}
+
+/// git's count of configuration entries given by environment.
+const GIT_CONFIG_COUNT: &str = "GIT_CONFIG_COUNT";
+
+/// What a git relay needs from the worker's git: the relay's base URL and
+/// the placeholder it presents.
+struct GitRelayView<'a> {
+    relay: &'a palisade_schema::host_policy::Relay,
+    base_url: &'a str,
+    placeholder: &'a str,
+}
+
+/// The worker's git configuration for the session's git relays, all
+/// together, as git reads it from the environment: for each relay,
+/// `url.<base>/.insteadOf = <origin>/` (so `git clone https://github.com/…`
+/// goes to the relay) and `http.<base>/.extraHeader = <header>: <value>`
+/// (the placeholder, as HTTP Basic `base64(<username>:<placeholder>)` when
+/// the relay has a `username`, else `<prefix><placeholder>`). Empty without
+/// git relays. Two git relays for one origin are an error (git would pick
+/// one of them), and so is a header that is not one line of text.
+fn git_config_vars(relays: &[GitRelayView<'_>]) -> Result<Vec<(String, String)>, String> {
+    use base64::Engine as _;
+    let mut entries: Vec<(String, String)> = Vec::new();
+    let mut origins: Vec<(String, &str)> = Vec::new();
+    for g in relays {
+        let r = g.relay;
+        if r.kind != palisade_schema::host_policy::RelayKind::Git {
+            continue;
+        }
+        let o = &r.origin;
+        let default_port = if o.scheme == "http" { 80 } else { 443 };
+        let origin = if o.port == default_port {
+            format!("{}://{}/", o.scheme, o.host)
+        } else {
+            format!("{}://{}:{}/", o.scheme, o.host, o.port)
+        };
+        if let Some((_, other)) = origins.iter().find(|(seen, _)| *seen == origin) {
+            return Err(format!(
+                "relays `{other}` and `{}` are both git relays for {origin}: the worker's git can be sent to one of them only; keep one",
+                r.name
+            ));
+        }
+        origins.push((origin.clone(), &r.name));
+        let value = match &r.credential.username {
+            Some(user) => format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD
+                    .encode(format!("{user}:{}", g.placeholder))
+            ),
+            None => format!("{}{}", r.credential.prefix, g.placeholder),
+        };
+        let header = format!("{}: {value}", r.credential.header);
+        if header.chars().any(char::is_control) {
+            return Err(format!(
+                "relay `{}`: its credential header is not one line of text",
+                r.name
+            ));
+        }
+        let base = format!("{}/", g.base_url);
+        entries.push((format!("url.{base}.insteadOf"), origin));
+        entries.push((format!("http.{base}.extraHeader"), header));
+    }
+    if entries.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut vars = vec![(GIT_CONFIG_COUNT.to_owned(), entries.len().to_string())];
+    for (i, (k, v)) in entries.into_iter().enumerate() {
+        vars.push((format!("GIT_CONFIG_KEY_{i}"), k));
+        vars.push((format!("GIT_CONFIG_VALUE_{i}"), v));
+    }
+    Ok(vars)
+}
+
 /// Refuses a variable that `--env` or `[worker] env` sets or passes but the
-/// session would set over it (its proxy, control and relay variables): the
-/// setting would be silently not applied.
+/// session would set over it (its proxy, control and relay variables, and
+/// git's configuration variables when a relay is a git relay): the setting
+/// would be silently not applied.
 fn check_session_env(sb: &Sandbox, policy: &HostPolicy, policy_path: &Path) -> Result<(), String> {
     // Every variable the session sets in the worker itself, over whatever
     // the flags or the policy's `[worker] env` gave.
@@ -255,13 +337,18 @@ fn check_session_env(sb: &Sandbox, policy: &HostPolicy, policy_path: &Path) -> R
         ours.push(relay_url_var(&r.name));
         ours.extend(r.worker_env.keys().cloned());
     }
+    let git = policy
+        .egress
+        .relays
+        .iter()
+        .any(|r| r.kind == palisade_schema::host_policy::RelayKind::Git);
     let given = sb
         .env_vars()
         .iter()
         .map(|(k, _)| k.to_string_lossy().into_owned())
         .chain(sb.profile().env_allow().iter().cloned());
     for name in given {
-        if ours.contains(&name) {
+        if ours.contains(&name) || (git && is_git_config_var(&name)) {
             return Err(format!(
                 "{}: the variable `{name}` (from --env or [worker] env) is set by the governed session itself (its proxy, control or relay variables), so the value given would not reach the worker; remove it",
                 policy_path.display()
@@ -279,6 +366,11 @@ struct ReadyRelay {
     env: Vec<(String, String)>,
 }
 
+/// Environment variables for the worker, in order.
+type EnvVars = Vec<(String, String)>;
+
+/// The relays, ready to serve, and the worker's git configuration for
+/// the git relays among them ([`git_config_vars`]).
 fn build_relays(
     policy: &HostPolicy,
     dir: &Path,
@@ -286,8 +378,9 @@ fn build_relays(
     resolver: &Arc<PinnedResolver>,
     core: &Arc<SessionCore>,
     addresses: &palisade_egress::addr::AddressPolicy,
-) -> Result<Vec<ReadyRelay>, String> {
+) -> Result<(Vec<ReadyRelay>, EnvVars), String> {
     let mut out = Vec::new();
+    let mut git: Vec<(usize, String, palisade_egress::relay::Placeholder)> = Vec::new();
     for (i, r) in policy.egress.relays.iter().enumerate() {
         let port = FIRST_RELAY_PORT
             .checked_add(u16::try_from(i).map_err(|_| "too many relays".to_owned())?)
@@ -320,6 +413,9 @@ fn build_relays(
             };
             env.push((k.clone(), value));
         }
+        if r.kind == palisade_schema::host_policy::RelayKind::Git {
+            git.push((i, base_url.clone(), placeholder.clone()));
+        }
         // The session's routing state admits every request, and sees the
         // provider-side web results in the responses.
         let relay = Relay::new(config, resolver.clone(), core.clone()).with_gate(core.clone());
@@ -330,7 +426,18 @@ fn build_relays(
             env,
         });
     }
-    Ok(out)
+    let views: Vec<GitRelayView<'_>> = git
+        .iter()
+        .filter_map(|(i, base_url, placeholder)| {
+            Some(GitRelayView {
+                relay: policy.egress.relays.get(*i)?,
+                base_url,
+                placeholder: placeholder.expose(),
+            })
+        })
+        .collect();
+    let git_env = git_config_vars(&views)?;
+    Ok((out, git_env))
 }
 
 /// Everything bound and built before the worker starts.
@@ -338,6 +445,8 @@ struct Services {
     proxy: Proxy,
     proxy_listener: Option<Listener>,
     relays: Vec<ReadyRelay>,
+    /// The worker's git configuration for the git relays.
+    git_env: Vec<(String, String)>,
     control: ControlServer,
     worker_listener: Option<ControlListener>,
     host_listener: Option<ControlListener>,
@@ -861,7 +970,7 @@ async fn bind_services(
         .map_err(|e| format!("cannot bind the proxy socket: {e}"))?;
     std::fs::set_permissions(&proxy_path, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| format!("{}: {e}", proxy_path.display()))?;
-    let relays = if provider_credentials {
+    let (relays, git_env) = if provider_credentials {
         build_relays(policy, dir, roots, &resolver, core, &addresses)?
     } else {
         if !policy.egress.relays.is_empty() {
@@ -869,7 +978,7 @@ async fn bind_services(
                 "palisade: this profile gets no provider credentials: relays are not started"
             );
         }
-        Vec::new()
+        (Vec::new(), Vec::new())
     };
     let control = ControlServer::new(
         core.clone(),
@@ -886,6 +995,7 @@ async fn bind_services(
         proxy,
         proxy_listener: Some(Listener::Unix(proxy_listener)),
         relays,
+        git_env,
         control,
         worker_listener: Some(worker_listener),
         host_listener: Some(host_listener),
@@ -945,6 +1055,11 @@ async fn supervise(
         for (k, v) in &r.env {
             sb.env(k, v);
         }
+    }
+    // git goes to the git relays (`git clone https://github.com/…`), with
+    // the placeholder each one expects.
+    for (k, v) in &s.git_env {
+        sb.env(k, v);
     }
 
     let relay_names: Vec<&str> = s
@@ -1305,5 +1420,126 @@ mod tests {
         std::fs::write(&lock, "").unwrap();
         Leftovers::new(&journal, false).discard();
         assert!(!journal.exists() && lock.exists());
+    }
+
+    /// The policy's first relay, made a git relay (the parser's `kind`,
+    /// `username` are set directly: this tests the worker's side only).
+    fn git_relay(
+        origin: &str,
+        name: &str,
+        username: Option<&str>,
+    ) -> palisade_schema::host_policy::Relay {
+        let text = format!(
+            "[[egress.relay]]\nname = \"{name}\"\norigin = \"{origin}\"\nroutes = [\"GET /x\"]\ncredential = {{ header = \"authorization\", from_env = \"GIT_TOKEN\", prefix = \"Bearer \" }}\n"
+        );
+        let (policy, _) = palisade_schema::host_policy::parse("palisade.toml", &text)
+            .unwrap()
+            .into_parts();
+        let mut r = policy.egress.relays.into_iter().next().unwrap();
+        r.kind = palisade_schema::host_policy::RelayKind::Git;
+        r.credential.username = username.map(str::to_owned);
+        if username.is_some() {
+            r.credential.prefix = String::new();
+        }
+        r
+    }
+
+    fn placeholder() -> String {
+        "redlohecalp-ym".chars().rev().collect()
+    }
+
+    #[test]
+    fn git_relays_configure_the_worker_s_git_by_environment() {
+        use base64::Engine as _;
+        let ph = placeholder();
+        let basic = git_relay("https://github.com", "github-git", Some("x-access-token"));
+        let bearer = git_relay("https://git.test:8443", "other-git", None);
+        let vars = git_config_vars(&[
+            GitRelayView {
+                relay: &basic,
+                base_url: "http://127.0.0.1:41001",
+                placeholder: &ph,
+            },
+            GitRelayView {
+                relay: &bearer,
+                base_url: "http://127.0.0.1:41002",
+                placeholder: &ph,
+            },
+        ])
+        .unwrap();
+        let get = |k: &str| {
+            vars.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| panic!("{k} is not set: {vars:?}"))
+        };
+        assert_eq!(get("GIT_CONFIG_COUNT"), "4");
+        assert_eq!(vars.len(), 9, "{vars:?}");
+        assert_eq!(
+            get("GIT_CONFIG_KEY_0"),
+            "url.http://127.0.0.1:41001/.insteadOf"
+        );
+        assert_eq!(get("GIT_CONFIG_VALUE_0"), "https://github.com/");
+        assert_eq!(
+            get("GIT_CONFIG_KEY_1"),
+            "http.http://127.0.0.1:41001/.extraHeader"
+        );
+        let header = get("GIT_CONFIG_VALUE_1");
+        let encoded = header.strip_prefix("authorization: Basic ").unwrap();
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(decoded).unwrap(),
+            format!("x-access-token:{ph}")
+        );
+        // Not on 443: the origin keeps its port; no username: the prefix.
+        assert_eq!(
+            get("GIT_CONFIG_KEY_2"),
+            "url.http://127.0.0.1:41002/.insteadOf"
+        );
+        assert_eq!(get("GIT_CONFIG_VALUE_2"), "https://git.test:8443/");
+        assert_eq!(
+            get("GIT_CONFIG_VALUE_3"),
+            format!("authorization: Bearer {ph}")
+        );
+    }
+
+    #[test]
+    fn only_git_relays_configure_git_and_one_origin_has_one_git_relay() {
+        let ph = placeholder();
+        let mut http = git_relay("https://api.test", "api", None);
+        http.kind = palisade_schema::host_policy::RelayKind::Http;
+        let view = |r| GitRelayView {
+            relay: r,
+            base_url: "http://127.0.0.1:41001",
+            placeholder: &ph,
+        };
+        assert!(git_config_vars(&[view(&http)]).unwrap().is_empty());
+        let a = git_relay("https://github.com", "a", None);
+        let b = git_relay("https://github.com:443", "b", None);
+        let e = git_config_vars(&[view(&a), view(&b)]).unwrap_err();
+        assert!(e.contains("`a` and `b`"), "{e}");
+        // Positive control: either one alone is fine.
+        assert_eq!(git_config_vars(&[view(&b)]).unwrap().len(), 5);
+    }
+
+    #[test]
+    fn a_given_git_config_variable_is_refused_when_a_relay_is_a_git_relay() {
+        let text = "[[egress.relay]]\nname = \"github-git\"\norigin = \"https://github.com\"\nroutes = [\"GET /x\"]\ncredential = { header = \"authorization\", from_env = \"GIT_TOKEN\" }\n";
+        let (mut policy, _) = palisade_schema::host_policy::parse("palisade.toml", text)
+            .unwrap()
+            .into_parts();
+        let mut sb = Sandbox::new(palisade_isolate::Profile::governed());
+        sb.env("GIT_CONFIG_KEY_0", "core.hooksPath");
+        // Positive control: an HTTP relay sets no git variable, so it passes.
+        check_session_env(&sb, &policy, Path::new("palisade.toml")).unwrap();
+        policy.egress.relays[0].kind = palisade_schema::host_policy::RelayKind::Git;
+        let e = check_session_env(&sb, &policy, Path::new("palisade.toml")).unwrap_err();
+        assert!(e.contains("`GIT_CONFIG_KEY_0`"), "{e}");
+        let mut sb = Sandbox::new(palisade_isolate::Profile::governed());
+        sb.env("GIT_CONFIG_COUNT", "1");
+        let e = check_session_env(&sb, &policy, Path::new("palisade.toml")).unwrap_err();
+        assert!(e.contains("`GIT_CONFIG_COUNT`"), "{e}");
     }
 }

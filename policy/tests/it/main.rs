@@ -15,6 +15,7 @@ mod cases;
 mod fixture;
 mod model;
 mod naive;
+mod one_way_out;
 mod plan;
 mod props;
 mod provider_hosts;
