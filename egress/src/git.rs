@@ -62,6 +62,56 @@ impl std::fmt::Display for ObjectId {
     }
 }
 
+/// Most bytes of one pkt-line, its 4 length digits included (git's
+/// `LARGE_PACKET_MAX`).
+pub const MAX_PKT_LEN: usize = 65520;
+
+/// One pkt-line as the push head and the report read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PktLine<'a> {
+    /// `0000`.
+    Flush,
+    /// A data packet's payload (the length digits stripped).
+    Data(&'a [u8]),
+}
+
+/// The pkt-line at `pos` of `buf` and the position after it; `None`: the
+/// packet is not complete yet. A delim (`0001`), response-end (`0002`), a
+/// length of 3 or one over [`MAX_PKT_LEN`] is an error naming its byte.
+pub(crate) fn read_pkt(buf: &[u8], pos: usize) -> Result<Option<(PktLine<'_>, usize)>, GitError> {
+    let Some(digits) = buf.get(pos..pos.saturating_add(4)) else {
+        return Ok(None);
+    };
+    let mut len = 0usize;
+    for &d in digits {
+        let v = match d {
+            b'0'..=b'9' => d - b'0',
+            b'a'..=b'f' => d - b'a' + 10,
+            b'A'..=b'F' => d - b'A' + 10,
+            _ => return Err(GitError::PktLength(pos)),
+        };
+        len = len * 16 + usize::from(v);
+    }
+    match len {
+        0 => Ok(Some((PktLine::Flush, pos + 4))),
+        1..=3 => Err(GitError::PktLength(pos)),
+        _ if len > MAX_PKT_LEN => Err(GitError::PktLength(pos)),
+        _ => Ok(buf
+            .get(pos + 4..pos + len)
+            .map(|payload| (PktLine::Data(payload), pos + len))),
+    }
+}
+
+/// A pkt-line of `payload` (at most `MAX_PKT_LEN - 4` bytes).
+pub(crate) fn write_pkt(out: &mut Vec<u8>, payload: &[u8]) {
+    let len = payload.len() + 4;
+    for shift in [12u32, 8, 4, 0] {
+        let nibble = (len >> shift) & 15;
+        out.push(HEX.get(nibble).copied().unwrap_or(b'0'));
+    }
+    out.extend_from_slice(payload);
+}
+
 /// Why a push could not be read; the relay refuses it whole.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -81,4 +131,147 @@ pub enum GitError {
     /// The stream ended early.
     #[error("truncated {0}")]
     Truncated(&'static str),
+}
+
+/// Fuzzing entry points (`egress_git_push`, `egress_git_pack`,
+/// `egress_git_report`): no panic, and the same answer whatever the
+/// chunking.
+#[cfg(any(fuzzing, feature = "testing"))]
+pub mod __fuzz {
+    use super::pack::PackScanner;
+    use super::pktline::parse_push_head;
+    use super::report::{RefStatus, ReportReader, refusal_body};
+
+    /// Splits `data` into pieces of 0 to 7 bytes from `seed`.
+    fn pieces(data: &[u8], mut seed: u32) -> Vec<&[u8]> {
+        let mut out = Vec::new();
+        let mut rest = data;
+        seed |= 1;
+        while !rest.is_empty() {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            let n = usize::try_from(seed % 8).unwrap_or(1).min(rest.len());
+            let (now, later) = rest.split_at(n);
+            out.push(now);
+            rest = later;
+        }
+        out
+    }
+
+    /// A push head: a complete head reads the same from exactly its bytes,
+    /// and every shorter prefix wants more.
+    pub fn push_head(data: &[u8]) {
+        let whole = parse_push_head(data);
+        if let Ok(Some(head)) = &whole {
+            assert!(head.consumed <= data.len(), "consumed within the body");
+            assert!(
+                head.updates.len() <= super::pktline::MAX_UPDATES,
+                "bounded updates"
+            );
+            let exact = data.get(..head.consumed).unwrap_or_default();
+            assert_eq!(parse_push_head(exact), whole, "the head is its own bytes");
+            let short = head.consumed.saturating_sub(1 + data.len() % 7);
+            if short < head.consumed {
+                let prefix = data.get(..short).unwrap_or_default();
+                assert_eq!(parse_push_head(prefix), Ok(None), "a prefix wants more");
+            }
+        }
+    }
+
+    /// A pack (first byte: `sha256` when odd, the next two a split seed):
+    /// the same result whole and in pieces.
+    pub fn pack(data: &[u8]) {
+        let (head, body) = data.split_at(data.len().min(3));
+        let format = if head.first().copied().unwrap_or(0) & 1 == 1 {
+            "sha256"
+        } else {
+            "sha1"
+        };
+        let seed = u32::from(head.get(1).copied().unwrap_or(1))
+            | u32::from(head.get(2).copied().unwrap_or(7)) << 8;
+        let run = |chunks: Vec<&[u8]>| {
+            let mut scanner = PackScanner::new(format);
+            let mut result = Ok(());
+            for chunk in chunks {
+                result = scanner.feed(chunk);
+                if result.is_err() {
+                    break;
+                }
+            }
+            let result = result.and_then(|()| scanner.finish());
+            let mut commits: Vec<_> = scanner
+                .commits()
+                .map(|(id, p)| (id.clone(), p.to_vec()))
+                .collect();
+            commits.sort();
+            (result, commits)
+        };
+        let whole = run(vec![body]);
+        let split = run(pieces(body, seed));
+        assert_eq!(whole, split, "the same pack whatever the chunking");
+    }
+
+    /// A receive-pack result (first byte: the capabilities, the next two a
+    /// split seed): the same statuses whole and in pieces; and a refusal
+    /// built from the input's lines reads back as written.
+    pub fn report(data: &[u8]) {
+        let (head, body) = data.split_at(data.len().min(3));
+        let pick = head.first().copied().unwrap_or(0);
+        let mut caps = vec!["report-status".to_owned()];
+        match pick % 3 {
+            0 => caps.push("side-band-64k".to_owned()),
+            1 => caps.push("side-band".to_owned()),
+            _ => {}
+        }
+        let seed = u32::from(head.get(1).copied().unwrap_or(1))
+            | u32::from(head.get(2).copied().unwrap_or(7)) << 8;
+        let run = |chunks: Vec<&[u8]>| {
+            let mut reader = ReportReader::new(&caps);
+            let mut ok = true;
+            for chunk in chunks {
+                if reader.feed(chunk).is_err() {
+                    ok = false;
+                    break;
+                }
+            }
+            (ok, reader.results())
+        };
+        let whole = run(vec![body]);
+        let split = run(pieces(body, seed));
+        if whole.0 && split.0 {
+            assert_eq!(whole, split, "the same report whatever the chunking");
+        }
+        // A refusal of the input's words reads back ref for ref.
+        let text = String::from_utf8_lossy(body);
+        let refs: Vec<(String, RefStatus)> = text
+            .split('\n')
+            .take(64)
+            .enumerate()
+            .map(|(i, reason)| {
+                let status = if i % 3 == 0 {
+                    RefStatus::Ok
+                } else {
+                    RefStatus::Ng(reason.to_owned())
+                };
+                (format!("refs/heads/b{i}"), status)
+            })
+            .collect();
+        let refusal = refusal_body(&caps, &refs, &[text.to_string()]);
+        let mut reader = ReportReader::new(&caps);
+        assert_eq!(reader.feed(&refusal), Ok(()), "a refusal reads back");
+        assert!(reader.complete(), "a refusal is complete");
+        let (unpack, got) = reader.results();
+        assert_eq!(unpack.as_deref(), Some("ok"), "unpack ok");
+        assert_eq!(got.len(), refs.len(), "one status per ref");
+        for ((name, want), (got_name, got)) in refs.iter().zip(&got) {
+            assert_eq!(name, got_name, "ref names kept");
+            let same = match (want, got) {
+                (RefStatus::Ok, RefStatus::Ok) => true,
+                (RefStatus::Ng(_), RefStatus::Ng(reason)) => !reason.contains('\n'),
+                _ => false,
+            };
+            assert!(same, "the status of {name} kept, on one line");
+        }
+    }
 }

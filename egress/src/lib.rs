@@ -122,6 +122,7 @@ pub mod __git_origin;
 #[doc(hidden)]
 pub mod __fuzz {
     pub use crate::body::__fuzz::chunked_body;
+    pub use crate::git::__fuzz::{pack as git_pack, push_head as git_push, report as git_report};
     pub use crate::head::__fuzz::request_head;
     pub use crate::relay::__fuzz::tool_results;
     pub use crate::sni::__fuzz::client_hello;
