@@ -63,7 +63,10 @@ use palisade_schema::host_policy::{
 };
 
 mod gate;
+mod git;
 mod overrides;
+
+pub use git::{ANOTHER_REF_REFUSED, GIT_DELETE_REF, GIT_FORCE_PUSH, GIT_PUSH, GitSettings};
 
 pub use gate::{
     MAX_SCANNED, OutwardFuture, RelayGate, RouteRefusal, ServerToolResult, ToolResultScanner,
@@ -589,11 +592,15 @@ pub struct RelayConfig {
     /// The origin's host, parsed once when the config is made.
     upstream: RequestHost,
     /// The routes (`METHOD path`, placeholders matching one segment, an
-    /// outward class on some).
+    /// outward class on some; none for a git relay, whose routes are
+    /// implicit).
     pub routes: Vec<Route>,
     /// The policy's `preset`, whose routes are among [`Self::routes`]
     /// (kept for records and display).
     pub preset: Option<RelayPreset>,
+    /// `kind = "git"`: git smart HTTP, each ref update of a push an
+    /// outward action (`relay/git.rs`); `None` for an HTTP relay.
+    pub git: Option<GitSettings>,
     /// The host-held credential.
     pub credential: Credential,
     /// The per-session placeholder the worker presents in the credential header.
@@ -656,6 +663,31 @@ impl RelayConfig {
         if routes.is_empty() {
             return Err(RelayConfigError::NoRoutes(name.to_owned()));
         }
+        Self::build(name, origin, routes, credential, placeholder)
+    }
+
+    /// A `kind = "git"` relay to `origin` (routes implicit), serving the
+    /// `OWNER/REPO` paths `git` allows, with the defaults of
+    /// [`RelayConfig::new`].
+    pub fn new_git(
+        name: &str,
+        origin: Origin,
+        git: GitSettings,
+        credential: Credential,
+        placeholder: Placeholder,
+    ) -> Result<Self, RelayConfigError> {
+        let mut config = Self::build(name, origin, Vec::new(), credential, placeholder)?;
+        config.git = Some(git);
+        Ok(config)
+    }
+
+    fn build(
+        name: &str,
+        origin: Origin,
+        routes: Vec<Route>,
+        credential: Credential,
+        placeholder: Placeholder,
+    ) -> Result<Self, RelayConfigError> {
         let origin_err = |reason| RelayConfigError::Origin {
             origin: origin.to_string(),
             reason,
@@ -678,6 +710,7 @@ impl RelayConfig {
             upstream,
             routes,
             preset: None,
+            git: None,
             credential,
             placeholder,
             max_body: DEFAULT_MAX_BODY,
@@ -736,9 +769,10 @@ impl RelayConfig {
             prefix,
             username,
         } = credential;
-        // CONTRACT: `kind = "git"` and `repos` are the git relay's
-        // (`relay/git.rs`); refused until it applies them.
-        if *kind != palisade_schema::host_policy::RelayKind::Http || !repos.is_empty() {
+        // a git relay's routes are implicit (and so no preset); `repos`
+        // is a git setting
+        let git = *kind == palisade_schema::host_policy::RelayKind::Git;
+        if (git && (!routes.is_empty() || preset.is_some())) || (!git && !repos.is_empty()) {
             return Err(RelayConfigError::Unsupported(name.clone()));
         }
         let routes = routes
@@ -777,8 +811,18 @@ impl RelayConfig {
         };
         let placeholder = Placeholder::generate(&PlaceholderFormat::for_relay(relay))
             .map_err(|_| RelayConfigError::Placeholder)?;
-        let mut config =
-            Self::new(name, origin.clone(), routes, credential, placeholder)?.with_limits(limits);
+        let config = if git {
+            Self::new_git(
+                name,
+                origin.clone(),
+                GitSettings::new(repos.clone()),
+                credential,
+                placeholder,
+            )?
+        } else {
+            Self::new(name, origin.clone(), routes, credential, placeholder)?
+        };
+        let mut config = config.with_limits(limits);
         config.provider = provider.clone();
         config.preset = *preset;
         Ok(config)
@@ -1825,11 +1869,20 @@ impl Relay {
             t0,
         };
         let mut denied = None;
-        match self.forward(req, &mut guard.record, &mut denied, t0).await {
+        let answer = if cfg.git.is_some() {
+            self.forward_git(req, &mut guard.record, t0).await
+        } else {
+            self.forward(req, &mut guard.record, &mut denied, t0).await
+        };
+        match answer {
             Ok(resp) => {
-                guard.record.outcome = RelayOutcome::Forwarded;
+                // a refused push is answered (a report git prints) but
+                // keeps its outcome
+                if guard.record.outcome != RelayOutcome::OutwardDenied {
+                    guard.record.outcome = RelayOutcome::Forwarded;
+                    guard.record.reason = "forwarded".into();
+                }
                 guard.record.status = resp.status().as_u16();
-                guard.record.reason = "forwarded".into();
                 let inner = self.inner.clone();
                 let (parts, body) = resp.into_parts();
                 let body = body
