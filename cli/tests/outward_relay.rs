@@ -862,7 +862,7 @@ fn a_force_push_to_main_is_refused_while_a_fast_forward_is_allowed() {
             None,
             &[],
             &format!(
-                "default = \"deny\"\nallow = [{{ kind = \"git.push\", target = \"git.test:{port}/acme/app:refs/heads/*\" }}]\ndeny = [{{ kind = \"git.force_push\" }}]\n"
+                "default = \"deny\"\nallow = [{{ kind = \"git.push\", target = \"git.test:{port}/acme/app:refs/heads/**\" }}]\ndeny = [{{ kind = \"git.force_push\" }}]\n"
             ),
         ),
         &[git.ca_pem()],
@@ -1072,7 +1072,14 @@ step clone git clone -q \"$ORIGIN/acme/app.git\" app
     assert_eq!(to_git.len(), 1, "{conns:?}");
     let g = to_git[0];
     assert_eq!(g["body"]["decision"], "deny", "{g}");
-    assert_eq!(g["body"]["reason"], "relay_required", "{g}");
+    // The code, then (as for the other denials with a detail) the relay to use.
+    assert!(
+        g["body"]["reason"]
+            .as_str()
+            .is_some_and(|x| x.starts_with("relay_required")),
+        "{g}"
+    );
+    assert_eq!(g["body"]["rule"], "egress.relay[0]", "{g}");
     assert!(
         g.to_string().contains(&format!("relay `{GIT_RELAY}`")),
         "the refusal names the relay: {g}"
@@ -1203,7 +1210,16 @@ step push git push origin HEAD:refs/heads/agent/cred
         git_auth
             .iter()
             .all(|a| a.as_deref() == Some(basic.as_str())),
-        "CREDENTIAL_INJECTED: a request reached the git origin without the host's credential"
+        "CREDENTIAL_INJECTED: a request reached the git origin without the host's credential: {:?}",
+        git.origin
+            .seen()
+            .iter()
+            .map(|x| (
+                x.method.clone(),
+                x.path.clone(),
+                x.authorization.as_ref().map(|a| a == &basic)
+            ))
+            .collect::<Vec<_>>()
     );
     assert!(
         git_auth
