@@ -848,14 +848,16 @@ step alone git push origin HEAD:refs/heads/agent/two
 }
 
 // ---------------------------------------------------------------------------
-// 4. --force to main is refused by a git.force_push deny; a fast-forward is allowed.
+// 4. --force to main is refused by a git.force_push deny; a fast-forward is
+// allowed. A deletion is its own kind (git.delete_ref), refused by default
+// and allowed where the policy says.
 
 #[test]
-fn a_force_push_to_main_is_refused_while_a_fast_forward_is_allowed() {
+fn a_force_push_to_main_and_a_delete_are_refused_while_a_fast_forward_and_an_allowed_delete_land() {
     if skip() {
         return;
     }
-    let git = Git::start(&["agent/ff"]);
+    let git = Git::start(&["agent/ff", "tmp/old"]);
     let port = git.port();
     let [one, two] = git.seed.clone();
     let s = session(
@@ -864,7 +866,7 @@ fn a_force_push_to_main_is_refused_while_a_fast_forward_is_allowed() {
             None,
             &[],
             &format!(
-                "default = \"deny\"\nallow = [{{ kind = \"git.push\", target = \"git.test:{port}/acme/app:refs/heads/**\" }}]\ndeny = [{{ kind = \"git.force_push\" }}]\n"
+                "default = \"deny\"\nallow = [{{ kind = \"git.push\", target = \"git.test:{port}/acme/app:refs/heads/**\" }}, {{ kind = \"git.delete_ref\", target = \"git.test:{port}/acme/app:refs/heads/tmp/**\" }}]\ndeny = [{{ kind = \"git.force_push\" }}]\n"
             ),
         ),
         &[git.ca_pem()],
@@ -875,6 +877,8 @@ cd app
 echo ff > ff.txt && git add ff.txt && git commit -qm ff
 echo ff=$(git rev-parse HEAD)
 step ff git push origin HEAD:refs/heads/agent/ff
+step delete git push origin :refs/heads/agent/ff
+step delete_tmp git push origin :refs/heads/tmp/old
 git reset -q --hard HEAD~2
 echo rewrite > rewrite.txt && git add rewrite.txt && git commit -qm rewrite
 echo forced=$(git rev-parse HEAD)
@@ -895,7 +899,18 @@ step force git push --force origin HEAD:refs/heads/main
         Some(ff.as_str()),
         "{r}"
     );
-    // The force push did not: main is still the seeded second commit.
+    // The deletion of agent/ff is refused by default; that of tmp/old
+    // (positive control) is allowed and lands.
+    assert_ne!(r.rc("delete"), 0, "{r}");
+    assert!(r.log("delete").contains("(refused by palisade:"), "{r}");
+    assert_eq!(
+        git.rev("refs/heads/agent/ff").as_deref(),
+        Some(ff.as_str()),
+        "{r}"
+    );
+    assert_eq!(r.rc("delete_tmp"), 0, "{r}");
+    assert_eq!(git.rev("refs/heads/tmp/old"), None, "{r}");
+    // The force push did not land: main is still the seeded second commit.
     assert_ne!(r.rc("force"), 0, "{r}");
     let force = r.log("force");
     assert!(force.contains("! [remote rejected]"), "{r}");
@@ -909,7 +924,10 @@ step force git push --force origin HEAD:refs/heads/main
 
     s.verify();
     let decided = s.outward("decided");
-    let f = for_ref(&decided, "refs/heads/agent/ff");
+    let f: Vec<&Value> = for_ref(&decided, "refs/heads/agent/ff")
+        .into_iter()
+        .filter(|d| d["body"]["kind"] != "git.delete_ref")
+        .collect();
     assert_eq!(f.len(), 1, "{decided:?}");
     assert_eq!(f[0]["body"]["kind"], "git.push", "{}", f[0]);
     assert_eq!(f[0]["body"]["decision"], "allow", "{}", f[0]);
@@ -926,9 +944,34 @@ step force git push --force origin HEAD:refs/heads/main
     assert_eq!(m[0]["body"]["rule"], "outward.deny[0]", "{}", m[0]);
     assert_eq!(detail(m[0], "old"), two.as_str(), "{}", m[0]);
     assert_eq!(detail(m[0], "new"), forced.as_str(), "{}", m[0]);
+    let del = for_ref(&decided, "refs/heads/agent/ff")
+        .into_iter()
+        .chain(for_ref(&decided, "refs/heads/tmp/old"))
+        .filter(|d| d["body"]["kind"] == "git.delete_ref")
+        .map(|d| {
+            (
+                detail(d, "ref"),
+                d["body"]["decision"].clone(),
+                detail(d, "new"),
+            )
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(
+        del,
+        [
+            ("refs/heads/agent/ff".into(), "deny".into(), ZERO.into()),
+            ("refs/heads/tmp/old".into(), "allow".into(), ZERO.into()),
+        ],
+        "{decided:?}"
+    );
     let executed = s.outward("executed");
-    assert_eq!(executed.len(), 1, "{executed:?}");
-    assert_eq!(detail(&executed[0], "ref"), "refs/heads/agent/ff");
+    let refs: Vec<Value> = executed.iter().map(|e| detail(e, "ref")).collect();
+    assert_eq!(
+        refs,
+        ["refs/heads/agent/ff", "refs/heads/tmp/old"],
+        "{executed:?}"
+    );
+    assert_eq!(executed[1]["body"]["kind"], "git.delete_ref");
 }
 
 // ---------------------------------------------------------------------------
@@ -1043,6 +1086,8 @@ fn a_direct_connection_to_an_outward_relays_origin_is_refused_and_names_the_rela
         "{}echo git=$(curl -s -o /dev/null --cacert \"$CA\" -w '%{{http_connect}} %{{http_code}}' \"$ORIGIN/acme/app.git/info/refs?service=git-upload-pack\")
 echo other=$(curl -s -o /dev/null --cacert \"$CA\" -w '%{{http_connect}} %{{http_code}}' https://other.test:{}/)
 step clone git clone -q \"$ORIGIN/acme/app.git\" app
+cd app && echo bypass > bypass.txt && git add bypass.txt && git commit -qm bypass
+step bypass env -u GIT_CONFIG_COUNT git -c http.sslCAInfo=\"$CA\" push \"$ORIGIN/acme/app.git\" HEAD:refs/heads/bypass
 ",
         prelude(port),
         rest.port
@@ -1060,6 +1105,11 @@ step clone git clone -q \"$ORIGIN/acme/app.git\" app
     );
     // And the git origin is reachable the one way out: through the relay.
     assert_eq!(r.rc("clone"), 0, "{r}");
+    // A worker that drops the session's git configuration (no insteadOf)
+    // pushes through the proxy, and is refused the same way.
+    assert_ne!(r.rc("bypass"), 0, "{r}");
+    assert!(r.log("bypass").contains("403"), "{r}");
+    assert_eq!(git.rev("refs/heads/bypass"), None, "{r}");
 
     s.verify();
     let conns: Vec<Value> = s
@@ -1071,21 +1121,33 @@ step clone git clone -q \"$ORIGIN/acme/app.git\" app
         .iter()
         .filter(|x| x["body"]["host"] == "git.test")
         .collect();
-    assert_eq!(to_git.len(), 1, "{conns:?}");
-    let g = to_git[0];
-    assert_eq!(g["body"]["decision"], "deny", "{g}");
+    // curl's and the bypassing git's (which first asks without the proxy's
+    // credentials: 407), every one refused: none to the git origin went
+    // through the proxy, and both clients were refused as relay_required.
+    assert!(
+        to_git.iter().all(|g| g["body"]["decision"] == "deny"),
+        "{to_git:?}"
+    );
+    let required: Vec<&Value> = to_git
+        .iter()
+        .copied()
+        .filter(|g| {
+            g["body"]["reason"]
+                .as_str()
+                .is_some_and(|x| x.starts_with("relay_required"))
+        })
+        .collect();
+    assert!(required.len() >= 2, "{to_git:?}");
     // The code, then (as for the other denials with a detail) the relay to use.
-    assert!(
-        g["body"]["reason"]
-            .as_str()
-            .is_some_and(|x| x.starts_with("relay_required")),
-        "{g}"
-    );
-    assert_eq!(g["body"]["rule"], "egress.relay[0]", "{g}");
-    assert!(
-        g.to_string().contains(&format!("relay `{GIT_RELAY}`")),
-        "the refusal names the relay: {g}"
-    );
+    for g in &required {
+        assert_eq!(g["body"]["rule"], "egress.relay[0]", "{g}");
+        assert!(
+            g["body"]["reason"]
+                .as_str()
+                .is_some_and(|x| x.contains(&format!("relay `{GIT_RELAY}`"))),
+            "the refusal names the relay: {g}"
+        );
+    }
     let other: Vec<&Value> = conns
         .iter()
         .filter(|x| x["body"]["host"] == "other.test")
