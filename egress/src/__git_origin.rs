@@ -57,8 +57,11 @@ pub struct SeenRequest {
     pub git_protocol: Option<String>,
     /// Request body bytes the CGI was given.
     pub body_bytes: u64,
-    /// Whether the request body ended cleanly (false: cut short).
+    /// Whether the request body ended cleanly (false: cut short, or not
+    /// ended yet).
     pub body_complete: bool,
+    /// Whether the request body stopped (ended or was cut).
+    pub body_ended: bool,
 }
 
 impl fmt::Debug for SeenRequest {
@@ -74,6 +77,7 @@ impl fmt::Debug for SeenRequest {
             .field("git_protocol", &self.git_protocol)
             .field("body_bytes", &self.body_bytes)
             .field("body_complete", &self.body_complete)
+            .field("body_ended", &self.body_ended)
             .finish()
     }
 }
@@ -96,6 +100,7 @@ impl State {
         if let Some(r) = seen.get_mut(index) {
             r.body_bytes = bytes;
             r.body_complete = complete;
+            r.body_ended = true;
         }
     }
 }
@@ -466,6 +471,7 @@ impl Cgi {
             git_protocol: header("git-protocol"),
             body_bytes: 0,
             body_complete: false,
+            body_ended: false,
         });
         let mut cmd = tokio::process::Command::new(&self.backend);
         cmd.env_clear()

@@ -181,11 +181,9 @@ pub enum RelayOutcome {
     /// Refused because the session's routing state keeps content from the
     /// relay's provider ([`crate::relay::RelayGate::admit`]).
     RoutingDenied,
-    /// An outward action the gate did not allow (denied by the policy or
-    /// the host, timed out, or no session to decide it): an outward route's
-    /// request never sent upstream ([`crate::relay::RelayGate::outward`]),
-    /// or a push answered with git's report of its refused ref updates,
-    /// nothing applied.
+    /// An outward route whose action the gate did not allow (denied by
+    /// the policy or the host, timed out, or no session to decide it):
+    /// never sent upstream ([`crate::relay::RelayGate::outward`]).
     OutwardDenied,
 }
 

@@ -592,8 +592,8 @@ pub struct RelayConfig {
     /// The origin's host, parsed once when the config is made.
     upstream: RequestHost,
     /// The routes (`METHOD path`, placeholders matching one segment, an
-    /// outward class on some; none for a git relay, whose routes are
-    /// implicit).
+    /// outward class on some); none for a git relay, whose routes are
+    /// implicit.
     pub routes: Vec<Route>,
     /// The policy's `preset`, whose routes are among [`Self::routes`]
     /// (kept for records and display).
@@ -736,9 +736,10 @@ impl RelayConfig {
     /// be `authorization` and there is no prefix), `limits`
     /// ([`RelayConfig::with_limits`]) and a fresh placeholder in
     /// [`PlaceholderFormat::for_relay`]'s shape (replace it with
-    /// [`RelayConfig::with_placeholder`]). `kind = "git"` and `repos` are
-    /// refused ([`RelayConfigError::Unsupported`]) until the git relay
-    /// applies them.
+    /// [`RelayConfig::with_placeholder`]). `kind = "git"` makes a git relay
+    /// ([`RelayConfig::new_git`]) serving `repos`; a git relay with routes
+    /// or a preset, or `repos` on an HTTP relay, is refused
+    /// ([`RelayConfigError::Unsupported`]).
     ///
     /// Not taken from the relay section: `worker_env` (what the worker's
     /// environment gets, which is the sandbox's business: the CLI sets it
@@ -769,8 +770,8 @@ impl RelayConfig {
             prefix,
             username,
         } = credential;
-        // a git relay's routes are implicit (and so no preset); `repos`
-        // is a git setting
+        // a git relay's routes are implicit (a preset adds routes, so it
+        // is refused too); `repos` is a git relay's setting
         let git = *kind == palisade_schema::host_policy::RelayKind::Git;
         if (git && (!routes.is_empty() || preset.is_some())) || (!git && !repos.is_empty()) {
             return Err(RelayConfigError::Unsupported(name.clone()));

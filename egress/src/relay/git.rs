@@ -45,14 +45,12 @@ use http_body_util::{BodyExt as _, Full};
 use hyper::body::Frame;
 use hyper_util::rt::TokioIo;
 use palisade_schema::host_policy::{RequestHost, TargetGlob};
-use subtle::ConstantTimeEq as _;
 use tokio::sync::mpsc;
 
 use super::{
     BODY_READ_FAILED, BODY_TIMEOUT, BoxError, BufferPermit, ENCODED_RESPONSE, Inner, NO_TIMEOUT,
     OVERRIDE_REFUSED, RECORDING_UNAVAILABLE, RELAY_BUSY, ROUTING_DENIED, Refusal, Relay, RelayBody,
     RelayGate, RouteRefusal, STRIPPED, ServerToolResult, has_override, is_encoded, overrides,
-    strip_prefix_ci,
 };
 use crate::control::{AskAnswer, OutwardAction, OutwardAnswer, OutwardResult};
 use crate::git::pack::{Ancestry, PackScanner};
@@ -559,15 +557,8 @@ impl Relay {
         if !self.inner.recorder.healthy() {
             return Err(RECORDING_UNAVAILABLE);
         }
-        // 1. placeholder, compared in constant time
-        let presented = req
-            .headers()
-            .get(&cfg.credential.header)
-            .map(HeaderValue::as_bytes)
-            .and_then(|v| strip_prefix_ci(v, cfg.credential.prefix.as_bytes()));
-        let ok =
-            presented.is_some_and(|p| bool::from(p.ct_eq(cfg.placeholder.expose().as_bytes())));
-        if !ok {
+        // 1. placeholder, compared in constant time (Basic: decoded)
+        if !cfg.credential.presented(req.headers(), &cfg.placeholder) {
             return Err(PLACEHOLDER_REQUIRED);
         }
         // 2. origin-form, no override, an implicit git route, a served repo
@@ -677,19 +668,11 @@ impl Relay {
             }
             builder = builder.header(name, value);
         }
-        let mut cred = HeaderValue::from_str(&format!(
-            "{}{}",
-            cfg.credential.prefix,
-            cfg.credential.secret.expose()
-        ))
-        .map_err(|_| {
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "credential_invalid",
-                "The relay credential is invalid",
-            )
-        })?;
-        cred.set_sensitive(true);
+        let cred = cfg.credential.upstream_value().ok_or((
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "credential_invalid",
+            "The relay credential is invalid",
+        ))?;
         let host = HeaderValue::from_str(&cfg.authority()).map_err(|_| {
             (
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -895,9 +878,12 @@ impl Relay {
             .updates
             .iter()
             .map(|u| {
-                candidates(u)
+                // every candidate is asked (none skipped), then combined
+                let answers: Vec<AskAnswer> = candidates(u)
                     .iter()
-                    .all(|k| gate.outward_policy(relay, &action(k, u)) == AskAnswer::Deny)
+                    .map(|k| gate.outward_policy(relay, &action(k, u)))
+                    .collect();
+                answers.iter().all(|a| *a == AskAnswer::Deny)
             })
             .collect();
         if denied.iter().any(|d| *d) {
@@ -971,7 +957,7 @@ impl Relay {
             let (mut sender, _conn) = self.open(record).await?;
             drop(permit);
             let resp = sender.send_request(up).await.map_err(|_| UNREACHABLE);
-            return self.report_back(resp, gate, allowed);
+            return self.report_back(resp, &head, gate, allowed);
         }
 
         // 3b. a pack: streamed as it arrives, its trailer held back
@@ -1000,12 +986,7 @@ impl Relay {
             sent: 0,
             gone: false,
         };
-        let object_format = head
-            .capabilities
-            .iter()
-            .find_map(|c| c.strip_prefix("object-format="))
-            .unwrap_or("sha1");
-        let mut scanner = PackScanner::new(object_format);
+        let mut scanner = PackScanner::new(head.object_format());
         let mut hold = HoldBack {
             keep: scanner.trailer_len(),
             held: BytesMut::new(),
@@ -1096,7 +1077,7 @@ impl Relay {
                     Ok(r) => r.map_err(|_| UNREACHABLE),
                     Err(_) => Err(UNREACHABLE),
                 };
-                self.report_back(resp, gate, allowed)
+                self.report_back(resp, &head, gate, allowed)
             }
         }
     }
@@ -1146,6 +1127,7 @@ impl Relay {
     fn report_back(
         &self,
         resp: Result<Response<hyper::body::Incoming>, Refusal>,
+        head: &PushHead,
         gate: Arc<dyn RelayGate>,
         allowed: Vec<(u64, OutwardAction)>,
     ) -> Result<Response<RelayBody>, Refusal> {
@@ -1172,10 +1154,9 @@ impl Relay {
                 return Err(refusal);
             }
         };
-        let capabilities = Vec::new();
         let body = ReportBody {
             inner: body,
-            reader: ReportReader::new(&capabilities),
+            reader: ReportReader::new(&head.capabilities),
             readable: true,
             gate,
             relay,

@@ -19,4 +19,5 @@ mod one_way_out;
 mod plan;
 mod props;
 mod provider_hosts;
+mod relay_route;
 mod vectors;
