@@ -50,7 +50,12 @@ fn first(old: &str, new: &str, name: &str, caps: &str) -> Vec<u8> {
 #[test]
 fn a_head_of_two_updates_and_options_parses_and_the_pack_starts_after_it() {
     let mut body = head(&[
-        &first(A, B, "refs/heads/main", "report-status side-band-64k push-options agent=git/2.47"),
+        &first(
+            A,
+            B,
+            "refs/heads/main",
+            "report-status side-band-64k push-options agent=git/2.47",
+        ),
         format!("{ZERO} {A} refs/heads/topic\n").as_bytes(),
     ]);
     body.extend(head(&[b"ci.skip\n", b"x=y"]));
@@ -67,7 +72,12 @@ fn a_head_of_two_updates_and_options_parses_and_the_pack_starts_after_it() {
     assert_eq!(head.updates[1].name, "refs/heads/topic");
     assert_eq!(
         head.capabilities,
-        ["report-status", "side-band-64k", "push-options", "agent=git/2.47"]
+        [
+            "report-status",
+            "side-band-64k",
+            "push-options",
+            "agent=git/2.47"
+        ]
     );
     assert_eq!(head.push_options, ["ci.skip", "x=y"]);
     assert_eq!(head.object_format(), "sha1");
@@ -95,7 +105,10 @@ fn a_probe_is_a_head_with_no_updates() {
 #[test]
 fn shallow_lines_before_the_commands_are_skipped() {
     let shallow = format!("shallow {B}");
-    let body = head(&[shallow.as_bytes(), &first(A, B, "refs/heads/main", "report-status")]);
+    let body = head(&[
+        shallow.as_bytes(),
+        &first(A, B, "refs/heads/main", "report-status"),
+    ]);
     let head = parse_push_head(&body).unwrap().unwrap();
     assert_eq!(head.updates.len(), 1);
     assert_eq!(head.capabilities, ["report-status"]);
@@ -113,7 +126,12 @@ fn head_bytes_late_shallow() -> Vec<u8> {
 fn sha256_ids_follow_the_object_format_capability() {
     let a = "a".repeat(64);
     let b = "b".repeat(64);
-    let ok = head(&[&first(&a, &b, "refs/heads/main", "report-status object-format=sha256")]);
+    let ok = head(&[&first(
+        &a,
+        &b,
+        "refs/heads/main",
+        "report-status object-format=sha256",
+    )]);
     let parsed = parse_push_head(&ok).unwrap().unwrap();
     assert_eq!(parsed.object_format(), "sha256");
     assert_eq!(parsed.updates[0].new.as_str(), b);
@@ -138,7 +156,10 @@ fn push_ref_names_follow_check_ref_format() {
     ] {
         assert_eq!(check_push_ref(good), Ok(()), "{good}");
         let body = head(&[&first(A, B, good, "")]);
-        assert_eq!(parse_push_head(&body).unwrap().unwrap().updates[0].name, good);
+        assert_eq!(
+            parse_push_head(&body).unwrap().unwrap().updates[0].name,
+            good
+        );
     }
     for bad in [
         "HEAD",
@@ -177,7 +198,10 @@ fn push_ref_names_follow_check_ref_format() {
 #[test]
 fn malformed_heads_are_refused_with_their_byte() {
     let good = head(&[&first(A, B, "refs/heads/main", "report-status")]);
-    assert!(parse_push_head(&good).unwrap().is_some(), "the positive control");
+    assert!(
+        parse_push_head(&good).unwrap().is_some(),
+        "the positive control"
+    );
     let second = format!("{A} {B} refs/heads/x\0report-status");
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("not hex length", b"00zz".to_vec()),
@@ -185,15 +209,27 @@ fn malformed_heads_are_refused_with_their_byte() {
         ("response end", b"0002".to_vec()),
         ("length 3", b"0003".to_vec()),
         ("empty packet", b"0004".to_vec()),
-        ("uppercase id", head(&[&first(&A.replace('1', "A"), B, "refs/heads/main", "")])),
-        ("no space", head(&[format!("{A}x{B} refs/heads/main").as_bytes()])),
-        ("short id", head(&[format!("{} {B} refs/heads/main", &A[1..]).as_bytes()])),
+        (
+            "uppercase id",
+            head(&[&first(&A.replace('1', "A"), B, "refs/heads/main", "")]),
+        ),
+        (
+            "no space",
+            head(&[format!("{A}x{B} refs/heads/main").as_bytes()]),
+        ),
+        (
+            "short id",
+            head(&[format!("{} {B} refs/heads/main", &A[1..]).as_bytes()]),
+        ),
         ("no ref", head(&[format!("{A} {B}").as_bytes()])),
         (
             "caps on a later command",
             head(&[&first(A, B, "refs/heads/main", ""), second.as_bytes()]),
         ),
-        ("two NULs", head(&[format!("{A} {B} refs/heads/main\0a\0b").as_bytes()])),
+        (
+            "two NULs",
+            head(&[format!("{A} {B} refs/heads/main\0a\0b").as_bytes()]),
+        ),
         (
             "the same ref twice",
             head(&[
@@ -202,7 +238,10 @@ fn malformed_heads_are_refused_with_their_byte() {
             ]),
         ),
         ("signed push", head(&[b"push-cert\0report-status\n"])),
-        ("not UTF-8", head(&[&[A.as_bytes(), b" ", B.as_bytes(), b" refs/heads/\xff\xfe"].concat()])),
+        (
+            "not UTF-8",
+            head(&[&[A.as_bytes(), b" ", B.as_bytes(), b" refs/heads/\xff\xfe"].concat()]),
+        ),
     ];
     for (what, body) in cases {
         match parse_push_head(&body) {
@@ -226,15 +265,23 @@ fn bounds_on_updates_options_and_head_bytes() {
     let refs: Vec<&[u8]> = lines.iter().map(Vec::as_slice).collect();
     // Exactly MAX_UPDATES parse; one more is too many.
     let ok = head(&refs[..MAX_UPDATES]);
-    assert_eq!(parse_push_head(&ok).unwrap().unwrap().updates.len(), MAX_UPDATES);
+    assert_eq!(
+        parse_push_head(&ok).unwrap().unwrap().updates.len(),
+        MAX_UPDATES
+    );
     let over = head(&refs);
     assert!(matches!(parse_push_head(&over), Err(GitError::TooLarge(_))));
 
-    let options: Vec<Vec<u8>> = (0..=MAX_PUSH_OPTIONS).map(|i| format!("o{i}").into_bytes()).collect();
+    let options: Vec<Vec<u8>> = (0..=MAX_PUSH_OPTIONS)
+        .map(|i| format!("o{i}").into_bytes())
+        .collect();
     let opts: Vec<&[u8]> = options.iter().map(Vec::as_slice).collect();
     let mut ok = head(&[&first(A, B, "refs/heads/main", "push-options")]);
     ok.extend(head(&opts[..MAX_PUSH_OPTIONS]));
-    assert_eq!(parse_push_head(&ok).unwrap().unwrap().push_options.len(), MAX_PUSH_OPTIONS);
+    assert_eq!(
+        parse_push_head(&ok).unwrap().unwrap().push_options.len(),
+        MAX_PUSH_OPTIONS
+    );
     let mut over = head(&[&first(A, B, "refs/heads/main", "push-options")]);
     over.extend(head(&opts));
     assert!(matches!(parse_push_head(&over), Err(GitError::TooLarge(_))));
@@ -247,7 +294,10 @@ fn bounds_on_updates_options_and_head_bytes() {
         endless.extend_from_slice(&option);
     }
     assert_eq!(parse_push_head(&endless[..MAX_HEAD_BYTES - 1]), Ok(None));
-    assert!(matches!(parse_push_head(&endless), Err(GitError::TooLarge(_))));
+    assert!(matches!(
+        parse_push_head(&endless),
+        Err(GitError::TooLarge(_))
+    ));
 }
 
 // ---- report-status ---------------------------------------------------------
@@ -261,7 +311,10 @@ fn a_refusal_without_side_band_is_the_plain_report() {
     let body = refusal_body(
         &caps(&["report-status"]),
         &[
-            ("refs/heads/main".into(), RefStatus::Ng("refused by palisade: rule x".into())),
+            (
+                "refs/heads/main".into(),
+                RefStatus::Ng("refused by palisade: rule x".into()),
+            ),
             ("refs/heads/ok".into(), RefStatus::Ok),
         ],
         &["dropped without a band".into()],
@@ -275,7 +328,10 @@ fn a_refusal_without_side_band_is_the_plain_report() {
 #[test]
 fn a_reason_cannot_forge_another_refs_status() {
     let forged = "no\n0013ok refs/heads/b\n\0ok refs/heads/b";
-    for c in [caps(&["report-status"]), caps(&["report-status", "side-band-64k"])] {
+    for c in [
+        caps(&["report-status"]),
+        caps(&["report-status", "side-band-64k"]),
+    ] {
         let body = refusal_body(
             &c,
             &[
@@ -291,7 +347,10 @@ fn a_reason_cannot_forge_another_refs_status() {
         assert_eq!(unpack.as_deref(), Some("ok"));
         assert_eq!(refs.len(), 2, "{refs:?}");
         assert!(matches!(&refs[0].1, RefStatus::Ng(r) if r.starts_with("no 0013ok")));
-        assert_eq!(refs[1], ("refs/heads/b".into(), RefStatus::Ng("refused".into())));
+        assert_eq!(
+            refs[1],
+            ("refs/heads/b".into(), RefStatus::Ng("refused".into()))
+        );
     }
 }
 
@@ -310,7 +369,8 @@ fn side_band_packets_stay_within_their_size_and_read_back() {
         let mut pos = 0;
         let mut bands = Vec::new();
         loop {
-            let len = usize::from_str_radix(std::str::from_utf8(&body[pos..pos + 4]).unwrap(), 16).unwrap();
+            let len = usize::from_str_radix(std::str::from_utf8(&body[pos..pos + 4]).unwrap(), 16)
+                .unwrap();
             if len == 0 {
                 pos += 4;
                 break;
@@ -323,7 +383,10 @@ fn side_band_packets_stay_within_their_size_and_read_back() {
         assert_eq!(bands[0], 2, "the message comes first");
         assert!(bands[1..].iter().all(|&b| b == 1));
         if band == "side-band" {
-            assert!(bands.len() > 10, "a long report is cut into 1000-byte packets");
+            assert!(
+                bands.len() > 10,
+                "a long report is cut into 1000-byte packets"
+            );
         }
         // Read back in small pieces.
         let mut reader = ReportReader::new(&c);
@@ -378,7 +441,10 @@ struct Pack {
 
 impl Pack {
     fn new() -> Self {
-        Self { bytes: Vec::new(), count: 0 }
+        Self {
+            bytes: Vec::new(),
+            count: 0,
+        }
     }
 
     fn offset(&self) -> u64 {
@@ -478,11 +544,19 @@ fn a_commit_the_scanner_hashed_proves_its_parent_and_nothing_else() {
     let (s, r) = scan(&bytes);
     r.unwrap();
     let (c1, c2) = (commit_id(&c1), commit_id(&c2));
-    assert_eq!(s.fast_forward(&id(A), &c2), Ancestry::FastForward, "two steps");
+    assert_eq!(
+        s.fast_forward(&id(A), &c2),
+        Ancestry::FastForward,
+        "two steps"
+    );
     assert_eq!(s.fast_forward(&c1, &c2), Ancestry::FastForward);
     assert_eq!(s.fast_forward(&c2, &c2), Ancestry::FastForward, "equal");
     assert_eq!(s.fast_forward(&c2, &c1), Ancestry::Unproven, "a rewind");
-    assert_eq!(s.fast_forward(&id(B), &c2), Ancestry::Unproven, "not an ancestor");
+    assert_eq!(
+        s.fast_forward(&id(B), &c2),
+        Ancestry::Unproven,
+        "not an ancestor"
+    );
     // An id the pack does not hash (the client could claim anything of it).
     assert_eq!(s.fast_forward(&id(A), &id(B)), Ancestry::Unproven);
     // Chunked one byte at a time: the same.
@@ -526,7 +600,10 @@ fn nothing_is_proven_before_finish_or_after_a_bad_trailer() {
 fn parent_lines_count_only_as_git_parses_them() {
     let cases: Vec<(&str, Vec<u8>)> = vec![
         // git would read an uppercase parent; the scanner does not guess.
-        ("uppercase", commit(&["ABCDEF1111111111111111111111111111111111"], "x\n")),
+        (
+            "uppercase",
+            commit(&["ABCDEF1111111111111111111111111111111111"], "x\n"),
+        ),
         // A parent line after the author line is not a parent.
         (
             "after author",
@@ -539,9 +616,16 @@ fn parent_lines_count_only_as_git_parses_them() {
         // git calls a commit that ends right after a parent line bogus.
         (
             "ends after parent",
-            format!("tree {}\nparent {A}\n", "4b825dc642cb6eb9a060e54bf8d69288fbee4904").into_bytes(),
+            format!(
+                "tree {}\nparent {A}\n",
+                "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+            )
+            .into_bytes(),
         ),
-        ("no tree", format!("parent {A}\nauthor x\n\nm\n").into_bytes()),
+        (
+            "no tree",
+            format!("parent {A}\nauthor x\n\nm\n").into_bytes(),
+        ),
     ];
     for (what, body) in cases {
         let mut p = Pack::new();
@@ -553,7 +637,11 @@ fn parent_lines_count_only_as_git_parses_them() {
         } else {
             id(A)
         };
-        assert_eq!(s.fast_forward(&claimed, &commit_id(&body)), Ancestry::Unproven, "{what}");
+        assert_eq!(
+            s.fast_forward(&claimed, &commit_id(&body)),
+            Ancestry::Unproven,
+            "{what}"
+        );
     }
 }
 
@@ -599,7 +687,11 @@ fn a_commit_deltified_against_a_commit_is_resolved_and_hashed() {
     let (s, r) = scan(&p.finish());
     r.unwrap();
     let next_id = commit_id(&next);
-    assert_eq!(s.fast_forward(&id(A), &next_id), Ancestry::FastForward, "through the delta");
+    assert_eq!(
+        s.fast_forward(&id(A), &next_id),
+        Ancestry::FastForward,
+        "through the delta"
+    );
     // A copy outside the base is a bad pack.
     let mut p = Pack::new();
     let at = p.object(1, &base);
@@ -635,8 +727,13 @@ fn sizes_are_checked_and_commit_bytes_bounded() {
     s.feed(&header).unwrap();
     assert!(matches!(s.finish(), Err(GitError::Truncated(_))));
     // Bad signature, version, type.
-    assert!(matches!(scan(b"PACC\0\0\0\x02\0\0\0\0").1, Err(GitError::Pack(_))));
-    assert!(matches!(scan(b"PACK\0\0\0\x04\0\0\0\0").1, Err(GitError::Pack(m)) if m.contains("version")));
+    assert!(matches!(
+        scan(b"PACC\0\0\0\x02\0\0\0\0").1,
+        Err(GitError::Pack(_))
+    ));
+    assert!(
+        matches!(scan(b"PACK\0\0\0\x04\0\0\0\0").1, Err(GitError::Pack(m)) if m.contains("version"))
+    );
     let mut p = Pack::new();
     p.raw(5, 1, &[], b"x");
     assert!(matches!(scan(&p.finish()).1, Err(GitError::Pack(m)) if m.contains("type 5")));

@@ -503,7 +503,11 @@ impl PackScanner {
             Keep::Commit => self.record(obj.start, obj.data)?,
             Keep::Delta(base) => {
                 let limit = MAX_COMMIT_BYTES.saturating_sub(self.kept);
-                let base = self.bodies.get(&base).map(Vec::as_slice).unwrap_or_default();
+                let base = self
+                    .bodies
+                    .get(&base)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
                 let result = apply_delta(base, &obj.data, limit).map_err(|e| {
                     if e == DeltaError::TooLarge {
                         GitError::TooLarge("commit objects over MAX_COMMIT_BYTES")

@@ -168,7 +168,9 @@ pub fn parse_push_head(buf: &[u8]) -> Result<Option<PushHead>, GitError> {
                 PktLine::Data(option) => option,
             };
             if head.push_options.len() >= MAX_PUSH_OPTIONS {
-                return Err(GitError::TooLarge("more than MAX_PUSH_OPTIONS push options"));
+                return Err(GitError::TooLarge(
+                    "more than MAX_PUSH_OPTIONS push options",
+                ));
             }
             let option = option.strip_suffix(b"\n").unwrap_or(option);
             if option.iter().any(|&b| b == 0 || b == b'\n') {
@@ -226,9 +228,13 @@ fn parse_command(command: &[u8], hex_len: usize, at: usize) -> Result<RefUpdate,
         ));
     };
     let name = command.get(2 * hex_len + 2..).unwrap_or_default();
-    let name = std::str::from_utf8(name).map_err(|_| cmd_err(at, "a ref name that is not UTF-8"))?;
+    let name =
+        std::str::from_utf8(name).map_err(|_| cmd_err(at, "a ref name that is not UTF-8"))?;
     if let Err(why) = check_push_ref(name) {
-        return Err(cmd_err(at, &format!("ref name {:?} {why}", name.escape_debug().to_string())));
+        return Err(cmd_err(
+            at,
+            &format!("ref name {:?} {why}", name.escape_debug().to_string()),
+        ));
     }
     Ok(RefUpdate {
         old,

@@ -167,7 +167,9 @@ impl ReportReader {
             return if bytes.is_empty() {
                 Ok(())
             } else {
-                Err(GitError::Command("bytes after the side band's flush".into()))
+                Err(GitError::Command(
+                    "bytes after the side band's flush".into(),
+                ))
             };
         }
         self.outer.extend_from_slice(bytes);
