@@ -109,6 +109,13 @@ pub mod relay;
 pub mod resolve;
 pub mod sni;
 
+/// A loopback git origin over the real `git http-backend`, for tests: not
+/// part of the public API, no semver guarantee (only with `cfg(fuzzing)` or
+/// the `testing` feature).
+#[cfg(any(fuzzing, feature = "testing"))]
+#[doc(hidden)]
+pub mod __git_origin;
+
 /// Fuzzing entry points: not part of the public API, no semver guarantee
 /// (only with `cfg(fuzzing)` or the `testing` feature).
 #[cfg(any(fuzzing, feature = "testing"))]

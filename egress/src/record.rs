@@ -181,6 +181,10 @@ pub enum RelayOutcome {
     /// Refused because the session's routing state keeps content from the
     /// relay's provider ([`crate::relay::RelayGate::admit`]).
     RoutingDenied,
+    /// An outward route whose action the gate did not allow (denied by
+    /// the policy or the host, timed out, or no session to decide it):
+    /// never sent upstream ([`crate::relay::RelayGate::outward`]).
+    OutwardDenied,
 }
 
 impl RelayOutcome {
@@ -190,6 +194,7 @@ impl RelayOutcome {
             Self::Forwarded => "forwarded",
             Self::Refused => "refused",
             Self::RoutingDenied => "routing_denied",
+            Self::OutwardDenied => "outward_denied",
         }
     }
 }
@@ -225,6 +230,12 @@ pub struct RelayRecord {
     /// For outcome [`RelayOutcome::RoutingDenied`]: the refusal the relay's
     /// gate gave (rule, path read, sentence); journaled as `routing`.
     pub routing: Option<crate::relay::RouteRefusal>,
+    /// For a request that matched an outward route: the ticket of its
+    /// `outward_action` decision (once decided).
+    pub ticket: Option<u64>,
+    /// For a request that matched an outward route: its outward kind
+    /// (`github.post.comment`).
+    pub outward_kind: Option<String>,
 }
 
 /// A new taint source of the session behind the proxy's decider (the
@@ -269,9 +280,19 @@ pub enum ProxyEvent {
     Taint(TaintRecord),
 }
 
-/// A `relay_request` body, with a `routing` member when the request was
-/// refused on routing grounds (`rule`, `path`, `provider`, `detail`).
+/// A `relay_request` (or `relay_admitted`) body, with a `routing` member
+/// when the request was refused on routing grounds (`rule`, `path`,
+/// `provider`, `detail`), and `outward_kind` and `ticket` when it matched
+/// an outward route.
 fn with_routing(mut body: Value, r: &RelayRecord) -> Value {
+    if let Some(map) = body.as_object_mut() {
+        if let Some(kind) = &r.outward_kind {
+            map.insert("outward_kind".into(), json!(kind));
+        }
+        if let Some(ticket) = r.ticket {
+            map.insert("ticket".into(), json!(ticket));
+        }
+    }
     if let (Some(refusal), Some(map)) = (&r.routing, body.as_object_mut()) {
         map.insert(
             "routing".into(),
@@ -338,14 +359,17 @@ impl ProxyEvent {
                 "duration_ms": u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
                 "close": r.close.as_str(),
             }),
-            Self::RelayAdmitted(r) => json!({
-                "relay": r.relay,
-                "method": r.method,
-                "path": r.path,
-                "bytes_up": r.bytes_up,
-                "upstream": r.upstream.map(|a| a.to_string()),
-                "started_ms": millis(r.started_at),
-            }),
+            Self::RelayAdmitted(r) => with_routing(
+                json!({
+                    "relay": r.relay,
+                    "method": r.method,
+                    "path": r.path,
+                    "bytes_up": r.bytes_up,
+                    "upstream": r.upstream.map(|a| a.to_string()),
+                    "started_ms": millis(r.started_at),
+                }),
+                r,
+            ),
             Self::Relay(r) => with_routing(
                 json!({
                     "relay": r.relay,
@@ -406,6 +430,8 @@ impl ProxyEvent {
                 relay = %r.relay,
                 method = %r.method,
                 path = %r.path,
+                outward_kind = r.outward_kind.as_deref().unwrap_or(""),
+                ticket = r.ticket,
             ),
             Self::Relay(r) => tracing::info!(
                 target: "palisade_egress",
@@ -419,6 +445,8 @@ impl ProxyEvent {
                 bytes_up = r.bytes_up,
                 bytes_down = r.bytes_down,
                 rule = r.routing.as_ref().map_or("", |x| x.rule.as_str()),
+                outward_kind = r.outward_kind.as_deref().unwrap_or(""),
+                ticket = r.ticket,
             ),
             Self::Taint(t) => tracing::info!(
                 target: "palisade_egress",

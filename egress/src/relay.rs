@@ -53,13 +53,20 @@ use tokio::task::JoinSet;
 use zeroize::Zeroizing;
 
 use crate::addr::AddressPolicy;
+use crate::control::{AskAnswer, OutwardAction, OutwardAnswer, OutwardResult};
 use crate::proxy::ShutdownSignal;
 use crate::record::{ProxyEvent, Recorder, RelayOutcome, RelayRecord};
 use crate::resolve::Resolver;
-use palisade_schema::host_policy::{Origin, RequestHost};
+use palisade_policy::relay_route::{RouteMatch, match_route};
+use palisade_schema::host_policy::{
+    Origin, OutwardKind, RelayPreset, RelayRoute, RequestHost, RouteOutward, placeholder_name,
+};
 
 mod gate;
+mod git;
 mod overrides;
+
+pub use git::{ANOTHER_REF_REFUSED, GIT_DELETE_REF, GIT_FORCE_PUSH, GIT_PUSH, GitSettings};
 
 pub use gate::{
     MAX_SCANNED, OutwardFuture, RelayGate, RouteRefusal, ServerToolResult, ToolResultScanner,
@@ -207,15 +214,19 @@ pub enum RelayConfigError {
     Placeholder,
 }
 
-/// An exact `METHOD path` route.
+/// A `METHOD path` route: literal segments match only themselves, a
+/// `{name}` segment matches one plain path segment
+/// ([`palisade_policy::relay_route::is_plain_segment`]); with an outward
+/// class ([`Route::outward`]) a matching request is an outward action the
+/// relay's gate decides before it is forwarded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Route {
-    method: Method,
-    path: String,
+    route: RelayRoute,
 }
 
 impl Route {
-    /// Parse `POST /v1/messages`.
+    /// Parse `POST /v1/messages` or `POST /repos/{owner}/{repo}/issues`
+    /// (a plain route).
     pub fn parse(s: &str) -> Result<Self, RelayConfigError> {
         let err = || RelayConfigError::Route(s.to_owned());
         let (m, p) = s.split_once(' ').ok_or_else(err)?;
@@ -229,17 +240,88 @@ impl Route {
         {
             return Err(err());
         }
-        let method = Method::from_bytes(m.as_bytes()).map_err(|_| err())?;
-        Ok(Self {
-            method,
-            path: p.to_owned(),
-        })
+        Method::from_bytes(m.as_bytes()).map_err(|_| err())?;
+        // placeholders are whole segments (`{name}`), nothing else braces
+        let route = RelayRoute::parse(s).map_err(|_| err())?;
+        Ok(Self { route })
     }
+
+    /// The route a policy's `routes` entry asks for, with its outward
+    /// class when it has one (checked as [`Route::parse`] and
+    /// [`Route::outward`] check them).
+    pub fn from_policy(route: &RelayRoute) -> Result<Self, RelayConfigError> {
+        let plain = Self::parse(&format!("{} {}", route.method, route.path))?;
+        match &route.outward {
+            None => Ok(plain),
+            Some(o) => plain.outward(o.kind.as_str(), &o.target),
+        }
+    }
+
+    /// The same route as an outward action of `kind` on `target`, a
+    /// template whose `{name}`s are this route's placeholders
+    /// (`github.com/{owner}/{repo}/issues/{number}`).
+    pub fn outward(mut self, kind: &str, target: &str) -> Result<Self, RelayConfigError> {
+        let err = || RelayConfigError::Route(format!("{self} (outward `{kind}` on `{target}`)"));
+        let kind = OutwardKind::parse(kind).map_err(|_| err())?;
+        if kind.as_str() == "*" || !target_names_placeholders(target, &self.route) {
+            return Err(err());
+        }
+        self.route.outward = Some(RouteOutward {
+            kind,
+            target: target.to_owned(),
+        });
+        Ok(self)
+    }
+
+    /// The method (`POST`).
+    pub fn method(&self) -> &str {
+        &self.route.method
+    }
+
+    /// The path, placeholders as written (`/repos/{owner}/{repo}/issues`).
+    pub fn path(&self) -> &str {
+        &self.route.path
+    }
+
+    /// The outward kind, for an outward route.
+    pub fn outward_kind(&self) -> Option<&str> {
+        self.route.outward.as_ref().map(|o| o.kind.as_str())
+    }
+
+    /// The target template, for an outward route.
+    pub fn target(&self) -> Option<&str> {
+        self.route.outward.as_ref().map(|o| o.target.as_str())
+    }
+
+    /// The route as the policy types spell it.
+    pub fn as_policy(&self) -> &RelayRoute {
+        &self.route
+    }
+}
+
+/// Whether every `{name}` of `target` is a placeholder of `route`, and
+/// every brace is part of one.
+fn target_names_placeholders(target: &str, route: &RelayRoute) -> bool {
+    let mut rest = target;
+    while let Some(open) = rest.find(['{', '}']) {
+        let tail = rest.get(open..).unwrap_or_default();
+        let Some(close) = tail.find('}') else {
+            return false;
+        };
+        let Some(name) = placeholder_name(tail.get(..=close).unwrap_or_default()) else {
+            return false;
+        };
+        if !route.placeholders().any(|p| p == name) {
+            return false;
+        }
+        rest = tail.get(close + 1..).unwrap_or_default();
+    }
+    !target.is_empty()
 }
 
 impl fmt::Display for Route {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.method, self.path)
+        write!(f, "{} {}", self.route.method, self.route.path)
     }
 }
 
@@ -248,12 +330,16 @@ impl fmt::Display for Route {
 /// workspace.
 pub use palisade_evidence::Secret;
 
-/// How the credential travels: header name and value prefix (`Bearer `).
+/// How the credential travels: header name and value prefix (`Bearer `),
+/// or HTTP Basic with a username ([`Credential::basic`]).
 #[derive(Clone, Debug)]
 pub struct Credential {
     header: HeaderName,
     prefix: String,
     secret: Secret,
+    /// HTTP Basic: `authorization: Basic base64(username:secret)`, and the
+    /// worker presents `Basic base64(username:placeholder)`.
+    username: Option<String>,
 }
 
 impl Credential {
@@ -288,7 +374,27 @@ impl Credential {
             header,
             prefix: prefix.to_owned(),
             secret,
+            username: None,
         })
+    }
+
+    /// HTTP Basic (what git hosts expect): the upstream gets
+    /// `authorization: Basic base64(username:secret)`, and the worker must
+    /// present `authorization: Basic base64(username:placeholder)`. The
+    /// username must be non-empty printable ASCII without `:`; the secret
+    /// as for [`Credential::new`].
+    pub fn basic(username: &str, secret: Secret) -> Result<Self, RelayConfigError> {
+        if username.is_empty()
+            || username.contains(':')
+            || !username.bytes().all(|b| b.is_ascii_graphic())
+        {
+            return Err(RelayConfigError::Credential(
+                "a Basic username must be printable ASCII without `:`",
+            ));
+        }
+        let mut c = Self::new("authorization", "", secret)?;
+        c.username = Some(username.to_owned());
+        Ok(c)
     }
 
     /// The header name.
@@ -300,6 +406,65 @@ impl Credential {
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
+
+    /// The HTTP Basic username, for a [`Credential::basic`] credential.
+    pub fn username(&self) -> Option<&str> {
+        self.username.as_deref()
+    }
+
+    /// The credential header value sent upstream (marked sensitive).
+    pub(crate) fn upstream_value(&self) -> Option<HeaderValue> {
+        let text = match &self.username {
+            Some(user) => basic_value(user, self.secret.expose()),
+            None => Zeroizing::new(format!("{}{}", self.prefix, self.secret.expose())),
+        };
+        let mut v = HeaderValue::from_str(&text).ok()?;
+        v.set_sensitive(true);
+        Some(v)
+    }
+
+    /// Whether `headers` carry the worker's `placeholder` in this
+    /// credential's header, compared in constant time (a Basic one after
+    /// decoding, user and password at once). Never logs either.
+    pub(crate) fn presented(&self, headers: &http::HeaderMap, placeholder: &Placeholder) -> bool {
+        let Some(value) = headers.get(&self.header).map(HeaderValue::as_bytes) else {
+            return false;
+        };
+        match &self.username {
+            None => strip_prefix_ci(value, self.prefix.as_bytes())
+                .is_some_and(|p| bool::from(p.ct_eq(placeholder.expose().as_bytes()))),
+            Some(user) => {
+                use base64::Engine as _;
+                let Some(encoded) = strip_prefix_ci(value, b"basic ") else {
+                    return false;
+                };
+                let Ok(decoded) = base64::engine::general_purpose::STANDARD
+                    .decode(encoded.trim_ascii())
+                    .map(Zeroizing::new)
+                else {
+                    return false;
+                };
+                let want = Zeroizing::new(format!("{user}:{}", placeholder.expose()));
+                bool::from(decoded.as_slice().ct_eq(want.as_bytes()))
+            }
+        }
+    }
+}
+
+/// `Basic base64(user:password)`, zeroized on drop.
+fn basic_value(user: &str, password: &str) -> Zeroizing<String> {
+    use base64::Engine as _;
+    let pair = Zeroizing::new(format!("{user}:{password}"));
+    let mut out = Zeroizing::new(String::from("Basic "));
+    base64::engine::general_purpose::STANDARD.encode_string(pair.as_bytes(), &mut out);
+    out
+}
+
+/// The `authorization` value a worker presents to a relay with a Basic
+/// credential: `Basic base64(username:placeholder)` (what the session
+/// puts in the worker's git configuration).
+pub fn basic_placeholder(username: &str, placeholder: &Placeholder) -> Zeroizing<String> {
+    basic_value(username, placeholder.expose())
 }
 
 /// The shape of a placeholder: random base64url characters between a
@@ -426,8 +591,16 @@ pub struct RelayConfig {
     origin: Origin,
     /// The origin's host, parsed once when the config is made.
     upstream: RequestHost,
-    /// Exact routes.
+    /// The routes (`METHOD path`, placeholders matching one segment, an
+    /// outward class on some); none for a git relay, whose routes are
+    /// implicit.
     pub routes: Vec<Route>,
+    /// The policy's `preset`, whose routes are among [`Self::routes`]
+    /// (kept for records and display).
+    pub preset: Option<RelayPreset>,
+    /// `kind = "git"`: git smart HTTP, each ref update of a push an
+    /// outward action (`relay/git.rs`); `None` for an HTTP relay.
+    pub git: Option<GitSettings>,
     /// The host-held credential.
     pub credential: Credential,
     /// The per-session placeholder the worker presents in the credential header.
@@ -463,7 +636,9 @@ impl fmt::Debug for RelayConfig {
             .field("name", &self.name)
             .field("origin", &self.origin)
             .field("routes", &self.routes)
+            .field("preset", &self.preset)
             .field("credential_header", &self.credential.header)
+            .field("credential_basic", &self.credential.username.is_some())
             .field("max_body", &self.max_body)
             .field("max_buffered", &self.max_buffered)
             .field("body_idle_timeout", &self.body_idle_timeout)
@@ -488,6 +663,31 @@ impl RelayConfig {
         if routes.is_empty() {
             return Err(RelayConfigError::NoRoutes(name.to_owned()));
         }
+        Self::build(name, origin, routes, credential, placeholder)
+    }
+
+    /// A `kind = "git"` relay to `origin` (routes implicit), serving the
+    /// `OWNER/REPO` paths `git` allows, with the defaults of
+    /// [`RelayConfig::new`].
+    pub fn new_git(
+        name: &str,
+        origin: Origin,
+        git: GitSettings,
+        credential: Credential,
+        placeholder: Placeholder,
+    ) -> Result<Self, RelayConfigError> {
+        let mut config = Self::build(name, origin, Vec::new(), credential, placeholder)?;
+        config.git = Some(git);
+        Ok(config)
+    }
+
+    fn build(
+        name: &str,
+        origin: Origin,
+        routes: Vec<Route>,
+        credential: Credential,
+        placeholder: Placeholder,
+    ) -> Result<Self, RelayConfigError> {
         let origin_err = |reason| RelayConfigError::Origin {
             origin: origin.to_string(),
             reason,
@@ -509,6 +709,8 @@ impl RelayConfig {
             origin,
             upstream,
             routes,
+            preset: None,
+            git: None,
             credential,
             placeholder,
             max_body: DEFAULT_MAX_BODY,
@@ -526,10 +728,18 @@ impl RelayConfig {
     /// The configuration a policy's `[[egress.relay]]` asks for, with the
     /// host-held credential `secret` (read by the caller from the host
     /// variable `credential.from_env` names, never from the worker):
-    /// `origin` (https only), `routes`, `credential.header` and
-    /// `credential.prefix`, `limits` ([`RelayConfig::with_limits`]) and a
-    /// fresh placeholder in [`PlaceholderFormat::for_relay`]'s shape
-    /// (replace it with [`RelayConfig::with_placeholder`]).
+    /// `origin` (https only), `routes` (with their outward classes and
+    /// placeholders, [`Route::from_policy`]), `preset` (whose routes the
+    /// schema added to `routes`: refused if one is missing),
+    /// `credential.header` and `credential.prefix`, or
+    /// `credential.username` ([`Credential::basic`]; then the header must
+    /// be `authorization` and there is no prefix), `limits`
+    /// ([`RelayConfig::with_limits`]) and a fresh placeholder in
+    /// [`PlaceholderFormat::for_relay`]'s shape (replace it with
+    /// [`RelayConfig::with_placeholder`]). `kind = "git"` makes a git relay
+    /// ([`RelayConfig::new_git`]) serving `repos`; a git relay with routes
+    /// or a preset, or `repos` on an HTTP relay, is refused
+    /// ([`RelayConfigError::Unsupported`]).
     ///
     /// Not taken from the relay section: `worker_env` (what the worker's
     /// environment gets, which is the sandbox's business: the CLI sets it
@@ -560,25 +770,62 @@ impl RelayConfig {
             prefix,
             username,
         } = credential;
-        // CONTRACT: applied by the egress pieces of issue 18; refused until then.
-        if *kind != palisade_schema::host_policy::RelayKind::Http
-            || preset.is_some()
-            || !repos.is_empty()
-            || username.is_some()
-            || routes.iter().any(|r| r.outward.is_some())
-        {
+        // a git relay's routes are implicit (a preset adds routes, so it
+        // is refused too); `repos` is a git relay's setting
+        let git = *kind == palisade_schema::host_policy::RelayKind::Git;
+        if (git && (!routes.is_empty() || preset.is_some())) || (!git && !repos.is_empty()) {
             return Err(RelayConfigError::Unsupported(name.clone()));
         }
         let routes = routes
             .iter()
-            .map(|r| Route::parse(&format!("{} {}", r.method, r.path)))
+            .map(Route::from_policy)
             .collect::<Result<Vec<_>, _>>()?;
-        let credential = Credential::new(header, prefix, secret)?;
+        // the schema adds a preset's routes; a preset whose every route is
+        // not here as the outward route it names would be a guard parsed
+        // and not applied
+        if let Some(palisade_schema::host_policy::RelayPreset::GitHub) = preset {
+            let missing =
+                palisade_schema::host_policy::GITHUB_REST_PRESET
+                    .iter()
+                    .any(|(m, p, k, t)| {
+                        !routes.iter().any(|r| {
+                            r.method() == *m
+                                && r.path() == *p
+                                && r.outward_kind() == Some(*k)
+                                && r.target() == Some(*t)
+                        })
+                    });
+            if missing {
+                return Err(RelayConfigError::Unsupported(name.clone()));
+            }
+        }
+        let credential = match username {
+            Some(user) => {
+                if !header.eq_ignore_ascii_case("authorization") || !prefix.is_empty() {
+                    return Err(RelayConfigError::Credential(
+                        "a Basic credential (`username`) goes in `authorization`, with no `prefix`",
+                    ));
+                }
+                Credential::basic(user, secret)?
+            }
+            None => Credential::new(header, prefix, secret)?,
+        };
         let placeholder = Placeholder::generate(&PlaceholderFormat::for_relay(relay))
             .map_err(|_| RelayConfigError::Placeholder)?;
-        let mut config =
-            Self::new(name, origin.clone(), routes, credential, placeholder)?.with_limits(limits);
+        let config = if git {
+            Self::new_git(
+                name,
+                origin.clone(),
+                GitSettings::new(repos.clone()),
+                credential,
+                placeholder,
+            )?
+        } else {
+            Self::new(name, origin.clone(), routes, credential, placeholder)?
+        };
+        let mut config = config.with_limits(limits);
         config.provider = provider.clone();
+        config.preset = *preset;
         Ok(config)
     }
 
@@ -817,6 +1064,11 @@ const ROUTING_DENIED: Refusal = (
     StatusCode::FORBIDDEN,
     "routing_denied",
     "The session read content its routing rules keep from this relay's provider",
+);
+const OUTWARD_DENIED: Refusal = (
+    StatusCode::FORBIDDEN,
+    "outward_denied",
+    "This outward action was not allowed",
 );
 const ENCODED_RESPONSE: Refusal = (
     StatusCode::BAD_GATEWAY,
@@ -1303,6 +1555,99 @@ fn percent_decode(s: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The gate a relay without one asks about an outward route: the trait's
+/// defaults, which deny (no session decides outward actions).
+#[derive(Debug)]
+struct NoGate;
+
+impl RelayGate for NoGate {
+    fn admit(&self, _relay: &str, _provider: &str) -> Result<(), RouteRefusal> {
+        Ok(())
+    }
+
+    fn server_tool_result(&self, _relay: &str, _provider: &str, _: ServerToolResult) -> bool {
+        true
+    }
+}
+
+/// An allowed outward action: reported executed to the gate exactly once
+/// if its request was handed to the origin connection ([`Executed::sending`]):
+/// with the status seen ([`Executed::report`]), or with none when the
+/// sending failed or was cut (dropped), since the origin may have acted.
+/// Never reported when nothing was sent (the dial or the admission record
+/// failed first).
+struct Executed {
+    gate: Option<Arc<dyn RelayGate>>,
+    relay: String,
+    ticket: u64,
+    action: OutwardAction,
+    sending: bool,
+}
+
+impl Executed {
+    /// The request is about to be handed to the origin connection.
+    fn sending(&mut self) {
+        self.sending = true;
+    }
+
+    /// The response head arrived (`Some` status) or the sending failed.
+    fn report(mut self, status: Option<i32>) {
+        self.tell(status);
+    }
+
+    fn tell(&mut self, status: Option<i32>) {
+        if !std::mem::take(&mut self.sending) {
+            return;
+        }
+        if let Some(gate) = &self.gate {
+            let result = OutwardResult {
+                status,
+                detail: std::collections::BTreeMap::new(),
+            };
+            gate.outward_executed(&self.relay, self.ticket, &self.action, &result);
+        }
+    }
+}
+
+impl Drop for Executed {
+    fn drop(&mut self) {
+        // cut while sending (the worker went away, the relay stopped)
+        self.tell(None);
+    }
+}
+
+/// The 403 of an outward route the gate did not allow: the same error
+/// shape as every refusal, with the ticket, the rule and how an ask was
+/// settled (never the body or a header).
+fn outward_error(action: &OutwardAction, answer: &OutwardAnswer) -> Response<RelayBody> {
+    let message = format!(
+        "palisade: outward action `{}` on `{}` was not allowed: {}",
+        action.kind, action.target, answer.reason
+    );
+    let body = serde_json::json!({
+        "type": "error",
+        "error": {
+            "type": "outward_denied",
+            "code": "outward_denied",
+            "message": message,
+            "kind": action.kind,
+            "target": action.target,
+            "ticket": answer.ticket,
+            "policy": answer.policy.as_str(),
+            "rule": answer.rule,
+            "approval": answer.approval,
+        }
+    })
+    .to_string();
+    let mut resp = Response::new(Full::new(Bytes::from(body)).map_err(|e| match e {}).boxed());
+    *resp.status_mut() = StatusCode::FORBIDDEN;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
 impl Relay {
     /// A relay with the given seams.
     pub fn new(
@@ -1487,6 +1832,8 @@ impl Relay {
             duration: t0.elapsed(),
             provider: self.inner.config.provider.clone(),
             routing: None,
+            ticket: None,
+            outward_kind: None,
         });
         ev.trace();
         self.inner.recorder.record(&ev);
@@ -1516,15 +1863,27 @@ impl Relay {
                 duration: Duration::ZERO,
                 provider: cfg.provider.clone(),
                 routing: None,
+                ticket: None,
+                outward_kind: None,
             },
             down: Arc::new(AtomicU64::new(0)),
             t0,
         };
-        match self.forward(req, &mut guard.record, t0).await {
+        let mut denied = None;
+        let answer = if cfg.git.is_some() {
+            self.forward_git(req, &mut guard.record, t0).await
+        } else {
+            self.forward(req, &mut guard.record, &mut denied, t0).await
+        };
+        match answer {
             Ok(resp) => {
-                guard.record.outcome = RelayOutcome::Forwarded;
+                // a refused push is answered (a report git prints) but
+                // keeps its outcome
+                if guard.record.outcome != RelayOutcome::OutwardDenied {
+                    guard.record.outcome = RelayOutcome::Forwarded;
+                    guard.record.reason = "forwarded".into();
+                }
                 guard.record.status = resp.status().as_u16();
-                guard.record.reason = "forwarded".into();
                 let inner = self.inner.clone();
                 let (parts, body) = resp.into_parts();
                 let body = body
@@ -1549,9 +1908,10 @@ impl Relay {
                 guard.record.reason = code.to_owned();
                 let routing = guard.record.routing.clone();
                 drop(guard);
-                match routing {
-                    Some(refusal) => routing_error(&refusal, &cfg.provider),
-                    None => json_error(status, code, message),
+                match (routing, denied) {
+                    (Some(refusal), _) => routing_error(&refusal, &cfg.provider),
+                    (None, Some((action, answer))) => outward_error(&action, &answer),
+                    (None, None) => json_error(status, code, message),
                 }
             }
         }
@@ -1624,6 +1984,7 @@ impl Relay {
         &self,
         req: Request<B>,
         record: &mut RelayRecord,
+        denied: &mut Option<(OutwardAction, OutwardAnswer)>,
         t0: Instant,
     ) -> Result<Response<RelayBody>, Refusal>
     where
@@ -1635,21 +1996,14 @@ impl Relay {
             return Err(RECORDING_UNAVAILABLE);
         }
         // 1. placeholder, compared in constant time
-        let presented = req
-            .headers()
-            .get(&cfg.credential.header)
-            .map(HeaderValue::as_bytes)
-            .and_then(|v| strip_prefix_ci(v, cfg.credential.prefix.as_bytes()));
-        let ok =
-            presented.is_some_and(|p| bool::from(p.ct_eq(cfg.placeholder.expose().as_bytes())));
-        if !ok {
+        if !cfg.credential.presented(req.headers(), &cfg.placeholder) {
             return Err((
                 StatusCode::UNAUTHORIZED,
                 "placeholder_required",
                 "The relay placeholder credential is missing or wrong",
             ));
         }
-        // 2. exact route; origin-form only
+        // 2. a route, matched on the raw path (never decoded); origin-form only
         if req.uri().scheme().is_some() || req.uri().authority().is_some() {
             return Err((
                 StatusCode::BAD_REQUEST,
@@ -1657,29 +2011,45 @@ impl Relay {
                 "Requests to the relay must use origin-form",
             ));
         }
-        // 3. nothing that re-routes the request behind the exact route
+        // 3. nothing that re-routes the request behind the route matched
         if has_override(req.headers(), req.uri()) {
             return Err(OVERRIDE_REFUSED);
         }
         let path = req.uri().path();
-        let method_ok = cfg
-            .routes
-            .iter()
-            .any(|r| r.path == path && r.method == req.method());
-        if !method_ok {
-            if cfg.routes.iter().any(|r| r.path == path) {
+        let policy_routes: Vec<RelayRoute> =
+            cfg.routes.iter().map(|r| r.as_policy().clone()).collect();
+        let outward = match match_route(&policy_routes, req.method().as_str(), path) {
+            RouteMatch::Plain(_) => None,
+            RouteMatch::Outward(_, action) => Some(action),
+            RouteMatch::MethodNotAllowed => {
                 return Err((
                     StatusCode::METHOD_NOT_ALLOWED,
                     "method_not_allowed",
                     "This method is not relayed for this path",
                 ));
             }
-            return Err((
-                StatusCode::FORBIDDEN,
-                "route_not_allowed",
-                "This path is not an authorized relay route",
-            ));
-        }
+            RouteMatch::NoRoute => {
+                return Err((
+                    StatusCode::FORBIDDEN,
+                    "route_not_allowed",
+                    "This path is not an authorized relay route",
+                ));
+            }
+            RouteMatch::BadSegment(_) => {
+                return Err((
+                    StatusCode::BAD_REQUEST,
+                    "invalid_segment",
+                    "A path segment that fills a route placeholder must be plain \
+                     (letters, digits, `.`, `_`, `~`, `-`; no percent-encoding, `.` or `..`)",
+                ));
+            }
+        };
+        let outward = outward.map(|a| {
+            record.outward_kind = Some(a.kind.clone());
+            OutwardAction::new(a.kind, a.target, Some(&cfg.name))
+                .with("method", req.method().as_str())
+                .with("path", path)
+        });
         // 4. body: capped per request and in total, with deadlines
         let declared = req
             .headers()
@@ -1728,18 +2098,11 @@ impl Relay {
             }
             builder = builder.header(name, value);
         }
-        let cred = HeaderValue::from_str(&format!(
-            "{}{}",
-            cfg.credential.prefix,
-            cfg.credential.secret.expose()
-        ))
-        .map_err(|_| {
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "credential_invalid",
-                "The relay credential is invalid",
-            )
-        })?;
+        let cred = cfg.credential.upstream_value().ok_or((
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "credential_invalid",
+            "The relay credential is invalid",
+        ))?;
         let host = HeaderValue::from_str(&cfg.authority()).map_err(|_| {
             (
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -1768,8 +2131,6 @@ impl Relay {
         if overrides::body_has_override(content_types, &upstream_req.body().chunks) {
             return Err(OVERRIDE_REFUSED);
         }
-        let mut cred = cred;
-        cred.set_sensitive(true);
         upstream_req
             .headers_mut()
             .insert(cfg.credential.header.clone(), cred);
@@ -1791,6 +2152,32 @@ impl Relay {
             // read, but none of it went upstream
             record.bytes_up = 0;
             return Err(ROUTING_DENIED);
+        }
+
+        // 5c. an outward route: decided (asked, held for the host's
+        // approval) before anything is dialled; forwarded only when allowed
+        // (no gate: denied). The body stays buffered meanwhile, bounded by
+        // the session's approval timeout.
+        let mut executed = None;
+        if let Some(action) = outward {
+            let answer = match &self.inner.gate {
+                Some(gate) => gate.outward(&cfg.name, action.clone()).await,
+                None => NoGate.outward(&cfg.name, action.clone()).await,
+            };
+            record.ticket = Some(answer.ticket);
+            if answer.decision != AskAnswer::Allow {
+                record.outcome = RelayOutcome::OutwardDenied;
+                record.bytes_up = 0;
+                *denied = Some((action, answer));
+                return Err(OUTWARD_DENIED);
+            }
+            executed = Some(Executed {
+                gate: self.inner.gate.clone(),
+                relay: cfg.name.clone(),
+                ticket: answer.ticket,
+                action,
+                sending: false,
+            });
         }
 
         // 6. dial the origin through the same address checks as the proxy
@@ -1842,7 +2229,18 @@ impl Relay {
         {
             return Err(RECORDING_UNAVAILABLE);
         }
-        let resp = sender.send_request(upstream_req).await.map_err(|_| {
+        // sent at most once: no retry, whatever fails from here on
+        if let Some(e) = &mut executed {
+            e.sending();
+        }
+        let sent = sender.send_request(upstream_req).await;
+        // an allowed outward action reached the origin, which may have acted
+        // even when no response came: reported executed once, with the
+        // status seen (or none), before any later refusal
+        if let Some(e) = executed.take() {
+            e.report(sent.as_ref().ok().map(|r| i32::from(r.status().as_u16())));
+        }
+        let resp = sent.map_err(|_| {
             (
                 StatusCode::BAD_GATEWAY,
                 "upstream_unreachable",

@@ -15,9 +15,10 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use palisade_egress::proxy::{Limits, ProxyConfig};
-use palisade_egress::relay::{RelayConfig, Secret};
+use palisade_egress::relay::{RelayConfig, RelayConfigError, Secret};
 use palisade_schema::host_policy::{
-    Egress, EgressLimits, HostPolicy, Relay, RelayCredential, RelayLimits, parse,
+    Egress, EgressLimits, GITHUB_REST_PRESET, HostPolicy, OutwardKind, Relay, RelayCredential,
+    RelayKind, RelayLimits, RelayPreset, RelayRoute, RouteOutward, parse,
 };
 
 fn policy(text: &str) -> HostPolicy {
@@ -141,16 +142,17 @@ fn every_relay_key_reaches_the_relay_config() {
         credential,
         worker_env,
         limits,
-        // CONTRACT (issue 18): the egress piece maps these and asserts them here.
+        // CONTRACT (issue 18): the git relay maps these and asserts them here.
         kind: _,
-        preset: _,
         repos: _,
+        // mapped, and asserted in `outward_routes_presets_and_basic_credentials_reach_the_config`
+        preset,
     } = relay;
     let RelayCredential {
         header,
         from_env,
         prefix,
-        username: _,
+        username,
     } = credential;
     let RelayLimits {
         max_body,
@@ -176,6 +178,9 @@ fn every_relay_key_reaches_the_relay_config() {
     assert_eq!(c.credential.header().as_str(), header);
     assert_eq!(c.credential.prefix(), prefix);
     assert_eq!(prefix, "Key ");
+    assert_eq!((c.preset, *preset), (None, None));
+    assert_eq!((c.credential.username(), username.as_deref()), (None, None));
+    assert!(c.routes.iter().all(|r| r.outward_kind().is_none()));
     // `from_env` names where the caller read the secret; `worker_env` is the
     // sandbox's: the placeholder it gets is the config's.
     assert_eq!(from_env, "HOST_KEY");
@@ -215,4 +220,97 @@ fn a_relay_to_a_plain_http_origin_is_refused() {
     let c = RelayConfig::from_policy(&p.egress.relays[0], secret()).unwrap();
     assert_eq!(c.authority(), "127.0.0.1:9");
     assert!(c.placeholder().expose().starts_with("palisade-"));
+}
+
+const GITHUB: &str = "[[egress.relay]]\nname = \"github\"\norigin = \"https://api.github.example\"\n\
+                      routes = [\"GET /repos/{owner}/{repo}\"]\n\
+                      credential = { header = \"authorization\", from_env = \"GH\" }\n";
+
+/// `route` with the outward class `kind` on `target`.
+fn outward_route(route: &str, kind: &str, target: &str) -> RelayRoute {
+    let mut r = RelayRoute::parse(route).unwrap();
+    r.outward = Some(RouteOutward {
+        kind: OutwardKind::parse(kind).unwrap(),
+        target: target.to_owned(),
+    });
+    r
+}
+
+#[test]
+fn outward_routes_presets_and_basic_credentials_reach_the_config() {
+    // set on the parsed relay, as the schema reads them
+    let mut relay = policy(GITHUB).egress.relays[0].clone();
+    let secret = || Secret::new("k".to_owned());
+    let plain = RelayConfig::from_policy(&relay, secret()).unwrap();
+    assert_eq!(plain.routes.len(), 1);
+    assert_eq!(plain.routes[0].outward_kind(), None);
+    assert_eq!(plain.routes[0].path(), "/repos/{owner}/{repo}");
+
+    relay.routes.push(outward_route(
+        "POST /repos/{owner}/{repo}/issues/{number}/comments",
+        "github.post.comment",
+        "github.com/{owner}/{repo}/issues/{number}",
+    ));
+    relay.credential.username = Some("x-access-token".to_owned());
+    let c = RelayConfig::from_policy(&relay, secret()).unwrap();
+    let r = &c.routes[1];
+    assert_eq!(
+        (r.method(), r.path(), r.outward_kind(), r.target()),
+        (
+            "POST",
+            "/repos/{owner}/{repo}/issues/{number}/comments",
+            Some("github.post.comment"),
+            Some("github.com/{owner}/{repo}/issues/{number}")
+        )
+    );
+    assert_eq!(c.credential.username(), Some("x-access-token"));
+    assert_eq!(c.credential.header().as_str(), "authorization");
+    assert_eq!(c.credential.prefix(), "");
+
+    // Basic goes in `authorization` with no prefix
+    let mut bad = relay.clone();
+    bad.credential.prefix = "Bearer ".to_owned();
+    let e = RelayConfig::from_policy(&bad, secret()).unwrap_err();
+    assert!(matches!(e, RelayConfigError::Credential(_)), "{e}");
+    let mut bad = relay.clone();
+    bad.credential.header = "x-api-key".to_owned();
+    assert!(RelayConfig::from_policy(&bad, secret()).is_err());
+    let mut bad = relay.clone();
+    bad.credential.username = Some("a:b".to_owned());
+    assert!(RelayConfig::from_policy(&bad, secret()).is_err());
+
+    // a target naming a placeholder the route does not have is refused
+    let mut bad = relay.clone();
+    bad.routes.push(outward_route(
+        "POST /repos/{owner}/{repo}/pulls",
+        "github.post.pull_request",
+        "github.com/{owner}/{repo}/pull/{number}",
+    ));
+    let e = RelayConfig::from_policy(&bad, secret()).unwrap_err();
+    assert!(matches!(e, RelayConfigError::Route(_)), "{e}");
+
+    // a preset is applied only with all of its routes (the schema adds
+    // them); one missing is refused, never a preset parsed and not applied
+    let mut preset = relay.clone();
+    preset.preset = Some(RelayPreset::GitHub);
+    let e = RelayConfig::from_policy(&preset, secret()).unwrap_err();
+    assert_eq!(e, RelayConfigError::Unsupported("github".to_owned()));
+    for (m, p, k, t) in GITHUB_REST_PRESET {
+        if !preset.routes.iter().any(|r| r.method == *m && r.path == *p) {
+            preset.routes.push(outward_route(&format!("{m} {p}"), k, t));
+        }
+    }
+    let c = RelayConfig::from_policy(&preset, secret()).unwrap();
+    assert_eq!(c.preset, Some(RelayPreset::GitHub));
+    assert!(c.routes.len() >= GITHUB_REST_PRESET.len());
+    let mut bad = preset.clone();
+    bad.routes
+        .retain(|r| r.path != "/repos/{owner}/{repo}/releases");
+    assert!(RelayConfig::from_policy(&bad, secret()).is_err());
+
+    // the git relay's settings stay refused here until it applies them
+    let mut git = relay.clone();
+    git.kind = RelayKind::Git;
+    let e = RelayConfig::from_policy(&git, secret()).unwrap_err();
+    assert_eq!(e, RelayConfigError::Unsupported("github".to_owned()));
 }

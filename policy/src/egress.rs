@@ -2,6 +2,11 @@
 //!
 //! Order of evaluation, first hit wins:
 //!
+//! 0. the origin `host:port` of an outward relay ([`Relay::is_outward`]: a
+//!    git relay, a preset, or a route with `outward`) is denied
+//!    ([`Reason::RelayRequired`], rule `egress.relay[i]`): it is reached
+//!    only through that relay, which asks before acting in the user's name
+//!    ("one way out"), whatever `egress.allow` and the session say;
 //! 1. a host that does not normalise is denied; an unspecified address
 //!    (`0.0.0.0/8`, `::`, `::ffff:0.0.0.0`) is denied whatever the ranges
 //!    say; an IP literal is allowed only
@@ -43,7 +48,7 @@
 
 use std::net::IpAddr;
 
-use palisade_schema::host_policy::HostPolicy;
+use palisade_schema::host_policy::{HostPolicy, Relay};
 use palisade_taint::Session;
 
 pub use crate::host_pattern::RequestHost;
@@ -83,6 +88,17 @@ pub fn decide_host(
     port: u16,
 ) -> Verdict {
     let target = format!("{host}:{port}");
+    if let Some((i, relay)) = outward_relay_for(policy, host, port) {
+        return Verdict::new(
+            Decision::Deny,
+            Reason::RelayRequired,
+            Some(format!("egress.relay[{i}]")),
+            format!(
+                "`{target}` is reached only through relay `{}`, which asks before acting in the user's name",
+                relay.name
+            ),
+        );
+    }
     if port == 0 {
         return Verdict::new(
             Decision::Deny,
@@ -177,6 +193,33 @@ pub fn decide_host(
         Some("taint.egress_allow".to_owned()),
         taint_explanation(session),
     )
+}
+
+/// The first relay with [`Relay::is_outward`] whose origin is `host:port`
+/// (names compared normalised, IPv4-mapped IPv6 as IPv4, the port exact),
+/// with its index in `egress.relay`: the proxy refuses such a connection
+/// ("one way out", [`Reason::RelayRequired`]).
+pub fn outward_relay_for<'p>(
+    policy: &'p HostPolicy,
+    host: &RequestHost,
+    port: u16,
+) -> Option<(usize, &'p Relay)> {
+    let host = unmapped(host);
+    policy.egress.relays.iter().enumerate().find(|(_, r)| {
+        r.is_outward()
+            && r.origin.port == port
+            && RequestHost::parse(&r.origin.host).is_ok_and(|h| unmapped(&h) == host)
+    })
+}
+
+/// `host` with an IPv4-mapped IPv6 address written as the IPv4 address.
+fn unmapped(host: &RequestHost) -> RequestHost {
+    match host {
+        RequestHost::Ip(IpAddr::V6(v6)) => v6
+            .to_ipv4_mapped()
+            .map_or_else(|| host.clone(), |v4| RequestHost::Ip(IpAddr::V4(v4))),
+        _ => host.clone(),
+    }
 }
 
 /// `0.0.0.0/8` ("this network", which Linux dials as the local host), `::`,

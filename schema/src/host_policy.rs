@@ -1382,6 +1382,9 @@ fn read_relay(cx: &mut Cx<'_>, r: &Table<'_, '_>) -> Option<Relay> {
             "worker_env",
             "limits",
             "provider",
+            "kind",
+            "preset",
+            "repos",
         ],
     );
     let name = required_str(cx, r, "name");
@@ -1395,6 +1398,7 @@ fn read_relay(cx: &mut Cx<'_>, r: &Table<'_, '_>) -> Option<Relay> {
             format!("`{n}` is not a relay name (letters, digits, `-`, `_`, `.`)"),
         );
     }
+    let kind = read_relay_kind(cx, r);
     let origin = required_str(cx, r, "origin").and_then(|(o, span)| match Origin::parse(&o) {
         Ok(origin) => {
             if origin.scheme == "http" && !origin.is_loopback() {
@@ -1405,6 +1409,13 @@ fn read_relay(cx: &mut Cx<'_>, r: &Table<'_, '_>) -> Option<Relay> {
                     "a relay would send the credential in clear text over `http`",
                 )
                 .help("use `https://`; plain `http` is accepted only for loopback upstreams");
+            } else if origin.scheme != "https" && kind == RelayKind::Git {
+                cx.error(
+                    "insecure_origin",
+                    &span,
+                    &r.path.key("origin"),
+                    "a git relay's origin must be `https://`",
+                );
             }
             Some(origin)
         }
@@ -1413,34 +1424,12 @@ fn read_relay(cx: &mut Cx<'_>, r: &Table<'_, '_>) -> Option<Relay> {
             None
         }
     });
-    let mut routes = Vec::new();
-    for (text, span, path) in r.str_array(cx, "routes") {
-        match RelayRoute::parse(&text) {
-            Ok(route) => routes.push(route),
-            Err(msg) => {
-                cx.error("invalid_value", &span, &path, msg);
-            }
-        }
-    }
-    if routes.is_empty() && r.table.contains_key("routes") {
-        cx.warning(
-            "empty_routes",
-            &r.span,
-            &r.path.key("routes"),
-            "a relay with no routes forwards nothing",
-        );
-    }
-    if !r.table.contains_key("routes") {
-        cx.error(
-            "missing_key",
-            &r.span,
-            &r.path.key("routes"),
-            "a relay needs `routes`, such as [\"POST /v1/messages\"]",
-        );
-    }
+    let preset = read_relay_preset(cx, r, kind);
+    let routes = read_relay_routes(cx, r, kind, preset);
+    let repos = read_relay_repos(cx, r, kind);
     let credential = match r.table(cx, "credential") {
         Some(c) => {
-            c.deny_unknown(cx, &["header", "from_env", "prefix"]);
+            c.deny_unknown(cx, &["header", "from_env", "prefix", "username"]);
             let header = required_str(cx, &c, "header");
             if let Some((h, span)) = &header
                 && (h.is_empty() || !h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
@@ -1464,12 +1453,13 @@ fn read_relay(cx: &mut Cx<'_>, r: &Table<'_, '_>) -> Option<Relay> {
                 );
             }
             let prefix = c.str(cx, "prefix").map(|(p, _)| p).unwrap_or_default();
-            match (header, from_env) {
-                (Some((h, _)), Some((v, _))) => Some(RelayCredential {
+            let username = read_username(cx, &c, header.as_ref().map(|(h, _)| h.as_str()));
+            match (header, from_env, username) {
+                (Some((h, _)), Some((v, _)), Ok(username)) => Some(RelayCredential {
                     header: h.to_ascii_lowercase(),
                     from_env: v,
                     prefix,
-                    username: None,
+                    username,
                 }),
                 _ => None,
             }
@@ -1520,10 +1510,450 @@ fn read_relay(cx: &mut Cx<'_>, r: &Table<'_, '_>) -> Option<Relay> {
         credential: credential?,
         worker_env,
         limits,
-        kind: RelayKind::Http,
-        preset: None,
-        repos: Vec::new(),
+        kind,
+        preset,
+        repos,
     })
+}
+
+/// `kind = "http" | "git"` (default `http`).
+fn read_relay_kind(cx: &mut Cx<'_>, r: &Table<'_, '_>) -> RelayKind {
+    let Some((k, span)) = r.str(cx, "kind") else {
+        return RelayKind::Http;
+    };
+    match k.as_str() {
+        "http" => RelayKind::Http,
+        "git" => RelayKind::Git,
+        other => {
+            let all = ["http", "git"];
+            let help = match reader::nearest(other, &all) {
+                Some(n) => format!("did you mean `{n}`? expected one of: {}", all.join(", ")),
+                None => format!("expected one of: {}", all.join(", ")),
+            };
+            cx.error(
+                "invalid_value",
+                &span,
+                &r.path.key("kind"),
+                format!("unknown relay kind `{other}`"),
+            )
+            .help(help);
+            RelayKind::Http
+        }
+    }
+}
+
+/// `preset = "github"` (http relays only).
+fn read_relay_preset(cx: &mut Cx<'_>, r: &Table<'_, '_>, kind: RelayKind) -> Option<RelayPreset> {
+    let (p, span) = r.str(cx, "preset")?;
+    let path = r.path.key("preset");
+    let preset = match p.as_str() {
+        "github" => RelayPreset::GitHub,
+        other => {
+            let all = ["github"];
+            let help = match reader::nearest(other, &all) {
+                Some(n) => format!("did you mean `{n}`? expected one of: {}", all.join(", ")),
+                None => format!("expected one of: {}", all.join(", ")),
+            };
+            cx.error(
+                "invalid_value",
+                &span,
+                &path,
+                format!("unknown relay preset `{other}`"),
+            )
+            .help(help);
+            return None;
+        }
+    };
+    if kind == RelayKind::Git {
+        cx.error(
+            "invalid_value",
+            &span,
+            &path,
+            "a preset adds REST routes: it is for `kind = \"http\"` relays, and a git relay's routes are implicit",
+        )
+        .help("remove `preset`, or put the REST API in a relay of its own");
+        return None;
+    }
+    Some(preset)
+}
+
+impl RelayPreset {
+    /// The preset's routes, each an outward route.
+    pub fn routes(self) -> Vec<RelayRoute> {
+        match self {
+            Self::GitHub => GITHUB_REST_PRESET
+                .iter()
+                .filter_map(|(method, path, kind, target)| {
+                    Some(RelayRoute {
+                        method: (*method).to_owned(),
+                        path: (*path).to_owned(),
+                        outward: Some(RouteOutward {
+                            kind: OutwardKind::parse(kind).ok()?,
+                            target: (*target).to_owned(),
+                        }),
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// The preset's name in the policy file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::GitHub => "github",
+        }
+    }
+}
+
+/// `routes`: strings (plain routes) and tables (outward routes), then the
+/// preset's routes; a git relay must not list any.
+fn read_relay_routes(
+    cx: &mut Cx<'_>,
+    r: &Table<'_, '_>,
+    kind: RelayKind,
+    preset: Option<RelayPreset>,
+) -> Vec<RelayRoute> {
+    if kind == RelayKind::Git {
+        if let Some(v) = r.get("routes") {
+            cx.error(
+                "invalid_value",
+                &v.span(),
+                &r.path.key("routes"),
+                "a git relay has implicit routes (info/refs, git-upload-pack, git-receive-pack): `routes` must not be given",
+            )
+            .help("remove `routes`; limit what it serves with `repos = [\"OWNER/REPO\"]`");
+        }
+        return Vec::new();
+    }
+    let mut routes: Vec<RelayRoute> = Vec::new();
+    let mut seen: BTreeMap<(String, String), (usize, String)> = BTreeMap::new();
+    let authored = match r.get("routes").map(|v| v.get_ref()) {
+        Some(toml::de::DeValue::Array(a)) => a.len(),
+        _ => 0,
+    };
+    let items = r.str_or_table_array(cx, "routes");
+    for item in items {
+        let (route, span, path) = match item {
+            reader::Item::Str(text, span, path) => match RelayRoute::parse(&text) {
+                Ok(route) => (route, span, path),
+                Err(msg) => {
+                    cx.error("invalid_value", &span, &path, msg);
+                    continue;
+                }
+            },
+            reader::Item::Table(t) => match read_outward_route(cx, &t) {
+                Some(route) => (route, t.span.clone(), t.path.clone()),
+                None => continue,
+            },
+        };
+        let key = (route.method.clone(), route.shape());
+        if let Some((i, first)) = seen.get(&key) {
+            cx.error(
+                "duplicate",
+                &span,
+                &path,
+                format!(
+                    "`{route}` has the same method and path as `{first}` (routes[{i}]): both match the same requests"
+                ),
+            )
+            .help("keep one of them");
+            continue;
+        }
+        seen.insert(key, (routes.len(), route.to_string()));
+        routes.push(route);
+    }
+    if authored == 0 && r.table.contains_key("routes") && preset.is_none() {
+        cx.warning(
+            "empty_routes",
+            &r.span,
+            &r.path.key("routes"),
+            "a relay with no routes forwards nothing",
+        );
+    }
+    if let Some(preset) = preset {
+        for route in preset.routes() {
+            let key = (route.method.clone(), route.shape());
+            if let Some((i, first)) = seen.get(&key) {
+                let path = r.path.key("routes").index(*i);
+                let outward = route
+                    .outward
+                    .as_ref()
+                    .map(|o| o.kind.to_string())
+                    .unwrap_or_default();
+                cx.error(
+                    "duplicate",
+                    &span_of_item(r, *i),
+                    &path,
+                    format!(
+                        "`{first}` is also a route of `preset = \"{}\"` (`{route}`, outward `{outward}`): the preset's route cannot be replaced",
+                        preset.as_str()
+                    ),
+                )
+                .help("remove it from `routes`, or drop the preset and list every route yourself");
+                continue;
+            }
+            routes.push(route);
+        }
+    } else if !r.table.contains_key("routes") {
+        cx.error(
+            "missing_key",
+            &r.span,
+            &r.path.key("routes"),
+            "a relay needs `routes`, such as [\"POST /v1/messages\"]",
+        );
+    }
+    routes
+}
+
+/// The span of `routes[i]` of relay table `r`.
+fn span_of_item(r: &Table<'_, '_>, i: usize) -> Range<usize> {
+    use toml::de::DeValue;
+    match r.get("routes").map(|v| (v.span(), v.get_ref())) {
+        Some((_, DeValue::Array(items))) if i < items.len() => {
+            items.get(i).map_or(r.span.clone(), |v| v.span())
+        }
+        Some((span, _)) => span,
+        None => r.span.clone(),
+    }
+}
+
+/// `{ route = "METHOD /path", outward = "<kind>", target = "<template>" }`.
+fn read_outward_route(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Option<RelayRoute> {
+    t.deny_unknown(cx, &["route", "outward", "target"]);
+    let route = required_str(cx, t, "route");
+    let outward = required_str(cx, t, "outward");
+    let target = required_str(cx, t, "target");
+    let route = route.and_then(|(text, span)| match RelayRoute::parse(&text) {
+        Ok(route) => Some(route),
+        Err(msg) => {
+            cx.error("invalid_value", &span, &t.path.key("route"), msg);
+            None
+        }
+    });
+    let kind = outward.and_then(|(text, span)| {
+        let path = t.path.key("outward");
+        match OutwardKind::parse(&text) {
+            Ok(k) if k.as_str() == "*" => {
+                cx.error(
+                    "invalid_value",
+                    &span,
+                    &path,
+                    "a route's outward kind is one kind such as `github.post.comment`, not `*`",
+                );
+                None
+            }
+            Ok(k) => {
+                if !k.is_builtin() && BUILTIN_FAMILIES.iter().any(|f| k.as_str().starts_with(f)) {
+                    cx.warning(
+                        "unknown_kind",
+                        &span,
+                        &path,
+                        format!("`{k}` is not a built-in kind; is it a typo?"),
+                    )
+                    .help(format!(
+                        "built-in kinds: {}",
+                        BUILTIN_OUTWARD_KINDS.join(", ")
+                    ));
+                }
+                Some(k)
+            }
+            Err(msg) => {
+                cx.error("invalid_value", &span, &path, msg);
+                None
+            }
+        }
+    });
+    let mut route = route?;
+    let (target, tspan) = target?;
+    if let Err((msg, help)) = check_target_template(&target, &route) {
+        let last = cx.error("invalid_value", &tspan, &t.path.key("target"), msg);
+        if let Some(help) = help {
+            last.help(help);
+        }
+        return None;
+    }
+    route.outward = Some(RouteOutward {
+        kind: kind?,
+        target,
+    });
+    Some(route)
+}
+
+/// A route's target template: text whose `{name}` are placeholders of the
+/// route's path, and which, with them filled, is a literal target (no glob
+/// metacharacters: an outward rule's glob matches it as text).
+fn check_target_template(target: &str, route: &RelayRoute) -> Result<(), (String, Option<String>)> {
+    if target.is_empty() {
+        return Err(("empty target".to_owned(), None));
+    }
+    let names: Vec<&str> = route.placeholders().collect();
+    let mut literal = String::with_capacity(target.len());
+    let mut rest = target;
+    while let Some(open) = rest.find(['{', '}']) {
+        let (head, tail) = rest.split_at(open);
+        literal.push_str(head);
+        if tail.starts_with('}') {
+            return Err((format!("`}}` without `{{` in target `{target}`"), None));
+        }
+        let Some(close) = tail.find('}') else {
+            return Err((format!("`{{` without `}}` in target `{target}`"), None));
+        };
+        let seg = tail.get(..=close).unwrap_or_default();
+        let Some(name) = placeholder_name(seg) else {
+            return Err((
+                format!(
+                    "`{seg}` in target `{target}` is not a placeholder `{{name}}` (letters, digits, `_`)"
+                ),
+                None,
+            ));
+        };
+        if !names.contains(&name) {
+            let help = match reader::nearest(name, &names) {
+                Some(n) => format!(
+                    "did you mean `{{{n}}}`? the route's placeholders: {}",
+                    placeholder_list(&names)
+                ),
+                None if names.is_empty() => {
+                    "the route has no placeholders: write them in its path as whole segments `{name}`".to_owned()
+                }
+                None => format!("the route's placeholders: {}", placeholder_list(&names)),
+            };
+            return Err((
+                format!(
+                    "target `{target}` uses `{{{name}}}`, which is not a placeholder of `{}`",
+                    route.path
+                ),
+                Some(help),
+            ));
+        }
+        // A stand-in for one plain segment: checked as literal text.
+        literal.push('x');
+        rest = tail.get(close + 1..).unwrap_or_default();
+    }
+    literal.push_str(rest);
+    if let Some(c) = literal
+        .chars()
+        .find(|c| matches!(c, '*' | '?' | '[' | ']' | '\\' | '!' | ',') || c.is_control())
+    {
+        return Err((
+            format!(
+                "`{}` in target `{target}`: a target is literal text (an outward rule's glob matches it), without glob characters",
+                c.escape_default()
+            ),
+            None,
+        ));
+    }
+    TargetGlob::parse(&literal).map_err(|e| (format!("target `{target}`: {e}"), None))?;
+    Ok(())
+}
+
+fn placeholder_list(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|n| format!("{{{n}}}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `repos = ["OWNER/REPO", "acme/*"]` (git relays only).
+fn read_relay_repos(cx: &mut Cx<'_>, r: &Table<'_, '_>, kind: RelayKind) -> Vec<TargetGlob> {
+    let items = r.str_array(cx, "repos");
+    if kind != RelayKind::Git {
+        if let Some(v) = r.get("repos") {
+            cx.error(
+                "invalid_value",
+                &v.span(),
+                &r.path.key("repos"),
+                "`repos` is for `kind = \"git\"` relays",
+            )
+            .help("set `kind = \"git\"`, or remove `repos`");
+        }
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (text, span, path) in items {
+        let segs: Vec<&str> = text.split('/').collect();
+        let shape_ok = segs.len() == 2 && segs.iter().all(|s| !s.is_empty() && !s.contains("**"));
+        if !shape_ok {
+            cx.error(
+                "invalid_value",
+                &span,
+                &path,
+                format!("`{text}` is not `OWNER/REPO` (a glob such as `acme/*` is allowed inside each part)"),
+            );
+            continue;
+        }
+        if let Some(stem) = text.strip_suffix(".git") {
+            cx.error(
+                "invalid_value",
+                &span,
+                &path,
+                format!("`{text}`: repositories are named without `.git`"),
+            )
+            .help(format!("write `{stem}`"));
+            continue;
+        }
+        match TargetGlob::parse(&text) {
+            Ok(g) => out.push(g),
+            Err(msg) => {
+                cx.error("invalid_value", &span, &path, msg);
+            }
+        }
+    }
+    out
+}
+
+/// `credential.username`: HTTP Basic in `authorization`, no `prefix`.
+/// `Err(())` when it was given and is refused (reported).
+fn read_username(
+    cx: &mut Cx<'_>,
+    c: &Table<'_, '_>,
+    header: Option<&str>,
+) -> Result<Option<String>, ()> {
+    let Some((u, span)) = c.str(cx, "username") else {
+        return if c.table.contains_key("username") {
+            Err(())
+        } else {
+            Ok(None)
+        };
+    };
+    let path = c.path.key("username");
+    let mut ok = true;
+    if u.is_empty() || u.contains(':') || !u.bytes().all(|b| b.is_ascii_graphic()) {
+        cx.error(
+            "invalid_value",
+            &span,
+            &path,
+            format!(
+                "`{}` is not an HTTP Basic user name (printable ASCII, no spaces, no `:`)",
+                u.escape_default()
+            ),
+        );
+        ok = false;
+    }
+    if let Some(h) = header
+        && !h.eq_ignore_ascii_case("authorization")
+    {
+        cx.error(
+            "invalid_value",
+            &span,
+            &path,
+            format!("`username` sends HTTP Basic in `authorization`, but `header` is `{h}`"),
+        )
+        .help("set `header = \"authorization\"`, or remove `username`");
+        ok = false;
+    }
+    if c.table.contains_key("prefix") {
+        cx.error(
+            "invalid_value",
+            &span,
+            &path,
+            "`username` and `prefix` cannot both be set: the relay sends `Basic base64(username:secret)`",
+        )
+        .help("remove `prefix`");
+        ok = false;
+    }
+    if ok { Ok(Some(u)) } else { Err(()) }
 }
 
 fn read_relay_limits(cx: &mut Cx<'_>, r: &Table<'_, '_>) -> RelayLimits {
@@ -1731,6 +2161,20 @@ fn lint(cx: &mut Cx<'_>, root: &Table<'_, '_>, p: &HostPolicy) {
                 .position(|a| a.matches(&host, relay.origin.port))
         {
             let path = egress_path.key("allow").index(j);
+            if relay.is_outward() {
+                cx.warning(
+                    "relay_origin_allowed",
+                    &span_of(&path),
+                    &path,
+                    format!(
+                        "`{}` names relay `{}`'s origin, which the proxy refuses anyway: an outward relay's origin is reached only through the relay (`relay_required`)",
+                        p.egress.allow.get(j).map(ToString::to_string).unwrap_or_default(),
+                        relay.name
+                    ),
+                )
+                .help(format!("remove the allow entry; the worker reaches `{}` through relay index {i}", relay.origin));
+                continue;
+            }
             cx.warning(
                     "relay_origin_allowed",
                     &span_of(&path),
@@ -1856,6 +2300,18 @@ fn lint(cx: &mut Cx<'_>, root: &Table<'_, '_>, p: &HostPolicy) {
                 ),
             )
             .help("add `target = \"…\"` naming the merchant or account");
+        } else if any_target && (r.kind.covers("git.force_push") || r.kind.covers("git.delete_ref"))
+        {
+            cx.warning(
+                "outward_allow_untargeted",
+                &span,
+                &outward_path.index(j),
+                format!(
+                    "`{}` is allowed for every target: it rewrites or deletes any branch of any repository the credential reaches, unasked",
+                    r.kind
+                ),
+            )
+            .help("add `target = \"github.com/OWNER/REPO:refs/heads/agent/*\"` naming the refs");
         } else if any_target {
             cx.warning(
                 "outward_allow_untargeted",
@@ -2316,3 +2772,6 @@ pub mod __fuzz {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod relay_tests;

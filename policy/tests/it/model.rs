@@ -105,6 +105,9 @@ struct MPolicy {
     /// `egress.provider_hosts`: for each of `PROVIDERS`, host rules without
     /// a port (the parser refuses ports there).
     provider_hosts: Vec<Vec<MHost>>,
+    /// `[[egress.relay]]`: (origin host index into `HOSTS`, origin port,
+    /// whether the relay has an outward route).
+    relays: Vec<(usize, u16, bool)>,
 }
 
 #[derive(Clone, Debug)]
@@ -157,6 +160,10 @@ fn mpolicy() -> impl Strategy<Value = MPolicy> {
             ),
             PROVIDERS.len(),
         ),
+        prop::collection::vec(
+            (0..HOSTS.len(), prop::sample::select(PORTS), any::<bool>()),
+            0..3,
+        ),
     )
         .prop_map(
             |(
@@ -170,6 +177,7 @@ fn mpolicy() -> impl Strategy<Value = MPolicy> {
                 routing,
                 ranges,
                 provider_hosts,
+                relays,
             )| {
                 MPolicy {
                     allow,
@@ -182,6 +190,7 @@ fn mpolicy() -> impl Strategy<Value = MPolicy> {
                     routing,
                     ranges,
                     provider_hosts,
+                    relays,
                 }
             },
         )
@@ -251,7 +260,47 @@ fn real_policy(m: &MPolicy) -> HostPolicy {
                 .insert(PROVIDERS[i].to_owned(), hosts(list));
         }
     }
+    p.egress.relays = m
+        .relays
+        .iter()
+        .enumerate()
+        .map(|(i, (h, port, outward))| relay(&format!("r{i}"), HOSTS[*h], *port, *outward))
+        .collect();
     p
+}
+
+/// A relay to `https://host:port`, with an outward route or only a plain one,
+/// as the parser builds it.
+pub(crate) fn relay(
+    name: &str,
+    host: &str,
+    port: u16,
+    outward: bool,
+) -> palisade_schema::host_policy::Relay {
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    };
+    let route = if outward {
+        r#"{ route = "POST /c/{n}", outward = "github.post.comment", target = "t/{n}" }"#
+    } else {
+        r#""POST /c""#
+    };
+    let text = format!(
+        "[[egress.relay]]\nname = \"{name}\"\norigin = \"https://{host}:{port}\"\nroutes = [{route}]\ncredential = {{ header = \"authorization\", from_env = \"T\" }}\n"
+    );
+    let (mut p, _) = palisade_schema::host_policy::parse("relay.toml", &text)
+        .unwrap()
+        .into_parts();
+    p.egress.relays.remove(0)
+}
+
+/// Whether `HOSTS[a]` and `HOSTS[b]` are the same host (an IPv4-mapped
+/// address is its IPv4 address).
+fn same_host(a: usize, b: usize) -> bool {
+    let canon = |i: usize| HOSTS[i].trim_start_matches("::ffff:");
+    canon(a) == canon(b)
 }
 
 fn real_event(e: &MEvent) -> Event {
@@ -345,6 +394,13 @@ fn in_range(host: usize, range: usize) -> bool {
 }
 
 fn model_egress(m: &MPolicy, s: &MSession, n: usize, port: u16) -> Decision {
+    // One way out: an outward relay's origin only through the relay.
+    if m.relays
+        .iter()
+        .any(|(h, p, outward)| *outward && *p == port && same_host(*h, n))
+    {
+        return Decision::Deny;
+    }
     if n >= NAMES.len() {
         // An IP literal: only inside an allow_addresses range, and a tainted
         // session only back to an address it contacted.
@@ -624,6 +680,46 @@ proptest! {
         let s1 = run_real(&policy, &events);
         let s2 = run_real(&shuffled, &events);
         prop_assert_eq!(all_decisions(&policy, &s1), all_decisions(&shuffled, &s2));
+    }
+
+    /// One way out: with an outward relay for `H:port`, no policy and no
+    /// session history ever allows a direct connection to `H:port`, even
+    /// when `egress.allow`, `taint.egress_allow` and `allow_addresses` all
+    /// name it; the same relay without an outward route leaves it allowed.
+    #[test]
+    fn an_outward_relays_origin_is_never_reached_directly(m in mpolicy(), events in prop::collection::vec(mevent(), 0..12), h in 0..HOSTS.len(), port in prop::sample::select(PORTS)) {
+        let mut m = m;
+        if h < NAMES.len() {
+            m.allow.push(MHost(false, h, Some(port)));
+            m.taint_allow.push(MHost(false, h, Some(port)));
+        } else {
+            m.ranges = (0..RANGES.len()).collect();
+        }
+        m.deny.retain(|d| !(h < NAMES.len() && d.matches(NAMES[h], port)));
+        m.relays.retain(|r| !same_host(r.0, h) || r.1 != port);
+        let mut plain = m.clone();
+        plain.relays.push((h, port, false));
+        m.relays.push((h, port, true));
+        let policy = real_policy(&m);
+        let s = run_real(&policy, &events);
+        let v = egress::decide(&policy, &s, &ConnectRequest { host: HOSTS[h], port });
+        prop_assert_eq!(v.decision, Decision::Deny);
+        prop_assert_eq!(v.reason, palisade_policy::verdict::Reason::RelayRequired);
+        prop_assert_eq!(v.rule, Some(format!("egress.relay[{}]", policy.egress.relays.len() - 1)));
+        // Every spelling of the same host: case, trailing dot, mapped IPv4.
+        let spellings: Vec<String> = if h < NAMES.len() {
+            vec![HOSTS[h].to_ascii_uppercase(), format!("{}.", HOSTS[h])]
+        } else {
+            vec![HOSTS[h].trim_start_matches("::ffff:").to_owned(), format!("::ffff:{}", HOSTS[h].trim_start_matches("::ffff:"))]
+        };
+        for spelled in &spellings {
+            let v = egress::decide(&policy, &s, &ConnectRequest { host: spelled, port });
+            prop_assert_eq!(v.reason, palisade_policy::verdict::Reason::RelayRequired, "{}", spelled);
+        }
+        // Positive control: a clean session with the relay made plain is allowed.
+        let policy = real_policy(&plain);
+        let v = egress::decide(&policy, &Session::new(), &ConnectRequest { host: HOSTS[h], port });
+        prop_assert_eq!(v.decision, Decision::Allow, "{:?}", v);
     }
 
     /// Routing only narrows: a session that read more is refused at least

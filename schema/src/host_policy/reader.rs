@@ -208,6 +208,38 @@ impl<'t, 'i> Table<'t, 'i> {
         out
     }
 
+    /// An array whose items are each a string or a table (relay routes).
+    pub(crate) fn str_or_table_array(&self, cx: &mut Cx<'_>, key: &str) -> Vec<Item<'t, 'i>> {
+        let mut out = Vec::new();
+        let Some(v) = self.get(key) else {
+            return out;
+        };
+        let path = self.path.key(key);
+        let DeValue::Array(items) = v.get_ref() else {
+            type_error(
+                cx,
+                &v.span(),
+                &path,
+                "an array of strings and tables",
+                v.get_ref(),
+            );
+            return out;
+        };
+        for (i, item) in items.iter().enumerate() {
+            let p = path.index(i);
+            match item.get_ref() {
+                DeValue::String(s) => out.push(Item::Str(s.to_string(), item.span(), p)),
+                DeValue::Table(t) => out.push(Item::Table(Table {
+                    table: t,
+                    path: p,
+                    span: item.span(),
+                })),
+                other => type_error(cx, &item.span(), &p, "a string or a table", other),
+            }
+        }
+        out
+    }
+
     /// An array of tables (`[[x]]` or `x = [{..}]`).
     pub(crate) fn table_array(&self, cx: &mut Cx<'_>, key: &str) -> Vec<Table<'t, 'i>> {
         let mut out = Vec::new();
@@ -254,6 +286,14 @@ impl<'t, 'i> Table<'t, 'i> {
         }
         out
     }
+}
+
+/// One item of [`Table::str_or_table_array`].
+pub(crate) enum Item<'t, 'i> {
+    /// A string, with its span and path.
+    Str(String, Range<usize>, Path),
+    /// A table.
+    Table(Table<'t, 'i>),
 }
 
 fn type_error(

@@ -298,11 +298,20 @@ impl RelayRoute {
                 "`{path}` must be an exact path starting with `/`, without `.`/`..` segments, `//`, query, `%` or wildcards"
             ));
         }
+        let mut names: Vec<&str> = Vec::new();
         for seg in path.split('/') {
             if (seg.contains('{') || seg.contains('}')) && placeholder_name(seg).is_none() {
                 return Err(format!(
                     "`{seg}` in `{path}`: a placeholder is a whole segment `{{name}}` (letters, digits, `_`)"
                 ));
+            }
+            if let Some(name) = placeholder_name(seg) {
+                if names.contains(&name) {
+                    return Err(format!(
+                        "placeholder `{{{name}}}` is used twice in `{path}`: each placeholder names one segment"
+                    ));
+                }
+                names.push(name);
             }
         }
         Ok(Self {
@@ -315,6 +324,23 @@ impl RelayRoute {
     /// The placeholder names of the path, in order (`owner`, `repo`, …).
     pub fn placeholders(&self) -> impl Iterator<Item = &str> {
         self.path.split('/').filter_map(placeholder_name)
+    }
+
+    /// The path with every placeholder written `{}`: two routes with the
+    /// same method and shape match exactly the same requests, whatever
+    /// their placeholders are called.
+    pub fn shape(&self) -> String {
+        self.path
+            .split('/')
+            .map(|seg| {
+                if placeholder_name(seg).is_some() {
+                    "{}"
+                } else {
+                    seg
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("/")
     }
 }
 
