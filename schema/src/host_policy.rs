@@ -1626,7 +1626,10 @@ fn read_relay_routes(
         return Vec::new();
     }
     let mut routes: Vec<RelayRoute> = Vec::new();
+    // (method, shape) → (authored index, text) of the first such route.
     let mut seen: BTreeMap<(String, String), (usize, String)> = BTreeMap::new();
+    // The authored index of each kept user route, for the shadow lint.
+    let mut authored_at: Vec<usize> = Vec::new();
     let authored = match r.get("routes").map(|v| v.get_ref()) {
         Some(toml::de::DeValue::Array(a)) => a.len(),
         _ => 0,
@@ -1659,7 +1662,9 @@ fn read_relay_routes(
             .help("keep one of them");
             continue;
         }
-        seen.insert(key, (routes.len(), route.to_string()));
+        let at = last_index(&path).unwrap_or(routes.len());
+        seen.insert(key, (at, route.to_string()));
+        authored_at.push(at);
         routes.push(route);
     }
     if authored == 0 && r.table.contains_key("routes") && preset.is_none() {
@@ -1702,7 +1707,74 @@ fn read_relay_routes(
             "a relay needs `routes`, such as [\"POST /v1/messages\"]",
         );
     }
+    // A plain route that wins over an outward route for some requests.
+    // Compared only within one method and segment count, under a budget of
+    // pair comparisons so that a huge route list cannot stall the parser
+    // (past it the advisory lint stops; nothing is enforced here).
+    let mut outward_by: BTreeMap<(&str, usize), Vec<&RelayRoute>> = BTreeMap::new();
+    for o in routes.iter().filter(|o| o.outward.is_some()) {
+        outward_by
+            .entry((o.method.as_str(), o.path.split('/').count()))
+            .or_default()
+            .push(o);
+    }
+    let mut budget: usize = 1 << 20;
+    for (j, plain) in routes
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.outward.is_none())
+    {
+        let Some(at) = authored_at.get(j) else {
+            continue;
+        };
+        let group = outward_by
+            .get(&(plain.method.as_str(), plain.path.split('/').count()))
+            .map_or(&[][..], Vec::as_slice);
+        if budget < group.len() {
+            break;
+        }
+        budget -= group.len();
+        if let Some(o) = group.iter().find(|o| shadows(plain, o)) {
+            let path = r.path.key("routes").index(*at);
+            cx.warning(
+                "route_shadows_outward",
+                &span_of_item(r, *at),
+                &path,
+                format!(
+                    "plain route `{plain}` wins over outward route `{o}` where both match: those requests are forwarded without an `[outward]` decision"
+                ),
+            )
+            .help("if that is not intended, remove the plain route or make it a table route with `outward` and `target`");
+        }
+    }
     routes
+}
+
+/// Whether plain route `p` takes some request that outward route `o` also
+/// matches: same method and segment count, no position where both are
+/// different literals, and more literal segments (a tie goes to the outward
+/// route, `palisade_policy::relay_route`).
+fn shadows(p: &RelayRoute, o: &RelayRoute) -> bool {
+    if p.method != o.method {
+        return false;
+    }
+    let (ps, os): (Vec<&str>, Vec<&str>) =
+        (p.path.split('/').collect(), o.path.split('/').collect());
+    let literals = |v: &[&str]| v.iter().filter(|s| placeholder_name(s).is_none()).count();
+    ps.len() == os.len()
+        && ps
+            .iter()
+            .zip(&os)
+            .all(|(a, b)| a == b || placeholder_name(a).is_some() || placeholder_name(b).is_some())
+        && literals(&ps) > literals(&os)
+}
+
+/// The last index of `path` (`routes[3]` → 3).
+fn last_index(path: &Path) -> Option<usize> {
+    match path.0.last() {
+        Some(crate::PathSegment::Index(i)) => Some(*i),
+        _ => None,
+    }
 }
 
 /// The span of `routes[i]` of relay table `r`.

@@ -461,3 +461,75 @@ fn untargeted_force_push_and_delete_ref_rules_are_flagged() {
         vec![]
     );
 }
+
+#[test]
+fn duplicate_routes_are_named_by_their_authored_index() {
+    // routes[0] is refused, so the kept routes are renumbered; the
+    // diagnostic still names what the user wrote.
+    let d = diags(&http(r#""BAD", "GET /a/{x}", "GET /a/{y}""#));
+    let dup = d
+        .iter()
+        .find(|d| d.code == "duplicate")
+        .expect("a duplicate");
+    assert_eq!(dup.path.to_string(), ".egress.relay[0].routes[2]");
+    assert!(dup.message.contains("(routes[1])"), "{dup}");
+}
+
+#[test]
+fn a_plain_route_that_wins_over_an_outward_one_is_flagged() {
+    let d = diags(&http(&format!(
+        "\"POST /repos/acme/app/issues/{{n}}/comments\", {COMMENT}"
+    )));
+    assert_eq!(
+        d.iter()
+            .map(|d| (d.code, d.path.to_string(), d.is_error()))
+            .collect::<Vec<_>>(),
+        [(
+            "route_shadows_outward",
+            ".egress.relay[0].routes[0]".to_owned(),
+            false
+        )]
+    );
+    // Also against a preset's route.
+    let preset = "[[egress.relay]]\nname = \"gh\"\npreset = \"github\"\norigin = \"https://api.github.com\"\ncredential = { header = \"authorization\", from_env = \"GH\" }\nroutes = [\"PUT /repos/acme/app/pulls/{n}/merge\"]\n";
+    assert_eq!(
+        diags(preset).iter().map(|d| d.code).collect::<Vec<_>>(),
+        ["route_shadows_outward"]
+    );
+    // Positive controls: a tie goes to the outward route; another method;
+    // a plain route that never meets the outward one.
+    for plain in [
+        "\"POST /repos/acme/{r}/issues/{n}/{c}\"",
+        "\"GET /repos/acme/app/issues/{n}/comments\"",
+        "\"POST /repos/acme/app/pulls/{n}/comments\"",
+    ] {
+        assert_eq!(
+            diags(&http(&format!("{plain}, {COMMENT}"))),
+            vec![],
+            "{plain}"
+        );
+    }
+}
+
+#[test]
+fn a_huge_route_list_is_parsed_in_bounded_work() {
+    // Near the size limit: thousands of plain and outward routes of one
+    // method and length, every pair compatible (the shadow lint's worst case).
+    let mut routes = Vec::new();
+    let mut len = 0;
+    let mut i = 0;
+    while len < MAX_POLICY_BYTES - 4096 {
+        let plain = format!("\"POST /p/{{x}}/{i}\"");
+        let outward = format!(
+            "{{ route = \"POST /p/{i}/{{y}}\", outward = \"github.post\", target = \"t/{{y}}\" }}"
+        );
+        len += plain.len() + outward.len() + 4;
+        routes.push(plain);
+        routes.push(outward);
+        i += 1;
+    }
+    let text = http(&routes.join(", "));
+    assert!(text.len() <= MAX_POLICY_BYTES);
+    let p = policy(&text);
+    assert_eq!(p.egress.relays[0].routes.len(), routes.len());
+}
