@@ -109,7 +109,7 @@ fn target_of(r: &Rec) -> String {
 fn is_denied(r: &Rec) -> bool {
     matches!(
         r.s("decision").or_else(|| r.s("outcome")),
-        Some("deny" | "denied" | "refused")
+        Some("deny" | "denied" | "refused" | "routing_denied" | "outward_denied")
     )
 }
 
@@ -551,6 +551,33 @@ mod tests {
             "{out}"
         );
         assert_eq!(recs[0].seq, 1);
+    }
+
+    #[test]
+    fn relay_requests_refused_by_routing_or_outward_are_listed_as_refusals() {
+        use serde_json::json;
+        let relay = |seq, outcome: &str, reason: &str| {
+            rec(
+                seq,
+                "relay_request",
+                json!({"relay":"github","method":"POST","path":format!("/p{seq}"),"outcome":outcome,"reason":reason,"bytes_up":5,"bytes_down":7}),
+                &[],
+            )
+        };
+        let recs = [
+            relay(1, "outward_denied", "outward_denied"),
+            relay(2, "routing_denied", "routing_denied"),
+            relay(3, "forwarded", "forwarded"),
+        ];
+        let s = summarize(recs);
+        let refused: Vec<&str> = s
+            .relay_refusals
+            .iter()
+            .map(|(_, w, _)| w.as_str())
+            .collect();
+        assert_eq!(refused, ["github POST /p1", "github POST /p2"]);
+        // positive control: the forwarded one is counted as used
+        assert_eq!(s.relays.get("github"), Some(&(1, 12)));
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! Host relays: a reverse proxy on a private Unix socket (directory 0700,
-//! socket 0600) to **one** exact HTTPS origin, with exact `METHOD path`
-//! routes. The worker holds a credential-shaped, per-session random
-//! placeholder; the relay checks it in constant time, strips it with every
+//! socket 0600) to **one** exact HTTPS origin, with `METHOD path` routes
+//! matched on the raw path (a `{name}` segment matches one plain segment,
+//! [`palisade_policy::relay_route`]). The worker holds a credential-shaped,
+//! per-session random placeholder (for an HTTP Basic credential, as the
+//! password of `Basic base64(username:placeholder)`); the relay checks it
+//! in constant time, strips it with every
 //! other inbound credential and hop-by-hop header, injects the host-held
 //! credential, ignores the worker's `Host`, refuses method, URL and host
 //! override headers (and a `_method` query parameter), never follows a
@@ -25,6 +28,13 @@
 //! The upstream is always asked for `accept-encoding: identity`; a response
 //! under any other content or transfer coding is refused (502
 //! `encoded_response`), never passed on unread.
+//!
+//! A request matching an outward route ([`Route::outward`]) is an outward
+//! action: after admission and before the origin is dialled the relay
+//! awaits [`RelayGate::outward`] (a relay without a gate denies), forwards
+//! only on `allow`, exactly once, and reports it executed once
+//! ([`RelayGate::outward_executed`]) when it was sent; anything else is 403
+//! `outward_denied`, outcome [`RelayOutcome::OutwardDenied`], with the ticket.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -200,6 +210,11 @@ pub enum RelayConfigError {
         "relay route `{0}` must be `METHOD /path` (uppercase method, absolute path, no query, no `..`)"
     )]
     Route(String),
+    /// An outward route's kind or target is not one the relay can decide.
+    #[error(
+        "relay route `{0}`: the outward kind must be a kind such as `github.post.comment` (not `*`) and the target a non-empty template naming only the route's `{{name}}` placeholders"
+    )]
+    Outward(String),
     /// No route configured.
     #[error("relay `{0}` has no routes")]
     NoRoutes(String),
@@ -261,7 +276,7 @@ impl Route {
     /// template whose `{name}`s are this route's placeholders
     /// (`github.com/{owner}/{repo}/issues/{number}`).
     pub fn outward(mut self, kind: &str, target: &str) -> Result<Self, RelayConfigError> {
-        let err = || RelayConfigError::Route(format!("{self} (outward `{kind}` on `{target}`)"));
+        let err = || RelayConfigError::Outward(format!("{self} (`{kind}` on `{target}`)"));
         let kind = OutwardKind::parse(kind).map_err(|_| err())?;
         if kind.as_str() == "*" || !target_names_placeholders(target, &self.route) {
             return Err(err());
@@ -2039,8 +2054,10 @@ impl Relay {
                 return Err((
                     StatusCode::BAD_REQUEST,
                     "invalid_segment",
-                    "A path segment that fills a route placeholder must be plain \
-                     (letters, digits, `.`, `_`, `~`, `-`; no percent-encoding, `.` or `..`)",
+                    "A path segment is not one the relay forwards: a route placeholder takes one \
+                     plain segment (letters, digits, `.`, `_`, `~`, `-`; no percent-encoding, `.` \
+                     or `..`), and a near-miss of an outward route (letter case, trailing `/`) is \
+                     refused",
                 ));
             }
         };
@@ -2459,9 +2476,90 @@ mod tests {
             "POST",
             "POST /a b",
             "POST /%2e%2e",
+            "POST /repos/{owner",
+            "POST /repos/x{owner}",
+            "POST /repos/{}",
+            "POST /repos/{1x}",
         ] {
             assert!(Route::parse(bad).is_err(), "{bad}");
         }
+        let r = Route::parse("POST /repos/{owner}/{repo}/issues").unwrap();
+        assert_eq!(
+            (r.method(), r.path(), r.outward_kind()),
+            ("POST", "/repos/{owner}/{repo}/issues", None)
+        );
+        let o = r
+            .clone()
+            .outward("github.post.issue", "github.com/{owner}/{repo}")
+            .unwrap();
+        assert_eq!(
+            (o.outward_kind(), o.target()),
+            (Some("github.post.issue"), Some("github.com/{owner}/{repo}"))
+        );
+        assert_eq!(o.to_string(), "POST /repos/{owner}/{repo}/issues");
+        for (kind, target) in [
+            ("*", "github.com/{owner}"),
+            ("GitHub", "github.com/{owner}"),
+            ("github.post", "github.com/{number}"),
+            ("github.post", "github.com/{owner"),
+            ("github.post", "github.com/owner}"),
+            ("github.post", "github.com/{}"),
+            ("github.post", ""),
+        ] {
+            assert!(
+                matches!(
+                    r.clone().outward(kind, target),
+                    Err(RelayConfigError::Outward(_))
+                ),
+                "{kind} {target}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_basic_placeholder_is_checked_after_decoding() {
+        use base64::Engine as _;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let secret: String = "terces-cisab".chars().rev().collect();
+        let c = Credential::basic("x-access-token", Secret::new(secret.clone())).unwrap();
+        let p = Placeholder::generate(&PlaceholderFormat::generic()).unwrap();
+        let with = |v: &str| {
+            let mut h = http::HeaderMap::new();
+            h.insert("authorization", HeaderValue::from_str(v).unwrap());
+            c.presented(&h, &p)
+        };
+        let good = format!("x-access-token:{}", p.expose());
+        assert!(with(&format!("Basic {}", b64(&good))));
+        assert!(with(&format!("BASIC {}", b64(&good))));
+        assert_eq!(
+            *basic_placeholder("x-access-token", &p),
+            format!("Basic {}", b64(&good))
+        );
+        for bad in [
+            format!("Basic {}", b64(&format!("other:{}", p.expose()))),
+            format!("Basic {}", b64(&format!("x-access-token:{}x", p.expose()))),
+            format!("Basic {}", b64("x-access-token:")),
+            format!("Bearer {}", p.expose()),
+            p.expose().to_owned(),
+            format!("Basic {good}"),
+            "Basic".to_owned(),
+        ] {
+            assert!(!with(&bad), "{bad}");
+        }
+        assert!(!c.presented(&http::HeaderMap::new(), &p));
+        let sent = c.upstream_value().unwrap();
+        assert!(sent.is_sensitive());
+        assert_eq!(
+            sent,
+            format!("Basic {}", b64(&format!("x-access-token:{secret}"))).as_str()
+        );
+        for user in ["", "a:b", "a b", "a\nb"] {
+            assert!(
+                Credential::basic(user, Secret::new("k".into())).is_err(),
+                "{user:?}"
+            );
+        }
+        assert!(!format!("{c:?}").contains(&secret));
     }
 
     #[test]

@@ -287,7 +287,8 @@ fn outward_routes_presets_and_basic_credentials_reach_the_config() {
         "github.com/{owner}/{repo}/pull/{number}",
     ));
     let e = RelayConfig::from_policy(&bad, secret()).unwrap_err();
-    assert!(matches!(e, RelayConfigError::Route(_)), "{e}");
+    assert!(matches!(e, RelayConfigError::Outward(_)), "{e}");
+    assert!(e.to_string().contains("/repos/{owner}/{repo}/pulls"), "{e}");
 
     // a preset is applied only with all of its routes (the schema adds
     // them); one missing is refused, never a preset parsed and not applied
@@ -313,4 +314,43 @@ fn outward_routes_presets_and_basic_credentials_reach_the_config() {
     git.kind = RelayKind::Git;
     let e = RelayConfig::from_policy(&git, secret()).unwrap_err();
     assert_eq!(e, RelayConfigError::Unsupported("github".to_owned()));
+}
+
+#[test]
+fn a_parsed_github_relay_reaches_the_config_with_its_preset_and_basic_credential() {
+    let text = r#"
+[[egress.relay]]
+name = "github-api"
+origin = "https://api.github.com"
+preset = "github"
+routes = ["GET /repos/{owner}/{repo}", { route = "POST /repos/{owner}/{repo}/dispatches", outward = "github.post.workflow_dispatch", target = "github.com/{owner}/{repo}" }]
+credential = { header = "authorization", from_env = "GH_TOKEN", username = "x-access-token" }
+"#;
+    let p = policy(text);
+    let c = RelayConfig::from_policy(&p.egress.relays[0], Secret::new("k".to_owned())).unwrap();
+    assert_eq!(c.preset, Some(RelayPreset::GitHub));
+    assert_eq!(c.credential.username(), Some("x-access-token"));
+    for (m, path, k, t) in GITHUB_REST_PRESET {
+        assert!(
+            c.routes.iter().any(|r| r.method() == *m
+                && r.path() == *path
+                && r.outward_kind() == Some(*k)
+                && r.target() == Some(*t)),
+            "{m} {path}"
+        );
+    }
+    let dispatch = c
+        .routes
+        .iter()
+        .find(|r| r.path() == "/repos/{owner}/{repo}/dispatches")
+        .unwrap();
+    assert_eq!(
+        (dispatch.outward_kind(), dispatch.target()),
+        (
+            Some("github.post.workflow_dispatch"),
+            Some("github.com/{owner}/{repo}")
+        )
+    );
+    let read = c.routes.iter().find(|r| r.method() == "GET").unwrap();
+    assert_eq!(read.outward_kind(), None, "a string route stays plain");
 }

@@ -274,6 +274,16 @@ async fn start(
     basic: Option<&str>,
     approval_timeout: Duration,
 ) -> TestRelay {
+    start_with(outward, basic, approval_timeout, |_| {}).await
+}
+
+/// [`start`], with the relay's config changed by `configure`.
+async fn start_with(
+    outward: Option<&str>,
+    basic: Option<&str>,
+    approval_timeout: Duration,
+    configure: impl FnOnce(&mut RelayConfig),
+) -> TestRelay {
     let (addr, cert, seen) = origin().await;
     let origin = palisade_schema::host_policy::Origin::parse(&format!(
         "https://api.github.test:{}",
@@ -302,6 +312,7 @@ async fn start(
         .with_roots(roots)
         .unwrap();
     config.addresses = AddressPolicy::new(vec!["127.0.0.0/8".parse().unwrap()]);
+    configure(&mut config);
     let recorder = Arc::new(MemoryRecorder::new());
     let resolver =
         Arc::new(StaticResolver::new().with("api.github.test", &["127.0.0.1".parse().unwrap()]));
@@ -566,6 +577,34 @@ async fn an_ask_holds_the_request_until_the_host_answers() {
 }
 
 #[tokio::test]
+async fn the_body_deadlines_do_not_bound_the_approval_wait() {
+    // a body deadline of 2 s, an approval given after more than that
+    let r = start_with(Some(POLICY), None, Duration::from_secs(300), |c| {
+        c.body_timeout = Duration::from_secs(2);
+        c.body_idle_timeout = Duration::from_secs(2);
+    })
+    .await;
+    let server = r.server.clone().unwrap();
+    let sock = r.sock.clone();
+    let key = r.key();
+    let asked = tokio::spawn(async move {
+        send(
+            &sock,
+            request("POST", "/repos/third/app/issues/4/comments", &key),
+        )
+        .await
+    });
+    let p = pending(&server).await;
+    // a wait, not a measurement: the held request outlives both deadlines
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(server.resolve(p.ticket, true), "still pending");
+    let (status, body) = asked.await.unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(r.seen().len(), 1);
+    assert_eq!(r.seen()[0].body.as_ref(), b"{\"body\":\"LGTM\"}");
+}
+
+#[tokio::test]
 async fn an_unanswered_ask_is_denied_by_the_approval_timeout() {
     // the timeout bounds how long a held request (and its buffered body) waits
     let r = start(Some(POLICY), None, Duration::from_millis(300)).await;
@@ -613,6 +652,9 @@ async fn segments_that_fill_placeholders_must_be_plain() {
         "/repos/acme/./issues/1/comments",
         "/repos//app/issues/1/comments",
         "/repos/acme/app/issues/1%3F/comments",
+        // a near-miss of the outward route an origin that folds case could act on
+        "/repos/acme/app/ISSUES/1/comments",
+        "/repos/acme/app/issues/1/comments/",
     ] {
         let (status, body) = send(&r.sock, request("POST", path, &r.key())).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");

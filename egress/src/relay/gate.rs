@@ -110,7 +110,9 @@ enum Family {
 
 /// What a relay asks its session before forwarding, and tells it about
 /// responses. The governed session implements it over its taint and
-/// routing state; a relay without a gate forwards every allowed route.
+/// routing state; a relay without a gate forwards every allowed plain
+/// route and refuses every outward route (the defaults of the outward
+/// methods deny).
 pub trait RelayGate: Send + Sync + fmt::Debug {
     /// May a request of relay `relay`, bound to `provider`, go upstream
     /// now? Asked for every request after its route matched and before it
