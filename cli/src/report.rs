@@ -283,23 +283,28 @@ pub(crate) fn render(status: &str, s: &Summary) -> String {
         } else {
             ""
         };
-        let outcome = if r.s("event") == Some("executed") {
-            format!(
-                "executed (exit status {})",
-                r.body
-                    .get("status")
-                    .and_then(Value::as_i64)
-                    .map_or_else(|| String::from("unknown"), |c| c.to_string())
-            )
-        } else {
-            format!(
-                "{} (policy {}{})",
+        let status = r
+            .body
+            .get("status")
+            .and_then(Value::as_i64)
+            .map_or_else(|| String::from("unknown"), |c| c.to_string());
+        // A relay's action: the relay, the upstream status and the origin's
+        // result for a ref; a worker's: the command's exit status.
+        let outcome = match (r.s("event") == Some("executed"), r.s("via")) {
+            (true, Some(via)) => format!(
+                "executed via relay {via} (upstream status {status}{})",
+                r.s("result").map(|x| format!(", {x}")).unwrap_or_default()
+            ),
+            (true, None) => format!("executed (exit status {status})"),
+            (false, via) => format!(
+                "{} (policy {}{}){}",
                 r.s("decision").unwrap_or("?"),
                 r.s("policy").unwrap_or("?"),
                 r.s("approval")
                     .map(|a| format!(", {a}"))
-                    .unwrap_or_default()
-            )
+                    .unwrap_or_default(),
+                via.map(|v| format!(" via relay {v}")).unwrap_or_default()
+            ),
         };
         let _ = writeln!(
             o,
@@ -532,6 +537,18 @@ mod tests {
                 json!({"event":"executed","kind":"git.push","target":"r","status":0}),
                 &["irreversible"],
             ),
+            rec(
+                9,
+                "outward_action",
+                json!({"event":"decided","kind":"git.push","target":"g","policy":"ask","decision":"allow","approval":"approved","via":"github"}),
+                &[],
+            ),
+            rec(
+                10,
+                "outward_action",
+                json!({"event":"executed","kind":"git.push","target":"g","status":200,"via":"github","result":"ok"}),
+                &["irreversible"],
+            ),
         ];
         let out = render("valid, closed", &summarize(recs.clone()));
         assert!(
@@ -548,6 +565,17 @@ mod tests {
         assert!(out.contains("ended: 00:00:07.000 execution_ended"), "{out}");
         assert!(
             out.contains("#8 git.push r -> executed (exit status 0) [irreversible]"),
+            "{out}"
+        );
+        // A relay's action names the relay and the upstream's answer.
+        assert!(
+            out.contains("#9 git.push g -> allow (policy ask, approved) via relay github\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "#10 git.push g -> executed via relay github (upstream status 200, ok) [irreversible]"
+            ),
             "{out}"
         );
         assert_eq!(recs[0].seq, 1);

@@ -1161,3 +1161,63 @@ async fn a_relay_s_facts_never_replace_the_record_s_own_keys() {
     // A fact that is no key of the record is kept (positive control).
     assert_eq!(body["method"], "POST");
 }
+
+/// Two relays: `github-git` (a git relay, so outward) for
+/// `alpha.test:@A@`, and `docs` (a plain HTTP relay) for `beta.test:@B@`;
+/// both hosts are in `egress.allow`.
+const ONE_WAY_OUT: &str = r#"
+[egress]
+allow = ["alpha.test", "beta.test"]
+allow_addresses = ["127.0.0.0/8"]
+require_sni_match = false
+
+[[egress.relay]]
+name = "github-git"
+kind = "git"
+origin = "https://alpha.test:@A@"
+credential = { header = "authorization", from_env = "GIT_TOKEN", username = "x-access-token" }
+
+[[egress.relay]]
+name = "docs"
+origin = "https://beta.test:@B@"
+routes = ["GET /x"]
+credential = { header = "authorization", from_env = "DOCS_TOKEN" }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_connection_to_an_outward_relay_s_origin_is_refused_naming_the_relay() {
+    let (a, b) = (origin(), origin());
+    let text = ONE_WAY_OUT
+        .replace("@A@", &a.to_string())
+        .replace("@B@", &b.to_string());
+    let r = rig_with(&text).await;
+    let pp = r.proxy_port;
+    // The git relay's origin, though `egress.allow` lists its host: only
+    // through the relay, which asks before a push.
+    let (st, _) = blocking(move || connect(pp, "alpha.test", a)).await;
+    assert!(st.contains(" 403"), "{st}");
+    // Positive control: a plain relay's origin stays reachable as allowed.
+    let (st, line) = blocking(move || connect(pp, "beta.test", b)).await;
+    assert!(st.contains(" 200"), "{st}");
+    assert_eq!(line, "hello from origin\n");
+    let lines = journal_lines_after(&r, 2).await;
+    let egress: Vec<_> = lines
+        .iter()
+        .filter(|l| l["kind"] == "egress_connection")
+        .collect();
+    assert_eq!(egress.len(), 2, "{egress:?}");
+    let refused = egress
+        .iter()
+        .find(|l| l["body"]["host"] == "alpha.test")
+        .unwrap();
+    assert_eq!(refused["body"]["decision"], "deny", "{refused}");
+    let reason = refused["body"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("relay_required"), "{refused}");
+    // The rule names the relay to use: `egress.relay[0]` is `github-git`.
+    assert_eq!(refused["body"]["rule"], "egress.relay[0]", "{refused}");
+    let allowed = egress
+        .iter()
+        .find(|l| l["body"]["host"] == "beta.test")
+        .unwrap();
+    assert_eq!(allowed["body"]["decision"], "allow", "{allowed}");
+}
