@@ -114,8 +114,8 @@ fn fit<'a, 'p>(route: &'a RelayRoute, segs: &[&'p str], fold_case: bool) -> Fit<
 
 /// Matches `method path` (path without query) against `routes`.
 ///
-/// The result does not depend on the order of `routes` (see
-/// [`Candidate::rank`]). A request that is not an outward route's but
+/// The result does not depend on the order of `routes` (the ranking is in
+/// the module documentation). A request that is not an outward route's but
 /// differs from one only in the letter case of a literal segment or a
 /// trailing `/` is refused (`BadSegment`): an origin that folds case or
 /// trailing slashes would act on it as the outward route, and it must not
