@@ -773,3 +773,30 @@ fn the_fuzz_properties_hold_on_generated_packs_heads_and_reports() {
     ];
     palisade_egress::__fuzz::git_pack(&spec);
 }
+
+#[test]
+fn many_tiny_commits_are_bounded_by_their_bookkeeping_too() {
+    use palisade_egress::git::pack::COMMIT_OVERHEAD;
+    // Tiny commits (a tree line and one byte), more than the budget holds
+    // once each is counted with its bookkeeping.
+    let tiny =
+        |i: u32| format!("tree {}\n{i}", "4b825dc642cb6eb9a060e54bf8d69288fbee4904").into_bytes();
+    let per = tiny(0).len() + COMMIT_OVERHEAD;
+    let fits = u32::try_from(MAX_COMMIT_BYTES / per).unwrap();
+    // Within the budget: scanned (a smaller number, to keep the test fast,
+    // is the positive control).
+    let mut p = Pack::new();
+    for i in 0..1000 {
+        p.object(1, &tiny(i));
+    }
+    let (s, r) = scan(&p.finish());
+    r.unwrap();
+    assert_eq!(s.commits().count(), 1000);
+    // Over it: refused, not kept.
+    let mut p = Pack::new();
+    for i in 0..fits + 10 {
+        p.object(1, &tiny(i));
+    }
+    let (_, r) = scan(&p.finish());
+    assert!(matches!(r, Err(GitError::TooLarge(_))), "{r:?}");
+}
