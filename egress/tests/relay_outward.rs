@@ -796,3 +796,53 @@ async fn curl_posts_an_approved_comment_through_the_relay() {
     assert_eq!(r.seen().len(), 1, "only the allowed one reached the origin");
     assert_eq!(r.executed().len(), 1);
 }
+
+#[tokio::test]
+async fn concurrent_outward_requests_are_each_decided_and_executed_once() {
+    let r = start(Some(POLICY), None, Duration::from_secs(300)).await;
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        for owner in ["other", "acme"] {
+            let sock = r.sock.clone();
+            let key = r.key();
+            tasks.push(tokio::spawn(async move {
+                let path = format!("/repos/{owner}/x/issues/{i}/comments");
+                (owner, send(&sock, request("POST", &path, &key)).await.0)
+            }));
+        }
+    }
+    for t in tasks {
+        let (owner, status) = t.await.unwrap();
+        let want = if owner == "other" {
+            StatusCode::CREATED
+        } else {
+            StatusCode::FORBIDDEN
+        };
+        assert_eq!(status, want, "{owner}");
+    }
+    let mut seen: Vec<String> = r.seen().into_iter().map(|s| s.uri).collect();
+    seen.sort();
+    let want: Vec<String> = (0..6)
+        .map(|i| format!("/repos/other/x/issues/{i}/comments"))
+        .collect();
+    assert_eq!(seen, want, "each allowed one once, no denied one");
+    let mut tickets: Vec<u64> = r.executed().into_iter().map(|(t, _)| t).collect();
+    tickets.sort_unstable();
+    tickets.dedup();
+    assert_eq!(tickets.len(), 6, "six executed, each its own ticket");
+    let recs = r.records(12).await;
+    let mut forwarded: Vec<u64> = recs
+        .iter()
+        .filter(|x| x.outcome == RelayOutcome::Forwarded)
+        .map(|x| x.ticket.unwrap())
+        .collect();
+    forwarded.sort_unstable();
+    assert_eq!(forwarded, tickets, "each record names its own ticket");
+    assert_eq!(
+        recs.iter()
+            .filter(|x| x.outcome == RelayOutcome::OutwardDenied)
+            .count(),
+        6
+    );
+    assert_eq!(*r.gate.as_ref().unwrap().refused_reports.lock().unwrap(), 0);
+}
