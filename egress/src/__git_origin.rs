@@ -62,6 +62,9 @@ pub struct SeenRequest {
     pub body_complete: bool,
     /// Whether the request body stopped (ended or was cut).
     pub body_ended: bool,
+    /// The CGI's exit code once it ended (`Some(-1)`: killed by a signal);
+    /// it runs to its end even when the client went away.
+    pub cgi_exit: Option<i32>,
 }
 
 impl fmt::Debug for SeenRequest {
@@ -78,6 +81,7 @@ impl fmt::Debug for SeenRequest {
             .field("body_bytes", &self.body_bytes)
             .field("body_complete", &self.body_complete)
             .field("body_ended", &self.body_ended)
+            .field("cgi_exit", &self.cgi_exit)
             .finish()
     }
 }
@@ -93,6 +97,13 @@ impl State {
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         seen.push(r);
         seen.len() - 1
+    }
+
+    fn exited(&self, index: usize, code: i32) {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(r) = seen.get_mut(index) {
+            r.cgi_exit = Some(code);
+        }
     }
 
     fn finish_body(&self, index: usize, bytes: u64, complete: bool) {
@@ -384,6 +395,22 @@ impl GitOrigin {
             .collect()
     }
 
+    /// Waits (up to `timeout`) until every CGI started so far has ended;
+    /// whether they all did. A check of the repositories after this sees
+    /// whatever a cut request could still have applied.
+    pub fn settle(&self, timeout: std::time::Duration) -> bool {
+        let until = std::time::Instant::now() + timeout;
+        loop {
+            if self.seen().iter().all(|r| r.cgi_exit.is_some()) {
+                return true;
+            }
+            if std::time::Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
     /// What the CGIs wrote to stderr so far (bounded), for diagnostics.
     pub fn stderr(&self) -> String {
         String::from_utf8_lossy(
@@ -443,9 +470,21 @@ impl hyper::body::Body for ChannelBody {
 }
 
 impl Cgi {
-    async fn serve(&self, req: Request<Incoming>, state: &Arc<State>) -> Response<OriginBody> {
-        match self.run(req, state).await {
-            Ok(r) => r,
+    /// Runs the CGI on a task of its own: a client that goes away (a
+    /// relay cutting a push) does not stop it, so the CGI gets every byte
+    /// that arrived and runs to its end, as a real server's would (the
+    /// worst case for a relay that must cut a push before it can apply).
+    async fn serve(
+        self: &Arc<Self>,
+        req: Request<Incoming>,
+        state: &Arc<State>,
+    ) -> Response<OriginBody> {
+        let this = Arc::clone(self);
+        let state = Arc::clone(state);
+        let run = tokio::spawn(async move { this.run(req, &state).await });
+        match run.await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => plain(StatusCode::INTERNAL_SERVER_ERROR, &format!("origin: {e}\n")),
             Err(e) => plain(StatusCode::INTERNAL_SERVER_ERROR, &format!("origin: {e}\n")),
         }
     }
@@ -472,6 +511,7 @@ impl Cgi {
             body_bytes: 0,
             body_complete: false,
             body_ended: false,
+            cgi_exit: None,
         });
         let mut cmd = tokio::process::Command::new(&self.backend);
         cmd.env_clear()
@@ -490,8 +530,7 @@ impl Cgi {
             .env("REMOTE_ADDR", "127.0.0.1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
+            .stderr(Stdio::piped());
         for (name, var) in [
             ("content-type", "CONTENT_TYPE"),
             ("content-length", "CONTENT_LENGTH"),
@@ -502,7 +541,13 @@ impl Cgi {
                 cmd.env(var, v);
             }
         }
-        let mut child = cmd.spawn()?;
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                state.exited(index, -1);
+                return Err(e);
+            }
+        };
         let mut stdin = child.stdin.take().ok_or_else(|| other("no stdin"))?;
         let mut stdout = child.stdout.take().ok_or_else(|| other("no stdout"))?;
         let mut stderr = child.stderr.take().ok_or_else(|| other("no stderr"))?;
@@ -549,24 +594,36 @@ impl Cgi {
         // the CGI head
         let mut head = Vec::new();
         let mut buf = vec![0u8; 64 * 1024];
-        let (end, sep) = loop {
+        let found = loop {
             if let Some(i) = find(&head, b"\r\n\r\n") {
-                break (i, 4);
+                break Ok((i, 4));
             }
             if let Some(i) = find(&head, b"\n\n") {
-                break (i, 2);
+                break Ok((i, 2));
             }
             if head.len() > MAX_CGI_HEAD {
-                return Err(other("CGI head too large"));
+                break Err(other("CGI head too large"));
             }
-            let k = stdout.read(&mut buf).await?;
-            if k == 0 {
-                return Err(other(format!(
-                    "CGI ended before its head: {}",
-                    String::from_utf8_lossy(&head)
-                )));
+            match stdout.read(&mut buf).await {
+                Ok(0) => {
+                    break Err(other(format!(
+                        "CGI ended before its head: {}",
+                        String::from_utf8_lossy(&head)
+                    )));
+                }
+                Ok(k) => head.extend_from_slice(buf.get(..k).unwrap_or_default()),
+                Err(e) => break Err(e),
             }
-            head.extend_from_slice(buf.get(..k).unwrap_or_default());
+        };
+        let (end, sep) = match found {
+            Ok(at) => at,
+            Err(e) => {
+                drop(stdout);
+                let _ = child.start_kill();
+                let code = child.wait().await.ok().and_then(|s| s.code()).unwrap_or(-1);
+                state.exited(index, code);
+                return Err(e);
+            }
         };
         let rest = Bytes::copy_from_slice(head.get(end + sep..).unwrap_or_default());
         let text = String::from_utf8_lossy(head.get(..end).unwrap_or_default()).into_owned();
@@ -591,26 +648,31 @@ impl Cgi {
 
         // the rest of stdout → the response body, as the CGI writes it
         let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(4);
+        let exit_state = state.clone();
         tokio::spawn(async move {
-            if !rest.is_empty() && tx.send(Ok(rest)).await.is_err() {
-                return;
-            }
+            // a client gone away stops the sending, never the CGI: its
+            // output is read to the end either way
+            let mut listening = rest.is_empty() || tx.send(Ok(rest)).await.is_ok();
             loop {
                 match stdout.read(&mut buf).await {
                     Ok(0) => break,
                     Ok(k) => {
                         let chunk = Bytes::copy_from_slice(buf.get(..k).unwrap_or_default());
-                        if tx.send(Ok(chunk)).await.is_err() {
-                            return;
+                        if listening && tx.send(Ok(chunk)).await.is_err() {
+                            listening = false;
                         }
                     }
                     Err(e) => {
-                        let _ = tx.send(Err(e)).await;
-                        return;
+                        if listening {
+                            let _ = tx.send(Err(e)).await;
+                        }
+                        break;
                     }
                 }
             }
-            let _ = child.wait().await;
+            drop(tx);
+            let code = child.wait().await.ok().and_then(|s| s.code()).unwrap_or(-1);
+            exit_state.exited(index, code);
         });
         resp.body(ChannelBody(rx).boxed()).map_err(other)
     }

@@ -367,7 +367,11 @@ impl Rig {
         self.tmp.path().join(name)
     }
 
-    fn origin_ref(&self, r: &str) -> Option<String> {
+    /// What `r` names at the origin once every CGI it started has ended
+    /// (a cut push's receive-pack runs on after the relay went away).
+    async fn origin_ref(&self, r: &str) -> Option<String> {
+        let settled = tokio::task::block_in_place(|| self.origin.settle(Duration::from_secs(60)));
+        assert!(settled, "the origin's CGIs ended: {:?}", self.origin.seen());
         self.origin.rev_parse(REPO, r)
     }
 
@@ -536,14 +540,14 @@ fn an_allowed_push_lands_and_each_ref_is_reported_executed() {
         let gate = Gate::allow_all();
         let rig = Rig::start(&[], Some(gate.clone())).await;
         let work = rig.clone_repo("work").await;
-        let old = rig.origin_ref("refs/heads/main").unwrap();
+        let old = rig.origin_ref("refs/heads/main").await.unwrap();
         let new = commit(&rig, &work, "a.txt", b"a\n").await;
         let out = rig
             .git(&work, &["push", "origin", "HEAD:refs/heads/main"])
             .await;
         assert!(out.status.success(), "push: {}", stderr(&out));
         assert_eq!(
-            rig.origin_ref("refs/heads/main").as_deref(),
+            rig.origin_ref("refs/heads/main").await.as_deref(),
             Some(new.as_str())
         );
 
@@ -618,7 +622,7 @@ fn a_push_the_policy_denies_is_refused_whole_before_anything_goes_upstream() {
         );
         let rig = Rig::start(&[], Some(gate.clone())).await;
         let work = rig.clone_repo("work").await;
-        let before = rig.origin_ref("refs/heads/main").unwrap();
+        let before = rig.origin_ref("refs/heads/main").await.unwrap();
         commit(&rig, &work, "a.txt", b"a\n").await;
         let out = rig
             .git(
@@ -640,10 +644,10 @@ fn a_push_the_policy_denies_is_refused_whole_before_anything_goes_upstream() {
             "{err}"
         );
         assert_eq!(
-            rig.origin_ref("refs/heads/main").as_deref(),
+            rig.origin_ref("refs/heads/main").await.as_deref(),
             Some(before.as_str())
         );
-        assert_eq!(rig.origin_ref("refs/heads/agent/x"), None);
+        assert_eq!(rig.origin_ref("refs/heads/agent/x").await, None);
         assert_eq!(
             rig.origin.requests("/git-receive-pack"),
             0,
@@ -673,7 +677,7 @@ fn a_push_the_policy_denies_is_refused_whole_before_anything_goes_upstream() {
             .git(&work, &["push", "origin", "HEAD:refs/heads/agent/x"])
             .await;
         assert!(out.status.success(), "{}", stderr(&out));
-        assert!(rig.origin_ref("refs/heads/agent/x").is_some());
+        assert!(rig.origin_ref("refs/heads/agent/x").await.is_some());
     });
 }
 
@@ -693,7 +697,7 @@ fn a_push_refused_after_its_pack_is_cut_before_the_trailer_and_changes_nothing()
         );
         let rig = Rig::start(&[], Some(gate.clone())).await;
         let work = rig.clone_repo("work").await;
-        let before = rig.origin_ref("refs/heads/main").unwrap();
+        let before = rig.origin_ref("refs/heads/main").await.unwrap();
         commit(&rig, &work, "a.txt", b"a\n").await;
         let out = rig
             .git(
@@ -715,10 +719,10 @@ fn a_push_refused_after_its_pack_is_cut_before_the_trailer_and_changes_nothing()
         );
         // neither ref changed, though main alone was allowed
         assert_eq!(
-            rig.origin_ref("refs/heads/main").as_deref(),
+            rig.origin_ref("refs/heads/main").await.as_deref(),
             Some(before.as_str())
         );
-        assert_eq!(rig.origin_ref("refs/heads/agent/x"), None);
+        assert_eq!(rig.origin_ref("refs/heads/agent/x").await, None);
         // the pack went upstream, cut before its end
         let mut cut = None;
         for _ in 0..1000 {
@@ -747,6 +751,16 @@ fn a_push_refused_after_its_pack_is_cut_before_the_trailer_and_changes_nothing()
             ]
         );
         assert!(gate.executed().is_empty(), "nothing executed");
+        let records = rig.records(3).await;
+        let push = records
+            .iter()
+            .find(|r| r.path.ends_with("/git-receive-pack"))
+            .unwrap();
+        assert_eq!(
+            (push.outcome, push.reason.as_str()),
+            (RelayOutcome::OutwardDenied, "outward_denied")
+        );
+        assert!(push.bytes_up > 0, "the pack but its trailer went upstream");
 
         // positive control: the same push, both allowed, lands
         let rig2 = Rig::start(&[], Some(Gate::allow_all())).await;
@@ -765,11 +779,11 @@ fn a_push_refused_after_its_pack_is_cut_before_the_trailer_and_changes_nothing()
             .await;
         assert!(out.status.success(), "{}", stderr(&out));
         assert_eq!(
-            rig2.origin_ref("refs/heads/main").as_deref(),
+            rig2.origin_ref("refs/heads/main").await.as_deref(),
             Some(tip.as_str())
         );
         assert_eq!(
-            rig2.origin_ref("refs/heads/agent/x").as_deref(),
+            rig2.origin_ref("refs/heads/agent/x").await.as_deref(),
             Some(tip.as_str())
         );
     });
@@ -819,7 +833,7 @@ fn a_rewrite_is_a_force_push_and_a_fast_forward_a_push() {
             .await;
         assert!(out.status.success(), "{}", stderr(&out));
         assert_eq!(
-            rig.origin_ref("refs/heads/main").as_deref(),
+            rig.origin_ref("refs/heads/main").await.as_deref(),
             Some(orphan.as_str())
         );
         assert_eq!(
@@ -854,7 +868,7 @@ fn a_force_push_denied_leaves_main_and_a_fast_forward_is_allowed() {
         );
         let rig = Rig::start(&[], Some(gate.clone())).await;
         let work = rig.clone_repo("work").await;
-        let before = rig.origin_ref("refs/heads/main").unwrap();
+        let before = rig.origin_ref("refs/heads/main").await.unwrap();
         assert!(
             rig.git(&work, &["checkout", "--quiet", "--orphan", "rewrite"])
                 .await
@@ -875,7 +889,7 @@ fn a_force_push_denied_leaves_main_and_a_fast_forward_is_allowed() {
             stderr(&out)
         );
         assert_eq!(
-            rig.origin_ref("refs/heads/main").as_deref(),
+            rig.origin_ref("refs/heads/main").await.as_deref(),
             Some(before.as_str())
         );
         assert_eq!(
@@ -895,7 +909,7 @@ fn a_force_push_denied_leaves_main_and_a_fast_forward_is_allowed() {
             .await;
         assert!(out.status.success(), "{}", stderr(&out));
         assert_eq!(
-            rig.origin_ref("refs/heads/main").as_deref(),
+            rig.origin_ref("refs/heads/main").await.as_deref(),
             Some(tip.as_str())
         );
     });
@@ -928,7 +942,7 @@ fn a_deletion_is_delete_ref_and_decided_before_anything_goes_upstream() {
             "{}",
             stderr(&out)
         );
-        assert!(rig.origin_ref("refs/heads/keep").is_some());
+        assert!(rig.origin_ref("refs/heads/keep").await.is_some());
         assert_eq!(
             rig.origin.requests("/git-receive-pack"),
             pushes_before,
@@ -939,7 +953,7 @@ fn a_deletion_is_delete_ref_and_decided_before_anything_goes_upstream() {
             .git(&work, &["push", "origin", ":refs/heads/gone"])
             .await;
         assert!(out.status.success(), "{}", stderr(&out));
-        assert_eq!(rig.origin_ref("refs/heads/gone"), None);
+        assert_eq!(rig.origin_ref("refs/heads/gone").await, None);
         assert_eq!(
             gate.decided(),
             vec![
@@ -999,7 +1013,7 @@ fn a_pack_that_does_not_prove_the_claimed_fast_forward_is_a_force_push() {
         let gate = Gate::allow_all();
         let rig = Rig::start(&[], Some(gate.clone())).await;
         let work = rig.clone_repo("work").await;
-        let old = rig.origin_ref("refs/heads/main").unwrap();
+        let old = rig.origin_ref("refs/heads/main").await.unwrap();
         // y: a real fast-forward of main; x: an orphan; the command names x
         // while the pack also carries y (whose parent is main)
         let y = commit(&rig, &work, "y.txt", b"y\n").await;
@@ -1048,7 +1062,7 @@ fn a_pack_that_does_not_prove_the_claimed_fast_forward_is_a_force_push() {
             "the relay's own hashing decides, not the command"
         );
         assert_eq!(
-            rig.origin_ref("refs/heads/main").as_deref(),
+            rig.origin_ref("refs/heads/main").await.as_deref(),
             Some(x.as_str())
         );
         assert_eq!(
@@ -1067,7 +1081,7 @@ fn malformed_and_encoded_pushes_reach_nothing() {
     multi().block_on(async {
         let gate = Gate::allow_all();
         let rig = Rig::start(&[], Some(gate.clone())).await;
-        let old = rig.origin_ref("refs/heads/main").unwrap();
+        let old = rig.origin_ref("refs/heads/main").await.unwrap();
         let zero = "0".repeat(40);
         // a bad pkt-line length
         let (status, body) = post_push(&rig, b"zzzz garbage".to_vec(), &[]).await;
@@ -1079,14 +1093,14 @@ fn malformed_and_encoded_pushes_reach_nothing() {
         bad.extend_from_slice(b"PACK\0\0\0\x02\0\0\0\x01garbage that is not zlib at all.....");
         let (status, _) = post_push(&rig, bad, &[]).await;
         assert_eq!(status, 400);
-        assert_eq!(rig.origin_ref("refs/heads/new"), None);
+        assert_eq!(rig.origin_ref("refs/heads/new").await, None);
         // a content coding
         let mut head = pkt(format!("{zero} {old} refs/heads/new\0report-status\n").as_bytes());
         head.extend_from_slice(b"0000");
         let (status, _) = post_push(&rig, head, &[("content-encoding", "gzip")]).await;
         assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
         assert!(gate.decided().is_empty(), "{:?}", gate.calls());
-        assert_eq!(rig.origin_ref("refs/heads/new"), None);
+        assert_eq!(rig.origin_ref("refs/heads/new").await, None);
         let records = rig.records(3).await;
         let reasons: Vec<_> = records.iter().map(|r| r.reason.as_str()).collect();
         assert_eq!(
@@ -1101,7 +1115,7 @@ fn without_a_gate_reads_pass_and_every_push_is_refused() {
     multi().block_on(async {
         let rig = Rig::start(&[], None).await;
         let work = rig.clone_repo("work").await;
-        let before = rig.origin_ref("refs/heads/main").unwrap();
+        let before = rig.origin_ref("refs/heads/main").await.unwrap();
         commit(&rig, &work, "a.txt", b"a\n").await;
         let out = rig
             .git(&work, &["push", "origin", "HEAD:refs/heads/main"])
@@ -1113,7 +1127,7 @@ fn without_a_gate_reads_pass_and_every_push_is_refused() {
             stderr(&out)
         );
         assert_eq!(
-            rig.origin_ref("refs/heads/main").as_deref(),
+            rig.origin_ref("refs/heads/main").await.as_deref(),
             Some(before.as_str())
         );
     });
@@ -1142,7 +1156,7 @@ fn a_large_push_streams_through_a_small_buffer() {
             .await;
         assert!(out.status.success(), "{}", stderr(&out));
         assert_eq!(
-            rig.origin_ref("refs/heads/main").as_deref(),
+            rig.origin_ref("refs/heads/main").await.as_deref(),
             Some(tip.as_str())
         );
         let push = rig
@@ -1161,4 +1175,39 @@ fn a_large_push_streams_through_a_small_buffer() {
         );
         assert_eq!(rig.relay.buffered_bytes(), 0);
     });
+}
+
+#[test]
+fn from_policy_maps_kind_git_and_repos() {
+    let text = |extra: &str| {
+        format!(
+            "[[egress.relay]]\nname = \"github-git\"\nkind = \"git\"\norigin = \"https://github.com\"\ncredential = {{ header = \"authorization\", from_env = \"GH\", username = \"x-access-token\" }}\n{extra}"
+        )
+    };
+    let policy = |t: &str| {
+        palisade_schema::host_policy::parse("palisade.toml", t)
+            .unwrap()
+            .into_value()
+    };
+    let p = policy(&text("repos = [\"acme/*\"]\n"));
+    let c = RelayConfig::from_policy(&p.egress.relays[0], Secret::new(real_token())).unwrap();
+    let git = c.git.as_ref().expect("a git relay");
+    assert!(git.serves("acme/app"));
+    assert!(!git.serves("evil/app"), "repos is applied");
+    assert!(c.routes.is_empty(), "routes are implicit");
+    assert_eq!(c.credential.username(), Some("x-access-token"));
+    // without repos: every repository
+    let p = policy(&text(""));
+    let c = RelayConfig::from_policy(&p.egress.relays[0], Secret::new(real_token())).unwrap();
+    assert!(c.git.as_ref().unwrap().serves("anyone/anything"));
+    // an HTTP relay is not a git relay (positive control of the mapping)
+    let http = "[[egress.relay]]\nname = \"api\"\norigin = \"https://api.example.com\"\nroutes = [\"POST /v1\"]\ncredential = { header = \"x-api-key\", from_env = \"K\" }\n";
+    let p = policy(http);
+    let c = RelayConfig::from_policy(&p.egress.relays[0], Secret::new(real_token())).unwrap();
+    assert!(c.git.is_none());
+    // `repos` given to an HTTP relay by a caller that built the policy by
+    // hand is refused, never ignored
+    let mut relay = p.egress.relays[0].clone();
+    relay.repos = vec![TargetGlob::parse("acme/*").unwrap()];
+    assert!(RelayConfig::from_policy(&relay, Secret::new(real_token())).is_err());
 }

@@ -34,7 +34,7 @@
 use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -260,10 +260,14 @@ where
 
 /// A request body fed by a channel (a push streaming to the origin); the
 /// bytes each chunk took of the relay's budget are returned once hyper has
-/// taken it, or when the body is dropped.
+/// taken it, or when the body is dropped. It ends cleanly only once its
+/// sender said so ([`Upstream::finish`]): a sender dropped or cut without
+/// it (a refusal, the worker gone, the relay stopping) is an error, so the
+/// origin never sees the body's end.
 struct StreamBody {
     rx: mpsc::Receiver<Result<Bytes, BoxError>>,
     inner: Arc<Inner>,
+    finished: Arc<AtomicBool>,
 }
 
 fn take_budget(inner: &Inner, n: usize) -> bool {
@@ -301,7 +305,8 @@ impl hyper::body::Body for StreamBody {
                 Poll::Ready(Some(Ok(Frame::data(data))))
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
-            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Ready(None) if self.finished.load(Ordering::Acquire) => Poll::Ready(None),
+            Poll::Ready(None) => Poll::Ready(Some(Err("push cut by palisade".into()))),
             Poll::Pending => Poll::Pending,
         }
     }
@@ -321,6 +326,7 @@ impl Drop for StreamBody {
 /// The sending half of a [`StreamBody`].
 struct Upstream {
     tx: Option<mpsc::Sender<Result<Bytes, BoxError>>>,
+    finished: Arc<AtomicBool>,
     inner: Arc<Inner>,
     sent: u64,
     /// The origin stopped reading (it answered early, or went away).
@@ -349,14 +355,14 @@ impl Upstream {
 
     /// Ends the body cleanly: the origin may act on what it received.
     fn finish(&mut self) {
+        self.finished.store(true, Ordering::Release);
         self.tx = None;
     }
 
-    /// Cuts the body: the origin sees an error, never its end.
+    /// Cuts the body: the origin sees an error, never its end (the body
+    /// errs on a sender gone without [`Upstream::finish`]).
     fn cut(&mut self) {
-        if let Some(tx) = self.tx.take() {
-            let _ = tx.try_send(Err("push refused by palisade".into()));
-        }
+        self.tx = None;
     }
 }
 
@@ -970,11 +976,13 @@ impl Relay {
             }
         };
         let (tx, rx) = mpsc::channel(1);
+        let finished = Arc::new(AtomicBool::new(false));
         let up = builder
             .body(
                 StreamBody {
                     rx,
                     inner: self.inner.clone(),
+                    finished: finished.clone(),
                 }
                 .boxed(),
             )
@@ -982,6 +990,7 @@ impl Relay {
         let response = tokio::spawn(async move { sender.send_request(up).await });
         let mut upstream = Upstream {
             tx: Some(tx),
+            finished,
             inner: self.inner.clone(),
             sent: 0,
             gone: false,
@@ -995,9 +1004,9 @@ impl Relay {
         // (and the budget share taken again per chunk) from here
         drop(permit);
         let abort = |upstream: &mut Upstream| {
-            upstream.cut();
-            response.abort();
             conn.abort();
+            response.abort();
+            upstream.cut();
         };
         if let Err(refusal) = upstream.send(head_bytes).await {
             abort(&mut upstream);
