@@ -88,7 +88,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) struct Journal {
     writer: JournalWriter,
     session: String,
-    failed: AtomicBool,
+    /// Shared, so that a relay's pending outward decision can check it
+    /// once it is settled ([`RelayGate::outward`]).
+    failed: Arc<AtomicBool>,
 }
 
 impl Journal {
@@ -96,7 +98,7 @@ impl Journal {
         Self {
             writer,
             session,
-            failed: AtomicBool::new(false),
+            failed: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -719,13 +721,28 @@ impl RelayGate for SessionCore {
     /// request (asks wait for `palisade approve`), recorded with the relay
     /// and the action's facts. Without a control server: denied, and
     /// recorded as such.
+    ///
+    /// An allow the journal could not record (its `decided` record, or any
+    /// record before it, failed) is turned into a deny: an irreversible
+    /// action is never carried out unrecorded.
     fn outward(&self, relay: &str, action: OutwardAction) -> OutwardFuture {
         let action = via_relay(relay, action);
         let Some(control) = self.control() else {
             let answer = self.no_control(&action);
             return Box::pin(std::future::ready(answer));
         };
-        Box::pin(async move { control.request_outward(&action).await })
+        let failed = Arc::clone(&self.journal.failed);
+        Box::pin(async move {
+            let mut answer = control.request_outward(&action).await;
+            if answer.decision == AskAnswer::Allow && failed.load(Ordering::SeqCst) {
+                answer.decision = AskAnswer::Deny;
+                answer.reason = format!(
+                    "the journal cannot record it, so `{}` on `{}` is refused",
+                    action.kind, action.target
+                );
+            }
+            answer
+        })
     }
 
     /// Refused without asking, recorded as decided, deny.

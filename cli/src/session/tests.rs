@@ -1221,3 +1221,20 @@ async fn a_direct_connection_to_an_outward_relay_s_origin_is_refused_naming_the_
         .unwrap();
     assert_eq!(allowed["body"]["decision"], "allow", "{allowed}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_outward_action_the_journal_cannot_record_is_refused() {
+    let r = rig().await;
+    let push = ref_update("git.push", "agent/x");
+    // Positive control: recorded, allowed.
+    let answer = r.core.outward("github-git", push.clone()).await;
+    assert_eq!(answer.decision, AskAnswer::Allow);
+    // The journal takes no more records (as on a full disk): the same
+    // push, which the policy allows, is refused, never carried out
+    // unrecorded.
+    r.core.journal().close().unwrap();
+    let answer = r.core.outward("github-git", push).await;
+    assert_eq!(answer.decision, AskAnswer::Deny, "{answer:?}");
+    assert!(answer.reason.contains("journal"), "{answer:?}");
+    assert!(r.core.journal().failed());
+}
