@@ -111,8 +111,44 @@ impl Git {
     fn start(branches: &[&str]) -> Self {
         let origin = palisade_egress::__git_origin::GitOrigin::start().unwrap();
         let bare = origin.create_bare(REPO).unwrap();
+        // Every ref update is logged, so a test can count how often a ref
+        // changed, not only where it ends.
+        let o = Command::new("git")
+            .arg("-C")
+            .arg(&bare)
+            .args(["config", "core.logAllRefUpdates", "always"])
+            .output()
+            .unwrap();
+        assert!(o.status.success());
         let seed = seed(&bare, branches);
         Self { origin, seed }
+    }
+
+    /// Waits until every request the origin started has ended, so what a
+    /// cut push could still have applied is seen (generous: a loaded machine).
+    fn settle(&self) {
+        assert!(
+            self.origin.settle(Duration::from_secs(60)),
+            "the git origin's CGIs did not end"
+        );
+    }
+
+    /// How many times `name` was updated in `acme/app` (its reflog), once
+    /// the origin settled.
+    fn updates(&self, name: &str) -> usize {
+        self.settle();
+        let o = Command::new("git")
+            .arg("-C")
+            .arg(self.origin.root.join(REPO))
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .args(["reflog", "show", "--format=%H", name, "--"])
+            .output()
+            .unwrap();
+        if !o.status.success() {
+            return 0;
+        }
+        String::from_utf8_lossy(&o.stdout).lines().count()
     }
 
     fn port(&self) -> u16 {
@@ -125,6 +161,7 @@ impl Git {
 
     /// The id `name` points at in `acme/app`, or `None` when it does not exist.
     fn rev(&self, name: &str) -> Option<String> {
+        self.settle();
         self.origin.rev_parse(REPO, name)
     }
 }
@@ -741,13 +778,15 @@ step approved git push origin HEAD:refs/heads/feature/x
     for a in &r.approved {
         assert!(a.contains("git.push") && a.contains(&target), "{r}");
     }
-    // Approved (positive control): the same push lands.
+    // Approved (positive control): the same push lands, and it is the only
+    // update the ref ever had (the denied one never applied, even late).
     assert_eq!(r.rc("approved"), 0, "{r}");
     assert_eq!(
         git.rev("refs/heads/feature/x").as_deref(),
         Some(head.as_str()),
         "{r}"
     );
+    assert_eq!(git.updates("refs/heads/feature/x"), 1, "{r}");
 
     s.verify();
     let decided = s.outward("decided");
@@ -831,6 +870,8 @@ step alone git push origin HEAD:refs/heads/agent/two
         Some(head.as_str()),
         "{r}"
     );
+    // Once, by the control push: the refused push never applied, even late.
+    assert_eq!(git.updates("refs/heads/agent/two"), 1, "{r}");
 
     s.verify();
     let executed = s.outward("executed");
@@ -921,6 +962,10 @@ step force git push --force origin HEAD:refs/heads/main
         Some(two.as_str()),
         "{r}"
     );
+    // main was written once, by the seed: not rewritten and restored
+    // (control of the count: agent/ff was written by the seed and the ff).
+    assert_eq!(git.updates("refs/heads/main"), 1, "{r}");
+    assert_eq!(git.updates("refs/heads/agent/ff"), 2, "{r}");
     assert_ne!(one, two);
 
     s.verify();
