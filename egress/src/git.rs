@@ -138,6 +138,7 @@ pub enum GitError {
 /// chunking.
 #[cfg(any(fuzzing, feature = "testing"))]
 pub mod __fuzz {
+    use super::ObjectId;
     use super::pack::PackScanner;
     use super::pktline::parse_push_head;
     use super::report::{RefStatus, ReportReader, refusal_body};
@@ -179,17 +180,205 @@ pub mod __fuzz {
         }
     }
 
-    /// A pack (first byte: `sha256` when odd, the next two a split seed):
-    /// the same result whole and in pieces.
+    /// The id of a `commit` object of `content`.
+    fn commit_id(sha256: bool, content: &[u8]) -> Option<ObjectId> {
+        use sha1::Digest as _;
+        let head = format!("commit {}\0", content.len());
+        if sha256 {
+            let mut h = sha2::Sha256::new();
+            h.update(head.as_bytes());
+            h.update(content);
+            ObjectId::from_bytes(&h.finalize())
+        } else {
+            let mut h = sha1::Sha1::new();
+            h.update(head.as_bytes());
+            h.update(content);
+            ObjectId::from_bytes(&h.finalize())
+        }
+    }
+
+    /// A valid pack built from `spec` (records of kind, length, bytes:
+    /// blobs, commits with parents among the earlier ones, offset and ref
+    /// deltas appending to an earlier object), the commits it must prove
+    /// and their parent edges.
+    fn build_pack(spec: &[u8], sha256: bool) -> (Vec<u8>, Vec<(ObjectId, Vec<ObjectId>)>) {
+        use std::io::Write as _;
+        let hex_len = if sha256 { 64 } else { 40 };
+        // (offset, content, commit id when it is a commit)
+        let mut objects: Vec<(u64, Vec<u8>, Option<ObjectId>)> = Vec::new();
+        let mut commits: Vec<(ObjectId, Vec<ObjectId>)> = Vec::new();
+        let mut body = Vec::new();
+        let mut rest = spec;
+        while let [k, n, tail @ ..] = rest {
+            if objects.len() >= 64 {
+                break;
+            }
+            let n = usize::from(*n).min(tail.len());
+            let (data, next) = tail.split_at(n);
+            rest = next;
+            let offset = 12 + body.len() as u64;
+            let pick = |i: u8| usize::from(i) % objects.len().max(1);
+            let (kind, content, parents) = match k % 4 {
+                1 => {
+                    let mut text = format!("tree {}\n", "4".repeat(hex_len));
+                    let mut parents = Vec::new();
+                    for &i in data.iter().take(usize::from(k >> 2) % 3) {
+                        if let Some((_, _, Some(id))) = objects.get(pick(i)) {
+                            text.push_str(&format!("parent {id}\n"));
+                            parents.push(id.clone());
+                        }
+                    }
+                    text.push_str("author a <a@example.com> 1 +0000\n\n");
+                    let mut content = text.into_bytes();
+                    content.extend_from_slice(data);
+                    (1u8, content, parents)
+                }
+                kind @ (2 | 3) if !objects.is_empty() => {
+                    let base_index = pick(data.first().copied().unwrap_or(0));
+                    let Some((base_offset, base, base_id)) = objects.get(base_index).cloned()
+                    else {
+                        continue;
+                    };
+                    if kind == 3 && base_id.is_none() {
+                        continue;
+                    }
+                    // Copy the base whole (in 64 KiB pieces at most), insert `data`.
+                    let mut delta = Vec::new();
+                    for v in [base.len(), base.len() + data.len()] {
+                        let mut v = v;
+                        loop {
+                            let byte = u8::try_from(v & 0x7f).unwrap_or(0);
+                            v >>= 7;
+                            if v == 0 {
+                                delta.push(byte);
+                                break;
+                            }
+                            delta.push(byte | 0x80);
+                        }
+                    }
+                    let mut at = 0usize;
+                    while at < base.len() {
+                        let len = (base.len() - at).min(0xffff);
+                        delta.push(0x80 | 0x0f | 0x30);
+                        delta.extend_from_slice(&u32::try_from(at).unwrap_or(0).to_le_bytes());
+                        delta.extend_from_slice(&u16::try_from(len).unwrap_or(0).to_le_bytes());
+                        at += len;
+                    }
+                    for piece in data.chunks(127) {
+                        delta.push(u8::try_from(piece.len()).unwrap_or(0));
+                        delta.extend_from_slice(piece);
+                    }
+                    let mut result = base.clone();
+                    result.extend_from_slice(data);
+                    let extra = if kind == 2 {
+                        let mut ofs = offset - base_offset;
+                        let mut enc = vec![u8::try_from(ofs & 0x7f).unwrap_or(0)];
+                        ofs >>= 7;
+                        while ofs != 0 {
+                            ofs -= 1;
+                            enc.insert(0, 0x80 | u8::try_from(ofs & 0x7f).unwrap_or(0));
+                            ofs >>= 7;
+                        }
+                        enc
+                    } else {
+                        let hex = base_id.as_ref().map(ObjectId::as_str).unwrap_or_default();
+                        (0..hex.len() / 2)
+                            .filter_map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok())
+                            .collect()
+                    };
+                    // The delta's own object, then what it resolves to.
+                    let mut z =
+                        flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+                    let _ = z.write_all(&delta);
+                    let packed = z.finish().unwrap_or_default();
+                    let mut size = delta.len();
+                    let mut c = (if kind == 2 { 6u8 } else { 7u8 } << 4)
+                        | u8::try_from(size & 15).unwrap_or(0);
+                    size >>= 4;
+                    while size != 0 {
+                        body.push(c | 0x80);
+                        c = u8::try_from(size & 0x7f).unwrap_or(0);
+                        size >>= 7;
+                    }
+                    body.push(c);
+                    body.extend_from_slice(&extra);
+                    body.extend_from_slice(&packed);
+                    let id = base_id.as_ref().and_then(|_| commit_id(sha256, &result));
+                    if let (Some(id), Some(parents)) = (
+                        &id,
+                        base_id.as_ref().and_then(|b| {
+                            commits.iter().find(|(c, _)| c == b).map(|(_, p)| p.clone())
+                        }),
+                    ) {
+                        commits.push((id.clone(), parents));
+                    }
+                    objects.push((offset, result, id));
+                    continue;
+                }
+                _ => (3u8, data.to_vec(), Vec::<ObjectId>::new()),
+            };
+            let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+            let _ = z.write_all(&content);
+            let packed = z.finish().unwrap_or_default();
+            let mut size = content.len();
+            let mut c = (kind << 4) | u8::try_from(size & 15).unwrap_or(0);
+            size >>= 4;
+            while size != 0 {
+                body.push(c | 0x80);
+                c = u8::try_from(size & 0x7f).unwrap_or(0);
+                size >>= 7;
+            }
+            body.push(c);
+            body.extend_from_slice(&packed);
+            let id = (kind == 1).then(|| commit_id(sha256, &content)).flatten();
+            if let Some(id) = &id {
+                commits.push((id.clone(), parents));
+            }
+            objects.push((offset, content, id));
+        }
+        let mut pack = b"PACK\0\0\0\x02".to_vec();
+        pack.extend_from_slice(&u32::try_from(objects.len()).unwrap_or(0).to_be_bytes());
+        pack.extend_from_slice(&body);
+        let sum = {
+            use sha1::Digest as _;
+            if sha256 {
+                sha2::Sha256::digest(&pack).to_vec()
+            } else {
+                sha1::Sha1::digest(&pack).to_vec()
+            }
+        };
+        pack.extend_from_slice(&sum);
+        (pack, commits)
+    }
+
+    /// A pack (first byte: `sha256` when odd; with bit 2, `data` describes
+    /// a valid pack to build, whose commits must all be proven, and with
+    /// bit 3 as well one byte of it is flipped; the next two bytes a split
+    /// seed): the same result whole and in pieces.
     pub fn pack(data: &[u8]) {
         let (head, body) = data.split_at(data.len().min(3));
-        let format = if head.first().copied().unwrap_or(0) & 1 == 1 {
-            "sha256"
-        } else {
-            "sha1"
-        };
+        let flags = head.first().copied().unwrap_or(0);
+        let sha256 = flags & 1 == 1;
+        let format = if sha256 { "sha256" } else { "sha1" };
         let seed = u32::from(head.get(1).copied().unwrap_or(1))
             | u32::from(head.get(2).copied().unwrap_or(7)) << 8;
+        let built;
+        let mut expected = Vec::new();
+        let body = if flags & 2 != 0 {
+            let (mut pack, commits) = build_pack(body, sha256);
+            if flags & 4 != 0 {
+                let at = usize::try_from(seed).unwrap_or(0) % pack.len().max(1);
+                if let Some(b) = pack.get_mut(at) {
+                    *b ^= 1 << (flags >> 5);
+                }
+            } else {
+                expected = commits;
+            }
+            built = pack;
+            built.as_slice()
+        } else {
+            body
+        };
         let run = |chunks: Vec<&[u8]>| {
             let mut scanner = PackScanner::new(format);
             let mut result = Ok(());
@@ -209,7 +398,32 @@ pub mod __fuzz {
         };
         let whole = run(vec![body]);
         let split = run(pieces(body, seed));
-        assert_eq!(whole, split, "the same pack whatever the chunking");
+        // Refused or not, with the same commits (which error a corrupt
+        // stream is noticed by first may depend on the chunking).
+        assert_eq!(
+            (whole.0.is_ok(), &whole.1),
+            (split.0.is_ok(), &split.1),
+            "the same pack whatever the chunking"
+        );
+        if flags & 2 != 0 && flags & 4 == 0 {
+            assert_eq!(whole.0, Ok(()), "a valid pack scans");
+            for (id, parents) in &expected {
+                let found = whole.1.iter().find(|(c, _)| c == id);
+                assert_eq!(found.map(|(_, p)| p), Some(parents), "commit {id} hashed");
+            }
+            let mut scanner = PackScanner::new(format);
+            let _ = scanner.feed(body);
+            let _ = scanner.finish();
+            for (id, parents) in &expected {
+                for parent in parents {
+                    assert_eq!(
+                        scanner.fast_forward(parent, id),
+                        super::pack::Ancestry::FastForward,
+                        "{parent} is a parent of {id}"
+                    );
+                }
+            }
+        }
     }
 
     /// A receive-pack result (first byte: the capabilities, the next two a

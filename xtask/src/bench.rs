@@ -13,6 +13,7 @@
 
 mod check;
 mod crates;
+mod git;
 mod journal;
 mod observer;
 mod proxy;
@@ -33,11 +34,13 @@ use self::crates::CrateBenches;
 use self::stats::{GoalCheck, Row};
 
 /// The suites, in the order they run and appear on the page.
-pub(crate) const SUITES: &[&str] = &["spawn", "proxy", "journal", "check", "staging", "observer"];
+pub(crate) const SUITES: &[&str] = &[
+    "spawn", "proxy", "journal", "check", "staging", "observer", "git",
+];
 
 /// The suites that do not use the `palisade` binary (so a run of only
 /// these does not build it).
-const NO_CLI: &[&str] = &["staging"];
+const NO_CLI: &[&str] = &["staging", "git"];
 
 /// The peers the harness looks for, and what each is for.
 pub(crate) const PEERS: &[(&str, &str, &str)] = &[
@@ -149,7 +152,7 @@ impl SuiteResult {
 }
 
 const USAGE: &str = "usage: cargo xtask bench [--quick] [--runs N] [--debug] [SUITE…] \
-                     | bench --render (suites: spawn proxy journal check staging observer)";
+                     | bench --render (suites: spawn proxy journal check staging observer git)";
 
 /// Entry point of `cargo xtask bench`.
 pub(crate) fn bench(args: &[String]) -> Result<(), String> {
@@ -213,7 +216,7 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
     std::fs::create_dir_all(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
 
     report_peers();
-    // The staging suite runs the library through its bench target alone.
+    // The staging and git suites run the library through their bench targets alone.
     let palisade = if suites.iter().all(|s| NO_CLI.contains(s)) {
         Err(format!(
             "not built: the suites run ({}) do not use the palisade binary",
@@ -241,6 +244,7 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
             "journal" => journal::run(&ctx),
             "staging" => staging::run(&ctx),
             "observer" => observer::run(&ctx),
+            "git" => git::run(&ctx),
             _ => check::run(&ctx),
         };
         match res {

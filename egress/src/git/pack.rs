@@ -19,8 +19,14 @@ use sha2::Sha256;
 
 use super::{GitError, ObjectId};
 
-/// Most bytes of commit objects kept for the ancestry walk (64 MiB).
+/// Most bytes of commit objects kept for the ancestry walk (64 MiB), each
+/// commit counted with [`COMMIT_OVERHEAD`] bytes more for what is kept
+/// about it, so that a pack of many tiny commits is bounded too.
 pub const MAX_COMMIT_BYTES: usize = 64 << 20;
+
+/// Bytes each kept commit is counted for beyond its body (its id, parents
+/// and map entries).
+pub const COMMIT_OVERHEAD: usize = 256;
 
 /// Bytes inflated at a time.
 const SCRATCH: usize = 64 << 10;
@@ -527,7 +533,10 @@ impl PackScanner {
 
     /// Keeps a commit read whole at pack offset `start`.
     fn record(&mut self, start: u64, body: Vec<u8>) -> Result<(), GitError> {
-        self.kept = self.kept.saturating_add(body.len());
+        self.kept = self
+            .kept
+            .saturating_add(body.len())
+            .saturating_add(COMMIT_OVERHEAD);
         if self.kept > MAX_COMMIT_BYTES {
             return Err(GitError::TooLarge("commit objects over MAX_COMMIT_BYTES"));
         }

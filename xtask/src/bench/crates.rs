@@ -26,12 +26,16 @@ const PACKAGES: &[(&str, &str)] = &[
     ("check", "palisade-schema"),
     ("check", "palisade-policy"),
     ("staging", "palisade-isolate"),
+    ("git", "palisade-egress"),
 ];
 
 /// Bench targets that feed only the suite named here, not every suite of
 /// their package, and are that suite's only benches of the package:
 /// (package, bench, suite).
-const DEDICATED: &[(&str, &str, &str)] = &[("palisade-isolate", "staging", "staging")];
+const DEDICATED: &[(&str, &str, &str)] = &[
+    ("palisade-isolate", "staging", "staging"),
+    ("palisade-egress", "git_push", "git"),
+];
 
 /// Whether `bench` of `package` feeds `suite`.
 fn feeds(package: &str, bench: &str, suite: &str) -> bool {
@@ -385,6 +389,12 @@ mod tests {
         // Positive control: the launch bench still feeds spawn, not staging.
         assert!(feeds("palisade-isolate", "launch", "spawn"));
         assert!(!feeds("palisade-isolate", "launch", "staging"));
+        // The git push bench feeds the git suite only; the proxy benches
+        // of the same package still feed proxy, not git.
+        assert!(feeds("palisade-egress", "git_push", "git"));
+        assert!(!feeds("palisade-egress", "git_push", "proxy"));
+        assert!(feeds("palisade-egress", "floor", "proxy"));
+        assert!(!feeds("palisade-egress", "floor", "git"));
         assert!(feeds("palisade-schema", "anything", "check"));
     }
 }
