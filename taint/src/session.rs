@@ -528,7 +528,10 @@ impl Session {
     /// or not `rules` restrict it now.
     #[cfg_attr(
         not(feature = "evidence"),
-        expect(dead_code, reason = "only `Session::rebuild_from` (feature `evidence`) calls it")
+        expect(
+            dead_code,
+            reason = "only `Session::rebuild_from` (feature `evidence`) calls it"
+        )
     )]
     pub(crate) fn add_restricted_read(&mut self, rules: &Rules, path: &str) {
         let _ = self.insert_restricted(rules, rules.path_forms(path));
