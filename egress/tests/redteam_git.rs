@@ -715,3 +715,65 @@ fn redteam_git_a_small_push_lands_under_a_small_budget() {
         );
     });
 }
+
+/// FINDING: push options reach the origin but neither the decision nor the
+/// record: the host is asked `git.push` of `agent/x` and the journal holds
+/// only `ref`/`old`/`new`, while options such as GitLab's
+/// `merge_request.create`, `merge_request.target=main` and
+/// `merge_request.merge_when_pipeline_succeeds` make the origin open (and
+/// merge) a merge request into `main`: an outward action nobody saw.
+#[test]
+fn redteam_git_push_options_are_part_of_the_decided_action() {
+    multi().block_on(async {
+        let gate = Gate::allow_all();
+        let rig = Rig::start(&[], Some(gate.clone())).await;
+        // an origin that takes push options (GitLab does by default)
+        let repo = rig.origin.root.join(REPO);
+        let ok = Command::new("git")
+            .arg("-C")
+            .arg(&repo)
+            .args(["config", "receive.advertisePushOptions", "true"])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        let work = rig.clone_repo("work").await;
+        let tip = commit(&rig, &work, "a.txt", b"a\n").await;
+        let out = rig
+            .git(
+                &work,
+                &[
+                    "push",
+                    "-o",
+                    "merge_request.create",
+                    "-o",
+                    "merge_request.target=main",
+                    "-o",
+                    "merge_request.merge_when_pipeline_succeeds",
+                    "origin",
+                    "HEAD:refs/heads/agent/x",
+                ],
+            )
+            .await;
+        // positive control: the push is decided and lands
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(
+            rig.origin_ref("refs/heads/agent/x").await.as_deref(),
+            Some(tip.as_str())
+        );
+        let decided: Vec<BTreeMap<String, String>> = gate
+            .calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::Decided { detail, .. } => Some(detail),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(decided.len(), 1, "{decided:?}");
+        let shown: String = decided[0].values().cloned().collect::<Vec<_>>().join(" ");
+        assert!(
+            shown.contains("merge_request.merge_when_pipeline_succeeds"),
+            "the push options the origin acted on are in the decided action: {:?}",
+            decided[0]
+        );
+    });
+}
