@@ -777,3 +777,46 @@ fn redteam_git_push_options_are_part_of_the_decided_action() {
         );
     });
 }
+
+/// FINDING: a git target joins repo and ref with `:`, so its repository is
+/// the segment `secret:refs` to the glob, and the documented way to fence a
+/// repository, a deny on `github.com/acme/secret/**` (docs/policy.md), never
+/// matches a push to it: with an allow on `github.com/acme/**` the push
+/// runs unasked, while the same deny does stop REST writes to it.
+#[test]
+fn redteam_git_a_deny_on_a_repository_also_denies_pushes_to_it() {
+    use palisade_policy::outward::{OutwardRequest, decide};
+    use palisade_policy::verdict::Decision;
+    let text = r#"
+[outward]
+default = "ask"
+allow = [
+  { kind = "git.push", target = "github.com/acme/**" },
+  { kind = "github.post.comment", target = "github.com/acme/**" },
+]
+deny = [{ kind = "*", target = "github.com/acme/secret/**" }]
+"#;
+    let policy = palisade_schema::host_policy::parse("p.toml", text)
+        .map_err(|d| d.to_string())
+        .unwrap()
+        .into_value();
+    let session = palisade_taint::Session::new();
+    let d = |kind: &str, target: &str| {
+        decide(&policy, &session, &OutwardRequest { kind, target }).decision
+    };
+    // positive controls: the allow works, and the deny stops REST writes
+    assert_eq!(
+        d("git.push", "github.com/acme/app:refs/heads/main"),
+        Decision::Allow
+    );
+    assert_eq!(
+        d("github.post.comment", "github.com/acme/secret/issues/7"),
+        Decision::Deny
+    );
+    // the git relay's target for a push to acme/secret
+    assert_eq!(
+        d("git.push", "github.com/acme/secret:refs/heads/main"),
+        Decision::Deny,
+        "a deny on github.com/acme/secret/** covers pushes to acme/secret"
+    );
+}
