@@ -820,3 +820,71 @@ deny = [{ kind = "*", target = "github.com/acme/secret/**" }]
         "a deny on github.com/acme/secret/** covers pushes to acme/secret"
     );
 }
+
+/// FINDING (GitHub preset): GitHub numbers issues and pull requests in one
+/// sequence and applies the issues API to pull requests ("every pull
+/// request is an issue"): `PATCH /repos/o/r/issues/7` closes or retitles
+/// pull request 7, `…/issues/7/labels` labels it, `…/issues/7/comments`
+/// comments on it. The preset renders those as `github.com/o/r/issues/7`
+/// and the pulls routes as `github.com/o/r/pull/7`, so a deny (or an ask)
+/// fencing pull request 7 is bypassed through the issues routes.
+#[test]
+fn redteam_outward_a_deny_on_a_pull_request_covers_the_issue_routes_github_applies_to_it() {
+    use palisade_policy::outward::{OutwardRequest, decide};
+    use palisade_policy::relay_route::render;
+    use palisade_policy::verdict::Decision;
+    use palisade_schema::host_policy::GITHUB_REST_PRESET;
+    let text = r#"
+[outward]
+default = "ask"
+allow = [{ kind = "github.post", target = "github.com/acme/app/**" }]
+deny = [{ kind = "github.post", target = "github.com/acme/app/pull/7" }]
+"#;
+    let policy = palisade_schema::host_policy::parse("p.toml", text)
+        .map_err(|d| d.to_string())
+        .unwrap()
+        .into_value();
+    let session = palisade_taint::Session::new();
+    let binds = [
+        ("owner", "acme"),
+        ("repo", "app"),
+        ("number", "7"),
+        ("name", "bug"),
+    ];
+    let decided = |method: &str, path: &str| {
+        let (_, _, kind, target) = GITHUB_REST_PRESET
+            .iter()
+            .find(|(m, p, _, _)| *m == method && *p == path)
+            .unwrap();
+        let target = render(target, &binds);
+        (
+            target.clone(),
+            decide(
+                &policy,
+                &session,
+                &OutwardRequest {
+                    kind,
+                    target: &target,
+                },
+            )
+            .decision,
+        )
+    };
+    // positive control: the pulls route for PR 7 is denied
+    assert_eq!(
+        decided("PATCH", "/repos/{owner}/{repo}/pulls/{number}").1,
+        Decision::Deny
+    );
+    for (m, p) in [
+        ("PATCH", "/repos/{owner}/{repo}/issues/{number}"),
+        ("POST", "/repos/{owner}/{repo}/issues/{number}/comments"),
+        ("POST", "/repos/{owner}/{repo}/issues/{number}/labels"),
+    ] {
+        let (target, d) = decided(m, p);
+        assert_eq!(
+            d,
+            Decision::Deny,
+            "{m} {p} acts on PR 7 at GitHub but is decided on {target}"
+        );
+    }
+}
