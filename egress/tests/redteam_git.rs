@@ -9,6 +9,8 @@
     clippy::expect_used,
     clippy::indexing_slicing,
     clippy::panic,
+    dead_code,
+    unused_imports,
     reason = "tests"
 )]
 
