@@ -34,7 +34,7 @@
 use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -295,6 +295,8 @@ struct StreamBody {
     rx: mpsc::Receiver<Result<Bytes, BoxError>>,
     inner: Arc<Inner>,
     finished: Arc<AtomicBool>,
+    /// Bytes hyper took from this body (to write to the origin).
+    taken: Arc<AtomicU64>,
 }
 
 fn take_budget(inner: &Inner, n: usize) -> bool {
@@ -329,6 +331,7 @@ impl hyper::body::Body for StreamBody {
         match self.rx.poll_recv(cx) {
             Poll::Ready(Some(Ok(data))) => {
                 give_budget(&self.inner, data.len());
+                self.taken.fetch_add(data.len() as u64, Ordering::AcqRel);
                 Poll::Ready(Some(Ok(Frame::data(data))))
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
@@ -439,14 +442,34 @@ struct ReportBody {
     status: u16,
     allowed: Vec<(u64, OutwardAction)>,
     reported: bool,
+    /// For a streamed pack: the bytes the origin's connection took and
+    /// the bytes of the whole body (head, pack, trailer). Fewer taken when
+    /// the answer ends: the trailer never reached the origin, whose pack
+    /// is truncated, so nothing was applied and nothing is executed.
+    trailer: Option<(Arc<AtomicU64>, u64)>,
 }
 
 impl ReportBody {
-    fn report(&mut self) {
+    /// `ended`: the origin's answer ended (or failed), rather than the
+    /// worker dropping it; only then can a trailer not yet taken prove the
+    /// push was not applied (dropped early, the connection may still send
+    /// it, so the refs are reported as the answer said, else `unknown`).
+    fn report(&mut self, ended: bool) {
         if self.reported {
             return;
         }
         self.reported = true;
+        if ended
+            && let Some((taken, sent)) = &self.trailer
+            && taken.load(Ordering::Acquire) < *sent
+        {
+            tracing::warn!(
+                target: "palisade_egress",
+                relay = %self.relay,
+                "the origin's connection ended before the push's trailer reached it; nothing applied, nothing recorded executed"
+            );
+            return;
+        }
         let (_unpack, results) = self.reader.results();
         for (ticket, action) in &self.allowed {
             let result = if action.kind == GIT_PUSH_OPTIONS {
@@ -510,7 +533,7 @@ impl hyper::body::Body for ReportBody {
                     }
                 }
             }
-            Poll::Ready(None | Some(Err(_))) => self.report(),
+            Poll::Ready(None | Some(Err(_))) => self.report(true),
             Poll::Pending => {}
         }
         polled
@@ -519,7 +542,7 @@ impl hyper::body::Body for ReportBody {
 
 impl Drop for ReportBody {
     fn drop(&mut self) {
-        self.report();
+        self.report(false);
     }
 }
 
@@ -1075,7 +1098,7 @@ impl Relay {
             let (mut sender, _conn) = self.open(record).await?;
             drop(permit);
             let resp = sender.send_request(up).await.map_err(|_| UNREACHABLE);
-            return self.report_back(resp, &head, gate, allowed);
+            return self.report_back(resp, &head, gate, allowed, None);
         }
 
         // 3b. a pack: streamed as it arrives, its trailer held back
@@ -1089,12 +1112,14 @@ impl Relay {
         };
         let (tx, rx) = mpsc::channel(1);
         let finished = Arc::new(AtomicBool::new(false));
+        let taken = Arc::new(AtomicU64::new(0));
         let up = builder
             .body(
                 StreamBody {
                     rx,
                     inner: self.inner.clone(),
                     finished: finished.clone(),
+                    taken: taken.clone(),
                 }
                 .boxed(),
             )
@@ -1238,7 +1263,18 @@ impl Relay {
                     Ok(r) => r.map_err(|_| UNREACHABLE),
                     Err(_) => Err(UNREACHABLE),
                 };
-                self.report_back(resp, &head, gate, allowed)
+                // the origin's connection ended (or it stopped reading)
+                // before the trailer was handed to it: the pack it holds
+                // is truncated, so nothing was applied; the allowed
+                // actions are not executed
+                if upstream.gone || (resp.is_err() && taken.load(Ordering::Acquire) < upstream.sent)
+                {
+                    conn.abort();
+                    upstream.cut();
+                    return Err(ORIGIN_GONE);
+                }
+                let sent = upstream.sent;
+                self.report_back(resp, &head, gate, allowed, Some((taken, sent)))
             }
         }
     }
@@ -1322,6 +1358,7 @@ impl Relay {
         head: &PushHead,
         gate: Arc<dyn RelayGate>,
         allowed: Vec<(u64, OutwardAction)>,
+        trailer: Option<(Arc<AtomicU64>, u64)>,
     ) -> Result<Response<RelayBody>, Refusal> {
         let relay = self.inner.config.name.clone();
         let unknown = |status: Option<i32>| {
@@ -1355,11 +1392,17 @@ impl Relay {
             status,
             allowed,
             reported: false,
+            trailer,
         };
         Ok(Response::from_parts(parts, body.boxed()))
     }
 }
 
+const ORIGIN_GONE: Refusal = (
+    StatusCode::BAD_GATEWAY,
+    "upstream_gone",
+    "The origin's connection ended before the push was complete; nothing of it was applied",
+);
 const UNREACHABLE: Refusal = (
     StatusCode::BAD_GATEWAY,
     "upstream_unreachable",
