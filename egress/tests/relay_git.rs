@@ -245,6 +245,14 @@ impl Rig {
         gate: Option<Arc<Gate>>,
         configure: impl FnOnce(&mut RelayConfig),
     ) -> Self {
+        Self::start_gated(repos, gate.map(|g| g as Arc<dyn RelayGate>), configure).await
+    }
+
+    async fn start_gated(
+        repos: &[&str],
+        gate: Option<Arc<dyn RelayGate>>,
+        configure: impl FnOnce(&mut RelayConfig),
+    ) -> Self {
         let origin = tokio::task::spawn_blocking(|| {
             let o = GitOrigin::start().unwrap();
             o.create_bare(REPO).unwrap();
@@ -1347,6 +1355,153 @@ fn the_commits_the_scanner_keeps_count_against_max_buffered() {
             "released when the push ended"
         );
     });
+}
+
+/// A gate that allows every action once the test says so; it tells the
+/// test when it is asked and records what it is told executed.
+#[derive(Debug, Default)]
+struct HeldGate {
+    asked: Arc<tokio::sync::Notify>,
+    go: Arc<tokio::sync::Notify>,
+    executed: Mutex<Vec<String>>,
+}
+
+impl RelayGate for HeldGate {
+    fn admit(&self, _relay: &str, _provider: &str) -> Result<(), RouteRefusal> {
+        Ok(())
+    }
+
+    fn server_tool_result(&self, _: &str, _: &str, _: ServerToolResult) -> bool {
+        true
+    }
+
+    fn outward_policy(&self, _relay: &str, _action: &OutwardAction) -> AskAnswer {
+        AskAnswer::Ask
+    }
+
+    fn outward(&self, _relay: &str, _action: OutwardAction) -> OutwardFuture {
+        self.asked.notify_one();
+        let go = self.go.clone();
+        Box::pin(async move {
+            go.notified().await;
+            OutwardAnswer {
+                ticket: 1,
+                decision: AskAnswer::Allow,
+                policy: AskAnswer::Ask,
+                approval: None,
+                rule: None,
+                reason: "approved".into(),
+            }
+        })
+    }
+
+    fn outward_executed(&self, _: &str, _: u64, a: &OutwardAction, r: &OutwardResult) {
+        self.executed.lock().unwrap().push(format!(
+            "{} {}",
+            a.kind,
+            r.detail.get("result").cloned().unwrap_or_default()
+        ));
+    }
+}
+
+#[test]
+fn a_push_whose_origin_went_away_before_its_trailer_is_not_recorded_executed() {
+    multi().block_on(async {
+        for origin_goes in [true, false] {
+            let gate = Arc::new(HeldGate::default());
+            let mut rig =
+                Rig::start_gated(&[], Some(gate.clone() as Arc<dyn RelayGate>), |_| {}).await;
+            let old = rig.origin_ref("refs/heads/main").await.unwrap();
+            let body =
+                format!("tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\nparent {old}\n\nx\n")
+                    .into_bytes();
+            let (id, pack) = commit_pack(&body);
+            let mut push = pkt(format!(
+                "{old} {id} refs/heads/main\0report-status object-format=sha1 agent=crafted\n"
+            )
+            .as_bytes());
+            push.extend_from_slice(b"0000");
+            push.extend_from_slice(&pack);
+            let asked = gate.asked.clone();
+            let go = gate.go.clone();
+            let client = {
+                let sock = rig.sock.clone();
+                let basic = rig.basic();
+                tokio::spawn(async move {
+                    let shim = PushTo { sock, basic };
+                    shim.post(push).await
+                })
+            };
+            tokio::time::timeout(Duration::from_secs(60), asked.notified())
+                .await
+                .unwrap();
+            if origin_goes {
+                // the origin goes away while the host is asked: its
+                // connections are cut, so the trailer never reaches it
+                let fresh = tokio::task::spawn_blocking(|| GitOrigin::start().unwrap())
+                    .await
+                    .unwrap();
+                let gone = std::mem::replace(&mut rig.origin, fresh);
+                tokio::task::spawn_blocking(move || drop(gone))
+                    .await
+                    .unwrap();
+            }
+            go.notify_one();
+            let status = tokio::time::timeout(Duration::from_secs(60), client)
+                .await
+                .unwrap()
+                .unwrap();
+            for _ in 0..100 {
+                if !gate.executed.lock().unwrap().is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let executed = gate.executed.lock().unwrap().clone();
+            if origin_goes {
+                assert_ne!(
+                    status,
+                    Some(StatusCode::OK),
+                    "the worker is not told it landed"
+                );
+                assert_eq!(executed, Vec::<String>::new(), "nothing was applied");
+            } else {
+                // positive control: the same push, origin there, lands and
+                // is recorded executed
+                assert_eq!(status, Some(StatusCode::OK));
+                assert_eq!(executed, vec!["git.push ok".to_owned()]);
+            }
+        }
+    });
+}
+
+/// Where a push is posted (a rig's socket and placeholder), usable from a
+/// spawned task.
+struct PushTo {
+    sock: PathBuf,
+    basic: String,
+}
+
+impl PushTo {
+    async fn post(&self, body: Vec<u8>) -> Option<StatusCode> {
+        let stream = UnixStream::connect(&self.sock).await.unwrap();
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let req = Request::builder()
+            .method("POST")
+            .uri("/acme/app.git/git-receive-pack")
+            .header("host", "localhost")
+            .header("authorization", &self.basic)
+            .header("content-type", "application/x-git-receive-pack-request")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        let resp = sender.send_request(req).await.ok()?;
+        let status = resp.status();
+        resp.into_body().collect().await.ok()?;
+        Some(status)
+    }
 }
 
 #[test]
