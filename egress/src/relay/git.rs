@@ -1015,7 +1015,7 @@ impl Relay {
         if denied.iter().any(|d| *d) || options_denied {
             let options_status = options_action.clone().map(|a| {
                 let reason = if options_denied {
-                    "the outward policy denies it"
+                    "the outward policy denies its push options (git.push_options)"
                 } else {
                     ANOTHER_REF_REFUSED
                 };
