@@ -76,7 +76,10 @@ mod gate;
 mod git;
 mod overrides;
 
-pub use git::{ANOTHER_REF_REFUSED, GIT_DELETE_REF, GIT_FORCE_PUSH, GIT_PUSH, GitSettings};
+pub use git::{
+    ANOTHER_REF_REFUSED, GIT_DELETE_REF, GIT_FORCE_PUSH, GIT_PUSH, GIT_PUSH_OPTIONS, GitSettings,
+    MAX_PACK_TIME,
+};
 
 pub use gate::{
     MAX_SCANNED, OutwardFuture, RelayGate, RouteRefusal, ServerToolResult, ToolResultScanner,

@@ -800,3 +800,33 @@ fn many_tiny_commits_are_bounded_by_their_bookkeeping_too() {
     let (_, r) = scan(&p.finish());
     assert!(matches!(r, Err(GitError::TooLarge(_))), "{r:?}");
 }
+
+#[test]
+fn the_room_given_bounds_the_commits_kept_and_kept_bytes_counts_them() {
+    let body = commit(&[], &"m".repeat(4000));
+    let mut pack = Pack::new();
+    pack.object(1, &body);
+    let bytes = pack.finish();
+    // positive control: with room for it the commit is kept and counted
+    let mut fits = PackScanner::new("sha1");
+    assert_eq!(fits.kept_bytes(), 0);
+    fits.set_room(body.len() + 256);
+    fits.feed(&bytes).unwrap();
+    fits.finish().unwrap();
+    assert!(
+        fits.kept_bytes() >= body.len() + 256,
+        "the kept commit is counted: {}",
+        fits.kept_bytes()
+    );
+    // one byte less room: refused from its header, nothing inflated
+    let mut tight = PackScanner::new("sha1");
+    tight.set_room(body.len() - 1);
+    assert!(matches!(tight.feed(&bytes), Err(GitError::TooLarge(_))));
+    assert!(tight.kept_bytes() < body.len(), "{}", tight.kept_bytes());
+    // the room never raises the bound past MAX_COMMIT_BYTES
+    let mut huge = PackScanner::new("sha1");
+    huge.set_room(usize::MAX);
+    let mut header = b"PACK\0\0\0\x02\0\0\0\x01".to_vec();
+    header.extend(Pack::header(1, MAX_COMMIT_BYTES + 1));
+    assert!(matches!(huge.feed(&header), Err(GitError::TooLarge(_))));
+}

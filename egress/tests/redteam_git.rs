@@ -441,8 +441,6 @@ fn pkt(payload: &[u8]) -> Vec<u8> {
     v
 }
 
-/// POST `body` to the relay's receive-pack for `REPO` with `headers`.
-
 /// A pack of `tip` over `old`, made by the worker's git in `dir`.
 async fn pack_of(dir: &Path, tip: &str, old: &str) -> Vec<u8> {
     let revs = format!("{tip}\n^{old}\n");

@@ -119,7 +119,11 @@ impl Gate {
                     detail,
                     allowed,
                     ..
-                } => Some((kind, detail["ref"].clone(), allowed)),
+                } => Some((
+                    kind,
+                    detail.get("ref").cloned().unwrap_or_default(),
+                    allowed,
+                )),
                 _ => None,
             })
             .collect()
@@ -211,7 +215,7 @@ impl RelayGate for Gate {
         self.calls.lock().unwrap().push(Call::Executed {
             ticket,
             kind: action.kind.clone(),
-            reference: action.detail["ref"].clone(),
+            reference: action.detail.get("ref").cloned().unwrap_or_default(),
             result: result.detail.get("result").cloned().unwrap_or_default(),
             status: result.status,
         });
@@ -239,6 +243,14 @@ impl Rig {
     async fn start_with(
         repos: &[&str],
         gate: Option<Arc<Gate>>,
+        configure: impl FnOnce(&mut RelayConfig),
+    ) -> Self {
+        Self::start_gated(repos, gate.map(|g| g as Arc<dyn RelayGate>), configure).await
+    }
+
+    async fn start_gated(
+        repos: &[&str],
+        gate: Option<Arc<dyn RelayGate>>,
         configure: impl FnOnce(&mut RelayConfig),
     ) -> Self {
         let origin = tokio::task::spawn_blocking(|| {
@@ -915,6 +927,165 @@ fn a_force_push_denied_leaves_main_and_a_fast_forward_is_allowed() {
     });
 }
 
+/// The worker's git in `work` pushes HEAD to `agent/x` with GitLab-style
+/// push options (the origin told to take them).
+async fn push_with_options(rig: &Rig, work: &Path, options: bool) -> Output {
+    let repo = rig.origin.root.join(REPO);
+    let ok = Command::new("git")
+        .arg("-C")
+        .arg(&repo)
+        .args(["config", "receive.advertisePushOptions", "true"])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let mut args = vec!["push"];
+    if options {
+        args.extend([
+            "-o",
+            "merge_request.create",
+            "-o",
+            "merge_request.target=main",
+        ]);
+    }
+    args.extend(["origin", "HEAD:refs/heads/agent/x"]);
+    rig.git(work, &args).await
+}
+
+#[test]
+fn a_deny_on_git_push_options_refuses_the_whole_push_before_anything_goes_upstream() {
+    multi().block_on(async {
+        let gate = Gate::new(
+            |a| {
+                if a.kind == "git.push_options" {
+                    AskAnswer::Deny
+                } else {
+                    AskAnswer::Allow
+                }
+            },
+            |_| AskAnswer::Allow,
+        );
+        let rig = Rig::start(&[], Some(gate.clone())).await;
+        let work = rig.clone_repo("work").await;
+        let tip = commit(&rig, &work, "a.txt", b"a\n").await;
+        let out = push_with_options(&rig, &work, true).await;
+        assert!(!out.status.success());
+        assert!(
+            stderr(&out).contains("refused by palisade"),
+            "{}",
+            stderr(&out)
+        );
+        assert_eq!(rig.origin_ref("refs/heads/agent/x").await, None);
+        let target = format!("{}/acme/app", rig.origin.url("git.test").trim_start_matches("https://"));
+        assert!(
+            gate.calls().contains(&Call::Policy {
+                kind: "git.push_options".into(),
+                target: target.clone(),
+            }),
+            "{:?}",
+            gate.calls()
+        );
+        assert!(
+            gate.calls().iter().any(|c| matches!(c,
+                Call::Refused { kind, target: t, .. } if kind == "git.push_options" && *t == target)),
+            "{:?}",
+            gate.calls()
+        );
+        assert_eq!(gate.decided(), vec![], "nothing asked");
+        // positive control: the same push without options lands
+        let out = push_with_options(&rig, &work, false).await;
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(
+            rig.origin_ref("refs/heads/agent/x").await.as_deref(),
+            Some(tip.as_str())
+        );
+    });
+}
+
+#[test]
+fn push_options_the_policy_asks_for_are_asked_even_when_the_ref_is_allowed() {
+    multi().block_on(async {
+        let answer = Arc::new(Mutex::new(AskAnswer::Deny));
+        let said = answer.clone();
+        let gate = Gate::new(
+            |a| {
+                if a.kind == "git.push_options" {
+                    AskAnswer::Ask
+                } else {
+                    AskAnswer::Allow
+                }
+            },
+            move |_| *said.lock().unwrap(),
+        );
+        let rig = Rig::start(&[], Some(gate.clone())).await;
+        let work = rig.clone_repo("work").await;
+        let tip = commit(&rig, &work, "a.txt", b"a\n").await;
+        // the host denies the options: the push is refused whole
+        let out = push_with_options(&rig, &work, true).await;
+        assert!(!out.status.success());
+        assert!(
+            stderr(&out).contains("refused by palisade"),
+            "{}",
+            stderr(&out)
+        );
+        assert_eq!(rig.origin_ref("refs/heads/agent/x").await, None);
+        let decided: Vec<(String, String, BTreeMap<String, String>)> = gate
+            .calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::Decided {
+                    kind,
+                    target,
+                    detail,
+                    ..
+                } => Some((kind, target, detail)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(decided.len(), 1, "{decided:?}");
+        assert_eq!(decided[0].0, "git.push_options");
+        assert!(decided[0].1.ends_with("/acme/app"), "{decided:?}");
+        assert_eq!(
+            decided[0].2["push_options"],
+            "merge_request.create\nmerge_request.target=main"
+        );
+        // positive control: approved, the push lands, both decided and
+        // both recorded executed
+        *answer.lock().unwrap() = AskAnswer::Allow;
+        let out = push_with_options(&rig, &work, true).await;
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(
+            rig.origin_ref("refs/heads/agent/x").await.as_deref(),
+            Some(tip.as_str())
+        );
+        let kinds: Vec<(String, bool)> = gate
+            .decided()
+            .into_iter()
+            .map(|(k, _, allowed)| (k, allowed))
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                ("git.push_options".into(), false),
+                ("git.push_options".into(), true),
+                ("git.push".into(), true)
+            ]
+        );
+        for _ in 0..500 {
+            if gate.executed().len() >= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            gate.executed(),
+            vec![
+                ("git.push_options".into(), String::new(), "ok".into()),
+                ("git.push".into(), "refs/heads/agent/x".into(), "ok".into())
+            ]
+        );
+    });
+}
+
 #[test]
 fn a_deletion_is_delete_ref_and_decided_before_anything_goes_upstream() {
     multi().block_on(async {
@@ -1074,6 +1245,263 @@ fn a_pack_that_does_not_prove_the_claimed_fast_forward_is_a_force_push() {
             )]
         );
     });
+}
+
+/// A one-object pack: a commit of `body`, zlib-compressed (a body of one
+/// repeated byte is tiny on the wire); the commit's id and the pack.
+fn commit_pack(body: &[u8]) -> (String, Vec<u8>) {
+    use sha1::Digest as _;
+    use std::io::Write as _;
+    let mut h = sha1::Sha1::new();
+    h.update(format!("commit {}\0", body.len()).as_bytes());
+    h.update(body);
+    let id: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let mut pack = b"PACK".to_vec();
+    pack.extend_from_slice(&2u32.to_be_bytes());
+    pack.extend_from_slice(&1u32.to_be_bytes());
+    let mut size = body.len();
+    let mut first = (1u8 << 4) | (size & 15) as u8;
+    size >>= 4;
+    if size > 0 {
+        first |= 0x80;
+    }
+    pack.push(first);
+    while size > 0 {
+        let mut b = (size & 0x7f) as u8;
+        size >>= 7;
+        if size > 0 {
+            b |= 0x80;
+        }
+        pack.push(b);
+    }
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+    z.write_all(body).unwrap();
+    pack.extend_from_slice(&z.finish().unwrap());
+    let sum = sha1::Sha1::digest(&pack);
+    pack.extend_from_slice(&sum);
+    (id, pack)
+}
+
+#[test]
+fn the_commits_the_scanner_keeps_count_against_max_buffered() {
+    multi().block_on(async {
+        // a commit of 3 MiB on main, a few KiB on the wire
+        let push_of = |old: &str| {
+            let mut body =
+                format!("tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\nparent {old}\n\n")
+                    .into_bytes();
+            body.resize(3 << 20, b'a');
+            let (id, pack) = commit_pack(&body);
+            let mut push = pkt(format!(
+                "{old} {id} refs/heads/main\0report-status object-format=sha1 agent=crafted\n"
+            )
+            .as_bytes());
+            push.extend_from_slice(b"0000");
+            push.extend_from_slice(&pack);
+            (id, push)
+        };
+        // a 2 MiB budget: refused busy, nothing decided, nothing applied
+        let gate = Gate::allow_all();
+        let rig = Rig::start_with(&[], Some(gate.clone()), |c| {
+            c.max_buffered = 2 << 20;
+        })
+        .await;
+        let old = rig.origin_ref("refs/heads/main").await.unwrap();
+        let (_, push) = push_of(&old);
+        let (status, answer) = post_push(&rig, push, &[]).await;
+        assert_eq!(status, 503, "{}", String::from_utf8_lossy(&answer));
+        assert!(
+            String::from_utf8_lossy(&answer).contains("relay_busy"),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+        assert_eq!(gate.decided(), vec![]);
+        assert_eq!(
+            rig.origin_ref("refs/heads/main").await.as_deref(),
+            Some(old.as_str())
+        );
+        assert_eq!(
+            rig.relay.buffered_bytes(),
+            0,
+            "released when the push ended"
+        );
+        // positive control: an 8 MiB budget holds the same push, which is
+        // decided and lands, its share released afterwards
+        let gate = Gate::allow_all();
+        let rig = Rig::start_with(&[], Some(gate.clone()), |c| {
+            c.max_buffered = 8 << 20;
+        })
+        .await;
+        let old = rig.origin_ref("refs/heads/main").await.unwrap();
+        let (id, push) = push_of(&old);
+        let (status, answer) = post_push(&rig, push, &[]).await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+        assert_eq!(
+            gate.decided(),
+            vec![("git.push".into(), "refs/heads/main".into(), true)]
+        );
+        assert_eq!(
+            rig.origin_ref("refs/heads/main").await.as_deref(),
+            Some(id.as_str())
+        );
+        assert!(
+            rig.relay.peak_buffered_bytes() > 3 << 20,
+            "the kept commit was charged: {}",
+            rig.relay.peak_buffered_bytes()
+        );
+        assert_eq!(
+            rig.relay.buffered_bytes(),
+            0,
+            "released when the push ended"
+        );
+    });
+}
+
+/// A gate that allows every action once the test says so; it tells the
+/// test when it is asked and records what it is told executed.
+#[derive(Debug, Default)]
+struct HeldGate {
+    asked: Arc<tokio::sync::Notify>,
+    go: Arc<tokio::sync::Notify>,
+    executed: Mutex<Vec<String>>,
+}
+
+impl RelayGate for HeldGate {
+    fn admit(&self, _relay: &str, _provider: &str) -> Result<(), RouteRefusal> {
+        Ok(())
+    }
+
+    fn server_tool_result(&self, _: &str, _: &str, _: ServerToolResult) -> bool {
+        true
+    }
+
+    fn outward_policy(&self, _relay: &str, _action: &OutwardAction) -> AskAnswer {
+        AskAnswer::Ask
+    }
+
+    fn outward(&self, _relay: &str, _action: OutwardAction) -> OutwardFuture {
+        self.asked.notify_one();
+        let go = self.go.clone();
+        Box::pin(async move {
+            go.notified().await;
+            OutwardAnswer {
+                ticket: 1,
+                decision: AskAnswer::Allow,
+                policy: AskAnswer::Ask,
+                approval: None,
+                rule: None,
+                reason: "approved".into(),
+            }
+        })
+    }
+
+    fn outward_executed(&self, _: &str, _: u64, a: &OutwardAction, r: &OutwardResult) {
+        self.executed.lock().unwrap().push(format!(
+            "{} {}",
+            a.kind,
+            r.detail.get("result").cloned().unwrap_or_default()
+        ));
+    }
+}
+
+#[test]
+fn a_push_whose_origin_went_away_before_its_trailer_is_not_recorded_executed() {
+    multi().block_on(async {
+        for origin_goes in [true, false] {
+            let gate = Arc::new(HeldGate::default());
+            let mut rig =
+                Rig::start_gated(&[], Some(gate.clone() as Arc<dyn RelayGate>), |_| {}).await;
+            let old = rig.origin_ref("refs/heads/main").await.unwrap();
+            let body =
+                format!("tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\nparent {old}\n\nx\n")
+                    .into_bytes();
+            let (id, pack) = commit_pack(&body);
+            let mut push = pkt(format!(
+                "{old} {id} refs/heads/main\0report-status object-format=sha1 agent=crafted\n"
+            )
+            .as_bytes());
+            push.extend_from_slice(b"0000");
+            push.extend_from_slice(&pack);
+            let asked = gate.asked.clone();
+            let go = gate.go.clone();
+            let client = {
+                let sock = rig.sock.clone();
+                let basic = rig.basic();
+                tokio::spawn(async move {
+                    let shim = PushTo { sock, basic };
+                    shim.post(push).await
+                })
+            };
+            tokio::time::timeout(Duration::from_secs(60), asked.notified())
+                .await
+                .unwrap();
+            if origin_goes {
+                // the origin goes away while the host is asked: its
+                // connections are cut, so the trailer never reaches it
+                let fresh = tokio::task::spawn_blocking(|| GitOrigin::start().unwrap())
+                    .await
+                    .unwrap();
+                let gone = std::mem::replace(&mut rig.origin, fresh);
+                tokio::task::spawn_blocking(move || drop(gone))
+                    .await
+                    .unwrap();
+            }
+            go.notify_one();
+            let status = tokio::time::timeout(Duration::from_secs(60), client)
+                .await
+                .unwrap()
+                .unwrap();
+            for _ in 0..100 {
+                if !gate.executed.lock().unwrap().is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let executed = gate.executed.lock().unwrap().clone();
+            if origin_goes {
+                assert_ne!(
+                    status,
+                    Some(StatusCode::OK),
+                    "the worker is not told it landed"
+                );
+                assert_eq!(executed, Vec::<String>::new(), "nothing was applied");
+            } else {
+                // positive control: the same push, origin there, lands and
+                // is recorded executed
+                assert_eq!(status, Some(StatusCode::OK));
+                assert_eq!(executed, vec!["git.push ok".to_owned()]);
+            }
+        }
+    });
+}
+
+/// Where a push is posted (a rig's socket and placeholder), usable from a
+/// spawned task.
+struct PushTo {
+    sock: PathBuf,
+    basic: String,
+}
+
+impl PushTo {
+    async fn post(&self, body: Vec<u8>) -> Option<StatusCode> {
+        let stream = UnixStream::connect(&self.sock).await.unwrap();
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let req = Request::builder()
+            .method("POST")
+            .uri("/acme/app.git/git-receive-pack")
+            .header("host", "localhost")
+            .header("authorization", &self.basic)
+            .header("content-type", "application/x-git-receive-pack-request")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        let resp = sender.send_request(req).await.ok()?;
+        let status = resp.status();
+        resp.into_body().collect().await.ok()?;
+        Some(status)
+    }
 }
 
 #[test]

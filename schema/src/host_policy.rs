@@ -631,6 +631,7 @@ pub const BUILTIN_OUTWARD_KINDS: &[&str] = &[
     "git.push",
     "git.force_push",
     "git.delete_ref",
+    "git.push_options",
     "github.post",
     "github.post.comment",
     "github.post.issue",

@@ -144,6 +144,9 @@ pub struct PackScanner {
     by_id: HashMap<ObjectId, u64>,
     /// Bytes of commits kept.
     kept: usize,
+    /// Most bytes of commits that may be kept ([`MAX_COMMIT_BYTES`] unless
+    /// [`set_limit`](Self::set_limit) lowered it).
+    limit: usize,
     scratch: Vec<u8>,
     failed: Option<GitError>,
     finished: bool,
@@ -173,6 +176,7 @@ impl PackScanner {
             bodies: HashMap::new(),
             by_id: HashMap::new(),
             kept: 0,
+            limit: MAX_COMMIT_BYTES,
             scratch: Vec::new(),
             failed: None,
             finished: false,
@@ -246,6 +250,31 @@ impl PackScanner {
             }
         }
         Ancestry::Unproven
+    }
+
+    /// Lets this reader keep at most `room` more bytes of commits from the
+    /// next [`feed`](Self::feed) on (never more than [`MAX_COMMIT_BYTES`]
+    /// in all): the relay gives it what its buffer budget has left, so a
+    /// commit (or delta) whose declared size does not fit is refused from
+    /// its header, before it is inflated. Going past it is
+    /// [`GitError::TooLarge`], as for [`MAX_COMMIT_BYTES`].
+    pub fn set_room(&mut self, room: usize) {
+        self.limit = self.kept.saturating_add(room).min(MAX_COMMIT_BYTES);
+    }
+
+    /// The bytes this reader holds now: the commits kept (each with its
+    /// [`COMMIT_OVERHEAD`]), the object being inflated when it is kept (a
+    /// commit or a delta against one), the scratch buffer and the header
+    /// bytes. What the relay charges to its buffer budget.
+    pub fn kept_bytes(&self) -> usize {
+        let inflating = match &self.stage {
+            Stage::Inflate(obj) => obj.data.capacity(),
+            _ => 0,
+        };
+        self.kept
+            .saturating_add(inflating)
+            .saturating_add(self.scratch.capacity())
+            .saturating_add(self.small.capacity())
     }
 
     /// Bytes of the pack's trailer (the checksum) the relay must hold back
@@ -447,7 +476,7 @@ impl PackScanner {
 
     /// Whether `size` more bytes of commits may be kept.
     fn within_budget(&self, size: u64) -> Result<(), ()> {
-        let left = MAX_COMMIT_BYTES.saturating_sub(self.kept);
+        let left = self.limit.saturating_sub(self.kept);
         if size <= left as u64 { Ok(()) } else { Err(()) }
     }
 
@@ -481,6 +510,17 @@ impl PackScanner {
                 return Err(bad("more bytes than its declared size"));
             }
             if obj.keep != Keep::Drop {
+                // grown by doubling but never past the declared size, so
+                // what is held is what the budget was checked for
+                let len = obj.data.len();
+                if obj.data.capacity() < len.saturating_add(made) {
+                    let size = usize::try_from(obj.size).unwrap_or(usize::MAX);
+                    let want = len
+                        .saturating_mul(2)
+                        .max(len.saturating_add(made))
+                        .min(size);
+                    obj.data.reserve_exact(want.saturating_sub(len));
+                }
                 obj.data
                     .extend_from_slice(self.scratch.get(..made).unwrap_or_default());
             }
@@ -508,7 +548,7 @@ impl PackScanner {
             Keep::Drop => {}
             Keep::Commit => self.record(obj.start, obj.data)?,
             Keep::Delta(base) => {
-                let limit = MAX_COMMIT_BYTES.saturating_sub(self.kept);
+                let limit = self.limit.saturating_sub(self.kept);
                 let base = self
                     .bodies
                     .get(&base)
@@ -537,7 +577,7 @@ impl PackScanner {
             .kept
             .saturating_add(body.len())
             .saturating_add(COMMIT_OVERHEAD);
-        if self.kept > MAX_COMMIT_BYTES {
+        if self.kept > self.limit {
             return Err(GitError::TooLarge("commit objects over MAX_COMMIT_BYTES"));
         }
         let hex_len = self.hash_len() * 2;

@@ -34,7 +34,7 @@
 use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -65,6 +65,14 @@ pub const GIT_PUSH: &str = "git.push";
 pub const GIT_FORCE_PUSH: &str = "git.force_push";
 /// The outward kind of a ref deletion.
 pub const GIT_DELETE_REF: &str = "git.delete_ref";
+/// The outward kind of a push's push options (`git push -o …`), on
+/// `<host[:port]>/<OWNER/REPO>`: origins act on them (GitLab opens and
+/// merges merge requests from `merge_request.*`).
+pub const GIT_PUSH_OPTIONS: &str = "git.push_options";
+
+/// Most characters of one push option shown in a decided action's detail;
+/// a longer one is cut and marked with `…`.
+const MAX_SHOWN_OPTION: usize = 200;
 
 /// Why a ref of a refused push that was not itself refused is rejected.
 pub const ANOTHER_REF_REFUSED: &str = "another ref in this push was refused";
@@ -72,6 +80,12 @@ pub const ANOTHER_REF_REFUSED: &str = "another ref in this push was refused";
 /// Most bytes a push without a pack (deletions only) may carry after its
 /// head (64 KiB); more is a malformed push.
 const MAX_PACKLESS_TAIL: usize = 64 * 1024;
+
+/// Longest a push's pack may take to arrive, from the request's start (1
+/// hour; its idle timeout still applies between chunks): a pack trickled
+/// a byte at a time cannot hold the commits the relay keeps, and its
+/// share of the buffer budget, for ever. Then 408 `body_timeout`.
+pub const MAX_PACK_TIME: Duration = Duration::from_secs(3600);
 
 /// A `kind = "git"` relay's settings ([`super::RelayConfig::new_git`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -156,7 +170,9 @@ fn parse_path(method: &Method, path: &str, query: Option<&str>) -> Result<GitPat
         ["", owner, repo, rest @ ..] => (*owner, *repo, rest),
         _ => return Err(NOT_GIT),
     };
-    let repo = repo.strip_suffix(".git").unwrap_or(repo);
+    // `.git` in any case: git and the origins accept `app.GIT` for `app`,
+    // so the target and the `repos` match must not see a distinct repo
+    let repo = strip_git_suffix(repo);
     let plain = palisade_policy::relay_route::is_plain_segment;
     if !plain(owner) || !plain(repo) {
         return Err(NOT_GIT);
@@ -180,6 +196,17 @@ fn parse_path(method: &Method, path: &str, query: Option<&str>) -> Result<GitPat
         repo: format!("{owner}/{repo}"),
         service,
     })
+}
+
+/// `repo` without a trailing `.git`, matched case-insensitively.
+fn strip_git_suffix(repo: &str) -> &str {
+    let n = repo.len();
+    match (n.checked_sub(4), repo.get(n.saturating_sub(4)..)) {
+        (Some(cut), Some(tail)) if tail.eq_ignore_ascii_case(".git") => {
+            repo.get(..cut).unwrap_or(repo)
+        }
+        _ => repo,
+    }
 }
 
 /// The gate of a relay that has none: reads pass, every outward action is
@@ -268,6 +295,8 @@ struct StreamBody {
     rx: mpsc::Receiver<Result<Bytes, BoxError>>,
     inner: Arc<Inner>,
     finished: Arc<AtomicBool>,
+    /// Bytes hyper took from this body (to write to the origin).
+    taken: Arc<AtomicU64>,
 }
 
 fn take_budget(inner: &Inner, n: usize) -> bool {
@@ -302,6 +331,7 @@ impl hyper::body::Body for StreamBody {
         match self.rx.poll_recv(cx) {
             Poll::Ready(Some(Ok(data))) => {
                 give_budget(&self.inner, data.len());
+                self.taken.fetch_add(data.len() as u64, Ordering::AcqRel);
                 Poll::Ready(Some(Ok(Frame::data(data))))
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
@@ -412,21 +442,64 @@ struct ReportBody {
     status: u16,
     allowed: Vec<(u64, OutwardAction)>,
     reported: bool,
+    /// For a streamed pack: the bytes the origin's connection took and
+    /// the bytes of the whole body (head, pack, trailer). Fewer taken when
+    /// the answer ends: the trailer never reached the origin, whose pack
+    /// is truncated, so nothing was applied and nothing is executed.
+    trailer: Option<(Arc<AtomicU64>, u64)>,
 }
 
 impl ReportBody {
-    fn report(&mut self) {
+    /// `ended`: the origin's answer ended (or failed), rather than the
+    /// worker dropping it; only then can a trailer not yet taken prove the
+    /// push was not applied (dropped early, the connection may still send
+    /// it, so the refs are reported as the answer said, else `unknown`).
+    fn report(&mut self, ended: bool) {
         if self.reported {
             return;
         }
         self.reported = true;
+        if ended
+            && let Some((taken, sent)) = &self.trailer
+            && taken.load(Ordering::Acquire) < *sent
+        {
+            tracing::warn!(
+                target: "palisade_egress",
+                relay = %self.relay,
+                "the origin's connection ended before the push's trailer reached it; nothing applied, nothing recorded executed"
+            );
+            return;
+        }
         let (_unpack, results) = self.reader.results();
         for (ticket, action) in &self.allowed {
-            let name = action.detail.get("ref").map(String::as_str).unwrap_or("");
-            let result = match results.iter().find(|(r, _)| r == name) {
-                Some((_, RefStatus::Ok)) => "ok".to_owned(),
-                Some((_, RefStatus::Ng(why))) => format!("ng {why}"),
-                None => "unknown".to_owned(),
+            let result = if action.kind == GIT_PUSH_OPTIONS {
+                // the options went with the push: `ok` when every ref was
+                // applied (what the origin did with them it does not say)
+                let refs: Vec<&RefStatus> = self
+                    .allowed
+                    .iter()
+                    .filter_map(|(_, a)| a.detail.get("ref"))
+                    .filter_map(|name| results.iter().find(|(r, _)| r == name).map(|(_, s)| s))
+                    .collect();
+                let all = self
+                    .allowed
+                    .iter()
+                    .filter(|(_, a)| a.detail.contains_key("ref"))
+                    .count();
+                if refs.len() < all {
+                    "unknown".to_owned()
+                } else if refs.iter().all(|s| **s == RefStatus::Ok) {
+                    "ok".to_owned()
+                } else {
+                    "ng".to_owned()
+                }
+            } else {
+                let name = action.detail.get("ref").map(String::as_str).unwrap_or("");
+                match results.iter().find(|(r, _)| r == name) {
+                    Some((_, RefStatus::Ok)) => "ok".to_owned(),
+                    Some((_, RefStatus::Ng(why))) => format!("ng {why}"),
+                    None => "unknown".to_owned(),
+                }
             };
             let mut detail = BTreeMap::new();
             detail.insert("result".to_owned(), result);
@@ -460,7 +533,7 @@ impl hyper::body::Body for ReportBody {
                     }
                 }
             }
-            Poll::Ready(None | Some(Err(_))) => self.report(),
+            Poll::Ready(None | Some(Err(_))) => self.report(true),
             Poll::Pending => {}
         }
         polled
@@ -469,7 +542,7 @@ impl hyper::body::Body for ReportBody {
 
 impl Drop for ReportBody {
     fn drop(&mut self) {
-        self.report();
+        self.report(false);
     }
 }
 
@@ -513,6 +586,35 @@ fn ng(answer: &OutwardAnswer) -> RefStatus {
 
 fn another() -> RefStatus {
     RefStatus::Ng(format!("refused by palisade: {ANOTHER_REF_REFUSED}"))
+}
+
+/// The `push_options` detail of a push: its options joined with `\n`,
+/// each cut at [`MAX_SHOWN_OPTION`] characters, control characters
+/// escaped (the parser already refused NUL and newline); `None` without
+/// options.
+fn options_detail(options: &[String]) -> Option<String> {
+    if options.is_empty() {
+        return None;
+    }
+    let shown: Vec<String> = options
+        .iter()
+        .map(|o| {
+            let mut line = String::new();
+            for (i, c) in o.chars().enumerate() {
+                if i == MAX_SHOWN_OPTION {
+                    line.push('…');
+                    break;
+                }
+                if c.is_control() {
+                    line.extend(c.escape_default());
+                } else {
+                    line.push(c);
+                }
+            }
+            line
+        })
+        .collect();
+    Some(shown.join("\n"))
 }
 
 /// The candidate kinds of an update before its pack is read.
@@ -871,12 +973,29 @@ impl Relay {
         let head_bytes = buf.split_to(head.consumed).freeze();
         let rest = buf.freeze();
         let target = |u: &RefUpdate| format!("{}/{}:{}", cfg.authority(), path.repo, u.name);
+        let options = options_detail(&head.push_options);
         let action = |kind: &str, u: &RefUpdate| {
-            OutwardAction::new(kind, target(u), Some(relay))
+            let a = OutwardAction::new(kind, target(u), Some(relay))
                 .with("ref", u.name.clone())
                 .with("old", u.old.to_string())
-                .with("new", u.new.to_string())
+                .with("new", u.new.to_string());
+            match &options {
+                Some(o) => a.with("push_options", o.clone()),
+                None => a,
+            }
         };
+        // the push options: one more outward action on the repository
+        let options_action = options.as_ref().map(|o| {
+            OutwardAction::new(
+                GIT_PUSH_OPTIONS,
+                format!("{}/{}", cfg.authority(), path.repo),
+                Some(relay),
+            )
+            .with("push_options", o.clone())
+        });
+        let options_policy = options_action
+            .as_ref()
+            .map(|a| gate.outward_policy(relay, a));
 
         // 2. all or nothing, before anything goes upstream: an update the
         // policy denies in every case refuses the whole push
@@ -892,14 +1011,28 @@ impl Relay {
                 answers.iter().all(|a| *a == AskAnswer::Deny)
             })
             .collect();
-        if denied.iter().any(|d| *d) {
+        let options_denied = options_policy == Some(AskAnswer::Deny);
+        if denied.iter().any(|d| *d) || options_denied {
+            let options_status = options_action.clone().map(|a| {
+                let reason = if options_denied {
+                    "the outward policy denies its push options (git.push_options)"
+                } else {
+                    ANOTHER_REF_REFUSED
+                };
+                ng(&gate.outward_refused(relay, a, reason))
+            });
             let refs: Vec<(String, RefStatus)> = head
                 .updates
                 .iter()
                 .zip(&denied)
                 .map(|(u, d)| {
                     let kind = candidates(u).first().copied().unwrap_or(GIT_PUSH);
-                    let status = if *d {
+                    let status = if let (false, Some(why)) = (*d, &options_status)
+                        && options_denied
+                    {
+                        gate.outward_refused(relay, action(kind, u), "its push options are denied");
+                        why.clone()
+                    } else if *d {
                         ng(&gate.outward_refused(
                             relay,
                             action(kind, u),
@@ -942,7 +1075,9 @@ impl Relay {
                     Next::Failed => return Err(BODY_READ_FAILED),
                 }
             }
-            let decided = self.decide(&gate, &head, None, &action).await;
+            let decided = self
+                .decide(&gate, &head, None, &action, options_action.as_ref())
+                .await;
             let allowed = match decided {
                 Ok(allowed) => allowed,
                 Err(refs) => {
@@ -963,7 +1098,7 @@ impl Relay {
             let (mut sender, _conn) = self.open(record).await?;
             drop(permit);
             let resp = sender.send_request(up).await.map_err(|_| UNREACHABLE);
-            return self.report_back(resp, &head, gate, allowed);
+            return self.report_back(resp, &head, gate, allowed, None);
         }
 
         // 3b. a pack: streamed as it arrives, its trailer held back
@@ -977,12 +1112,14 @@ impl Relay {
         };
         let (tx, rx) = mpsc::channel(1);
         let finished = Arc::new(AtomicBool::new(false));
+        let taken = Arc::new(AtomicU64::new(0));
         let up = builder
             .body(
                 StreamBody {
                     rx,
                     inner: self.inner.clone(),
                     finished: finished.clone(),
+                    taken: taken.clone(),
                 }
                 .boxed(),
             )
@@ -1014,10 +1151,19 @@ impl Relay {
         }
         // the pack: its first bytes came with the head
         let mut pending = Some(rest);
-        // pack streaming is bounded by the idle timeout only (a large push
-        // takes as long as it takes); the deadline was for the head
-        reader.deadline = None;
+        // pack streaming is bounded by the idle timeout and, overall, by
+        // MAX_PACK_TIME (a large push takes long); the head's deadline was
+        // the body timeout
+        reader.deadline = Some(after(tokio::time::Instant::from_std(t0), MAX_PACK_TIME));
+        // what the scanner keeps (commits, delta buffers, bookkeeping) is
+        // charged to the relay's buffer budget as it grows, released when
+        // the push ends (this permit dropped)
+        let mut kept = BufferPermit {
+            inner: self.inner.clone(),
+            held: 0,
+        };
         let mut bad_pack = false;
+        let mut over_budget = false;
         loop {
             let data = match pending.take() {
                 Some(d) => d,
@@ -1037,7 +1183,23 @@ impl Relay {
             if data.is_empty() {
                 continue;
             }
-            if scanner.feed(&data).is_err() {
+            let free = cfg
+                .max_buffered
+                .saturating_sub(self.inner.buffered.load(Ordering::Acquire));
+            let room = kept
+                .held
+                .saturating_add(free)
+                .saturating_sub(scanner.kept_bytes());
+            scanner.set_room(room);
+            let budget_bound = room < crate::git::pack::MAX_COMMIT_BYTES;
+            if let Err(e) = scanner.feed(&data) {
+                over_budget = budget_bound && matches!(e, crate::git::GitError::TooLarge(_));
+                bad_pack = true;
+                break;
+            }
+            let now = scanner.kept_bytes();
+            if now > kept.held && !kept.grow(now - kept.held) {
+                over_budget = true;
                 bad_pack = true;
                 break;
             }
@@ -1051,8 +1213,14 @@ impl Relay {
         }
         if bad_pack || scanner.finish().is_err() {
             abort(&mut upstream);
+            drop(scanner);
+            drop(kept);
             reader.drain(drain_budget).await;
-            return Err(MALFORMED_PUSH);
+            return Err(if over_budget {
+                RELAY_BUSY
+            } else {
+                MALFORMED_PUSH
+            });
         }
         record.bytes_up = upstream.sent;
         if upstream.gone {
@@ -1067,7 +1235,16 @@ impl Relay {
         }
 
         // 4. the pack is whole: each update decided
-        match self.decide(&gate, &head, Some(&scanner), &action).await {
+        match self
+            .decide(
+                &gate,
+                &head,
+                Some(&scanner),
+                &action,
+                options_action.as_ref(),
+            )
+            .await
+        {
             Err(refs) => {
                 abort(&mut upstream);
                 record.outcome = RelayOutcome::OutwardDenied;
@@ -1086,7 +1263,18 @@ impl Relay {
                     Ok(r) => r.map_err(|_| UNREACHABLE),
                     Err(_) => Err(UNREACHABLE),
                 };
-                self.report_back(resp, &head, gate, allowed)
+                // the origin's connection ended (or it stopped reading)
+                // before the trailer was handed to it: the pack it holds
+                // is truncated, so nothing was applied; the allowed
+                // actions are not executed
+                if upstream.gone || (resp.is_err() && taken.load(Ordering::Acquire) < upstream.sent)
+                {
+                    conn.abort();
+                    upstream.cut();
+                    return Err(ORIGIN_GONE);
+                }
+                let sent = upstream.sent;
+                self.report_back(resp, &head, gate, allowed, Some((taken, sent)))
             }
         }
     }
@@ -1094,17 +1282,48 @@ impl Relay {
     /// Decides each update of `head` with the gate, in order; after a
     /// refusal the rest are refused without asking. The allowed tickets
     /// and actions, or every ref's report line.
+    ///
+    /// The push options (`options`, a [`GIT_PUSH_OPTIONS`] action) ride in
+    /// every update's detail. When their policy is not `allow` and some
+    /// update would not be asked (its own policy allows it), they are
+    /// decided first as an action of their own, so an `ask` on them always
+    /// reaches the host; refused, the whole push is.
     async fn decide(
         &self,
         gate: &Arc<dyn RelayGate>,
         head: &PushHead,
         scanner: Option<&PackScanner>,
         action: &(impl Fn(&str, &RefUpdate) -> OutwardAction + Sync),
+        options: Option<&OutwardAction>,
     ) -> Result<Vec<(u64, OutwardAction)>, Vec<(String, RefStatus)>> {
         let relay = self.inner.config.name.as_str();
         let mut allowed = Vec::new();
         let mut statuses: Vec<(String, Option<RefStatus>)> = Vec::new();
         let mut refused = false;
+        if let Some(o) = options {
+            let unasked = head.updates.iter().any(|u| {
+                gate.outward_policy(relay, &action(classify(u, scanner), u)) != AskAnswer::Ask
+            });
+            if unasked && gate.outward_policy(relay, o) != AskAnswer::Allow {
+                let answer = gate.outward(relay, o.clone()).await;
+                if answer.decision != AskAnswer::Allow {
+                    let why = ng(&answer);
+                    for u in &head.updates {
+                        gate.outward_refused(
+                            relay,
+                            action(classify(u, scanner), u),
+                            "its push options are refused",
+                        );
+                    }
+                    return Err(head
+                        .updates
+                        .iter()
+                        .map(|u| (u.name.clone(), why.clone()))
+                        .collect());
+                }
+                allowed.push((answer.ticket, o.clone()));
+            }
+        }
         for u in &head.updates {
             let a = action(classify(u, scanner), u);
             if refused {
@@ -1139,6 +1358,7 @@ impl Relay {
         head: &PushHead,
         gate: Arc<dyn RelayGate>,
         allowed: Vec<(u64, OutwardAction)>,
+        trailer: Option<(Arc<AtomicU64>, u64)>,
     ) -> Result<Response<RelayBody>, Refusal> {
         let relay = self.inner.config.name.clone();
         let unknown = |status: Option<i32>| {
@@ -1172,11 +1392,17 @@ impl Relay {
             status,
             allowed,
             reported: false,
+            trailer,
         };
         Ok(Response::from_parts(parts, body.boxed()))
     }
 }
 
+const ORIGIN_GONE: Refusal = (
+    StatusCode::BAD_GATEWAY,
+    "upstream_gone",
+    "The origin's connection ended before the push was complete; nothing of it was applied",
+);
 const UNREACHABLE: Refusal = (
     StatusCode::BAD_GATEWAY,
     "upstream_unreachable",
@@ -1222,6 +1448,22 @@ mod tests {
             ok(&post, "/acme/app/git-receive-pack", None),
             Ok(("acme/app".into(), Service::ReceivePack))
         );
+        // `.git` in any case is the same repository (git accepts it)
+        for p in [
+            "/acme/app.GIT/git-receive-pack",
+            "/acme/app.Git/git-receive-pack",
+        ] {
+            assert_eq!(
+                ok(&post, p, None),
+                Ok(("acme/app".into(), Service::ReceivePack)),
+                "{p}"
+            );
+        }
+        // positive control: a name that only contains `git` keeps it
+        assert_eq!(
+            ok(&post, "/acme/appgit/git-receive-pack", None),
+            Ok(("acme/appgit".into(), Service::ReceivePack))
+        );
         for (m, p, q) in [
             (&get, "/acme/app.git/info/refs", None),
             (
@@ -1233,6 +1475,7 @@ mod tests {
             (&get, "/acme/app.git/objects/info/packs", None),
             (&post, "/acme/../git-receive-pack", None),
             (&post, "/acme/.git/git-receive-pack", None),
+            (&post, "/acme/.GIT/git-receive-pack", None),
             (&post, "/acme/app/x/git-receive-pack", None),
             (&post, "/acme/a%2fb/git-receive-pack", None),
             (&post, "/acme/app/git-receive-pack", Some("x=1")),
