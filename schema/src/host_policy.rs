@@ -758,10 +758,10 @@ impl TargetGlob {
         let rest = rest.replace(':', "/");
         let mut segs: Vec<&str> = rest.split('/').collect();
         if segs.len() > 3
-            && let Some(third) = segs.get_mut(2)
-            && (third.eq_ignore_ascii_case("pull") || third.eq_ignore_ascii_case("pulls"))
+            && let Some(noun) = segs.get_mut(2)
+            && (noun.eq_ignore_ascii_case("pull") || noun.eq_ignore_ascii_case("pulls"))
         {
-            *third = "issues";
+            *noun = "issues";
         }
         let out = format!("{host}/{}", segs.join("/"));
         if out == text {
