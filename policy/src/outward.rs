@@ -6,7 +6,10 @@
 //! `payment`, and any custom kind. A rule's kind covers the same kind and
 //! every kind below it (`github.post` covers `github.post.review`); `*`
 //! covers all. A rule without `target` matches every target. Deny targets
-//! match ignoring ASCII case, allow targets case-sensitively.
+//! match ignoring ASCII case, allow targets case-sensitively. A `:` after
+//! the host separates segments in targets and globs alike, so
+//! `github.com/acme/app/**` covers the git target
+//! `github.com/acme/app:refs/heads/main`.
 //!
 //! Order of evaluation:
 //!
@@ -20,7 +23,9 @@
 //! (`palisade_taint::Event::Outward`).
 
 use globset::GlobMatcher;
-use palisade_schema::host_policy::{HostPolicy, OutwardDefault, OutwardKind, OutwardRule};
+use palisade_schema::host_policy::{
+    HostPolicy, OutwardDefault, OutwardKind, OutwardRule, TargetGlob,
+};
 use palisade_taint::Session;
 
 use crate::verdict::{Decision, Reason, Verdict};
@@ -160,8 +165,11 @@ fn compile(rules: &[OutwardRule], case_insensitive: bool) -> Result<Vec<Compiled
         .collect()
 }
 
+/// Targets are matched in their [`TargetGlob::comparable`] form (the form the
+/// globs were compiled in), so a git target's `:` separates segments.
 fn first<'a>(rules: &'a [Compiled], req: &OutwardRequest<'_>) -> Option<(usize, &'a Compiled)> {
+    let target = TargetGlob::comparable(req.target);
     rules.iter().enumerate().find(|(_, r)| {
-        r.kind.covers(req.kind) && r.target.as_ref().is_none_or(|m| m.is_match(req.target))
+        r.kind.covers(req.kind) && r.target.as_ref().is_none_or(|m| m.is_match(&*target))
     })
 }

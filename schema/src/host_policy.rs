@@ -19,6 +19,7 @@ mod host_pattern;
 mod reader;
 mod values;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::ops::Range;
@@ -488,25 +489,25 @@ pub const GITHUB_REST_PRESET: &[(&str, &str, &str, &str)] = &[
         "PATCH",
         "/repos/{owner}/{repo}/pulls/{number}",
         "github.post.pull_request",
-        "github.com/{owner}/{repo}/pull/{number}",
+        "github.com/{owner}/{repo}/issues/{number}",
     ),
     (
         "POST",
         "/repos/{owner}/{repo}/pulls/{number}/reviews",
         "github.post.review",
-        "github.com/{owner}/{repo}/pull/{number}",
+        "github.com/{owner}/{repo}/issues/{number}",
     ),
     (
         "POST",
         "/repos/{owner}/{repo}/pulls/{number}/comments",
         "github.post.review",
-        "github.com/{owner}/{repo}/pull/{number}",
+        "github.com/{owner}/{repo}/issues/{number}",
     ),
     (
         "PUT",
         "/repos/{owner}/{repo}/pulls/{number}/merge",
         "github.post.merge",
-        "github.com/{owner}/{repo}/pull/{number}",
+        "github.com/{owner}/{repo}/issues/{number}",
     ),
     (
         "POST",
@@ -698,7 +699,13 @@ impl fmt::Display for OutwardKind {
 /// A target glob of an outward rule (`github.com/acme/app:refs/heads/agent/*`,
 /// `*@acme.example`).
 ///
-/// `*` and `?` stay inside one `/`-separated segment, `**` crosses segments.
+/// Targets are `/`-separated segments, and after the first segment (the
+/// host, which may carry `:PORT`) a `:` separates segments too, in the glob
+/// and in the target alike: a git target `github.com/acme/app:refs/heads/main`
+/// is compared as `github.com/acme/app/refs/heads/main`, so
+/// `github.com/acme/app/**` covers every ref of that repository as well as its
+/// REST targets ([`TargetGlob::comparable`]).
+/// `*` and `?` stay inside one segment, `**` crosses segments.
 /// Deny rules match ignoring ASCII case, so a deny on `github.com/acme/*`
 /// also catches `github.com/ACME/x`; allow rules match case-sensitively, so
 /// an allow for `refs/heads/agent/*` does not also allow `refs/heads/AGENT/x`
@@ -726,9 +733,43 @@ impl TargetGlob {
         self.0.chars().all(|c| c == '*' || c == '/')
     }
 
-    /// The compiled glob; `case_insensitive` for deny rules.
+    /// The compiled glob; `case_insensitive` for deny rules. It matches
+    /// targets in their [`TargetGlob::comparable`] form, never raw.
     pub fn compile(&self, case_insensitive: bool) -> Result<globset::Glob, globset::Error> {
         Self::compile_with(&self.0, case_insensitive)
+    }
+
+    /// `text` (a target, or a glob's text) as globs compare it, the same
+    /// mapping on both sides:
+    ///
+    /// - every `:` after the first `/` becomes `/`, so the repository and
+    ///   the ref of a git target are separate segments; a host's `:PORT`
+    ///   stays as it is;
+    /// - a fourth segment `pull` or `pulls` (any case) followed by more
+    ///   segments reads as `issues`: GitHub numbers issues and pull requests
+    ///   in one sequence and its issues API acts on pull requests, so
+    ///   `HOST/OWNER/REPO/pull/7` and `HOST/OWNER/REPO/issues/7` are one
+    ///   target (the create target `HOST/OWNER/REPO/pulls` stays itself).
+    ///
+    /// Apply it to the target before matching it against [`Self::compile`].
+    pub fn comparable(text: &str) -> Cow<'_, str> {
+        let Some((host, rest)) = text.split_once('/') else {
+            return Cow::Borrowed(text);
+        };
+        let rest = rest.replace(':', "/");
+        let mut segs: Vec<&str> = rest.split('/').collect();
+        if segs.len() > 3
+            && let Some(noun) = segs.get_mut(2)
+            && (noun.eq_ignore_ascii_case("pull") || noun.eq_ignore_ascii_case("pulls"))
+        {
+            *noun = "issues";
+        }
+        let out = format!("{host}/{}", segs.join("/"));
+        if out == text {
+            Cow::Borrowed(text)
+        } else {
+            Cow::Owned(out)
+        }
     }
 
     fn compile_text(text: &str) -> Result<globset::Glob, globset::Error> {
@@ -736,7 +777,7 @@ impl TargetGlob {
     }
 
     fn compile_with(text: &str, case_insensitive: bool) -> Result<globset::Glob, globset::Error> {
-        globset::GlobBuilder::new(text)
+        globset::GlobBuilder::new(&Self::comparable(text))
             .literal_separator(true)
             .case_insensitive(case_insensitive)
             .backslash_escape(true)
@@ -1920,6 +1961,31 @@ fn check_target_template(target: &str, route: &RelayRoute) -> Result<(), (String
     Ok(())
 }
 
+/// Whether two rule targets may match a common target, for lints: a missing
+/// or match-all target, equal texts, or one glob matching the other's text.
+/// An approximation that errs towards warning.
+fn targets_may_overlap(a: Option<&TargetGlob>, b: Option<&TargetGlob>) -> bool {
+    target_covers(a, b) || target_covers(b, a)
+}
+
+/// Whether rule target `outer` matches everything `inner` does, as far as a
+/// lint can tell: `outer` missing or match-all, equal texts, or `outer`'s glob
+/// matching `inner`'s text.
+fn target_covers(outer: Option<&TargetGlob>, inner: Option<&TargetGlob>) -> bool {
+    match (outer, inner) {
+        (None, _) => true,
+        (Some(o), _) if o.is_match_all() => true,
+        (Some(_), None) => false,
+        (Some(o), Some(i)) => {
+            o == i
+                || o.compile(true).is_ok_and(|g| {
+                    g.compile_matcher()
+                        .is_match(&*TargetGlob::comparable(i.as_str()))
+                })
+        }
+    }
+}
+
 fn placeholder_list(names: &[&str]) -> String {
     names
         .iter()
@@ -2408,6 +2474,36 @@ fn lint(cx: &mut Cx<'_>, root: &Table<'_, '_>, p: &HostPolicy) {
                 "built-in kinds: {}",
                 BUILTIN_OUTWARD_KINDS.join(", ")
             ));
+        }
+    }
+    // A force push in two steps: delete the ref, then push it anew.
+    let deny_path = Path::root().key("outward").key("deny");
+    for (j, a) in p.outward.allow.iter().enumerate() {
+        if !a.kind.covers("git.delete_ref") {
+            continue;
+        }
+        let force_denied = p.outward.deny.iter().enumerate().find(|(_, d)| {
+            d.kind.covers("git.force_push")
+                && !d.kind.covers("git.delete_ref")
+                && targets_may_overlap(a.target.as_ref(), d.target.as_ref())
+                && !p.outward.deny.iter().any(|e| {
+                    e.kind.covers("git.delete_ref")
+                        && target_covers(e.target.as_ref(), d.target.as_ref())
+                })
+        });
+        if let Some((i, _)) = force_denied {
+            let path = outward_path.index(j);
+            cx.warning(
+                "outward_delete_allowed_with_force_denied",
+                &span_of(&path),
+                &path,
+                format!(
+                    "`{}` lets `git.delete_ref` run unasked where {} denies `git.force_push`: deleting a ref and pushing it again is a force push in two steps",
+                    a.kind,
+                    deny_path.index(i)
+                ),
+            )
+            .help("deny or ask `git.delete_ref` on the same targets (allow `git.push` rather than `git`)");
         }
     }
     // A memory limit the sandbox cannot enforce: `palisade run` refuses it.

@@ -108,7 +108,7 @@ impl GitSettings {
         self.repos.is_empty()
             || self.repos.iter().any(|g| {
                 g.compile(false)
-                    .is_ok_and(|g| g.compile_matcher().is_match(repo))
+                    .is_ok_and(|g| g.compile_matcher().is_match(&*TargetGlob::comparable(repo)))
             })
     }
 }

@@ -533,3 +533,109 @@ fn a_huge_route_list_is_parsed_in_bounded_work() {
     let p = policy(&text);
     assert_eq!(p.egress.relays[0].routes.len(), routes.len());
 }
+
+#[test]
+fn a_target_is_compared_with_the_ref_and_the_pull_number_as_segments() {
+    let c = |t: &str| TargetGlob::comparable(t).into_owned();
+    // the repository and the ref of a git target are separate segments
+    assert_eq!(
+        c("github.com/acme/app:refs/heads/main"),
+        "github.com/acme/app/refs/heads/main"
+    );
+    // a host's port stays in the host segment
+    assert_eq!(
+        c("github.test:8443/acme/app:refs/heads/x"),
+        "github.test:8443/acme/app/refs/heads/x"
+    );
+    assert_eq!(c("stripe:acct_big"), "stripe:acct_big");
+    assert_eq!(c("*@acme.example"), "*@acme.example");
+    // pull requests are issues to GitHub; the create targets stay apart
+    assert_eq!(
+        c("github.com/acme/app/pull/7"),
+        "github.com/acme/app/issues/7"
+    );
+    assert_eq!(
+        c("github.com/acme/app/Pulls/7/x"),
+        "github.com/acme/app/issues/7/x"
+    );
+    assert_eq!(c("github.com/acme/app/pulls"), "github.com/acme/app/pulls");
+    assert_eq!(c("github.com/acme/pull/x/7"), "github.com/acme/pull/x/7");
+    // the glob is compiled in the same form: `**` below a repository
+    // covers its refs, and `*` does not cross the `:`
+    let m = |g: &str, t: &str| {
+        TargetGlob::parse(g)
+            .unwrap()
+            .compile(false)
+            .unwrap()
+            .compile_matcher()
+            .is_match(&*TargetGlob::comparable(t))
+    };
+    assert!(m(
+        "github.com/acme/app/**",
+        "github.com/acme/app:refs/heads/main"
+    ));
+    assert!(m(
+        "github.test:*/acme/app:refs/heads/agent/*",
+        "github.test:8443/acme/app:refs/heads/agent/x"
+    ));
+    assert!(!m(
+        "github.test:*/acme/app:refs/heads/agent/*",
+        "github.test:8443/acme/app:refs/heads/agent/x/y"
+    ));
+    assert!(!m(
+        "github.com/acme/*",
+        "github.com/acme/app:refs/heads/main"
+    ));
+    assert!(m("stripe:acct_big*", "stripe:acct_big_2"));
+}
+
+#[test]
+fn an_allowed_delete_where_force_pushes_are_denied_is_flagged() {
+    let lint = |allow: &str, deny: &str| {
+        diags(&format!("[outward]\nallow = [{allow}]\ndeny = [{deny}]\n"))
+            .into_iter()
+            .filter(|d| d.code == "outward_delete_allowed_with_force_denied")
+            .map(|d| (d.path.to_string(), d.message))
+            .collect::<Vec<_>>()
+    };
+    let force_main =
+        r#"{ kind = "git.force_push", target = "github.com/acme/app:refs/heads/main" }"#;
+    let d = lint(
+        r#"{ kind = "git", target = "github.com/acme/**" }"#,
+        force_main,
+    );
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].0, ".outward.allow[0]");
+    assert!(d[0].1.contains(".outward.deny[0]"), "{}", d[0].1);
+    // a force-push deny on every ref, a delete allowed on some of them
+    let d = lint(
+        r#"{ kind = "git.delete_ref", target = "github.com/acme/app:refs/heads/agent/*" }"#,
+        r#"{ kind = "git.force_push" }"#,
+    );
+    assert_eq!(d.len(), 1, "{d:?}");
+    // positive controls: no delete allowed, deletes denied too, or the
+    // allowed deletes never reach the denied refs
+    assert_eq!(
+        lint(
+            r#"{ kind = "git.push", target = "github.com/acme/**" }"#,
+            force_main
+        ),
+        vec![]
+    );
+    assert_eq!(
+        lint(
+            r#"{ kind = "git", target = "github.com/acme/**" }"#,
+            &format!(
+                r#"{force_main}, {{ kind = "git.delete_ref", target = "github.com/acme/app:refs/heads/main" }}"#
+            )
+        ),
+        vec![]
+    );
+    assert_eq!(
+        lint(
+            r#"{ kind = "git", target = "github.com/acme/app:refs/heads/agent/*" }"#,
+            force_main
+        ),
+        vec![]
+    );
+}
