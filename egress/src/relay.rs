@@ -1053,6 +1053,60 @@ impl fmt::Debug for Relay {
 /// A refusal: status, stable code, message.
 type Refusal = (StatusCode, &'static str, &'static str);
 
+/// The request the origin gets, before its body and credential: the
+/// worker's method and origin-form target, its headers less every one
+/// [`STRIPPED`] names (compared also as CGI, WSGI and PHP read names:
+/// `x_real_ip` is `x-real-ip`), any `proxy-*` or `x-forwarded-*`, any the
+/// worker's `Connection` lists, the credential header and `also`; and the
+/// `Host` value of the origin. The one header filter of every relay kind.
+pub(crate) fn forwarded_request(
+    cfg: &RelayConfig,
+    parts: &http::request::Parts,
+    also: &[HeaderName],
+) -> Result<(http::request::Builder, HeaderValue), Refusal> {
+    let listed: Vec<String> = parts
+        .headers
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| {
+            v.split(',')
+                .map(|t| t.trim().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut builder = Request::builder().method(parts.method.clone()).uri(
+        parts
+            .uri
+            .path_and_query()
+            .map_or("/", http::uri::PathAndQuery::as_str),
+    );
+    for (name, value) in &parts.headers {
+        let n = name.as_str();
+        let loose = String::from_utf8(overrides::loose(n.as_bytes())).unwrap_or_default();
+        if STRIPPED.contains(&n)
+            || STRIPPED.contains(&loose.as_str())
+            || loose.starts_with("proxy-")
+            || loose.starts_with("x-forwarded-")
+            || listed.iter().any(|l| l == n)
+            || name == cfg.credential.header
+            || loose == cfg.credential.header.as_str()
+            || also.contains(name)
+        {
+            continue;
+        }
+        builder = builder.header(name, value);
+    }
+    let host = HeaderValue::from_str(&cfg.authority()).map_err(|_| {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "origin_invalid",
+            "The relay origin is invalid",
+        )
+    })?;
+    Ok((builder, host))
+}
+
 const RECORDING_UNAVAILABLE: Refusal = (
     StatusCode::SERVICE_UNAVAILABLE,
     "recording_unavailable",
@@ -2085,51 +2139,12 @@ impl Relay {
         record.bytes_up = body_len as u64;
 
         // 5. headers: strip, then inject
-        let listed: Vec<String> = parts
-            .headers
-            .get_all(http::header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| {
-                v.split(',')
-                    .map(|t| t.trim().to_ascii_lowercase())
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        let mut builder = Request::builder().method(parts.method.clone()).uri(
-            parts
-                .uri
-                .path_and_query()
-                .map_or("/", http::uri::PathAndQuery::as_str),
-        );
-        for (name, value) in &parts.headers {
-            let n = name.as_str();
-            // compared as CGI, WSGI and PHP read names (`x_real_ip` is `x-real-ip`)
-            let loose = String::from_utf8(overrides::loose(n.as_bytes())).unwrap_or_default();
-            if STRIPPED.contains(&n)
-                || STRIPPED.contains(&loose.as_str())
-                || loose.starts_with("proxy-")
-                || loose.starts_with("x-forwarded-")
-                || listed.iter().any(|l| l == n)
-                || name == cfg.credential.header
-                || loose == cfg.credential.header.as_str()
-            {
-                continue;
-            }
-            builder = builder.header(name, value);
-        }
+        let (builder, host) = forwarded_request(cfg, &parts, &[])?;
         let cred = cfg.credential.upstream_value().ok_or((
             StatusCode::INTERNAL_SERVER_ERROR,
             "credential_invalid",
             "The relay credential is invalid",
         ))?;
-        let host = HeaderValue::from_str(&cfg.authority()).map_err(|_| {
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "origin_invalid",
-                "The relay origin is invalid",
-            )
-        })?;
         let mut upstream_req = builder
             .header(http::header::HOST, host)
             .header(http::header::CONTENT_LENGTH, body_len)

@@ -50,7 +50,7 @@ use tokio::sync::mpsc;
 use super::{
     BODY_READ_FAILED, BODY_TIMEOUT, BoxError, BufferPermit, ENCODED_RESPONSE, Inner, NO_TIMEOUT,
     OVERRIDE_REFUSED, RECORDING_UNAVAILABLE, RELAY_BUSY, ROUTING_DENIED, Refusal, Relay, RelayBody,
-    RelayGate, RouteRefusal, STRIPPED, ServerToolResult, has_override, is_encoded, overrides,
+    RelayGate, RouteRefusal, ServerToolResult, forwarded_request, has_override, is_encoded,
 };
 use crate::control::{AskAnswer, OutwardAction, OutwardAnswer, OutwardResult};
 use crate::git::pack::{Ancestry, PackScanner};
@@ -743,51 +743,12 @@ impl Relay {
         parts: &http::request::Parts,
     ) -> Result<http::request::Builder, Refusal> {
         let cfg = &self.inner.config;
-        let listed: Vec<String> = parts
-            .headers
-            .get_all(http::header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| {
-                v.split(',')
-                    .map(|t| t.trim().to_ascii_lowercase())
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        let mut builder = Request::builder().method(parts.method.clone()).uri(
-            parts
-                .uri
-                .path_and_query()
-                .map_or("/", http::uri::PathAndQuery::as_str),
-        );
-        for (name, value) in &parts.headers {
-            let n = name.as_str();
-            let loose = String::from_utf8(overrides::loose(n.as_bytes())).unwrap_or_default();
-            if STRIPPED.contains(&n)
-                || STRIPPED.contains(&loose.as_str())
-                || loose.starts_with("proxy-")
-                || loose.starts_with("x-forwarded-")
-                || listed.iter().any(|l| l == n)
-                || name == cfg.credential.header
-                || loose == cfg.credential.header.as_str()
-                || name == http::header::EXPECT
-            {
-                continue;
-            }
-            builder = builder.header(name, value);
-        }
+        let (builder, host) = forwarded_request(cfg, parts, &[http::header::EXPECT])?;
         let cred = cfg.credential.upstream_value().ok_or((
             StatusCode::INTERNAL_SERVER_ERROR,
             "credential_invalid",
             "The relay credential is invalid",
         ))?;
-        let host = HeaderValue::from_str(&cfg.authority()).map_err(|_| {
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "origin_invalid",
-                "The relay origin is invalid",
-            )
-        })?;
         Ok(builder
             .header(http::header::HOST, host)
             .header(cfg.credential.header.clone(), cred)
