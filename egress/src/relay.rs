@@ -1053,6 +1053,66 @@ impl fmt::Debug for Relay {
 /// A refusal: status, stable code, message.
 type Refusal = (StatusCode, &'static str, &'static str);
 
+/// The header names a message's `Connection` header lists (lowercase):
+/// hop-by-hop for that message, so never passed on.
+fn connection_tokens(headers: &http::HeaderMap) -> Vec<String> {
+    headers
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| {
+            v.split(',')
+                .map(|t| t.trim().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+impl Relay {
+    /// The origin's response head, checked and cleaned for the worker, for
+    /// every relay kind: a redirect is refused (502 `redirect_refused`, never
+    /// followed), a response under a content or transfer coding is refused
+    /// (502 `encoded_response`), the [`RESPONSE_STRIPPED`] headers and any the
+    /// origin's `Connection` lists are removed, the origin's reason phrase is
+    /// dropped (hyper would repeat it) and a header carrying the credential
+    /// is redacted.
+    pub(crate) fn clean_response(
+        &self,
+        resp: Response<hyper::body::Incoming>,
+    ) -> Result<(http::response::Parts, RelayBody), Refusal> {
+        if resp.status().is_redirection() {
+            return Err((
+                StatusCode::BAD_GATEWAY,
+                "redirect_refused",
+                "Relay upstream redirected; redirects are not followed",
+            ));
+        }
+        let (mut parts, body) = resp.into_parts();
+        if is_encoded(&parts.headers) {
+            return Err(ENCODED_RESPONSE);
+        }
+        let listed = connection_tokens(&parts.headers);
+        let names: Vec<HeaderName> = parts.headers.keys().cloned().collect();
+        for name in names {
+            let n = name.as_str();
+            if RESPONSE_STRIPPED.contains(&n) || listed.iter().any(|l| l == n) {
+                parts.headers.remove(&name);
+            }
+        }
+        parts.extensions.remove::<hyper::ext::ReasonPhrase>();
+        let redacted = self.inner.leaks.redact(&mut parts.headers);
+        if redacted > 0 {
+            tracing::warn!(
+                target: "palisade_egress",
+                relay = %self.inner.config.name,
+                headers = redacted,
+                "relay upstream reflected the credential in response headers; redacted"
+            );
+        }
+        Ok((parts, body.map_err(|e| Box::new(e) as BoxError).boxed()))
+    }
+}
+
 /// The request the origin gets, before its body and credential: the
 /// worker's method and origin-form target, its headers less every one
 /// [`STRIPPED`] names (compared also as CGI, WSGI and PHP read names:
@@ -1064,17 +1124,7 @@ pub(crate) fn forwarded_request(
     parts: &http::request::Parts,
     also: &[HeaderName],
 ) -> Result<(http::request::Builder, HeaderValue), Refusal> {
-    let listed: Vec<String> = parts
-        .headers
-        .get_all(http::header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| {
-            v.split(',')
-                .map(|t| t.trim().to_ascii_lowercase())
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    let listed = connection_tokens(&parts.headers);
     let mut builder = Request::builder().method(parts.method.clone()).uri(
         parts
             .uri
@@ -2283,52 +2333,12 @@ impl Relay {
             )
         })?;
 
-        // 7. never follow a redirect
-        if resp.status().is_redirection() {
-            return Err((
-                StatusCode::BAD_GATEWAY,
-                "redirect_refused",
-                "Relay upstream redirected; redirects are not followed",
-            ));
-        }
-        let (mut parts, body) = resp.into_parts();
-        // 7b. a body under a content or transfer coding (other than
-        // chunked framing, which hyper removes) cannot be scanned for
-        // provider-side tool results: refused, never passed on unread
-        if is_encoded(&parts.headers) {
-            return Err(ENCODED_RESPONSE);
-        }
-        let listed: Vec<String> = parts
-            .headers
-            .get_all(http::header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| {
-                v.split(',')
-                    .map(|t| t.trim().to_ascii_lowercase())
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        let names: Vec<HeaderName> = parts.headers.keys().cloned().collect();
-        for name in names {
-            let n = name.as_str();
-            if RESPONSE_STRIPPED.contains(&n) || listed.iter().any(|l| l == n) {
-                parts.headers.remove(&name);
-            }
-        }
-        // 8. the credential never comes back in a header, nor in the status
-        // line: hyper would repeat the origin's own reason phrase
-        parts.extensions.remove::<hyper::ext::ReasonPhrase>();
-        let redacted = self.inner.leaks.redact(&mut parts.headers);
-        if redacted > 0 {
-            tracing::warn!(
-                target: "palisade_egress",
-                relay = %cfg.name,
-                headers = redacted,
-                "relay upstream reflected the credential in response headers; redacted"
-            );
-        }
-        let body: RelayBody = body.map_err(|e| Box::new(e) as BoxError).boxed();
+        // 7. never follow a redirect; a body under a content or transfer
+        // coding (other than chunked framing, which hyper removes) cannot be
+        // scanned for provider-side tool results: refused, never passed on
+        // unread; 8. the credential never comes back in a header, nor in the
+        // status line
+        let (parts, body) = self.clean_response(resp)?;
         // 9. provider-side tool results are told to the gate before the
         // bytes that complete them are passed on
         let body = match &self.inner.gate {

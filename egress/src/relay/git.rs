@@ -39,7 +39,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use http::header::{HeaderName, HeaderValue};
+use http::header::HeaderValue;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Frame;
@@ -48,9 +48,9 @@ use palisade_schema::host_policy::{RequestHost, TargetGlob};
 use tokio::sync::mpsc;
 
 use super::{
-    BODY_READ_FAILED, BODY_TIMEOUT, BoxError, BufferPermit, ENCODED_RESPONSE, Inner, NO_TIMEOUT,
-    OVERRIDE_REFUSED, RECORDING_UNAVAILABLE, RELAY_BUSY, ROUTING_DENIED, Refusal, Relay, RelayBody,
-    RelayGate, RouteRefusal, ServerToolResult, forwarded_request, has_override, is_encoded,
+    BODY_READ_FAILED, BODY_TIMEOUT, BoxError, BufferPermit, Inner, NO_TIMEOUT, OVERRIDE_REFUSED,
+    RECORDING_UNAVAILABLE, RELAY_BUSY, ROUTING_DENIED, Refusal, Relay, RelayBody, RelayGate,
+    RouteRefusal, ServerToolResult, forwarded_request, has_override,
 };
 use crate::control::{AskAnswer, OutwardAction, OutwardAnswer, OutwardResult};
 use crate::git::pack::{Ancestry, PackScanner};
@@ -815,53 +815,6 @@ impl Relay {
             return Err(RECORDING_UNAVAILABLE);
         }
         Ok((sender, conn))
-    }
-
-    /// The origin's response head, checked and cleaned for the worker.
-    fn clean_response(
-        &self,
-        resp: Response<hyper::body::Incoming>,
-    ) -> Result<(http::response::Parts, RelayBody), Refusal> {
-        if resp.status().is_redirection() {
-            return Err((
-                StatusCode::BAD_GATEWAY,
-                "redirect_refused",
-                "Relay upstream redirected; redirects are not followed",
-            ));
-        }
-        let (mut parts, body) = resp.into_parts();
-        if is_encoded(&parts.headers) {
-            return Err(ENCODED_RESPONSE);
-        }
-        let listed: Vec<String> = parts
-            .headers
-            .get_all(http::header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| {
-                v.split(',')
-                    .map(|t| t.trim().to_ascii_lowercase())
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        let names: Vec<HeaderName> = parts.headers.keys().cloned().collect();
-        for name in names {
-            let n = name.as_str();
-            if super::RESPONSE_STRIPPED.contains(&n) || listed.iter().any(|l| l == n) {
-                parts.headers.remove(&name);
-            }
-        }
-        parts.extensions.remove::<hyper::ext::ReasonPhrase>();
-        let redacted = self.inner.leaks.redact(&mut parts.headers);
-        if redacted > 0 {
-            tracing::warn!(
-                target: "palisade_egress",
-                relay = %self.inner.config.name,
-                headers = redacted,
-                "relay upstream reflected the credential in response headers; redacted"
-            );
-        }
-        Ok((parts, body.map_err(|e| Box::new(e) as BoxError).boxed()))
     }
 
     /// A read's response, streamed back as the origin sends it.
