@@ -1639,3 +1639,350 @@ fn from_policy_maps_kind_git_and_repos() {
     relay.repos = vec![TargetGlob::parse("acme/*").unwrap()];
     assert!(RelayConfig::from_policy(&relay, Secret::new(real_token())).is_err());
 }
+
+// The red team's tests of the git relay: each failed before its fix and
+// keeps its positive control.
+
+/// A gate that holds every ask `hold` before denying it (a host slow to
+/// answer `palisade approve`), counting the asks it holds now.
+struct SlowGate {
+    hold: Duration,
+    waiting: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for SlowGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlowGate").finish_non_exhaustive()
+    }
+}
+
+impl RelayGate for SlowGate {
+    fn admit(&self, _relay: &str, _provider: &str) -> Result<(), RouteRefusal> {
+        Ok(())
+    }
+
+    fn server_tool_result(&self, _: &str, _: &str, _: ServerToolResult) -> bool {
+        true
+    }
+
+    fn outward_policy(&self, _relay: &str, _action: &OutwardAction) -> AskAnswer {
+        AskAnswer::Ask
+    }
+
+    fn outward(&self, _relay: &str, _action: OutwardAction) -> OutwardFuture {
+        let hold = self.hold;
+        let waiting = self.waiting.clone();
+        Box::pin(async move {
+            waiting.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(hold).await;
+            waiting.fetch_sub(1, Ordering::SeqCst);
+            OutwardAnswer {
+                ticket: 1,
+                decision: AskAnswer::Deny,
+                policy: AskAnswer::Ask,
+                approval: None,
+                rule: Some("outward.ask[0]".into()),
+                reason: "denied by the host".into(),
+            }
+        })
+    }
+
+    fn outward_refused(&self, _relay: &str, _action: OutwardAction, reason: &str) -> OutwardAnswer {
+        OutwardAnswer {
+            ticket: 2,
+            decision: AskAnswer::Deny,
+            policy: AskAnswer::Deny,
+            approval: None,
+            rule: None,
+            reason: reason.to_owned(),
+        }
+    }
+
+    fn outward_executed(&self, _: &str, _: u64, _: &OutwardAction, _: &OutwardResult) {}
+}
+
+/// The peak resident set of this process, in bytes.
+fn peak_rss() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<usize>()
+        .unwrap()
+        * 1024
+}
+
+/// FINDING: the pack scanner keeps up to `MAX_COMMIT_BYTES` (64 MiB) of
+/// commit bodies per push, outside the relay's `max_buffered` budget, for
+/// as long as the push waits for the host. Commit bodies compress ~1000:1,
+/// so a worker uploading ~60 KiB per push makes the relay hold ~60 MiB per
+/// push, times `max_connections` (32): gigabytes from megabytes, however
+/// small `limits.max_buffered` is. Here 4 pushes of ~60 KiB against a
+/// relay whose budget is 8 MiB.
+#[test]
+fn redteam_git_kept_commit_bodies_count_against_the_relay_budget() {
+    multi().block_on(async {
+        let waiting = Arc::new(AtomicU64::new(0));
+        let gate = Arc::new(SlowGate {
+            hold: Duration::from_secs(6),
+            waiting: waiting.clone(),
+        });
+        let rig = Rig::start_gated(&[], Some(gate), |c| c.max_buffered = 8 << 20).await;
+        let old = rig.origin_ref("refs/heads/main").await.unwrap();
+        // a "commit" whose body is 60 MiB of one byte: ~60 KiB on the wire
+        let mut body = format!("tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\nparent {old}\n\n")
+            .into_bytes();
+        body.resize(60 << 20, b'a');
+        let (id, pack) = commit_pack(&body);
+        drop(body);
+        assert!(pack.len() < 256 << 10, "small on the wire: {}", pack.len());
+        let mut push = pkt(format!(
+            "{old} {id} refs/heads/main\0report-status object-format=sha1 agent=redteam\n"
+        )
+        .as_bytes());
+        push.extend_from_slice(b"0000");
+        push.extend_from_slice(&pack);
+        let before = peak_rss();
+        let mut clients = Vec::new();
+        for _ in 0..4 {
+            let sock = rig.sock.clone();
+            let basic = rig.basic();
+            let push = push.clone();
+            clients.push(tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+                let mut s = UnixStream::connect(&sock).await.unwrap();
+                let head = format!(
+                    "POST /acme/app.git/git-receive-pack HTTP/1.1\r\nHost: localhost\r\n\
+                     Authorization: {basic}\r\nContent-Type: application/x-git-receive-pack-request\r\n\
+                     Content-Length: {}\r\n\r\n",
+                    push.len()
+                );
+                s.write_all(head.as_bytes()).await.unwrap();
+                s.write_all(&push).await.unwrap();
+                let mut out = Vec::new();
+                let _ = s.read_to_end(&mut out).await;
+                out
+            }));
+        }
+        // wait until the pushes are held for the host (or refused)
+        for _ in 0..400 {
+            if waiting.load(Ordering::SeqCst) == 4 || clients.iter().all(|c| c.is_finished()) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        let held = waiting.load(Ordering::SeqCst);
+        let grown = peak_rss().saturating_sub(before);
+        for c in clients {
+            let _ = c.await;
+        }
+        assert!(
+            grown < 64 << 20,
+            "{held} pushes of {} bytes each held for the host grew the relay by {} MiB \
+             (budget: max_buffered = 8 MiB)",
+            push.len(),
+            grown >> 20
+        );
+    });
+}
+
+/// Positive control: a small, real push of the same shape (one commit,
+/// fast-forward) is still decided and lands with the same 8 MiB budget.
+#[test]
+fn redteam_git_a_small_push_lands_under_a_small_budget() {
+    multi().block_on(async {
+        let gate = Gate::allow_all();
+        let rig = Rig::start_gated(&[], Some(gate.clone() as Arc<dyn RelayGate>), |c| {
+            c.max_buffered = 8 << 20;
+        })
+        .await;
+        let work = rig.clone_repo("work").await;
+        let tip = commit(&rig, &work, "a.txt", &vec![b'a'; 1 << 20]).await;
+        let out = rig
+            .git(&work, &["push", "origin", "HEAD:refs/heads/main"])
+            .await;
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(
+            rig.origin_ref("refs/heads/main").await.as_deref(),
+            Some(tip.as_str())
+        );
+        assert_eq!(
+            gate.decided(),
+            vec![("git.push".into(), "refs/heads/main".into(), true)]
+        );
+    });
+}
+
+/// FINDING: push options reach the origin but neither the decision nor the
+/// record: the host is asked `git.push` of `agent/x` and the journal holds
+/// only `ref`/`old`/`new`, while options such as GitLab's
+/// `merge_request.create`, `merge_request.target=main` and
+/// `merge_request.merge_when_pipeline_succeeds` make the origin open (and
+/// merge) a merge request into `main`: an outward action nobody saw.
+#[test]
+fn redteam_git_push_options_are_part_of_the_decided_action() {
+    multi().block_on(async {
+        let gate = Gate::allow_all();
+        let rig = Rig::start(&[], Some(gate.clone())).await;
+        // an origin that takes push options (GitLab does by default)
+        let repo = rig.origin.root.join(REPO);
+        let ok = Command::new("git")
+            .arg("-C")
+            .arg(&repo)
+            .args(["config", "receive.advertisePushOptions", "true"])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        let work = rig.clone_repo("work").await;
+        let tip = commit(&rig, &work, "a.txt", b"a\n").await;
+        let out = rig
+            .git(
+                &work,
+                &[
+                    "push",
+                    "-o",
+                    "merge_request.create",
+                    "-o",
+                    "merge_request.target=main",
+                    "-o",
+                    "merge_request.merge_when_pipeline_succeeds",
+                    "origin",
+                    "HEAD:refs/heads/agent/x",
+                ],
+            )
+            .await;
+        // positive control: the push is decided and lands
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(
+            rig.origin_ref("refs/heads/agent/x").await.as_deref(),
+            Some(tip.as_str())
+        );
+        let decided: Vec<BTreeMap<String, String>> = gate
+            .calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::Decided { detail, .. } => Some(detail),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(decided.len(), 1, "{decided:?}");
+        let shown: String = decided[0].values().cloned().collect::<Vec<_>>().join(" ");
+        assert!(
+            shown.contains("merge_request.merge_when_pipeline_succeeds"),
+            "the push options the origin acted on are in the decided action: {:?}",
+            decided[0]
+        );
+    });
+}
+
+/// FINDING: a git target joins repo and ref with `:`, so its repository is
+/// the segment `secret:refs` to the glob, and the documented way to fence a
+/// repository, a deny on `github.com/acme/secret/**` (docs/policy.md), never
+/// matches a push to it: with an allow on `github.com/acme/**` the push
+/// runs unasked, while the same deny does stop REST writes to it.
+#[test]
+fn redteam_git_a_deny_on_a_repository_also_denies_pushes_to_it() {
+    use palisade_policy::outward::{OutwardRequest, decide};
+    use palisade_policy::verdict::Decision;
+    let text = r#"
+[outward]
+default = "ask"
+allow = [
+  { kind = "git.push", target = "github.com/acme/**" },
+  { kind = "github.post.comment", target = "github.com/acme/**" },
+]
+deny = [{ kind = "*", target = "github.com/acme/secret/**" }]
+"#;
+    let policy = palisade_schema::host_policy::parse("p.toml", text)
+        .map_err(|d| d.to_string())
+        .unwrap()
+        .into_value();
+    let session = palisade_taint::Session::new();
+    let d = |kind: &str, target: &str| {
+        decide(&policy, &session, &OutwardRequest { kind, target }).decision
+    };
+    // positive controls: the allow works, and the deny stops REST writes
+    assert_eq!(
+        d("git.push", "github.com/acme/app:refs/heads/main"),
+        Decision::Allow
+    );
+    assert_eq!(
+        d("github.post.comment", "github.com/acme/secret/issues/7"),
+        Decision::Deny
+    );
+    // the git relay's target for a push to acme/secret
+    assert_eq!(
+        d("git.push", "github.com/acme/secret:refs/heads/main"),
+        Decision::Deny,
+        "a deny on github.com/acme/secret/** covers pushes to acme/secret"
+    );
+}
+
+/// FINDING (GitHub preset): GitHub numbers issues and pull requests in one
+/// sequence and applies the issues API to pull requests ("every pull
+/// request is an issue"): `PATCH /repos/o/r/issues/7` closes or retitles
+/// pull request 7, `…/issues/7/labels` labels it, `…/issues/7/comments`
+/// comments on it. The preset renders those as `github.com/o/r/issues/7`
+/// and the pulls routes as `github.com/o/r/pull/7`, so a deny (or an ask)
+/// fencing pull request 7 is bypassed through the issues routes.
+#[test]
+fn redteam_outward_a_deny_on_a_pull_request_covers_the_issue_routes_github_applies_to_it() {
+    use palisade_policy::outward::{OutwardRequest, decide};
+    use palisade_policy::relay_route::render;
+    use palisade_policy::verdict::Decision;
+    use palisade_schema::host_policy::GITHUB_REST_PRESET;
+    let text = r#"
+[outward]
+default = "ask"
+allow = [{ kind = "github.post", target = "github.com/acme/app/**" }]
+deny = [{ kind = "github.post", target = "github.com/acme/app/pull/7" }]
+"#;
+    let policy = palisade_schema::host_policy::parse("p.toml", text)
+        .map_err(|d| d.to_string())
+        .unwrap()
+        .into_value();
+    let session = palisade_taint::Session::new();
+    let binds = [
+        ("owner", "acme"),
+        ("repo", "app"),
+        ("number", "7"),
+        ("name", "bug"),
+    ];
+    let decided = |method: &str, path: &str| {
+        let (_, _, kind, target) = GITHUB_REST_PRESET
+            .iter()
+            .find(|(m, p, _, _)| *m == method && *p == path)
+            .unwrap();
+        let target = render(target, &binds);
+        (
+            target.clone(),
+            decide(
+                &policy,
+                &session,
+                &OutwardRequest {
+                    kind,
+                    target: &target,
+                },
+            )
+            .decision,
+        )
+    };
+    // positive control: the pulls route for PR 7 is denied
+    assert_eq!(
+        decided("PATCH", "/repos/{owner}/{repo}/pulls/{number}").1,
+        Decision::Deny
+    );
+    for (m, p) in [
+        ("PATCH", "/repos/{owner}/{repo}/issues/{number}"),
+        ("POST", "/repos/{owner}/{repo}/issues/{number}/comments"),
+        ("POST", "/repos/{owner}/{repo}/issues/{number}/labels"),
+    ] {
+        let (target, d) = decided(m, p);
+        assert_eq!(
+            d,
+            Decision::Deny,
+            "{m} {p} acts on PR 7 at GitHub but is decided on {target}"
+        );
+    }
+}
