@@ -34,7 +34,7 @@ use palisade_egress::relay::{
 };
 use palisade_egress::resolve::StaticResolver;
 use tokio::io::AsyncWriteExt as _;
-use tokio::net::{TcpListener, UnixStream};
+use tokio::net::UnixStream;
 use tokio::sync::{Notify, mpsc};
 
 /// The real credential, stored reversed so a leak scan cannot match this file.
@@ -151,16 +151,7 @@ struct Provider {
 }
 
 async fn provider_upstream() -> Provider {
-    let (cert, key) = self_signed(&["api.test"]);
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![cert.clone()], key)
-        .unwrap();
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (l, acceptor, cert) = tls_listener(&["api.test"], &[b"http/1.1"]).await;
     let addr = l.local_addr().unwrap();
     let seen: Seen = Arc::new(Mutex::new(Vec::new()));
     let release = Arc::new(Notify::new());

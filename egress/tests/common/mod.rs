@@ -164,17 +164,33 @@ pub fn self_signed(names: &[&str]) -> (CertificateDer<'static>, PrivateKeyDer<'s
     (cert, key)
 }
 
-/// A TLS origin for `name` that answers `pong` to anything and closes.
-pub async fn tls_origin(name: &str) -> (SocketAddr, CertificateDer<'static>) {
-    let (cert, key) = self_signed(&[name]);
-    let cfg = rustls::ServerConfig::builder_with_provider(provider())
+/// A loopback listener on a free port and a TLS acceptor for it, with a
+/// fresh self-signed certificate for `names` (returned, to trust) and the
+/// ALPN protocols `alpn`.
+pub async fn tls_listener(
+    names: &[&str],
+    alpn: &[&[u8]],
+) -> (
+    TcpListener,
+    tokio_rustls::TlsAcceptor,
+    CertificateDer<'static>,
+) {
+    let (cert, key) = self_signed(names);
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_no_client_auth()
         .with_single_cert(vec![cert.clone()], key)
         .unwrap();
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    (l, acceptor, cert)
+}
+
+/// A TLS origin for `name` that answers `pong` to anything and closes.
+pub async fn tls_origin(name: &str) -> (SocketAddr, CertificateDer<'static>) {
+    let (l, acceptor, cert) = tls_listener(&[name], &[]).await;
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {
         loop {
