@@ -2265,55 +2265,10 @@ impl Relay {
             });
         }
 
-        // 6. dial the origin through the same address checks as the proxy
-        let (stream, addr) = self.connect_upstream().await?;
-        record.upstream = Some(addr);
-        let server_name = match &cfg.upstream {
-            RequestHost::Name(n) => rustls::pki_types::ServerName::try_from(n.clone()),
-            RequestHost::Ip(ip) => Ok(rustls::pki_types::ServerName::IpAddress((*ip).into())),
-        }
-        .map_err(|_| {
-            (
-                StatusCode::BAD_GATEWAY,
-                "origin_invalid",
-                "The relay origin is invalid",
-            )
-        })?;
-        let tls = tokio_rustls::TlsConnector::from(cfg.tls.clone())
-            .connect(server_name, stream)
-            .await
-            .map_err(|_| {
-                (
-                    StatusCode::BAD_GATEWAY,
-                    "upstream_tls_failed",
-                    "Relay upstream TLS handshake failed",
-                )
-            })?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-            .await
-            .map_err(|_| {
-                (
-                    StatusCode::BAD_GATEWAY,
-                    "upstream_unreachable",
-                    "Relay upstream unreachable",
-                )
-            })?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        // 6. dial the origin through the same address checks as the proxy;
         // 6b. nothing reaches the origin before the journal accepted the
         // admission record (a disk that fills now refuses this request)
-        let admitted = ProxyEvent::RelayAdmitted(record.clone());
-        admitted.trace();
-        if !self
-            .inner
-            .recorder
-            .record_accepted(&admitted)
-            .accepted()
-            .await
-        {
-            return Err(RECORDING_UNAVAILABLE);
-        }
+        let (mut sender, _conn) = self.dial_admitted(record).await?;
         // sent at most once: no retry, whatever fails from here on
         if let Some(e) = &mut executed {
             e.sending();
@@ -2360,6 +2315,77 @@ impl Relay {
             None => body,
         };
         Ok(Response::from_parts(parts, body))
+    }
+
+    /// Dials the origin through the same address checks as the proxy,
+    /// completes TLS and the HTTP/1 handshake (the connection driven by the
+    /// returned task), and has the recorder accept the request's
+    /// `relay_admitted` record: only then may a byte go upstream (a disk
+    /// that fills now refuses the request). For every relay kind.
+    pub(crate) async fn dial_admitted<B>(
+        &self,
+        record: &mut RelayRecord,
+    ) -> Result<
+        (
+            hyper::client::conn::http1::SendRequest<B>,
+            tokio::task::JoinHandle<()>,
+        ),
+        Refusal,
+    >
+    where
+        B: hyper::body::Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<BoxError>,
+    {
+        let cfg = &self.inner.config;
+        let (stream, addr) = self.connect_upstream().await?;
+        record.upstream = Some(addr);
+        let server_name = match &cfg.upstream {
+            RequestHost::Name(n) => rustls::pki_types::ServerName::try_from(n.clone()),
+            RequestHost::Ip(ip) => Ok(rustls::pki_types::ServerName::IpAddress((*ip).into())),
+        }
+        .map_err(|_| {
+            (
+                StatusCode::BAD_GATEWAY,
+                "origin_invalid",
+                "The relay origin is invalid",
+            )
+        })?;
+        let tls = tokio_rustls::TlsConnector::from(cfg.tls.clone())
+            .connect(server_name, stream)
+            .await
+            .map_err(|_| {
+                (
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_tls_failed",
+                    "Relay upstream TLS handshake failed",
+                )
+            })?;
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .map_err(|_| {
+                (
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_unreachable",
+                    "Relay upstream unreachable",
+                )
+            })?;
+        let conn = tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let admitted = ProxyEvent::RelayAdmitted(record.clone());
+        admitted.trace();
+        if !self
+            .inner
+            .recorder
+            .record_accepted(&admitted)
+            .accepted()
+            .await
+        {
+            conn.abort();
+            return Err(RECORDING_UNAVAILABLE);
+        }
+        Ok((sender, conn))
     }
 
     async fn connect_upstream(

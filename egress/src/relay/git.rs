@@ -43,8 +43,7 @@ use http::header::HeaderValue;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Frame;
-use hyper_util::rt::TokioIo;
-use palisade_schema::host_policy::{RequestHost, TargetGlob};
+use palisade_schema::host_policy::TargetGlob;
 use tokio::sync::mpsc;
 
 use super::{
@@ -56,7 +55,7 @@ use crate::control::{AskAnswer, OutwardAction, OutwardAnswer, OutwardResult};
 use crate::git::pack::{Ancestry, PackScanner};
 use crate::git::pktline::{self, PushHead, RefUpdate};
 use crate::git::report::{RefStatus, ReportReader, refusal_body};
-use crate::record::{ProxyEvent, RelayOutcome, RelayRecord};
+use crate::record::{RelayOutcome, RelayRecord};
 
 /// The outward kind of a ref update the pack proves a fast-forward, or a
 /// create.
@@ -773,48 +772,7 @@ impl Relay {
             record.bytes_up = 0;
             return Err(ROUTING_DENIED);
         }
-        let (stream, addr) = self.connect_upstream().await?;
-        record.upstream = Some(addr);
-        let server_name = match &cfg.upstream {
-            RequestHost::Name(n) => rustls::pki_types::ServerName::try_from(n.clone()),
-            RequestHost::Ip(ip) => Ok(rustls::pki_types::ServerName::IpAddress((*ip).into())),
-        }
-        .map_err(|_| {
-            (
-                StatusCode::BAD_GATEWAY,
-                "origin_invalid",
-                "The relay origin is invalid",
-            )
-        })?;
-        let tls = tokio_rustls::TlsConnector::from(cfg.tls.clone())
-            .connect(server_name, stream)
-            .await
-            .map_err(|_| {
-                (
-                    StatusCode::BAD_GATEWAY,
-                    "upstream_tls_failed",
-                    "Relay upstream TLS handshake failed",
-                )
-            })?;
-        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-            .await
-            .map_err(|_| UNREACHABLE)?;
-        let conn = tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        let admitted = ProxyEvent::RelayAdmitted(record.clone());
-        admitted.trace();
-        if !self
-            .inner
-            .recorder
-            .record_accepted(&admitted)
-            .accepted()
-            .await
-        {
-            conn.abort();
-            return Err(RECORDING_UNAVAILABLE);
-        }
-        Ok((sender, conn))
+        self.dial_admitted(record).await
     }
 
     /// A read's response, streamed back as the origin sends it.
