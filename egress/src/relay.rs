@@ -586,6 +586,43 @@ impl Placeholder {
         Ok(Self(s))
     }
 
+    /// A stable placeholder: the same `key` and `label` give the same
+    /// value, so an agent that remembers the key it was given (Claude's
+    /// "use this custom API key?" answer) sees the same one next session.
+    /// The characters are HMAC-SHA256(`key`, `label` ‖ counter) in the
+    /// `format`'s shape: without `key` (host-held, 32 random bytes, never
+    /// in the worker's view) nothing about the value is predictable, and
+    /// it is never derived from the real credential.
+    pub fn derive(key: &[u8], label: &str, format: &PlaceholderFormat) -> Self {
+        use hmac::Mac as _;
+        const ALPHABET: &[u8; 64] =
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let n = format.random_chars.max(22);
+        let mut s = Zeroizing::new(String::with_capacity(
+            format.prefix.len() + n + format.suffix.len(),
+        ));
+        s.push_str(&format.prefix);
+        let mut counter: u32 = 0;
+        let mut made = 0;
+        while made < n {
+            // HMAC accepts a key of any length.
+            let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(key) else {
+                break;
+            };
+            mac.update(label.as_bytes());
+            mac.update(&counter.to_be_bytes());
+            let block: Zeroizing<[u8; 32]> = Zeroizing::new(mac.finalize().into_bytes().into());
+            for b in block.iter().take(n - made) {
+                let c = ALPHABET.get(usize::from(*b & 63)).copied().unwrap_or(b'A');
+                s.push(char::from(c));
+                made += 1;
+            }
+            counter += 1;
+        }
+        s.push_str(&format.suffix);
+        Self(s)
+    }
+
     /// The value to give the worker.
     pub fn expose(&self) -> &str {
         &self.0
@@ -787,7 +824,16 @@ impl RelayConfig {
             from_env: _,
             prefix,
             username,
+            kind: credential_kind,
+            from_file: _,
+            token_url: _,
         } = credential;
+        // CONTRACT(i19-cred): the OAuth kinds are built by the credentials work.
+        if credential_kind.is_oauth() {
+            return Err(RelayConfigError::Credential(
+                "OAuth credential kinds are not supported yet",
+            ));
+        }
         // a git relay's routes are implicit (a preset adds routes, so it
         // is refused too); `repos` is a git relay's setting
         let git = *kind == palisade_schema::host_policy::RelayKind::Git;

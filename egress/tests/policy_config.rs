@@ -153,6 +153,10 @@ fn every_relay_key_reaches_the_relay_config() {
         from_env,
         prefix,
         username,
+        // CONTRACT (issue 19): the OAuth kinds are asserted by the credentials work.
+        kind: _,
+        from_file: _,
+        token_url: _,
     } = credential;
     let RelayLimits {
         max_body,

@@ -366,7 +366,16 @@ fn convert(name: &str, c: &CustomProfile) -> Result<Profile, ResolveError> {
                 open_files,
                 cpu,
             },
+        nested_sandbox,
     } = c;
+    // CONTRACT(i19-nested): applied by the nested-sandbox work; until then refused.
+    if *nested_sandbox {
+        return Err(ResolveError::InvalidPath {
+            profile: name.to_owned(),
+            key: "nested_sandbox",
+            path: "not yet supported".to_owned(),
+        });
+    }
     let profile = || name.to_owned();
     let Some(mut p) = Profile::by_name(base.as_str()) else {
         return Err(ResolveError::UnknownBase {
@@ -521,13 +530,19 @@ impl Sandbox {
             limits:
                 WorkerLimits {
                     memory,
+                    swap,
                     pids,
+                    cpus,
                     cpu,
                     wall,
                     file_size,
                 },
             writes,
             commit: WorkerCommit { refuse: _ },
+            // The agent preset is the session's (palisade-cli applies it to
+            // the policy before the sandbox sees `[worker]`).
+            agent: _,
+            agent_state: _,
         } = w;
         // `profile` and `custom_profile`: the sandbox runs the profile they name.
         let named = custom_profile
@@ -555,7 +570,8 @@ impl Sandbox {
         if let Some(bad) = set.keys().find(|k| k.is_empty() || k.contains(['=', '\0'])) {
             return Err(WorkerError::InvalidEnvName(bad.clone()));
         }
-        if let Some(m) = *memory {
+        // CONTRACT(i19-limits): cgroup enforcement replaces these refusals.
+        if let Some(m) = memory.or(*swap).or(*cpus) {
             return Err(WorkerError::MemoryNotEnforced(m));
         }
         // `commit.refuse`: added to the sandbox's filter (the built-in list

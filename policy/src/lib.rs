@@ -95,6 +95,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod agent;
 pub mod capability;
 pub mod derive;
 pub mod digest;

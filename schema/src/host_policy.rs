@@ -97,6 +97,12 @@ pub struct CustomProfile {
     pub network: Option<ProfileNetwork>,
     /// Resource limits; each may only lower the base's.
     pub limits: ProfileLimits,
+    /// `nested_sandbox = true`: permit what a provider's own sandbox
+    /// (bubblewrap, sandbox-runtime) needs inside: user-namespace creation
+    /// with the rest of seccomp kept, `SOCK_SEQPACKET` socketpairs, and
+    /// Unix sockets confined to the worker's own `/tmp`. Wider kernel attack
+    /// surface; off by default.
+    pub nested_sandbox: bool,
 }
 
 /// `network` of a custom profile.
@@ -174,6 +180,71 @@ pub struct Worker {
     pub writes: Writes,
     /// The commit filter's additions (`[worker.commit]`).
     pub commit: WorkerCommit,
+    /// `agent = "claude" | "codex" | "opencode" | "pi"`: the agent preset
+    /// the session adds to this policy (relays, environment, config files,
+    /// state directory, protected files); what the policy says wins.
+    pub agent: Option<AgentName>,
+    /// `agent_state = "fresh" | "persistent"`: the agent's state directory
+    /// (its HOME) is fresh for every session (the default), or kept per
+    /// policy under the launching user's state directory.
+    pub agent_state: AgentState,
+}
+
+/// `[worker] agent`: a coding agent palisade has a preset for.
+///
+/// Deliberately not `#[non_exhaustive]`: the preset table matches it
+/// exhaustively, so a new agent fails to compile there until it has one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AgentName {
+    /// Claude Code (`@anthropic-ai/claude-code`).
+    Claude,
+    /// Codex CLI (`@openai/codex`).
+    Codex,
+    /// OpenCode (`opencode-ai`).
+    OpenCode,
+    /// The Pi coding agent (`@mariozechner/pi-coding-agent`).
+    Pi,
+}
+
+impl AgentName {
+    /// Every agent, in documentation order.
+    pub const ALL: [AgentName; 4] = [Self::Claude, Self::Codex, Self::OpenCode, Self::Pi];
+
+    /// The agent named `name` in the policy file or on the command line.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|a| a.as_str() == name)
+    }
+
+    /// The name used in the policy file and by `--agent`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Claude => "claude",
+            Self::Codex => "codex",
+            Self::OpenCode => "opencode",
+            Self::Pi => "pi",
+        }
+    }
+}
+
+/// `[worker] agent_state`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum AgentState {
+    /// A fresh, seeded state directory for every session.
+    #[default]
+    Fresh,
+    /// One state directory per policy and agent, kept between sessions
+    /// under the launching user's state directory.
+    Persistent,
+}
+
+impl AgentState {
+    /// The name used in the policy file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fresh => "fresh",
+            Self::Persistent => "persistent",
+        }
+    }
 }
 
 /// `[worker] writes`: how the worker's writes reach the host.
@@ -280,10 +351,15 @@ pub struct WorkerEnv {
 /// ignored. A new field is a breaking change on purpose.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorkerLimits {
-    /// Memory in bytes.
+    /// Memory in bytes: the cgroup's `memory.max`.
     pub memory: Option<u64>,
-    /// Number of processes and threads.
+    /// Swap in bytes: the cgroup's `memory.swap.max` (needs `memory`).
+    pub swap: Option<u64>,
+    /// Number of processes and threads: the cgroup's `pids.max`.
     pub pids: Option<u64>,
+    /// CPU bandwidth in thousandths of a CPU (`cpus = 1.5` is 1500): the
+    /// cgroup's `cpu.max`.
+    pub cpus: Option<u64>,
     /// CPU time in seconds.
     pub cpu: Option<u64>,
     /// Wall-clock time in seconds.
@@ -448,7 +524,27 @@ pub enum RelayKind {
 pub enum RelayPreset {
     /// The GitHub REST API ([`GITHUB_REST_PRESET`]).
     GitHub,
+    /// The Anthropic Messages API ([`ANTHROPIC_PRESET`]).
+    Anthropic,
+    /// The OpenAI Responses and Chat Completions APIs ([`OPENAI_PRESET`]).
+    OpenAi,
+    /// The ChatGPT-subscription Codex backend ([`CHATGPT_PRESET`]).
+    ChatGpt,
 }
+
+/// The Anthropic preset's routes (`POST` only, exact paths).
+pub const ANTHROPIC_PRESET: &[(&str, &str)] = &[
+    ("POST", "/v1/messages"),
+    ("POST", "/v1/messages/count_tokens"),
+];
+
+/// The OpenAI preset's routes (`POST` only, exact paths).
+pub const OPENAI_PRESET: &[(&str, &str)] =
+    &[("POST", "/v1/responses"), ("POST", "/v1/chat/completions")];
+
+/// The ChatGPT preset's routes: the Codex backend a ChatGPT subscription
+/// uses (`chatgpt.com/backend-api/codex`).
+pub const CHATGPT_PRESET: &[(&str, &str)] = &[("POST", "/backend-api/codex/responses")];
 
 /// The GitHub REST preset: `(method, path, outward kind, target template)`.
 /// Every write a governed worker may ask for through a `preset = "github"`
@@ -582,6 +678,54 @@ pub struct RelayCredential {
     /// `Basic base64(username:secret)`, in `header` (which must be
     /// `authorization`, with no `prefix`); what git hosts expect.
     pub username: Option<String>,
+    /// `kind`: what the credential is (an API key by default).
+    pub kind: CredentialKind,
+    /// `from_file`: a host token file (the OAuth kinds), read and refreshed
+    /// by the host on each dispatch, never seen by the worker. When it is
+    /// set, `from_env` is empty.
+    pub from_file: Option<String>,
+    /// `token_url`: the OAuth token endpoint the host refreshes against
+    /// (the kind's default when absent: `https://platform.claude.com/v1/oauth/token`
+    /// for `anthropic_oauth`, `https://auth.openai.com/oauth/token` for
+    /// `chatgpt`).
+    pub token_url: Option<String>,
+}
+
+/// `credential.kind`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CredentialKind {
+    /// `"api_key"`: a static secret from `from_env`, sent as
+    /// `header: prefix + secret` (or HTTP Basic).
+    #[default]
+    ApiKey,
+    /// `"anthropic_oauth"`: a Claude subscription OAuth token: sent as
+    /// `authorization: Bearer <access token>` with the OAuth beta header;
+    /// the worker presents an `sk-ant-oat`-shaped placeholder in
+    /// `authorization`.
+    AnthropicOauth,
+    /// `"chatgpt"`: a ChatGPT subscription token: the worker sees a
+    /// JWT-shaped placeholder that carries the (non-secret) account id.
+    ChatGpt,
+}
+
+impl CredentialKind {
+    /// Every kind.
+    pub const ALL: [CredentialKind; 3] = [Self::ApiKey, Self::AnthropicOauth, Self::ChatGpt];
+
+    /// The name used in the policy file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ApiKey => "api_key",
+            Self::AnthropicOauth => "anthropic_oauth",
+            Self::ChatGpt => "chatgpt",
+        }
+    }
+
+    /// Whether the secret is an OAuth token pair kept in a host file.
+    pub fn is_oauth(self) -> bool {
+        !matches!(self, Self::ApiKey)
+    }
 }
 
 /// `[outward]`.
@@ -1106,6 +1250,7 @@ fn read_custom_profile(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Option<CustomProfi
         "writable",
         "network",
         "limits",
+        "nested_sandbox",
     ];
     for key in t.table.keys() {
         let name: &str = key.get_ref();
@@ -1167,6 +1312,7 @@ fn read_custom_profile(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Option<CustomProfi
             }
         }
     }
+    c.nested_sandbox = t.bool(cx, "nested_sandbox").unwrap_or(false);
     if let Some(l) = t.table(cx, "limits") {
         l.deny_unknown(
             cx,
@@ -1204,9 +1350,45 @@ fn read_worker(
             "limits",
             "writes",
             "commit",
+            "agent",
+            "agent_state",
         ],
     );
     let mut w = Worker::default();
+    if let Some((a, span)) = t.str(cx, "agent") {
+        match AgentName::from_name(&a) {
+            Some(x) => w.agent = Some(x),
+            None => {
+                let all = AgentName::ALL.map(AgentName::as_str);
+                let help = match reader::nearest(&a, &all) {
+                    Some(n) => format!("did you mean `{n}`? expected one of: {}", all.join(", ")),
+                    None => format!("expected one of: {}", all.join(", ")),
+                };
+                cx.error(
+                    "invalid_value",
+                    &span,
+                    &t.path.key("agent"),
+                    format!("unknown agent `{a}`"),
+                )
+                .help(help);
+            }
+        }
+    }
+    if let Some((m, span)) = t.str(cx, "agent_state") {
+        match m.as_str() {
+            "fresh" => w.agent_state = AgentState::Fresh,
+            "persistent" => w.agent_state = AgentState::Persistent,
+            _ => {
+                cx.error(
+                    "invalid_value",
+                    &span,
+                    &t.path.key("agent_state"),
+                    format!("unknown agent state `{m}`"),
+                )
+                .help("expected one of: fresh, persistent");
+            }
+        }
+    }
     if let Some((m, span)) = t.str(cx, "writes") {
         match m.as_str() {
             "staged" => w.writes = Writes::Staged,
@@ -1297,8 +1479,13 @@ fn read_worker(
         }
     }
     if let Some(l) = t.table(cx, "limits") {
-        l.deny_unknown(cx, &["memory", "pids", "cpu", "wall", "file_size"]);
+        l.deny_unknown(
+            cx,
+            &["memory", "swap", "pids", "cpus", "cpu", "wall", "file_size"],
+        );
         w.limits.memory = size(cx, &l, "memory");
+        w.limits.swap = size(cx, &l, "swap");
+        w.limits.cpus = cpus(cx, &l, "cpus");
         w.limits.pids = l.uint(cx, "pids");
         w.limits.cpu = duration(cx, &l, "cpu");
         w.limits.wall = duration(cx, &l, "wall");
@@ -1470,42 +1657,7 @@ fn read_relay(cx: &mut Cx<'_>, r: &Table<'_, '_>) -> Option<Relay> {
     let routes = read_relay_routes(cx, r, kind, preset);
     let repos = read_relay_repos(cx, r, kind);
     let credential = match r.table(cx, "credential") {
-        Some(c) => {
-            c.deny_unknown(cx, &["header", "from_env", "prefix", "username"]);
-            let header = required_str(cx, &c, "header");
-            if let Some((h, span)) = &header
-                && (h.is_empty() || !h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
-            {
-                cx.error(
-                    "invalid_value",
-                    span,
-                    &c.path.key("header"),
-                    format!("`{h}` is not a header name"),
-                );
-            }
-            let from_env = required_str(cx, &c, "from_env");
-            if let Some((v, span)) = &from_env
-                && !is_env_name(v)
-            {
-                cx.error(
-                    "invalid_value",
-                    span,
-                    &c.path.key("from_env"),
-                    format!("`{v}` is not a variable name"),
-                );
-            }
-            let prefix = c.str(cx, "prefix").map(|(p, _)| p).unwrap_or_default();
-            let username = read_username(cx, &c, header.as_ref().map(|(h, _)| h.as_str()));
-            match (header, from_env, username) {
-                (Some((h, _)), Some((v, _)), Ok(username)) => Some(RelayCredential {
-                    header: h.to_ascii_lowercase(),
-                    from_env: v,
-                    prefix,
-                    username,
-                }),
-                _ => None,
-            }
-        }
+        Some(c) => read_credential(cx, &c),
         None => {
             cx.error(
                 "missing_key",
@@ -1588,10 +1740,11 @@ fn read_relay_kind(cx: &mut Cx<'_>, r: &Table<'_, '_>) -> RelayKind {
 fn read_relay_preset(cx: &mut Cx<'_>, r: &Table<'_, '_>, kind: RelayKind) -> Option<RelayPreset> {
     let (p, span) = r.str(cx, "preset")?;
     let path = r.path.key("preset");
-    let preset = match p.as_str() {
-        "github" => RelayPreset::GitHub,
-        other => {
-            let all = ["github"];
+    let preset = match RelayPreset::ALL.into_iter().find(|x| x.as_str() == p) {
+        Some(x) => x,
+        None => {
+            let other = p.as_str();
+            let all = RelayPreset::ALL.map(RelayPreset::as_str);
             let help = match reader::nearest(other, &all) {
                 Some(n) => format!("did you mean `{n}`? expected one of: {}", all.join(", ")),
                 None => format!("expected one of: {}", all.join(", ")),
@@ -1620,9 +1773,23 @@ fn read_relay_preset(cx: &mut Cx<'_>, r: &Table<'_, '_>, kind: RelayKind) -> Opt
 }
 
 impl RelayPreset {
-    /// The preset's routes, each an outward route.
+    /// The preset's routes: GitHub's each an outward route, the provider
+    /// presets' plain inference routes.
     pub fn routes(self) -> Vec<RelayRoute> {
+        let plain = |table: &[(&str, &str)]| {
+            table
+                .iter()
+                .map(|(method, path)| RelayRoute {
+                    method: (*method).to_owned(),
+                    path: (*path).to_owned(),
+                    outward: None,
+                })
+                .collect()
+        };
         match self {
+            Self::Anthropic => plain(ANTHROPIC_PRESET),
+            Self::OpenAi => plain(OPENAI_PRESET),
+            Self::ChatGpt => plain(CHATGPT_PRESET),
             Self::GitHub => GITHUB_REST_PRESET
                 .iter()
                 .filter_map(|(method, path, kind, target)| {
@@ -1643,8 +1810,14 @@ impl RelayPreset {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::GitHub => "github",
+            Self::Anthropic => "anthropic",
+            Self::OpenAi => "openai",
+            Self::ChatGpt => "chatgpt",
         }
     }
+
+    /// Every preset, by name.
+    pub const ALL: [RelayPreset; 4] = [Self::GitHub, Self::Anthropic, Self::OpenAi, Self::ChatGpt];
 }
 
 /// `routes`: strings (plain routes) and tables (outward routes), then the
@@ -2040,6 +2213,171 @@ fn read_relay_repos(cx: &mut Cx<'_>, r: &Table<'_, '_>, kind: RelayKind) -> Vec<
         }
     }
     out
+}
+
+/// `credential = { … }`: an API key from `from_env` in `header`, or an
+/// OAuth kind (`kind = "anthropic_oauth" | "chatgpt"`) from a host token
+/// file, `from_file`, sent as `authorization: Bearer …`.
+fn read_credential(cx: &mut Cx<'_>, c: &Table<'_, '_>) -> Option<RelayCredential> {
+    c.deny_unknown(
+        cx,
+        &[
+            "header",
+            "from_env",
+            "prefix",
+            "username",
+            "kind",
+            "from_file",
+            "token_url",
+        ],
+    );
+    let mut ok = true;
+    let kind = match c.str(cx, "kind") {
+        None => CredentialKind::ApiKey,
+        Some((k, span)) => match CredentialKind::ALL.into_iter().find(|x| x.as_str() == k) {
+            Some(x) => x,
+            None => {
+                let all = CredentialKind::ALL.map(CredentialKind::as_str);
+                cx.error(
+                    "invalid_value",
+                    &span,
+                    &c.path.key("kind"),
+                    format!("unknown credential kind `{k}`"),
+                )
+                .help(format!("expected one of: {}", all.join(", ")));
+                return None;
+            }
+        },
+    };
+    let header = if kind.is_oauth() {
+        match c.str(cx, "header") {
+            Some((h, span)) if !h.eq_ignore_ascii_case("authorization") => {
+                cx.error(
+                    "invalid_value",
+                    &span,
+                    &c.path.key("header"),
+                    format!("an OAuth credential is sent in `authorization`, not `{h}`"),
+                )
+                .help("remove `header`");
+                ok = false;
+                None
+            }
+            Some(h) => Some(h),
+            None => Some(("authorization".to_owned(), 0..0)),
+        }
+    } else {
+        required_str(cx, c, "header")
+    };
+    if let Some((h, span)) = &header
+        && (h.is_empty() || !h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+    {
+        cx.error(
+            "invalid_value",
+            span,
+            &c.path.key("header"),
+            format!("`{h}` is not a header name"),
+        );
+    }
+    let (from_env, from_file) = if kind.is_oauth() {
+        if let Some(v) = c.get("from_env") {
+            cx.error(
+                "invalid_value",
+                &v.span(),
+                &c.path.key("from_env"),
+                format!(
+                    "a `{}` credential is a refreshable token pair read from a host file, not a variable",
+                    kind.as_str()
+                ),
+            )
+            .help("use `from_file = \"/path/to/tokens.json\"`");
+            ok = false;
+        }
+        let file = required_str(cx, c, "from_file");
+        if let Some((f, span)) = &file
+            && !check_abs(cx, f, span, &c.path.key("from_file"))
+        {
+            ok = false;
+        }
+        (Some((String::new(), 0..0)), file.map(|(f, _)| f))
+    } else {
+        for key in ["from_file", "token_url"] {
+            if let Some(v) = c.get(key) {
+                cx.error(
+                    "invalid_value",
+                    &v.span(),
+                    &c.path.key(key),
+                    format!("`{key}` is for the OAuth credential kinds"),
+                )
+                .help(
+                    "set `kind = \"anthropic_oauth\"` or `kind = \"chatgpt\"`, or use `from_env`",
+                );
+                ok = false;
+            }
+        }
+        let from_env = required_str(cx, c, "from_env");
+        if let Some((v, span)) = &from_env
+            && !is_env_name(v)
+        {
+            cx.error(
+                "invalid_value",
+                span,
+                &c.path.key("from_env"),
+                format!("`{v}` is not a variable name"),
+            );
+        }
+        (from_env, None)
+    };
+    let token_url = match c.str(cx, "token_url") {
+        Some((u, span)) if kind.is_oauth() => match Origin::parse_url(&u) {
+            Ok(o) if o.scheme == "https" || o.is_loopback() => Some(u),
+            Ok(_) => {
+                cx.error(
+                    "insecure_origin",
+                    &span,
+                    &c.path.key("token_url"),
+                    "the token endpoint would receive the refresh token in clear text over `http`",
+                )
+                .help("use `https://`; plain `http` is accepted only for loopback");
+                ok = false;
+                None
+            }
+            Err(msg) => {
+                cx.error("invalid_value", &span, &c.path.key("token_url"), msg);
+                ok = false;
+                None
+            }
+        },
+        _ => None,
+    };
+    let prefix = match c.str(cx, "prefix") {
+        Some((p, span)) if kind.is_oauth() => {
+            cx.error(
+                "invalid_value",
+                &span,
+                &c.path.key("prefix"),
+                format!("an OAuth credential is always sent as `Bearer …`, not `{p}…`"),
+            )
+            .help("remove `prefix`");
+            ok = false;
+            String::new()
+        }
+        Some((p, _)) => p,
+        None if kind.is_oauth() => "Bearer ".to_owned(),
+        None => String::new(),
+    };
+    let username = read_username(cx, c, header.as_ref().map(|(h, _)| h.as_str()));
+    match (header, from_env, username) {
+        (Some((h, _)), Some((v, _)), Ok(username)) if ok => Some(RelayCredential {
+            header: h.to_ascii_lowercase(),
+            from_env: v,
+            prefix,
+            username,
+            kind,
+            from_file,
+            token_url,
+        }),
+        _ => None,
+    }
 }
 
 /// `credential.username`: HTTP Basic in `authorization`, no `prefix`.
@@ -2864,6 +3202,61 @@ fn size(cx: &mut Cx<'_>, t: &Table<'_, '_>, key: &str) -> Option<u64> {
             None
         }
     }
+}
+
+/// `cpus = 1.5` (or `"1.5"`, or `2`): thousandths of a CPU, at least 1
+/// thousandth and at most three decimals.
+fn cpus(cx: &mut Cx<'_>, t: &Table<'_, '_>, key: &str) -> Option<u64> {
+    let v = t.get(key)?;
+    let text = match v.get_ref() {
+        toml::de::DeValue::Float(f) => f.as_str().to_owned(),
+        toml::de::DeValue::Integer(i) if i.radix() == 10 => i.as_str().to_owned(),
+        toml::de::DeValue::String(s) => s.to_string(),
+        _ => {
+            cx.error(
+                "invalid_value",
+                &v.span(),
+                &t.path.key(key),
+                "expected a number of CPUs such as `1.5`",
+            );
+            return None;
+        }
+    };
+    match parse_millis(&text) {
+        Some(n) if n > 0 => Some(n),
+        _ => {
+            cx.error(
+                "invalid_value",
+                &v.span(),
+                &t.path.key(key),
+                format!("`{text}` is not a positive number of CPUs with at most three decimals"),
+            )
+            .help("for example `cpus = 1.5`");
+            None
+        }
+    }
+}
+
+/// `"1.5"` as 1500; `None` for anything but digits with an optional
+/// fraction of at most three digits.
+fn parse_millis(text: &str) -> Option<u64> {
+    let (int, frac) = text.split_once('.').unwrap_or((text, ""));
+    if int.is_empty()
+        || frac.len() > 3
+        || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let whole: u64 = int.parse().ok()?;
+    let mut f: u64 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse().ok()?
+    };
+    for _ in frac.len()..3 {
+        f *= 10;
+    }
+    whole.checked_mul(1000)?.checked_add(f)
 }
 
 fn duration(cx: &mut Cx<'_>, t: &Table<'_, '_>, key: &str) -> Option<u64> {

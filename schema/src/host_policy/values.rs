@@ -235,6 +235,27 @@ impl Origin {
         })
     }
 
+    /// Parses a URL `https://host[:port]/path` (no query, fragment or user
+    /// info) and returns its origin; the path must be present and plain.
+    pub fn parse_url(text: &str) -> Result<Self, String> {
+        let (scheme, rest) = text.split_once("://").ok_or_else(|| {
+            format!("`{text}` is not a URL such as `https://auth.example.com/oauth/token`")
+        })?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => rest.split_at(i),
+            None => (rest, ""),
+        };
+        if path.is_empty()
+            || path.contains(['?', '#'])
+            || path.bytes().any(|b| b <= b' ' || b == 0x7f)
+        {
+            return Err(format!(
+                "`{text}` must be a URL with a path and no query or fragment"
+            ));
+        }
+        Self::parse(&format!("{scheme}://{authority}"))
+    }
+
     /// Whether the host is a loopback address or `localhost`.
     pub fn is_loopback(&self) -> bool {
         self.host == "localhost"
