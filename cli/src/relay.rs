@@ -94,6 +94,13 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     let roots = args.upstream_ca.as_deref().map(read_roots).transpose()?;
     let mut config = rt.block_on(crate::credential::relay_config(relay, roots.as_ref()))?;
     if let Some(explicit) = args.placeholder_format.as_deref() {
+        if relay.credential.kind.is_oauth() {
+            return Err(format!(
+                "--placeholder-format `{explicit}`: a `{}` credential has its own placeholder \
+                 shape (the agent checks it); remove --placeholder-format",
+                relay.credential.kind.as_str()
+            ));
+        }
         let placeholder = Placeholder::generate(&placeholder_format(explicit)?)
             .map_err(|e| format!("cannot generate a placeholder: {e}"))?;
         config = config.with_placeholder(placeholder);
