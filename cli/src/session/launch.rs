@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use palisade_egress::control::{ControlConfig, ControlListener, ControlServer, Endpoint};
 use palisade_egress::proxy::{Listener, Proxy, ProxyToken, Shutdown, shutdown_channel};
-use palisade_egress::relay::{PrivateSocket, Relay, RelayConfig, Secret};
+use palisade_egress::relay::{PrivateSocket, Relay};
 use palisade_egress::resolve::{BoxFuture, HostsFirstResolver, Resolver};
 use palisade_evidence::{Flags, JournalWriter, Kind, Timestamp, WriterOptions};
 use palisade_isolate::{Bridge, Command, Sandbox};
@@ -388,7 +388,7 @@ type EnvVars = Vec<(String, String)>;
 
 /// The relays, ready to serve, and the worker's git configuration for
 /// the git relays among them ([`git_config_vars`]).
-fn build_relays(
+async fn build_relays(
     policy: &HostPolicy,
     dir: &Path,
     roots: Option<&rustls::RootCertStore>,
@@ -403,15 +403,10 @@ fn build_relays(
         let port = FIRST_RELAY_PORT
             .checked_add(u16::try_from(i).map_err(|_| "too many relays".to_owned())?)
             .ok_or("too many relays")?;
-        // The one place a credential is read: the host's environment, never the worker's.
-        let secret = std::env::var(&r.credential.from_env).map_err(|_| {
-            format!(
-                "relay `{}`: the host variable `{}` holding its credential is not set",
-                r.name, r.credential.from_env
-            )
-        })?;
-        let mut config = RelayConfig::from_policy(r, Secret::new(secret))
-            .map_err(|e| format!("relay `{}`: {e}", r.name))?
+        // The one place a credential is read: the host's environment or
+        // token file (refreshed by the host), never the worker's.
+        let mut config = crate::credential::relay_config(r, roots)
+            .await?
             .with_addresses(addresses.clone());
         if let Some(roots) = roots {
             config = config
@@ -421,7 +416,11 @@ fn build_relays(
         // An agent session's placeholders are stable per policy and relay
         // (keyed by the host-held key), so the agent's remembered answer
         // to "use this key?" stays valid; still never the real key.
-        if let Some(key) = placeholder_key {
+        // (A ChatGPT placeholder carries the token file's account id: it
+        // keeps the shape the credential made.)
+        if let Some(key) = placeholder_key
+            && r.credential.kind != palisade_schema::host_policy::CredentialKind::ChatGpt
+        {
             let label = format!(
                 "{}\n{}://{}:{}",
                 r.name, r.origin.scheme, r.origin.host, r.origin.port
@@ -1071,7 +1070,8 @@ async fn bind_services(
             core,
             &addresses,
             placeholder_key,
-        )?
+        )
+        .await?
     } else {
         if !policy.egress.relays.is_empty() {
             eprintln!(
