@@ -308,3 +308,36 @@ pub fn cap(out: &str, name: &str) -> Option<String> {
         .find_map(|l| l.strip_prefix(&format!("{name}:")))
         .map(|v| v.trim().to_owned())
 }
+
+/// The tool output of [`probe_command`] shows a governed worker: uid
+/// 64000, every capability set but the bounding one empty, no real key in
+/// its environment.
+pub fn assert_governed_tool_output(out: &str) {
+    assert_eq!(out.lines().next(), Some("64000"), "worker uid: {out}");
+    for set in ["CapEff", "CapPrm", "CapAmb", "CapInh"] {
+        assert_eq!(
+            cap(out, set).as_deref(),
+            Some("0000000000000000"),
+            "{set}: {out}"
+        );
+    }
+    assert!(out.contains("KEY-NOT-IN-ENV"), "{out}");
+}
+
+/// The real key is in none of the journal, palisade's and the agent's
+/// output and the files left in the working directory, and the journal
+/// verifies.
+pub fn assert_key_only_upstream(r: &Rig, o: &Outcome) {
+    let key = real_key();
+    let journal = std::fs::read_to_string(&r.journal).unwrap();
+    assert!(!journal.contains(&key), "the journal holds the key");
+    assert!(
+        !o.stdout.contains(&key) && !o.stderr.contains(&key),
+        "the output holds the key"
+    );
+    for (p, text) in r.work_files() {
+        assert!(!text.contains(&key), "{} holds the key", p.display());
+    }
+    let (code, text) = r.verify();
+    assert_eq!(code, 0, "journal verify: {text}");
+}
