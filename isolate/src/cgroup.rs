@@ -111,6 +111,14 @@ fn own_path(proc_cgroup: &str, controller: Option<&str>) -> Option<String> {
     })
 }
 
+/// `root` joined with the launcher's own cgroup path (none: the root).
+fn below(root: &Path, own: Option<String>) -> PathBuf {
+    match own.filter(|o| !o.is_empty()) {
+        Some(o) => root.join(o),
+        None => root.to_path_buf(),
+    }
+}
+
 fn read_trim(path: &Path) -> Option<String> {
     std::fs::read_to_string(path)
         .ok()
@@ -135,7 +143,7 @@ pub(crate) fn detect(
         let Some(ctrl) = read_trim(&unified.join("cgroup.controllers")) else {
             continue;
         };
-        let parent = unified.join(own_path(proc_cgroup, None).unwrap_or_default());
+        let parent = below(&unified, own_path(proc_cgroup, None));
         let have = read_trim(&parent.join("cgroup.controllers")).unwrap_or(ctrl);
         let missing: Vec<&str> = needed
             .iter()
@@ -169,8 +177,7 @@ pub(crate) fn detect(
                 dir.display()
             ));
         }
-        let own = own_path(proc_cgroup, Some(c)).unwrap_or_default();
-        parents.push((*c, dir.join(own)));
+        parents.push((*c, below(&dir, own_path(proc_cgroup, Some(c)))));
     }
     Ok(Backend::V1 { parents })
 }
