@@ -164,14 +164,15 @@ fn pids_stops_a_loop_of_forks_and_its_value_is_recorded() {
         .trim_start_matches("forked ")
         .parse()
         .unwrap();
-    assert!(forked < 20, "pids = 20 let the worker fork {forked}");
+    // The worker (python) and its children: at most 19 of them.
+    assert!(forked <= 19, "pids = 20 let the worker fork {forked}");
     let status = record(&r, "sandbox_status").expect("sandbox_status");
     assert!(
         status["body"]["limits"]
             .as_array()
             .unwrap()
             .iter()
-            .any(|v| v == "pids.max=20"),
+            .any(|v| v == "pids.max=22"),
         "{status}"
     );
     // Positive control: 100 lets all 50 run.

@@ -28,12 +28,18 @@ pub struct CgroupLimits {
     /// is memory plus swap). With `memory` set and `swap` unset the worker
     /// gets no swap.
     pub swap: Option<u64>,
-    /// Processes and threads of the whole sandbox (`pids.max`).
+    /// Processes and threads of the worker (`pids.max`, which is this
+    /// plus the sandbox's supervisor and init).
     pub pids: Option<u64>,
     /// CPU bandwidth in thousandths of a CPU (`cpu.max`, period 100000 µs;
     /// v1 `cpu.cfs_quota_us`/`cpu.cfs_period_us`).
     pub cpus: Option<u64>,
 }
+
+/// The sandbox's own processes counted by `pids.max` on top of the
+/// worker's: the supervisor and init (so `pids` means the worker's
+/// processes and threads, as `RLIMIT_NPROC` does).
+pub(crate) const OWN_PIDS: u64 = 2;
 
 /// The CPU bandwidth period, in microseconds.
 pub(crate) const CPU_PERIOD_US: u64 = 100_000;
@@ -278,7 +284,7 @@ impl Cgroup {
             let _ = write(&dir, "memory.oom.group", "1");
         }
         if let Some(p) = l.pids {
-            self.set(&dir, "pids.max", p.to_string())?;
+            self.set(&dir, "pids.max", p.saturating_add(OWN_PIDS).to_string())?;
         }
         if let Some(c) = l.cpus {
             let v = format!("{} {CPU_PERIOD_US}", CgroupLimits::cpu_quota(c));
@@ -301,7 +307,7 @@ impl Cgroup {
                 "memory" => self.v1_memory(&dir, l)?,
                 "pids" => {
                     if let Some(p) = l.pids {
-                        self.set(&dir, "pids.max", p.to_string())?;
+                        self.set(&dir, "pids.max", p.saturating_add(OWN_PIDS).to_string())?;
                     }
                 }
                 "cpu" => {
@@ -521,7 +527,7 @@ mod tests {
         let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
         assert_eq!(read("memory.max"), "67108864");
         assert_eq!(read("memory.swap.max"), "0");
-        assert_eq!(read("pids.max"), "20");
+        assert_eq!(read("pids.max"), "22");
         assert_eq!(read("cpu.max"), "150000 100000");
         let sub = std::fs::read_to_string(tmp.path().join("cgroup.subtree_control")).unwrap();
         assert_eq!(sub, "+memory +pids +cpu");

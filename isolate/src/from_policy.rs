@@ -815,6 +815,28 @@ mod tests {
     }
 
     #[test]
+    fn cgroup_limits_reach_the_sandbox_and_are_only_lowered() {
+        let mut sb = Sandbox::new(Profile::governed());
+        assert!(sb.cgroup_limits().is_empty());
+        sb.apply_worker(&worker(
+            "limits = { memory = \"2GiB\", swap = \"1GiB\", pids = 64, cpus = 1.5 }",
+        ))
+        .unwrap();
+        let l = *sb.cgroup_limits();
+        assert_eq!(l.memory, Some(2 << 30));
+        assert_eq!(l.swap, Some(1 << 30));
+        assert_eq!(l.pids, Some(64));
+        assert_eq!(l.cpus, Some(1500));
+        // A second section lowers what it names and cannot raise anything.
+        sb.apply_worker(&worker("limits = { memory = \"4GiB\", cpus = 0.5 }"))
+            .unwrap();
+        let l = *sb.cgroup_limits();
+        assert_eq!(l.memory, Some(2 << 30));
+        assert_eq!(l.cpus, Some(500));
+        assert_eq!(l.pids, Some(64));
+    }
+
+    #[test]
     fn every_worker_key_reaches_the_sandbox() {
         let w = worker(
             "profile = \"governed\"\ncwd = \"/opt/w\"\nwritable = [\"/opt/w\"]\nread_only = [\"/opt/r\"]\nmasks = [\"/opt/m\"]\nenv = { pass = [\"E2E_PASSED\"], set = { CI = \"1\" } }\nlimits = { pids = 5, cpu = \"1m\", wall = \"2s\", file_size = \"1KiB\" }",

@@ -98,7 +98,7 @@ fn pids_stops_a_loop_of_forks() {
         .trim_start_matches("forked ")
         .parse()
         .unwrap_or(999);
-    assert!(forked < 20, "pids = 20 let the worker fork {forked}: {out}");
+    assert!(forked <= 19, "pids = 20 let the worker fork {forked}: {out}");
     // Positive control: 100 lets all 50 run.
     let mut many = CgroupLimits::default();
     many.pids = Some(100);
@@ -107,10 +107,9 @@ fn pids_stops_a_loop_of_forks() {
     assert_eq!(out.trim(), "forked 50");
 }
 
-/// The cgroup the worker runs in, for `controller`, from its own
-/// `/proc/self/cgroup` as the host sees it (the launcher reads the
-/// worker's through the report's directories instead).
-fn cgroup_dir(report: &palisade_isolate::LaunchReport) -> String {
+/// The cgroups layer's detail in the launch report (`enforced: cgroup v1
+/// <dirs>: <values>`).
+fn cgroup_detail(report: &palisade_isolate::LaunchReport) -> String {
     let (_, status) = report
         .layers
         .iter()
@@ -130,7 +129,7 @@ fn cpus_writes_the_quota_the_worker_runs_under() {
     let mut child = sb
         .spawn(Command::new(["/bin/sh", "-c", "sleep 2"]).stdout(Stdio::null()))
         .unwrap();
-    let detail = cgroup_dir(child.report());
+    let detail = cgroup_detail(child.report());
     assert!(detail.starts_with("enforced: cgroup"), "{detail}");
     // Read the quota back from the cgroup directory while the worker runs,
     // and check the supervisor (and so every process below it) is in it.
