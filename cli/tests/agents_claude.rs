@@ -12,15 +12,15 @@
     reason = "tests"
 )]
 
+#[path = "agents_common/fake.rs"]
+mod fake;
+#[path = "agents_common/fake_anthropic.rs"]
+mod fake_anthropic;
 #[path = "../../examples/governed-worker/provider.rs"]
 #[allow(dead_code, unreachable_pub, reason = "shared with the demo binary")]
 mod provider;
 #[path = "agents_common/anthropic_rig.rs"]
 mod rig;
-#[path = "agents_common/fake.rs"]
-mod fake;
-#[path = "agents_common/fake_anthropic.rs"]
-mod fake_anthropic;
 
 use std::time::Duration;
 
@@ -75,7 +75,13 @@ fn claude_tool_turn_is_governed_and_the_key_stays_on_the_host() {
     let r = Rig::new(f.fake.addr, &preset_env(), "");
     let c = claude();
     let o = r.run(
-        &[&c, "-p", "Check the sandbox. PLEASE-RUN-THE-TOOL", "--allowedTools", "Bash"],
+        &[
+            &c,
+            "-p",
+            "Check the sandbox. PLEASE-RUN-THE-TOOL",
+            "--allowedTools",
+            "Bash",
+        ],
         LIMIT,
     );
     assert_eq!(o.code, 0, "claude failed: {}\n{}", o.stdout, o.stderr);
@@ -90,9 +96,16 @@ fn claude_tool_turn_is_governed_and_the_key_stays_on_the_host() {
     // The fake answers 401 to anything but the real key: every Messages
     // request carried it, so the relay swapped the placeholder for it.
     let msgs = f.messages();
-    assert!(msgs.len() >= 2, "a tool turn and its follow-up: {}", msgs.len());
+    assert!(
+        msgs.len() >= 2,
+        "a tool turn and its follow-up: {}",
+        msgs.len()
+    );
     for m in &msgs {
-        assert!(m.header("x-api-key") == Some(rig::real_key().as_str()), "a request without the real key reached the fake");
+        assert!(
+            m.header("x-api-key") == Some(rig::real_key().as_str()),
+            "a request without the real key reached the fake"
+        );
     }
     assert!(
         f.seen().iter().all(|s| s.path.starts_with("/v1/messages")),
@@ -100,7 +113,10 @@ fn claude_tool_turn_is_governed_and_the_key_stays_on_the_host() {
     );
     rig::assert_key_only_upstream(&r, &o);
     let d = denials(&r);
-    assert!(d.is_empty(), "with the preset's switches Claude Code tries no other host: {d:?}");
+    assert!(
+        d.is_empty(),
+        "with the preset's switches Claude Code tries no other host: {d:?}"
+    );
 }
 
 /// Without the preset's switches Claude Code contacts api.anthropic.com
@@ -117,13 +133,22 @@ fn claude_without_the_switches_is_denied_api_anthropic_com_and_the_journal_names
     let c = claude();
     let o = r.run(&[&c, "-p", "Say hello."], LIMIT);
     assert_eq!(o.code, 0, "claude failed: {}\n{}", o.stdout, o.stderr);
-    assert!(o.stdout.contains(fake_anthropic::TEXT_REPLY), "{}", o.stdout);
+    assert!(
+        o.stdout.contains(fake_anthropic::TEXT_REPLY),
+        "{}",
+        o.stdout
+    );
     let d = denials(&r);
     assert!(
-        d.iter().any(|x| x == "api.anthropic.com:443 host_not_allowed"),
+        d.iter()
+            .any(|x| x == "api.anthropic.com:443 host_not_allowed"),
         "{d:?}"
     );
-    assert!(preset(AgentName::Claude).denied_hosts.contains(&"api.anthropic.com"));
+    assert!(
+        preset(AgentName::Claude)
+            .denied_hosts
+            .contains(&"api.anthropic.com")
+    );
     let (code, text) = r.verify();
     assert_eq!(code, 0, "journal verify: {text}");
 }

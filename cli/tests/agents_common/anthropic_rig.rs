@@ -15,13 +15,13 @@ use serde_json::Value;
 
 /// The name the relay's origin uses for the fake (pinned to 127.0.0.1
 /// with `--resolve`).
-pub const FAKE_HOST: &str = "api.anthropic.test";
+pub(crate) const FAKE_HOST: &str = "api.anthropic.test";
 
 /// A TLS front for the plain-HTTP fake at `plain` (relays dial only
 /// `https://` origins): a loopback listener with a throwaway CA's
 /// certificate for [`FAKE_HOST`], each connection decrypted and copied
 /// to the fake. Returns its address and the CA's PEM.
-pub fn tls_front(plain: std::net::SocketAddr) -> (std::net::SocketAddr, String) {
+pub(crate) fn tls_front(plain: std::net::SocketAddr) -> (std::net::SocketAddr, String) {
     let (config, ca_pem) = crate::provider::tls_config(&[FAKE_HOST]).unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
     let (tx, rx) = std::sync::mpsc::channel();
@@ -51,30 +51,34 @@ pub fn tls_front(plain: std::net::SocketAddr) -> (std::net::SocketAddr, String) 
 }
 
 /// Reverse a marker kept reversed in the source.
-pub fn rev(s: &str) -> String {
+pub(crate) fn rev(s: &str) -> String {
     s.chars().rev().collect()
 }
 
 /// The provider key the host holds (reversed in the source).
-pub fn real_key() -> String {
+pub(crate) fn real_key() -> String {
     rev("YEK-LAER-EDASILAP-CIPORHTNA-30ipa-tna-ks")
 }
 
 /// The host variable the relay reads the key from.
-pub const KEY_VAR: &str = "PALISADE_AGENTS_ANTHROPIC_KEY";
+pub(crate) const KEY_VAR: &str = "PALISADE_AGENTS_ANTHROPIC_KEY";
 
 /// The agent executable named, from `PALISADE_AGENTS_BIN`.
-pub fn agent_bin(name: &str) -> PathBuf {
+pub(crate) fn agent_bin(name: &str) -> PathBuf {
     let dir = std::env::var("PALISADE_AGENTS_BIN")
         .expect("PALISADE_AGENTS_BIN: the directory of the agent CLIs (cargo xtask agents)");
     let p = PathBuf::from(dir).join(name);
-    assert!(p.exists(), "{} is missing (cargo xtask agents)", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing (cargo xtask agents)",
+        p.display()
+    );
     p
 }
 
 /// Whether the suite runs as root (it must: the sandbox needs it, and the
 /// worker then runs as uid 64000).
-pub fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .map(|s| {
             s.lines()
@@ -84,37 +88,56 @@ pub fn is_root() -> bool {
 }
 
 /// One governed session's files.
-pub struct Rig {
+pub(crate) struct Rig {
     /// The temporary directory holding everything.
-    pub dir: tempfile::TempDir,
+    pub(crate) dir: tempfile::TempDir,
     /// The worker's working directory (writable root).
-    pub work: PathBuf,
+    pub(crate) work: PathBuf,
     /// The journal.
-    pub journal: PathBuf,
+    pub(crate) journal: PathBuf,
     /// The journal key.
-    pub key: PathBuf,
+    pub(crate) key: PathBuf,
     /// The policy file.
-    pub policy: PathBuf,
+    pub(crate) policy: PathBuf,
 }
 
 /// What `palisade run` did.
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// The exit code.
-    pub code: i32,
+    pub(crate) code: i32,
     /// Its stdout (the agent's).
-    pub stdout: String,
+    pub(crate) stdout: String,
     /// Its stderr (palisade's and the agent's).
-    pub stderr: String,
+    pub(crate) stderr: String,
 }
 
 impl Rig {
     /// A rig whose policy has the `anthropic` relay to `origin`, the
     /// worker environment `env` (`[worker.env] set`) and `extra` TOML
     /// appended.
-    pub fn new(fake: std::net::SocketAddr, worker_env: &[(&str, &str)], extra: &str) -> Rig {
+    pub(crate) fn new(fake: std::net::SocketAddr, worker_env: &[(&str, &str)], extra: &str) -> Rig {
+        Self::in_dir(tempfile::tempdir().unwrap(), fake, worker_env, extra)
+    }
+
+    /// [`Rig::new`] again in `old`'s directory (its working directory and
+    /// files kept), with a new policy.
+    pub(crate) fn new_in(
+        old: Rig,
+        fake: std::net::SocketAddr,
+        worker_env: &[(&str, &str)],
+        extra: &str,
+    ) -> Rig {
+        Self::in_dir(old.dir, fake, worker_env, extra)
+    }
+
+    fn in_dir(
+        dir: tempfile::TempDir,
+        fake: std::net::SocketAddr,
+        worker_env: &[(&str, &str)],
+        extra: &str,
+    ) -> Rig {
         let (front, ca_pem) = tls_front(fake);
         let origin = format!("https://{FAKE_HOST}:{}", front.port());
-        let dir = tempfile::tempdir().unwrap();
         let work = dir.path().join("work");
         std::fs::create_dir_all(&work).unwrap();
         set_mode(&work, 0o777);
@@ -160,7 +183,7 @@ worker_env = {{ ANTHROPIC_BASE_URL = "relay", ANTHROPIC_API_KEY = "placeholder" 
 
     /// `palisade run --policy … -- cmd…` in the working directory, with
     /// the real key in the host environment only, killed after `limit`.
-    pub fn run(&self, cmd: &[&str], limit: Duration) -> Outcome {
+    pub(crate) fn run(&self, cmd: &[&str], limit: Duration) -> Outcome {
         let mut c = Command::new(env!("CARGO_BIN_EXE_palisade"));
         c.arg("run")
             .arg("--cwd")
@@ -191,7 +214,7 @@ worker_env = {{ ANTHROPIC_BASE_URL = "relay", ANTHROPIC_API_KEY = "placeholder" 
     }
 
     /// The journal's records.
-    pub fn records(&self) -> Vec<Value> {
+    pub(crate) fn records(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.journal)
             .unwrap()
             .lines()
@@ -201,7 +224,7 @@ worker_env = {{ ANTHROPIC_BASE_URL = "relay", ANTHROPIC_API_KEY = "placeholder" 
 
     /// `palisade journal verify` on the session's journal: its exit code
     /// and output.
-    pub fn verify(&self) -> (i32, String) {
+    pub(crate) fn verify(&self) -> (i32, String) {
         let out = Command::new(env!("CARGO_BIN_EXE_palisade"))
             .args(["journal", "verify"])
             .arg(&self.journal)
@@ -221,7 +244,7 @@ worker_env = {{ ANTHROPIC_BASE_URL = "relay", ANTHROPIC_API_KEY = "placeholder" 
 
     /// Every file under the working directory, as text (lossy), with its
     /// path: for the scans of what the worker left.
-    pub fn work_files(&self) -> Vec<(PathBuf, String)> {
+    pub(crate) fn work_files(&self) -> Vec<(PathBuf, String)> {
         let mut out = Vec::new();
         walk(&self.work, &mut out);
         out
@@ -237,7 +260,8 @@ fn walk(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
         match e.file_type() {
             Ok(t) if t.is_dir() => walk(&p, out),
             Ok(t) if t.is_file() => {
-                let text = String::from_utf8_lossy(&std::fs::read(&p).unwrap_or_default()).into_owned();
+                let text =
+                    String::from_utf8_lossy(&std::fs::read(&p).unwrap_or_default()).into_owned();
                 out.push((p, text));
             }
             _ => {}
@@ -293,7 +317,7 @@ fn wait(mut child: std::process::Child, limit: Duration) -> Outcome {
 /// to `tool-out.txt` and echoed for the tool result. The reversed marker
 /// is reversed back inside the worker so that the command line itself
 /// does not hold the key.
-pub fn probe_command() -> String {
+pub(crate) fn probe_command() -> String {
     format!(
         "sh -c 'id -u; grep -E \"^Cap(Eff|Prm|Inh|Bnd|Amb)\" /proc/self/status; \
          k=$(echo {} | rev); if grep -qa -- \"$k\" /proc/self/environ /proc/$PPID/environ 2>/dev/null || env | grep -q -- \"$k\"; \
@@ -303,7 +327,7 @@ pub fn probe_command() -> String {
 }
 
 /// The value of capability set `name` (`CapEff`) in a tool output.
-pub fn cap(out: &str, name: &str) -> Option<String> {
+pub(crate) fn cap(out: &str, name: &str) -> Option<String> {
     out.lines()
         .find_map(|l| l.strip_prefix(&format!("{name}:")))
         .map(|v| v.trim().to_owned())
@@ -312,7 +336,7 @@ pub fn cap(out: &str, name: &str) -> Option<String> {
 /// The tool output of [`probe_command`] shows a governed worker: uid
 /// 64000, every capability set but the bounding one empty, no real key in
 /// its environment.
-pub fn assert_governed_tool_output(out: &str) {
+pub(crate) fn assert_governed_tool_output(out: &str) {
     assert_eq!(out.lines().next(), Some("64000"), "worker uid: {out}");
     for set in ["CapEff", "CapPrm", "CapAmb", "CapInh"] {
         assert_eq!(
@@ -327,7 +351,7 @@ pub fn assert_governed_tool_output(out: &str) {
 /// The real key is in none of the journal, palisade's and the agent's
 /// output and the files left in the working directory, and the journal
 /// verifies.
-pub fn assert_key_only_upstream(r: &Rig, o: &Outcome) {
+pub(crate) fn assert_key_only_upstream(r: &Rig, o: &Outcome) {
     let key = real_key();
     let journal = std::fs::read_to_string(&r.journal).unwrap();
     assert!(!journal.contains(&key), "the journal holds the key");

@@ -23,17 +23,17 @@ use serde_json::{Value, json};
 use crate::fake::{Fake, Reply, Seen};
 
 /// The text of a plain turn.
-pub const TEXT_REPLY: &str = "FAKE-ANTHROPIC-TEXT-REPLY";
+pub(crate) const TEXT_REPLY: &str = "FAKE-ANTHROPIC-TEXT-REPLY";
 /// The text of the turn after a tool result came back.
-pub const DONE_TEXT: &str = "FAKE-ANTHROPIC-TOOL-DONE";
+pub(crate) const DONE_TEXT: &str = "FAKE-ANTHROPIC-TOOL-DONE";
 /// A user prompt holding this asks for the tool turn.
-pub const TOOL_MARKER: &str = "PLEASE-RUN-THE-TOOL";
+pub(crate) const TOOL_MARKER: &str = "PLEASE-RUN-THE-TOOL";
 /// The model the fake names in its answers.
-pub const MODEL: &str = "claude-sonnet-4-5-20250929";
+pub(crate) const MODEL: &str = "claude-sonnet-4-5-20250929";
 
 /// How the fake checks the credential.
 #[derive(Clone, Debug)]
-pub enum Expect {
+pub(crate) enum Expect {
     /// `x-api-key: <key>`.
     ApiKey(String),
     /// `authorization: Bearer <token>` and an `anthropic-beta` naming
@@ -42,32 +42,32 @@ pub enum Expect {
 }
 
 /// The fake Anthropic provider.
-pub struct Anthropic {
+pub(crate) struct Anthropic {
     /// The server.
-    pub fake: Fake,
+    pub(crate) fake: Fake,
 }
 
 impl Anthropic {
     /// Start the fake: `expect` is the credential it accepts, `command`
     /// the shell command of the tool turn.
-    pub fn start(expect: Expect, command: &str) -> Anthropic {
+    pub(crate) fn start(expect: Expect, command: &str) -> Anthropic {
         let command = command.to_owned();
         let fake = Fake::start(move |req, _| answer(req, &expect, &command));
         Anthropic { fake }
     }
 
     /// `http://127.0.0.1:PORT`.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         self.fake.url()
     }
 
     /// Every request so far.
-    pub fn seen(&self) -> Vec<Seen> {
+    pub(crate) fn seen(&self) -> Vec<Seen> {
         self.fake.seen()
     }
 
     /// The `POST /v1/messages` requests.
-    pub fn messages(&self) -> Vec<Seen> {
+    pub(crate) fn messages(&self) -> Vec<Seen> {
         self.seen()
             .into_iter()
             .filter(|s| s.method == "POST" && s.path.split('?').next() == Some("/v1/messages"))
@@ -75,7 +75,7 @@ impl Anthropic {
     }
 
     /// The tool result texts the clients sent back, in order.
-    pub fn tool_results(&self) -> Vec<String> {
+    pub(crate) fn tool_results(&self) -> Vec<String> {
         self.messages()
             .iter()
             .filter_map(|s| last_tool_result(&s.json()))
@@ -105,7 +105,10 @@ fn credential_ok(req: &Seen, expect: &Expect) -> bool {
 fn answer(req: &Seen, expect: &Expect, command: &str) -> Reply {
     let path = req.path.split('?').next().unwrap_or_default();
     if req.method != "POST" {
-        return Reply::json(404, &json!({"type": "error", "error": {"type": "not_found_error", "message": "not found"}}));
+        return Reply::json(
+            404,
+            &json!({"type": "error", "error": {"type": "not_found_error", "message": "not found"}}),
+        );
     }
     if !credential_ok(req, expect) {
         return unauthorized();
@@ -114,14 +117,21 @@ fn answer(req: &Seen, expect: &Expect, command: &str) -> Reply {
     match path {
         "/v1/messages/count_tokens" => Reply::json(200, &json!({"input_tokens": 42})),
         "/v1/messages" => message(&body, command),
-        _ => Reply::json(404, &json!({"type": "error", "error": {"type": "not_found_error", "message": "not found"}})),
+        _ => Reply::json(
+            404,
+            &json!({"type": "error", "error": {"type": "not_found_error", "message": "not found"}}),
+        ),
     }
 }
 
 /// One block of the answer.
 enum Block {
     Text(String),
-    Tool { id: String, name: String, input: Value },
+    Tool {
+        id: String,
+        name: String,
+        input: Value,
+    },
 }
 
 fn message(body: &Value, command: &str) -> Reply {
