@@ -13,6 +13,11 @@
 )]
 
 #[path = "agents_common/fake.rs"]
+#[allow(
+    unreachable_pub,
+    clippy::allow_attributes_without_reason,
+    reason = "the shared fake server, included as a private module"
+)]
 mod fake;
 #[path = "agents_common/fake_anthropic.rs"]
 mod fake_anthropic;

@@ -4,7 +4,7 @@
 //! `palisade run` with a time limit. Kept small and local until the shared
 //! harness (`agents_common/mod.rs`) and `palisade run --agent` land.
 
-#![allow(dead_code)]
+#![allow(dead_code, reason = "each suite uses a part of it")]
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

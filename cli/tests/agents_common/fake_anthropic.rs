@@ -16,7 +16,7 @@
 //! for Claude Code, `bash` for Pi) running [`Anthropic::command`]; any
 //! other request gets [`TEXT_REPLY`].
 
-#![allow(dead_code)]
+#![allow(dead_code, reason = "each suite uses a part of it")]
 
 use serde_json::{Value, json};
 

@@ -51,7 +51,10 @@ pub(super) fn preset() -> AgentPreset {
             ("ANTHROPIC_API_KEY", EnvValue::Placeholder("anthropic")),
             // Telemetry (Statsig/Datadog), error reporting, the release
             // notes and `/api/hello` checks: off together.
-            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", EnvValue::Literal("1")),
+            (
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+                EnvValue::Literal("1"),
+            ),
             ("DISABLE_TELEMETRY", EnvValue::Literal("1")),
             ("DISABLE_ERROR_REPORTING", EnvValue::Literal("1")),
             ("DISABLE_AUTOUPDATER", EnvValue::Literal("1")),
