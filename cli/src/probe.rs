@@ -32,6 +32,9 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     let observer = palisade_isolate::observe::probe();
     let (observer_word, observer_mark) = observer_status(&observer);
     let min_abi = palisade_isolate::Profile::governed().min_landlock_abi();
+    // The values a launch of the built-in profiles applies (a policy's
+    // `[worker] limits` lowers them and adds the cgroup's).
+    let rlimits = palisade_isolate::Profile::governed().rlimits().describe();
     let all_required = report.layers.iter().all(|(l, s)| match l {
         palisade_isolate::Layer::Cgroups => true,
         palisade_isolate::Layer::Landlock => {
@@ -58,6 +61,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
                     })))
                     .collect::<Vec<_>>(),
                 "ready": all_required,
+                "rlimits": rlimits,
             });
             println!("{v:#}");
         }
@@ -79,6 +83,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
                 "{:<14} {:<12} {}",
                 "read_observer", observer_mark, observer.facts
             );
+            println!("{:<14} {:<12} {}", "limits", "values", rlimits.join(" "));
             println!(
                 "{}",
                 if all_required {

@@ -114,6 +114,7 @@ pub(crate) fn report_json(r: &palisade_isolate::LaunchReport) -> serde_json::Val
         "downgraded": r.downgraded.iter().map(|l| l.name()).collect::<Vec<_>>(),
         "deviations": r.deviations,
         "env_dropped": r.env_dropped,
+        "limits": r.limits.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
         "layers": r.layers.iter().map(|(l, s)| layer_json(*l, s)).collect::<Vec<_>>(),
         "mount_plan": r.mount_plan.text().lines().collect::<Vec<_>>(),
         "bridges": r.bridges.iter().map(|b| serde_json::json!({"port": b.port, "target": b.target.display().to_string()})).collect::<Vec<_>>(),
@@ -354,7 +355,14 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     child.detach();
     let code = match waited {
         // The shell's number: a wall-limit kill is 137, as documented.
-        Ok(exit) => u8::try_from(exit.code()).unwrap_or(EXIT_SETUP),
+        Ok(exit) => {
+            if exit == palisade_isolate::Exit::OomKilled {
+                eprintln!(
+                    "palisade: the worker was killed by the kernel's OOM killer at its memory limit (worker.limits.memory)"
+                );
+            }
+            u8::try_from(exit.code()).unwrap_or(EXIT_SETUP)
+        }
         Err(e) => {
             if let Some(stage) = &stage {
                 eprintln!(

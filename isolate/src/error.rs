@@ -51,11 +51,13 @@ pub enum Step {
     Exec,
     /// The parent-death signal or parent check.
     DieWithParent,
+    /// Joining the sandbox's cgroup (`[worker] limits`).
+    Cgroup,
 }
 
 impl Step {
     pub(crate) fn from_u16(v: u16) -> Option<Step> {
-        const ALL: [Step; 21] = [
+        const ALL: [Step; 22] = [
             Step::Fork,
             Step::UnshareUser,
             Step::IdMap,
@@ -77,6 +79,7 @@ impl Step {
             Step::Seccomp,
             Step::Exec,
             Step::DieWithParent,
+            Step::Cgroup,
         ];
         ALL.into_iter().find(|s| *s as u16 == v)
     }
@@ -97,6 +100,7 @@ impl Step {
             Step::NoNewPrivs => Some(Layer::NoNewPrivs),
             Step::Landlock => Some(Layer::Landlock),
             Step::Seccomp => Some(Layer::Seccomp),
+            Step::Cgroup => Some(Layer::Cgroups),
             Step::Fork | Step::Session | Step::Exec | Step::DieWithParent => None,
         }
     }
@@ -125,6 +129,7 @@ impl Step {
             Step::Seccomp => "seccomp",
             Step::Exec => "exec",
             Step::DieWithParent => "die-with-parent",
+            Step::Cgroup => "cgroup",
         }
     }
 }

@@ -96,9 +96,10 @@ pub enum Exit {
     /// profile's wall-clock limit ([`crate::Profile::limit_wall`]).
     WallLimit,
     /// The kernel's OOM killer ended the worker inside the sandbox's own
-    /// memory cgroup. The sandbox sets no cgroup of its own today (memory
-    /// is bounded by `RLIMIT_AS`), so this variant is never reported yet: a
-    /// worker the host's OOM killer ends shows as
+    /// memory cgroup (`[worker] limits.memory`): the worker died of
+    /// `SIGKILL` and the cgroup's `oom_kill` counter (v2 `memory.events`,
+    /// v1 `memory.oom_control`) is above zero. A worker the host's OOM
+    /// killer ends outside such a cgroup shows as
     /// [`Exit::Signaled`]`(`[`Signal::KILL`]`)`, never guessed to be an OOM
     /// kill.
     OomKilled,

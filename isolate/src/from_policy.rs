@@ -10,8 +10,7 @@
 //! limits; `[worker]` only adds binds, masks, variables and lower limits.
 //! What would weaken (in a `[profiles.*]` table, a bind that uncovers a
 //! built-in mask; anywhere, a raised limit or a credential-like variable)
-//! or what the sandbox cannot enforce (`limits.memory`) is an error naming
-//! the policy key, never clamped or dropped. A `[worker]` bind is the
+//! is an error naming the policy key, never clamped or dropped. A `[worker]` bind is the
 //! operator's explicit choice of what this worker sees and may lie under a
 //! built-in mask (a repository under `/home`): it shows that path and
 //! everything below it (a bind of `/home/alice` shows `~/.ssh`), and a mask
@@ -173,11 +172,6 @@ pub enum WorkerError {
     /// `=` or NUL): the worker would get another variable than the one named.
     #[error("worker.env.set `{0}` is not an environment variable name")]
     InvalidEnvName(String),
-    /// `worker.limits.memory`: the sandbox has no memory limit to apply.
-    #[error(
-        "worker.limits.memory = {0}: the sandbox cannot enforce a memory limit (it needs a delegated cgroup with the memory controller, which palisade does not manage); remove it, or cap each process's address space with `limits.address_space` (RLIMIT_AS) in a `[profiles.<name>]` profile"
-    )]
-    MemoryNotEnforced(u64),
     /// A `worker.env.pass` name the sandbox never passes (credential-like,
     /// `PATH`, `HOME`, not a variable name).
     #[error("worker.env.pass `{name}`: {source}")]
@@ -209,16 +203,13 @@ pub enum WorkerError {
 
 impl WorkerError {
     /// A stable code for the kind of refusal: `profile_mismatch`,
-    /// `invalid_path`, `invalid_name`, `memory_not_enforced` (as
-    /// `palisade-schema`'s lint of the same key),
-    /// or `profile_weakened` (a variable or a limit that would weaken the
+    /// `invalid_path`, `invalid_name`, or `profile_weakened` (a variable or a limit that would weaken the
     /// profile, as [`SandboxError::Weakens`]).
     pub fn code(&self) -> &'static str {
         match self {
             WorkerError::ProfileMismatch { .. } => "profile_mismatch",
             WorkerError::InvalidPath { .. } => "invalid_path",
             WorkerError::InvalidEnvName(_) => "invalid_name",
-            WorkerError::MemoryNotEnforced(_) => "memory_not_enforced",
             WorkerError::CommitPattern(_) => "invalid_glob",
             WorkerError::WritesDirect(_) => "profile_weakened",
             WorkerError::EnvPass { .. } | WorkerError::LimitRaised { .. } => "profile_weakened",
@@ -480,11 +471,13 @@ impl Sandbox {
     /// | `worker.cwd` | [`Sandbox::cwd`] | absolute path |
     /// | `worker.env.pass` | [`Sandbox::pass_env`] | variable name |
     /// | `worker.env.set` | [`Sandbox::env`] | name = value |
-    /// | `worker.limits.pids` | [`Limit::Processes`] (`RLIMIT_NPROC`) | count |
+    /// | `worker.limits.pids` | [`Limit::Processes`] (`RLIMIT_NPROC`) and the cgroup's `pids.max` ([`Sandbox::limit_cgroup`]) | count |
     /// | `worker.limits.cpu` | [`Limit::CpuSeconds`] (`RLIMIT_CPU`) | seconds |
     /// | `worker.limits.file_size` | [`Limit::FileSize`] (`RLIMIT_FSIZE`) | bytes |
     /// | `worker.limits.wall` | [`Sandbox::limit_wall`] | seconds, as a [`Duration`] |
-    /// | `worker.limits.memory` | refused: [`WorkerError::MemoryNotEnforced`] | bytes |
+    /// | `worker.limits.memory` | the cgroup's `memory.max` ([`Sandbox::limit_cgroup`]) | bytes |
+    /// | `worker.limits.swap` | the cgroup's `memory.swap.max` | bytes |
+    /// | `worker.limits.cpus` | the cgroup's `cpu.max` | thousandths of a CPU |
     ///
     /// Refused, never clamped: a limit above the profile's, a
     /// credential-like, `PATH` or `HOME` name in `env.pass`, a path that is
@@ -570,10 +563,6 @@ impl Sandbox {
         if let Some(bad) = set.keys().find(|k| k.is_empty() || k.contains(['=', '\0'])) {
             return Err(WorkerError::InvalidEnvName(bad.clone()));
         }
-        // CONTRACT(i19-limits): cgroup enforcement replaces these refusals.
-        if let Some(m) = memory.or(*swap).or(*cpus) {
-            return Err(WorkerError::MemoryNotEnforced(m));
-        }
         // `commit.refuse`: added to the sandbox's filter (the built-in list
         // and whatever was added before stay).
         let mut filter = self.commit_filter().clone();
@@ -625,6 +614,14 @@ impl Sandbox {
         }
         self.profile = p;
         *self.commit_filter_mut() = filter;
+        // The cgroup limits: checked (a controller, the values) at spawn,
+        // which refuses the launch rather than run without them.
+        let mut cg = crate::cgroup::CgroupLimits::default();
+        cg.memory = *memory;
+        cg.swap = *swap;
+        cg.pids = *pids;
+        cg.cpus = *cpus;
+        self.limit_cgroup(cg);
         // The working directory: `palisade run` leaves it to the policy when
         // the policy sets one (and refuses a different --cwd).
         if let Some(c) = cwd {
@@ -818,6 +815,28 @@ mod tests {
     }
 
     #[test]
+    fn cgroup_limits_reach_the_sandbox_and_are_only_lowered() {
+        let mut sb = Sandbox::new(Profile::governed());
+        assert!(sb.cgroup_limits().is_empty());
+        sb.apply_worker(&worker(
+            "limits = { memory = \"2GiB\", swap = \"1GiB\", pids = 64, cpus = 1.5 }",
+        ))
+        .unwrap();
+        let l = *sb.cgroup_limits();
+        assert_eq!(l.memory, Some(2 << 30));
+        assert_eq!(l.swap, Some(1 << 30));
+        assert_eq!(l.pids, Some(64));
+        assert_eq!(l.cpus, Some(1500));
+        // A second section lowers what it names and cannot raise anything.
+        sb.apply_worker(&worker("limits = { memory = \"4GiB\", cpus = 0.5 }"))
+            .unwrap();
+        let l = *sb.cgroup_limits();
+        assert_eq!(l.memory, Some(2 << 30));
+        assert_eq!(l.cpus, Some(500));
+        assert_eq!(l.pids, Some(64));
+    }
+
+    #[test]
     fn every_worker_key_reaches_the_sandbox() {
         let w = worker(
             "profile = \"governed\"\ncwd = \"/opt/w\"\nwritable = [\"/opt/w\"]\nread_only = [\"/opt/r\"]\nmasks = [\"/opt/m\"]\nenv = { pass = [\"E2E_PASSED\"], set = { CI = \"1\" } }\nlimits = { pids = 5, cpu = \"1m\", wall = \"2s\", file_size = \"1KiB\" }",
@@ -959,11 +978,6 @@ mod tests {
             assert_eq!(sb.working_dir(), before.working_dir(), "{section}");
             assert_eq!(sb.env_vars(), before.env_vars(), "{section}");
         };
-        refuse(
-            "limits = { memory = \"1GiB\" }",
-            "memory_not_enforced",
-            "worker.limits.memory = 1073741824: the sandbox cannot enforce a memory limit",
-        );
         refuse(
             "limits = { pids = 5000 }",
             "profile_weakened",

@@ -42,8 +42,9 @@ pub enum Layer {
     NoNewPrivs,
     /// Resource limits (`setrlimit`).
     Rlimits,
-    /// A delegated cgroup v2 (pids, memory). Optional unless a profile
-    /// requires it.
+    /// The sandbox's own cgroup (v2, or v1 hierarchies) enforcing
+    /// `[worker] limits` memory, swap, pids and cpus: required when one of
+    /// them is set, "not configured" otherwise.
     Cgroups,
 }
 
@@ -379,27 +380,11 @@ fn staged_writes_status(
     }
 }
 
+/// Which cgroup backend could enforce `[worker] limits` (memory, pids and
+/// cpu) from the launcher's own cgroups: v2, v1 hierarchies, or neither.
 fn cgroup_status() -> LayerStatus {
-    match read_trim("/sys/fs/cgroup/cgroup.controllers") {
-        Some(c)
-            if c.split_whitespace().any(|x| x == "pids")
-                && c.split_whitespace().any(|x| x == "memory") =>
-        {
-            LayerStatus::Active {
-                detail: format!("cgroup v2 controllers: {c}"),
-            }
-        }
-        Some(c) => LayerStatus::Unavailable {
-            detail: format!(
-                "cgroup v2 without delegated pids+memory controllers (`{c}`); rlimits are used instead"
-            ),
-        },
-        None => LayerStatus::Unavailable {
-            detail: String::from(
-                "no cgroup v2 hierarchy at /sys/fs/cgroup; rlimits are used instead",
-            ),
-        },
-    }
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    crate::cgroup::probe_status(std::path::Path::new("/sys/fs/cgroup"), &own)
 }
 
 #[cfg(any(fuzzing, feature = "testing"))]

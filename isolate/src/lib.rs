@@ -77,6 +77,7 @@
 //! ```
 
 mod caps_drop;
+mod cgroup;
 mod error;
 mod exit;
 mod from_policy;
@@ -100,6 +101,7 @@ pub mod stage;
 mod sys;
 mod walk_cache;
 
+pub use cgroup::CgroupLimits;
 pub use error::{SandboxError, Step};
 pub use exit::{Exit, Signal};
 pub use from_policy::{ResolveError, WorkerError};

@@ -93,7 +93,7 @@ pub struct Rlimits {
 impl Default for Rlimits {
     fn default() -> Self {
         Rlimits {
-            address_space: Some(16 << 30),
+            address_space: None,
             processes: Some(4096),
             file_size: Some(4 << 30),
             open_files: Some(4096),
@@ -137,6 +137,26 @@ impl Limit {
 }
 
 impl Rlimits {
+    /// Each limit as `NAME=value` (`inherited` when unset: the
+    /// launcher's own limit stays, `RLIMIT_AS` by default), in `setrlimit`
+    /// order.
+    pub fn describe(&self) -> Vec<String> {
+        [
+            (Limit::AddressSpace, self.address_space),
+            (Limit::Processes, self.processes),
+            (Limit::FileSize, self.file_size),
+            (Limit::OpenFiles, self.open_files),
+            (Limit::CpuSeconds, self.cpu_seconds),
+            (Limit::Core, self.core),
+        ]
+        .into_iter()
+        .map(|(l, v)| match v {
+            Some(v) => format!("{}={v}", l.name()),
+            None => format!("{}=inherited", l.name()),
+        })
+        .collect()
+    }
+
     fn slot(&mut self, which: Limit) -> &mut Option<u64> {
         match which {
             Limit::AddressSpace => &mut self.address_space,

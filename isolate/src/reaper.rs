@@ -12,6 +12,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
+use crate::cgroup::Cgroup;
 use crate::plan::{self, Placeholder};
 
 /// How long a stopped supervisor has to kill init and leave before it is
@@ -40,7 +41,12 @@ fn ends_within(pidfd: &OwnedFd, within: Duration) -> bool {
     }
 }
 
-fn reap(pid: nix::unistd::Pid, pidfd: Option<&OwnedFd>, placeholders: &[Placeholder]) {
+fn reap(
+    pid: nix::unistd::Pid,
+    pidfd: Option<&OwnedFd>,
+    placeholders: &[Placeholder],
+    cgroup: Option<Cgroup>,
+) {
     #[cfg(any(fuzzing, feature = "testing"))]
     drop(HOLD.lock());
     match pidfd {
@@ -57,19 +63,22 @@ fn reap(pid: nix::unistd::Pid, pidfd: Option<&OwnedFd>, placeholders: &[Placehol
     }
     let _ = crate::spawn::wait_code(pid);
     plan::remove_placeholders(placeholders);
+    // Whatever is left in the sandbox's cgroup is killed, the cgroup removed.
+    drop(cgroup);
 }
 
 /// Reap `pid` (its stop pipe already closed) in the background, then
-/// remove `placeholders`. Should no thread start, the caller's thread
+/// remove `placeholders` and the sandbox's `cgroup`. Should no thread start, the caller's thread
 /// reaps it.
 pub(crate) fn hand_over(
     pid: nix::unistd::Pid,
     pidfd: Option<OwnedFd>,
     placeholders: Vec<Placeholder>,
+    cgroup: Option<Cgroup>,
 ) {
-    type Job = (Option<OwnedFd>, Vec<Placeholder>);
+    type Job = (Option<OwnedFd>, Vec<Placeholder>, Option<Cgroup>);
     let job: std::sync::Arc<std::sync::Mutex<Option<Job>>> =
-        std::sync::Arc::new(std::sync::Mutex::new(Some((pidfd, placeholders))));
+        std::sync::Arc::new(std::sync::Mutex::new(Some((pidfd, placeholders, cgroup))));
     let theirs = std::sync::Arc::clone(&job);
     let take = |j: &std::sync::Mutex<Option<Job>>| {
         j.lock()
@@ -79,11 +88,11 @@ pub(crate) fn hand_over(
     let started = std::thread::Builder::new()
         .name(String::from("palisade-reaper"))
         .spawn(move || {
-            let (fd, placeholders) = take(&theirs);
-            reap(pid, fd.as_ref(), &placeholders);
+            let (fd, placeholders, cg) = take(&theirs);
+            reap(pid, fd.as_ref(), &placeholders, cg);
         });
     if started.is_err() {
-        let (fd, placeholders) = take(&job);
-        reap(pid, fd.as_ref(), &placeholders);
+        let (fd, placeholders, cg) = take(&job);
+        reap(pid, fd.as_ref(), &placeholders, cg);
     }
 }

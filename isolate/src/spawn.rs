@@ -183,6 +183,10 @@ pub struct Sandbox {
     probed: Option<std::sync::Arc<ProbeReport>>,
     /// The filter the stage's changes pass before they reach the host.
     commit_filter: crate::stage::CommitFilter,
+    /// The cgroup limits (`[worker] limits` memory, swap, pids, cpus).
+    cgroup_limits: crate::cgroup::CgroupLimits,
+    /// The cgroupfs the sandbox's cgroup is made in (`/sys/fs/cgroup`).
+    cgroup_root: PathBuf,
 }
 
 /// The explicit, named downgrade door: see [`Sandbox::dangerous`].
@@ -242,6 +246,11 @@ pub struct LaunchReport {
     /// Names the profile allowlists that were not passed because they look
     /// like credentials (names only, never a value), in allowlist order.
     pub env_dropped: Vec<String>,
+    /// Every resource limit applied, with its value, in order: the rlimits
+    /// (`RLIMIT_NOFILE=4096`, `RLIMIT_AS=inherited`) and then the cgroup's
+    /// files as written (`memory.max=2147483648`, v1
+    /// `memory.limit_in_bytes=…`).
+    pub limits: Vec<(String, String)>,
 }
 
 /// A launched sandbox.
@@ -286,6 +295,11 @@ pub struct SandboxChild {
     stage: Option<Stage>,
     /// The sandbox's PID namespace ([`SandboxChild::pid_namespace`]).
     pid_ns: PidNs,
+    /// The sandbox's own cgroup, when limits asked for one; removed once
+    /// the status is known.
+    cgroup: Option<crate::cgroup::Cgroup>,
+    /// The OOM kills counted in that cgroup when the status became known.
+    oom_kills: u64,
 }
 
 impl AsFd for SandboxChild {
@@ -459,9 +473,34 @@ impl SandboxChild {
         plan::remove_placeholders(&self.placeholders);
         self.placeholders.clear();
         self.terminal = None;
-        let exit = recorded.unwrap_or(own);
+        let exit = self.judge_oom(recorded.unwrap_or(own));
         self.status = Some(exit);
         Ok(exit)
+    }
+
+    /// Once the sandbox has ended: count the OOM kills of its cgroup, turn
+    /// a `SIGKILL` the memory cgroup's OOM killer dealt into
+    /// [`Exit::OomKilled`], then kill what is left in the cgroup and
+    /// remove it.
+    fn judge_oom(&mut self, exit: Exit) -> Exit {
+        let Some(mut cg) = self.cgroup.take() else {
+            return exit;
+        };
+        self.oom_kills = cg.oom_kills();
+        cg.remove();
+        match exit {
+            Exit::Signaled(Signal::KILL) if self.oom_kills > 0 => Exit::OomKilled,
+            other => other,
+        }
+    }
+
+    /// How many processes of the sandbox the kernel's OOM killer ended in
+    /// the sandbox's memory cgroup (`[worker] limits.memory`), once the
+    /// status is known; 0 without a memory limit. The worker itself shows
+    /// as [`Exit::OomKilled`]; this also counts a child of the worker the
+    /// worker survived.
+    pub fn oom_kills(&self) -> u64 {
+        self.oom_kills
     }
 
     /// Read init's status from the supervisor's pipe (blocking) and, when
@@ -475,6 +514,7 @@ impl SandboxChild {
         {
             plan::remove_placeholders(&self.placeholders);
             self.placeholders.clear();
+            let exit = self.judge_oom(exit);
             self.status = Some(exit);
             self.terminal = None;
         }
@@ -587,7 +627,12 @@ impl Drop for SandboxChild {
             self.stop = None;
             self.reaped = true;
             let pidfd = self.pidfd.try_clone().ok();
-            crate::reaper::hand_over(self.pid, pidfd, std::mem::take(&mut self.placeholders));
+            crate::reaper::hand_over(
+                self.pid,
+                pidfd,
+                std::mem::take(&mut self.placeholders),
+                self.cgroup.take(),
+            );
         }
     }
 }
@@ -635,6 +680,8 @@ impl Sandbox {
             stage_in: None,
             probed: None,
             commit_filter: crate::stage::CommitFilter::new(),
+            cgroup_limits: crate::cgroup::CgroupLimits::default(),
+            cgroup_root: PathBuf::from("/sys/fs/cgroup"),
         }
     }
 
@@ -725,6 +772,38 @@ impl Sandbox {
     ) -> Result<&mut Self, SandboxError> {
         self.profile.limit(which, value)?;
         Ok(self)
+    }
+
+    /// The cgroup limits of each launch: only lowered, never raised (an
+    /// unset key takes the value given, a set one the smaller of the two).
+    /// A launch with any of them set runs in a cgroup of its own, or is
+    /// refused naming the controller that is missing.
+    pub fn limit_cgroup(&mut self, limits: crate::cgroup::CgroupLimits) -> &mut Self {
+        let lower = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, y) => x.or(y),
+        };
+        let l = &mut self.cgroup_limits;
+        l.memory = lower(l.memory, limits.memory);
+        l.swap = lower(l.swap, limits.swap);
+        l.pids = lower(l.pids, limits.pids);
+        l.cpus = lower(l.cpus, limits.cpus);
+        self
+    }
+
+    /// The cgroup limits set with [`Sandbox::limit_cgroup`].
+    pub fn cgroup_limits(&self) -> &crate::cgroup::CgroupLimits {
+        &self.cgroup_limits
+    }
+
+    /// Test hook: make the sandbox's cgroup under `root` instead of
+    /// `/sys/fs/cgroup` (a fake cgroupfs), taking the launcher's cgroup
+    /// there to be `root` itself. Not part of the public API.
+    #[cfg(any(fuzzing, feature = "testing"))]
+    #[doc(hidden)]
+    pub fn __cgroup_root(&mut self, root: impl Into<PathBuf>) -> &mut Self {
+        self.cgroup_root = root.into();
+        self
     }
 
     /// Lower the wall-clock limit of the profile ([`Profile::limit_wall`]).
@@ -1007,6 +1086,10 @@ impl Sandbox {
             let _ = crate::placeholder_log::clean_stale(dir);
         }
         self.profile.check_masks()?;
+        // The cgroup exists, its limits written, before the supervisor
+        // is forked; it joins it before it creates anything.
+        let cgroup = self.create_cgroup()?;
+        let layers = self.cgroup_layer(layers, cgroup.as_ref());
         // Staged writes: the stage is created now, before anything of the
         // sandbox exists, and removed again if the launch fails.
         let stage = self.create_stage(uid, gid)?;
@@ -1019,6 +1102,7 @@ impl Sandbox {
             landlock_abi,
             [stdin, stdout, stderr],
             terminal,
+            cgroup,
         );
         match launched {
             Ok(mut child) => {
@@ -1032,6 +1116,65 @@ impl Sandbox {
                 Err(e)
             }
         }
+    }
+
+    /// The sandbox's cgroup with its limits written, when limits are set;
+    /// an error naming the missing controller otherwise (never a launch
+    /// without them).
+    fn create_cgroup(&self) -> Result<Option<crate::cgroup::Cgroup>, SandboxError> {
+        let limits = &self.cgroup_limits;
+        if limits.is_empty() {
+            return Ok(None);
+        }
+        let unavailable = |detail: String| SandboxError::LayerUnavailable {
+            layer: Layer::Cgroups,
+            detail,
+        };
+        if self.disabled.contains(&Layer::Cgroups) {
+            return Err(unavailable(String::from(
+                "worker.limits sets memory, swap, pids or cpus, but the cgroups layer was disabled",
+            )));
+        }
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let backend =
+            crate::cgroup::detect(&self.cgroup_root, &own, limits).map_err(unavailable)?;
+        crate::cgroup::Cgroup::create(&backend, &crate::cgroup::session_name(), limits)
+            .map(Some)
+            .map_err(unavailable)
+    }
+
+    /// The cgroups layer as launched: enforced (backend, directories,
+    /// values) or not configured (with the host's status).
+    fn cgroup_layer(
+        &self,
+        mut layers: Vec<(Layer, LayerStatus)>,
+        cgroup: Option<&crate::cgroup::Cgroup>,
+    ) -> Vec<(Layer, LayerStatus)> {
+        for (layer, status) in &mut layers {
+            match (*layer, cgroup) {
+                (Layer::Cgroups, Some(cg)) => {
+                    *status = LayerStatus::Active {
+                        detail: cg.describe(),
+                    };
+                }
+                (Layer::Cgroups, None) if !self.disabled.contains(&Layer::Cgroups) => {
+                    *status = LayerStatus::Degraded {
+                        detail: format!(
+                            "not configured: no worker.limits memory, swap, pids or cpus (host: {} {})",
+                            status.word(),
+                            status.detail()
+                        ),
+                    };
+                }
+                (Layer::Rlimits, _) => {
+                    *status = LayerStatus::Active {
+                        detail: self.profile.rlimits.describe().join(" "),
+                    };
+                }
+                _ => {}
+            }
+        }
+        layers
     }
 
     /// The stage of a staged launch: `None` under direct writes
@@ -1075,6 +1218,7 @@ impl Sandbox {
         landlock_abi: u32,
         [stdin, stdout, stderr]: [Option<std::fs::File>; 3],
         terminal: Option<crate::pty::Prepared>,
+        cgroup: Option<crate::cgroup::Cgroup>,
     ) -> Result<SandboxChild, SandboxError> {
         let staged = stage.map(|st| plan::Staged {
             base: st.dir().parent().map(Path::to_path_buf).unwrap_or_default(),
@@ -1146,6 +1290,7 @@ impl Sandbox {
             landlock: landlock.as_ref(),
             stdio: [&command.stdin, &command.stdout, &command.stderr],
             ctty: terminal.as_ref().map(crate::pty::Prepared::ctty),
+            cgroup_procs: cgroup.as_ref().map_or(&[], |c| c.procs()),
         };
         let Launched {
             pid,
@@ -1168,6 +1313,17 @@ impl Sandbox {
             worker_gid: gid,
             bridges: self.bridges.clone(),
             env_dropped,
+            limits: self
+                .profile
+                .rlimits
+                .describe()
+                .into_iter()
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, v)) => (k.to_owned(), v.to_owned()),
+                    None => (kv, String::new()),
+                })
+                .chain(cgroup.iter().flat_map(|c| c.values().iter().cloned()))
+                .collect(),
         };
         let mut child = SandboxChild {
             pid,
@@ -1184,6 +1340,8 @@ impl Sandbox {
             terminal: None,
             stage: None,
             pid_ns,
+            cgroup,
+            oom_kills: 0,
         };
         // The relay thread starts once the forks are done; should it fail,
         // the dropped child kills the sandbox.
@@ -1345,6 +1503,9 @@ struct ChildSetup<'a> {
     /// The one of fds 0-2 that is the worker's pty slave, made its
     /// controlling terminal.
     ctty: Option<RawFd>,
+    /// `cgroup.procs` of the sandbox's cgroup (one per hierarchy): the
+    /// supervisor writes itself there first.
+    cgroup_procs: &'a [OwnedFd],
 }
 
 /// A setup failure in a child: written to the error pipe, then `_exit(125)`.
@@ -1708,6 +1869,11 @@ fn supervisor(
         .map_err(nx(Step::DieWithParent, "PR_SET_PDEATHSIG"))?;
     if nix::unistd::getppid() != launcher {
         sys::exit_now(125);
+    }
+    // Into the sandbox's cgroup before anything else: init and the worker
+    // are forked from here, so every process of the sandbox is born inside.
+    for fd in setup.cgroup_procs {
+        nix::unistd::write(fd, b"0").map_err(nx(Step::Cgroup, "join the sandbox's cgroup"))?;
     }
     // Own process group: a terminal's Ctrl-C reaches the launcher only,
     // which forwards it once (the worker is in its own session anyway).

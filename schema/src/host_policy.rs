@@ -2844,17 +2844,6 @@ fn lint(cx: &mut Cx<'_>, root: &Table<'_, '_>, p: &HostPolicy) {
             .help("deny or ask `git.delete_ref` on the same targets (allow `git.push` rather than `git`)");
         }
     }
-    // A memory limit the sandbox cannot enforce: `palisade run` refuses it.
-    if p.worker.limits.memory.is_some() {
-        let path = Path::root().key("worker").key("limits").key("memory");
-        cx.warning(
-            "memory_not_enforced",
-            &span_of(&path),
-            &path,
-            "the sandbox has no cgroup memory limit to enforce this with: `palisade run` refuses the policy",
-        )
-        .help("remove it; to cap each process's address space (RLIMIT_AS), set `limits.address_space` in a `[profiles.<name>]` profile");
-    }
     // The weaker write mode, chosen on purpose or by accident.
     if p.worker.writes == Writes::Direct {
         let path = Path::root().key("worker").key("writes");

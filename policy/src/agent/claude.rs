@@ -1,6 +1,33 @@
-//! The `claude` preset. CONTRACT(i19): filled by the agent's helper.
+//! The `claude` preset: Claude Code 2.1.197 (`@anthropic-ai/claude-code`,
+//! a native executable) on the Anthropic Messages API.
+//!
+//! Where each value comes from: the environment variables are Claude
+//! Code's documented settings (docs.claude.com, "Claude Code settings",
+//! environment variables) and appear in the executable
+//! (`bin/claude.exe`); the first-run state (`hasCompletedOnboarding`,
+//! `customApiKeyResponses`) is what Claude Code keeps in `~/.claude.json`.
+//! The hosts were seen denied in the journal of a run without the
+//! switches (`cli/tests/agents_claude.rs`) or found in the executable.
 
-use super::{AgentName, AgentPreset, TestedWith};
+use super::{AgentName, AgentPreset, EnvValue, FileFormat, PresetFile, PresetRelay, TestedWith};
+use palisade_schema::host_policy::{CredentialKind, RelayPreset};
+
+/// `~/.claude.json`: onboarding done, and the relay's placeholder key
+/// approved (Claude Code remembers approved keys by their last 20
+/// characters, so the placeholder must be stable for the policy and
+/// relay: `{placeholder_tail:…}`). Claude Code rewrites this file while it
+/// runs, so it stays writable; it holds no hook or command.
+const CLAUDE_JSON: &str = r#"{
+  "hasCompletedOnboarding": true,
+  "lastOnboardingVersion": "2.1.197",
+  "bypassPermissionsModeAccepted": false,
+  "autoUpdates": false,
+  "customApiKeyResponses": {
+    "approved": ["{placeholder_tail:anthropic}"],
+    "rejected": []
+  }
+}
+"#;
 
 pub(super) fn preset() -> AgentPreset {
     AgentPreset {
@@ -10,12 +37,63 @@ pub(super) fn preset() -> AgentPreset {
             version: "2.1.197",
             bin: "claude",
         },
-        relays: Vec::new(),
-        env: Vec::new(),
-        files: Vec::new(),
-        state_dirs: Vec::new(),
-        protected_home: Vec::new(),
-        protected_workdir: Vec::new(),
-        denied_hosts: Vec::new(),
+        relays: vec![PresetRelay {
+            name: "anthropic",
+            provider: "anthropic",
+            preset: RelayPreset::Anthropic,
+            origin: "https://api.anthropic.com",
+            credentials: &[CredentialKind::ApiKey, CredentialKind::AnthropicOauth],
+            api_key: ("x-api-key", "ANTHROPIC_API_KEY", ""),
+        }],
+        env: vec![
+            // The relay instead of api.anthropic.com, and its placeholder.
+            ("ANTHROPIC_BASE_URL", EnvValue::RelayUrl("anthropic")),
+            ("ANTHROPIC_API_KEY", EnvValue::Placeholder("anthropic")),
+            // Telemetry (Statsig/Datadog), error reporting, the release
+            // notes and `/api/hello` checks: off together.
+            (
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+                EnvValue::Literal("1"),
+            ),
+            ("DISABLE_TELEMETRY", EnvValue::Literal("1")),
+            ("DISABLE_ERROR_REPORTING", EnvValue::Literal("1")),
+            ("DISABLE_AUTOUPDATER", EnvValue::Literal("1")),
+            ("DISABLE_BUG_COMMAND", EnvValue::Literal("1")),
+        ],
+        files: vec![PresetFile {
+            path: ".claude.json",
+            template: CLAUDE_JSON,
+            format: FileFormat::Json,
+            read_only: false,
+        }],
+        state_dirs: vec![".claude"],
+        // Config Claude Code executes or obeys on its next start: settings
+        // (hooks, permissions, `apiKeyHelper`, MCP servers), hook scripts,
+        // slash commands, sub-agents, skills, plugins and memory.
+        protected_home: vec![
+            ".claude/settings.json",
+            ".claude/settings.local.json",
+            ".claude/hooks",
+            ".claude/commands",
+            ".claude/agents",
+            ".claude/skills",
+            ".claude/plugins",
+            ".claude/CLAUDE.md",
+        ],
+        // The project's Claude config: `.claude/` (settings with hooks,
+        // commands, agents) and `.mcp.json` (MCP servers started on the
+        // next run, on the host when a person runs `claude` there).
+        protected_workdir: vec![".claude", ".mcp.json"],
+        denied_hosts: vec![
+            // `/api/hello`, `/api/claude_code/metrics`, OAuth; the relay is
+            // the only way to the Messages API.
+            "api.anthropic.com",
+            "platform.claude.com",
+            "statsig.anthropic.com",
+            "http-intake.logs.us5.datadoghq.com",
+            "browser-intake-us5-datadoghq.com",
+            // The auto-updater's and plugin catalogue's bucket.
+            "storage.googleapis.com",
+        ],
     }
 }

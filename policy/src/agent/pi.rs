@@ -1,6 +1,37 @@
-//! The `pi` preset. CONTRACT(i19): filled by the agent's helper.
+//! The `pi` preset: Pi 0.73.1 (`@mariozechner/pi-coding-agent`, Node) on
+//! the Anthropic Messages API.
+//!
+//! Where each value comes from: the package's `docs/usage.md`
+//! (environment variables), `docs/models.md` (`models.json`, "Overriding
+//! Built-in Providers"), `docs/extensions.md`, `docs/settings.md`,
+//! `docs/skills.md`, `docs/prompt-templates.md` and `docs/packages.md`
+//! (what Pi loads and runs from `~/.pi/agent` and the project's `.pi/`).
 
-use super::{AgentName, AgentPreset, TestedWith};
+use super::{AgentName, AgentPreset, EnvValue, FileFormat, PresetFile, PresetRelay, TestedWith};
+use palisade_schema::host_policy::{CredentialKind, RelayPreset};
+
+/// `~/.pi/agent/models.json`: Pi takes base URLs only from here (it
+/// ignores `ANTHROPIC_BASE_URL`); the built-in `anthropic` provider is
+/// pointed at the relay and keeps its models. The key comes from
+/// `ANTHROPIC_API_KEY` (the placeholder). Read-only: an `apiKey` or header
+/// value starting with `!` is a shell command Pi runs.
+const MODELS_JSON: &str = r#"{
+  "providers": {
+    "anthropic": {
+      "baseUrl": "{relay_url:anthropic}"
+    }
+  }
+}
+"#;
+
+/// `~/.pi/agent/settings.json`: no packages, extensions or skills beyond
+/// the defaults; read-only, since `packages` are installed and
+/// `extensions` run on start.
+const SETTINGS_JSON: &str = r#"{
+  "packages": [],
+  "extensions": []
+}
+"#;
 
 pub(super) fn preset() -> AgentPreset {
     AgentPreset {
@@ -10,12 +41,59 @@ pub(super) fn preset() -> AgentPreset {
             version: "0.73.1",
             bin: "pi",
         },
-        relays: Vec::new(),
-        env: Vec::new(),
-        files: Vec::new(),
-        state_dirs: Vec::new(),
-        protected_home: Vec::new(),
-        protected_workdir: Vec::new(),
-        denied_hosts: Vec::new(),
+        relays: vec![PresetRelay {
+            name: "anthropic",
+            provider: "anthropic",
+            preset: RelayPreset::Anthropic,
+            origin: "https://api.anthropic.com",
+            // A key shaped `sk-ant-oat…` makes Pi send it as an OAuth
+            // Bearer token with the `oauth-` beta header.
+            credentials: &[CredentialKind::ApiKey, CredentialKind::AnthropicOauth],
+            api_key: ("x-api-key", "ANTHROPIC_API_KEY", ""),
+        }],
+        env: vec![
+            ("ANTHROPIC_API_KEY", EnvValue::Placeholder("anthropic")),
+            // No update check, package update check or install telemetry
+            // (pi.dev).
+            ("PI_OFFLINE", EnvValue::Literal("1")),
+            ("PI_SKIP_VERSION_CHECK", EnvValue::Literal("1")),
+            ("PI_TELEMETRY", EnvValue::Literal("0")),
+        ],
+        files: vec![
+            PresetFile {
+                path: ".pi/agent/models.json",
+                template: MODELS_JSON,
+                format: FileFormat::Json,
+                read_only: true,
+            },
+            PresetFile {
+                path: ".pi/agent/settings.json",
+                template: SETTINGS_JSON,
+                format: FileFormat::Json,
+                read_only: true,
+            },
+        ],
+        // Sessions (`sessions/`) and the key store Pi writes (`auth.json`
+        // is written in `.pi/agent` itself).
+        state_dirs: vec![".pi/agent", ".pi/agent/sessions"],
+        // What Pi runs or obeys on start: extensions (TypeScript it
+        // executes), skills, prompt templates, themes, installed packages
+        // (`npm/`, `git/`), global instructions and the system prompt.
+        protected_home: vec![
+            ".pi/agent/extensions",
+            ".pi/agent/skills",
+            ".pi/agent/prompts",
+            ".pi/agent/themes",
+            ".pi/agent/npm",
+            ".pi/agent/git",
+            ".pi/agent/AGENTS.md",
+            ".pi/agent/SYSTEM.md",
+            ".pi/agent/keybindings.json",
+        ],
+        // The project's `.pi/`: `extensions/*.ts` run on the next start
+        // (on the host when a person runs `pi` there), `settings.json`
+        // installs packages, and skills, prompts and `SYSTEM.md` steer.
+        protected_workdir: vec![".pi"],
+        denied_hosts: vec!["pi.dev"],
     }
 }

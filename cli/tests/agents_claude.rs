@@ -1,0 +1,159 @@
+//! Claude Code as a governed worker, against the fake Anthropic Messages
+//! provider on 127.0.0.1. Each test is ignored by default (it needs the
+//! agent CLIs): `PALISADE_AGENTS_BIN=…/node_modules/.bin cargo test -p
+//! palisade-cli --test agents_claude -- --ignored`, as root.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::print_stderr,
+    clippy::disallowed_methods,
+    reason = "tests"
+)]
+
+#[path = "agents_common/fake.rs"]
+#[allow(
+    unreachable_pub,
+    clippy::allow_attributes_without_reason,
+    reason = "the shared fake server, included as a private module"
+)]
+mod fake;
+#[path = "agents_common/fake_anthropic.rs"]
+mod fake_anthropic;
+#[path = "../../examples/governed-worker/provider.rs"]
+#[allow(dead_code, unreachable_pub, reason = "shared with the demo binary")]
+mod provider;
+#[path = "agents_common/anthropic_rig.rs"]
+mod rig;
+
+use std::time::Duration;
+
+use fake_anthropic::{Anthropic, Expect};
+use palisade_policy::agent::{AgentName, EnvValue, preset};
+use rig::Rig;
+
+const LIMIT: Duration = Duration::from_secs(90);
+
+fn claude() -> String {
+    rig::agent_bin("claude").display().to_string()
+}
+
+/// The preset's fixed environment (the relay URL and placeholder come
+/// from the hand-written relay's `worker_env` until `--agent` lands).
+fn preset_env() -> Vec<(&'static str, &'static str)> {
+    preset(AgentName::Claude)
+        .env
+        .iter()
+        .filter_map(|(k, v)| match v {
+            EnvValue::Literal(l) => Some((*k, *l)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn denials(r: &Rig) -> Vec<String> {
+    r.records()
+        .iter()
+        .filter(|x| x["kind"] == "egress_connection" && x["body"]["decision"] == "deny")
+        .map(|x| {
+            format!(
+                "{}:{} {}",
+                x["body"]["host"].as_str().unwrap_or(""),
+                x["body"]["port"],
+                x["body"]["reason"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
+/// Claude Code completes a tool turn through the relay: the tool runs as
+/// the worker uid without capabilities, its output reaches the provider
+/// in the follow-up request, the real key reaches only the fake upstream,
+/// the journal verifies, and with the preset's switches Claude Code tries
+/// no other host.
+#[test]
+#[ignore = "needs the agent CLIs: cargo xtask agents"]
+fn claude_tool_turn_is_governed_and_the_key_stays_on_the_host() {
+    assert!(rig::is_root(), "the agent suite runs as root");
+    let f = Anthropic::start(Expect::ApiKey(rig::real_key()), &rig::probe_command());
+    let r = Rig::new(f.fake.addr, &preset_env(), "");
+    let c = claude();
+    let o = r.run(
+        &[
+            &c,
+            "-p",
+            "Check the sandbox. PLEASE-RUN-THE-TOOL",
+            "--allowedTools",
+            "Bash",
+        ],
+        LIMIT,
+    );
+    assert_eq!(o.code, 0, "claude failed: {}\n{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains(fake_anthropic::DONE_TEXT), "{}", o.stdout);
+
+    let results = f.tool_results();
+    assert_eq!(results.len(), 1, "{results:?}");
+    rig::assert_governed_tool_output(&results[0]);
+    let file = std::fs::read_to_string(r.work.join("tool-out.txt")).unwrap();
+    assert!(file.starts_with("64000\n"), "{file}");
+
+    // The fake answers 401 to anything but the real key: every Messages
+    // request carried it, so the relay swapped the placeholder for it.
+    let msgs = f.messages();
+    assert!(
+        msgs.len() >= 2,
+        "a tool turn and its follow-up: {}",
+        msgs.len()
+    );
+    for m in &msgs {
+        assert!(
+            m.header("x-api-key") == Some(rig::real_key().as_str()),
+            "a request without the real key reached the fake"
+        );
+    }
+    assert!(
+        f.seen().iter().all(|s| s.path.starts_with("/v1/messages")),
+        "only the Messages API reached the upstream"
+    );
+    rig::assert_key_only_upstream(&r, &o);
+    let d = denials(&r);
+    assert!(
+        d.is_empty(),
+        "with the preset's switches Claude Code tries no other host: {d:?}"
+    );
+}
+
+/// Without the preset's switches Claude Code contacts api.anthropic.com
+/// directly (metrics, `/api/hello`); the proxy refuses it, the journal
+/// names the host, and the preset lists it among its denied hosts. The
+/// positive control is the test above: the same run with the switches
+/// has no denial.
+#[test]
+#[ignore = "needs the agent CLIs: cargo xtask agents"]
+fn claude_without_the_switches_is_denied_api_anthropic_com_and_the_journal_names_it() {
+    assert!(rig::is_root(), "the agent suite runs as root");
+    let f = Anthropic::start(Expect::ApiKey(rig::real_key()), "true");
+    let r = Rig::new(f.fake.addr, &[], "");
+    let c = claude();
+    let o = r.run(&[&c, "-p", "Say hello."], LIMIT);
+    assert_eq!(o.code, 0, "claude failed: {}\n{}", o.stdout, o.stderr);
+    assert!(
+        o.stdout.contains(fake_anthropic::TEXT_REPLY),
+        "{}",
+        o.stdout
+    );
+    let d = denials(&r);
+    assert!(
+        d.iter()
+            .any(|x| x == "api.anthropic.com:443 host_not_allowed"),
+        "{d:?}"
+    );
+    assert!(
+        preset(AgentName::Claude)
+            .denied_hosts
+            .contains(&"api.anthropic.com")
+    );
+    let (code, text) = r.verify();
+    assert_eq!(code, 0, "journal verify: {text}");
+}
