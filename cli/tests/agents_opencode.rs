@@ -25,33 +25,42 @@ mod fake_openai;
 mod oai_suite;
 
 use oai_suite::{Rig, agent_bin, is_root};
+use palisade_policy::agent::{AgentName, EnvValue, preset};
 
-/// The OpenCode config the preset renders into
-/// `~/.config/opencode/opencode.json` (`policy/src/agent/opencode.rs`);
-/// here the relay URL comes from OpenCode's `{env:…}` substitution until
-/// `--agent` renders it.
-const CONFIG: &str = r#"{
-  "$schema": "https://opencode.ai/config.json",
-  "autoupdate": false,
-  "share": "disabled",
-  "model": "openai/gpt-5",
-  "small_model": "openai/gpt-5",
-  "provider": {
-    "openai": {
-      "options": { "baseURL": "{env:OPENAI_BASE_URL}/v1", "apiKey": "{env:OPENAI_API_KEY}" }
-    }
-  }
+/// The preset's `~/.config/opencode/opencode.json`
+/// (`policy/src/agent/opencode.rs`), with the relay URL left to
+/// OpenCode's own `{env:OPENAI_BASE_URL}` substitution until `--agent`
+/// renders it.
+fn config() -> String {
+    let p = preset(AgentName::OpenCode);
+    let file = p
+        .files
+        .iter()
+        .find(|f| f.path == ".config/opencode/opencode.json")
+        .expect("the opencode preset writes its global config");
+    assert!(
+        file.read_only,
+        "opencode.json runs commands (mcp) and loads plugins"
+    );
+    let text = file
+        .template
+        .replace("{relay_url:openai}", "{env:OPENAI_BASE_URL}");
+    serde_json::from_str::<serde_json::Value>(&text).expect("the template is JSON");
+    text
 }
-"#;
 
-/// The switches the preset sets (`opencode.rs`).
-const ENV: &[(&str, &str)] = &[
-    ("OPENCODE_DISABLE_AUTOUPDATE", "1"),
-    ("OPENCODE_DISABLE_MODELS_FETCH", "1"),
-    ("OPENCODE_DISABLE_SHARE", "1"),
-    ("OPENCODE_DISABLE_LSP_DOWNLOAD", "1"),
-    ("OPENCODE_DISABLE_DEFAULT_PLUGINS", "1"),
-];
+/// The preset's literal environment (its switches); the placeholder
+/// comes from the relay's `worker_env`.
+fn env() -> Vec<(&'static str, &'static str)> {
+    preset(AgentName::OpenCode)
+        .env
+        .iter()
+        .filter_map(|(k, v)| match v {
+            EnvValue::Literal(l) => Some((*k, *l)),
+            _ => None,
+        })
+        .collect()
+}
 
 fn rig() -> Option<Rig> {
     if !is_root() {
@@ -64,13 +73,13 @@ fn rig() -> Option<Rig> {
     for d in [r.home.join(".config"), dir.clone()] {
         std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     }
-    std::fs::write(dir.join("opencode.json"), CONFIG).unwrap();
+    std::fs::write(dir.join("opencode.json"), config()).unwrap();
     Some(r)
 }
 
 fn script() -> String {
     format!(
-        "exec {} run 'Run the check and report.'",
+        "exec {} run -m openai/gpt-5 'Run the check and report.'",
         agent_bin("opencode").display()
     )
 }
@@ -85,7 +94,7 @@ fn script() -> String {
 fn opencode_run_turn_with_a_tool_call_runs_governed() {
     let Some(r) = rig() else { return };
     let policy = r.policy("");
-    let out = r.run(&policy, ENV, &script());
+    let out = r.run(&policy, &env(), &script());
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "opencode: {stdout}\n{stderr}");
@@ -104,6 +113,13 @@ fn opencode_run_turn_with_a_tool_call_runs_governed() {
         !denied.iter().any(|h| h == "models.opencode.ai"),
         "OPENCODE_DISABLE_MODELS_FETCH keeps it from trying models.opencode.ai: {denied:?}"
     );
+    let listed = preset(AgentName::OpenCode).denied_hosts;
+    for host in &denied {
+        assert!(
+            listed.contains(&host.as_str()),
+            "{host} is in the preset's denied_hosts"
+        );
+    }
 }
 
 /// The control of the preset's `OPENCODE_DISABLE_MODELS_FETCH`: without
@@ -115,9 +131,8 @@ fn opencode_run_turn_with_a_tool_call_runs_governed() {
 fn opencode_model_list_fetch_is_denied_and_recorded_without_the_switch() {
     let Some(r) = rig() else { return };
     let policy = r.policy("");
-    let env: Vec<(&str, &str)> = ENV
-        .iter()
-        .copied()
+    let env: Vec<(&str, &str)> = env()
+        .into_iter()
         .filter(|(k, _)| *k != "OPENCODE_DISABLE_MODELS_FETCH")
         .collect();
     let out = r.run(&policy, &env, &script());
