@@ -12,6 +12,10 @@
     clippy::disallowed_methods,
     reason = "tests"
 )]
+#![allow(
+    clippy::allow_attributes_without_reason,
+    reason = "the shared agents_common/fake.rs has a bare allow(dead_code)"
+)]
 
 #[path = "agents_common/fake.rs"]
 #[allow(unreachable_pub, reason = "shared by the agent suites")]

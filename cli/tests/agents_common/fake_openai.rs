@@ -17,7 +17,7 @@
 //! `#[path = "agents_common/fake.rs"] mod fake;` and
 //! `#[path = "agents_common/fake_openai.rs"] mod fake_openai;`.
 
-#![allow(dead_code)]
+#![allow(dead_code, reason = "each suite uses part of it")]
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! fake OpenAI provider's relay, and the checks every agent test makes
 //! (the tool's uid and capabilities, where the real key went, the journal).
 
-#![allow(dead_code)]
+#![allow(dead_code, reason = "each suite uses part of it")]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
