@@ -35,23 +35,7 @@ use palisade_policy::agent::{AgentName, preset};
 /// renders the relay URL into it; `features_plugins` false drops the
 /// preset's `[features] plugins = false` (the control).
 fn config(features_plugins: bool) -> String {
-    let p = preset(AgentName::Codex);
-    let file = p
-        .files
-        .iter()
-        .find(|f| f.path == ".codex/config.toml")
-        .expect("the codex preset writes .codex/config.toml");
-    assert!(
-        file.read_only,
-        "config.toml runs commands (notify, mcp_servers)"
-    );
-    let text = file
-        .template
-        .replace("{relay_url:openai}", "http://127.0.0.1:1");
-    assert!(
-        !text.contains('{'),
-        "the only template value is the relay URL"
-    );
+    let text = oai_suite::render_file(AgentName::Codex, ".codex/config.toml", "http://127.0.0.1:1");
     if features_plugins {
         text
     } else {

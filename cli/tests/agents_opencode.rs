@@ -36,19 +36,11 @@ use palisade_policy::agent::{AgentName, EnvValue, preset};
 /// OpenCode's own `{env:OPENAI_BASE_URL}` substitution until `--agent`
 /// renders it.
 fn config() -> String {
-    let p = preset(AgentName::OpenCode);
-    let file = p
-        .files
-        .iter()
-        .find(|f| f.path == ".config/opencode/opencode.json")
-        .expect("the opencode preset writes its global config");
-    assert!(
-        file.read_only,
-        "opencode.json runs commands (mcp) and loads plugins"
+    let text = oai_suite::render_file(
+        AgentName::OpenCode,
+        ".config/opencode/opencode.json",
+        "{env:OPENAI_BASE_URL}",
     );
-    let text = file
-        .template
-        .replace("{relay_url:openai}", "{env:OPENAI_BASE_URL}");
     serde_json::from_str::<serde_json::Value>(&text).expect("the template is JSON");
     text
 }

@@ -288,3 +288,40 @@ pub fn walk(root: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// Template values for rendering a preset file before `--agent` does it:
+/// the relay URL given, the placeholder left to the relay's `worker_env`.
+struct Values(String);
+
+impl palisade_policy::agent::TemplateValues for Values {
+    fn relay_url(&self, name: &str) -> Option<String> {
+        (name == "openai").then(|| self.0.clone())
+    }
+    fn placeholder(&self, _: &str) -> Option<String> {
+        None
+    }
+    fn home(&self) -> String {
+        String::new()
+    }
+    fn cwd(&self) -> String {
+        String::new()
+    }
+}
+
+/// The preset file of `agent` at `path`, rendered by
+/// `palisade_policy::agent::render` with `relay_url` for the relay's URL;
+/// it must be read-only inside (these files run commands).
+pub fn render_file(
+    agent: palisade_policy::agent::AgentName,
+    path: &str,
+    relay_url: &str,
+) -> String {
+    let p = palisade_policy::agent::preset(agent);
+    let file = p
+        .files
+        .iter()
+        .find(|f| f.path == path)
+        .unwrap_or_else(|| panic!("the {agent:?} preset writes {path}"));
+    assert!(file.read_only, "{path} runs commands: read-only inside");
+    palisade_policy::agent::render(file, &Values(relay_url.to_owned())).unwrap()
+}

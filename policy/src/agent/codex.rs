@@ -104,3 +104,7 @@ pub(super) fn preset() -> AgentPreset {
         ],
     }
 }
+
+#[cfg(test)]
+#[path = "oai_tests.rs"]
+mod tests;

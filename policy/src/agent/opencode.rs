@@ -18,18 +18,18 @@ use palisade_schema::host_policy::{CredentialKind, RelayPreset};
 
 /// `~/.config/opencode/opencode.json`: the `openai` provider at the relay
 /// (its key from `OPENAI_API_KEY`, the placeholder), no auto-update, no
-/// sharing. Read-only: `mcp` entries run commands, `plugin` loads code,
+/// sharing (`{{`/`}}` are the JSON's braces). Read-only: `mcp` entries run commands, `plugin` loads code,
 /// `provider` says where prompts go.
-pub(super) const OPENCODE_JSON: &str = r#"{
+pub(super) const OPENCODE_JSON: &str = r#"{{
   "$schema": "https://opencode.ai/config.json",
   "autoupdate": false,
   "share": "disabled",
-  "provider": {
-    "openai": {
-      "options": { "baseURL": "{relay_url:openai}/v1" }
-    }
-  }
-}
+  "provider": {{
+    "openai": {{
+      "options": {{ "baseURL": "{relay_url:openai}/v1" }}
+    }}
+  }}
+}}
 "#;
 
 const DIR: &str = ".config/opencode";
