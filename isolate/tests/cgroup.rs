@@ -98,7 +98,10 @@ fn pids_stops_a_loop_of_forks() {
         .trim_start_matches("forked ")
         .parse()
         .unwrap_or(999);
-    assert!(forked <= 19, "pids = 20 let the worker fork {forked}: {out}");
+    assert!(
+        forked <= 19,
+        "pids = 20 let the worker fork {forked}: {out}"
+    );
     // Positive control: 100 lets all 50 run.
     let mut many = CgroupLimits::default();
     many.pids = Some(100);

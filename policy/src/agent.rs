@@ -95,7 +95,9 @@ pub struct PresetFile {
     pub path: &'static str,
     /// The template: text with `{relay_url:NAME}`, `{placeholder:NAME}`,
     /// `{placeholder_tail:NAME}` (its last 20 characters), `{home}` and
-    /// `{cwd}`, each replaced by [`render`]; `{{` and `}}` are literal braces.
+    /// `{cwd}`, each replaced by [`render`]; `{{` and `}}` are literal
+    /// braces, and so is any brace that does not start such a name (a
+    /// JSON object's), but an unknown `{name}` is an error.
     pub template: &'static str,
     /// How values are escaped.
     pub format: FileFormat,
@@ -337,8 +339,9 @@ pub trait TemplateValues {
 
 /// Render one preset file: each `{…}` of [`PresetFile::template`] replaced
 /// by its value escaped for [`PresetFile::format`]; `{{` and `}}` are
-/// literal braces. An unknown name, an unknown relay, an unclosed or lone
-/// brace, or a value the format cannot hold is [`AgentError::Template`].
+/// literal braces, as is a brace that starts no name. An unknown name, an
+/// unknown relay, or a value the format cannot hold is
+/// [`AgentError::Template`].
 pub fn render(file: &PresetFile, values: &dyn TemplateValues) -> Result<String, AgentError> {
     let err = |message: String| AgentError::Template {
         path: file.path,
@@ -356,22 +359,39 @@ pub fn render(file: &PresetFile, values: &dyn TemplateValues) -> Result<String, 
         } else if let Some(r) = at.strip_prefix("}}") {
             out.push('}');
             rest = r;
-        } else if let Some(r) = at.strip_prefix('{') {
-            let Some(close) = r.find('}') else {
-                return Err(err("an unclosed `{` in the template".to_owned()));
-            };
-            let (name, after) = r.split_at(close);
+        } else if let Some((name, after)) = at.strip_prefix('{').and_then(name_at) {
             let value = lookup(name, values).map_err(err)?;
             out.push_str(
                 &escape(&value, file.format).map_err(|m| err(format!("`{{{name}}}`: {m}")))?,
             );
-            rest = after.get(1..).unwrap_or("");
+            rest = after;
         } else {
-            return Err(err("a lone `}` in the template (write `}}`)".to_owned()));
+            // A brace that does not start a name (JSON's own) is literal.
+            out.push_str(at.get(..1).unwrap_or(""));
+            rest = at.get(1..).unwrap_or("");
         }
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// The name at the start of `s` (`home`, `relay_url:NAME`: lowercase
+/// letters and `_`, then optionally `:` and a relay name) up to its `}`,
+/// and the text after the `}`.
+fn name_at(s: &str) -> Option<(&str, &str)> {
+    let close = s.find('}')?;
+    let (name, after) = s.split_at(close);
+    let (word, arg) = match name.split_once(':') {
+        Some((w, a)) => (w, Some(a)),
+        None => (name, None),
+    };
+    let word_ok = !word.is_empty() && word.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
+    let arg_ok = arg.is_none_or(|a| {
+        !a.is_empty()
+            && a.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+    });
+    (word_ok && arg_ok).then(|| (name, after.get(1..).unwrap_or("")))
 }
 
 /// The value of one template name.

@@ -7,12 +7,15 @@
 //! - `cargo xtask fuzz [TARGET] [--time SECONDS]` runs fuzz targets.
 //! - `cargo xtask bench [--quick] [SUITE…]` measures palisade against its
 //!   peers and regenerates `docs/benchmarks.md` (see `bench.rs`).
+//! - `cargo xtask agents` installs the pinned agent CLIs from npm and runs
+//!   the agent suite with them (see `agents.rs`).
 //! - `cargo xtask api [--bless]` checks (or rewrites) the public-API
 //!   snapshots under `api/` (see `api.rs`).
 
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout, reason = "a command-line tool")]
 
+mod agents;
 mod api;
 mod bench;
 mod tidy;
@@ -27,6 +30,7 @@ fn main() -> ExitCode {
         Some("fuzz") => fuzz(args.get(1..).unwrap_or_default()),
         Some("bench") => bench::bench(args.get(1..).unwrap_or_default()),
         Some("api") => api::api(args.get(1..).unwrap_or_default()),
+        Some("agents") => agents::agents(&workspace_root()),
         _ => Err(USAGE.to_owned()),
     };
     match res {
@@ -38,7 +42,7 @@ fn main() -> ExitCode {
     }
 }
 
-const USAGE: &str = "usage: cargo xtask ci | fuzz [TARGET] [--time SECONDS] | bench [--quick] [SUITE…] | api [--bless]";
+const USAGE: &str = "usage: cargo xtask ci | fuzz [TARGET] [--time SECONDS] | bench [--quick] [SUITE…] | api [--bless] | agents";
 
 /// Seconds each fuzz target runs during `cargo xtask ci`.
 const FUZZ_SMOKE_SECONDS: u32 = 10;

@@ -241,7 +241,11 @@ impl AgentSession {
                 _ => {}
             }
         }
-        if let Some(dir) = home.parent() {
+        // The key is masked inside (under `/tmp` it is out of view already:
+        // the sandbox's `/tmp` is its own).
+        if let Some(dir) = home.parent()
+            && !dir.starts_with("/tmp")
+        {
             sb.mask(dir.join("placeholder.key"));
         }
         for name in &self.plan.preset.protected_workdir {

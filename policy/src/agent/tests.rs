@@ -166,15 +166,13 @@ fn render_replaces_each_name_and_keeps_double_braces() {
 }
 
 #[test]
-fn render_refuses_unknown_names_relays_and_stray_braces() {
+fn render_refuses_unknown_names_and_relays_and_keeps_other_braces() {
     let v = Values("p".to_owned());
-    for t in [
-        "{nope}",
-        "{relay_url:b}",
-        "{placeholder:b}",
-        "x {home",
-        "a } b",
-    ] {
+    assert_eq!(
+        render(&file("{\n \"a\": {home}} x {home", FileFormat::Text), &v).unwrap(),
+        "{\n \"a\": /home/w} x {home"
+    );
+    for t in ["{nope}", "{relay_url:b}", "{placeholder:b}", "{nope:a}"] {
         let e = render(&file(t, FileFormat::Text), &v).unwrap_err();
         assert!(
             matches!(e, AgentError::Template { path: "f", .. }),
