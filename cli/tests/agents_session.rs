@@ -30,6 +30,10 @@ try 'echo x > ordinary.txt' workdir_ordinary
 try 'echo x >> "$HOME/.claude/settings.json"' home_claude_settings
 try 'rm -f "$HOME/.claude/settings.json" && echo x > "$HOME/.claude/settings.json"' home_claude_settings_replace
 try 'echo x >> "$HOME/.bashrc"' home_bashrc
+try 'rm -f "$HOME/.bashrc"; echo x > "$HOME/.bashrc"' home_bashrc_replace
+try 'mv "$HOME/.gitconfig" "$HOME/old"' home_gitconfig_move
+try 'rm -f "$HOME/.npmrc"; echo x > "$HOME/.npmrc"' home_npmrc_replace
+try 'rmdir "$HOME/.node_modules" && mkdir "$HOME/.node_modules"' home_node_modules_replace
 try 'echo x > "$HOME/notes.txt"' home_ordinary
 try 'cat "$(dirname "$HOME")/placeholder.key" | grep -q .' read_key
 echo "HOME=$HOME"
@@ -68,6 +72,10 @@ fn an_agent_session_keeps_its_config_read_only_and_its_placeholder_stable() {
     assert_eq!(field(o, "home_claude_settings"), "refused");
     assert_eq!(field(o, "home_claude_settings_replace"), "refused");
     assert_eq!(field(o, "home_bashrc"), "refused");
+    assert_eq!(field(o, "home_bashrc_replace"), "refused");
+    assert_eq!(field(o, "home_gitconfig_move"), "refused");
+    assert_eq!(field(o, "home_npmrc_replace"), "refused");
+    assert_eq!(field(o, "home_node_modules_replace"), "refused");
     assert_eq!(
         field(o, "read_key"),
         "refused",
