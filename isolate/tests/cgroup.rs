@@ -98,7 +98,10 @@ fn pids_stops_a_loop_of_forks() {
         .trim_start_matches("forked ")
         .parse()
         .unwrap_or(999);
-    assert!(forked <= 19, "pids = 20 let the worker fork {forked}: {out}");
+    assert!(
+        forked <= 19,
+        "pids = 20 let the worker fork {forked}: {out}"
+    );
     // Positive control: 100 lets all 50 run.
     let mut many = CgroupLimits::default();
     many.pids = Some(100);
@@ -126,7 +129,7 @@ fn cpus_writes_the_quota_the_worker_runs_under() {
     let mut l = CgroupLimits::default();
     l.cpus = Some(1500);
     let sb = sandbox(l);
-    let mut child = sb
+    let child = sb
         .spawn(Command::new(["/bin/sh", "-c", "sleep 2"]).stdout(Stdio::null()))
         .unwrap();
     let detail = cgroup_detail(child.report());
