@@ -616,12 +616,12 @@ impl Sandbox {
         *self.commit_filter_mut() = filter;
         // The cgroup limits: checked (a controller, the values) at spawn,
         // which refuses the launch rather than run without them.
-        let mut cg = crate::cgroup::CgroupLimits::default();
-        cg.memory = *memory;
-        cg.swap = *swap;
-        cg.pids = *pids;
-        cg.cpus = *cpus;
-        self.limit_cgroup(cg);
+        self.limit_cgroup(crate::cgroup::CgroupLimits {
+            memory: *memory,
+            swap: *swap,
+            pids: *pids,
+            cpus: *cpus,
+        });
         // The working directory: `palisade run` leaves it to the policy when
         // the policy sets one (and refuses a different --cwd).
         if let Some(c) = cwd {

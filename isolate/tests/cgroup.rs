@@ -129,7 +129,7 @@ fn cpus_writes_the_quota_the_worker_runs_under() {
     let mut l = CgroupLimits::default();
     l.cpus = Some(1500);
     let sb = sandbox(l);
-    let mut child = sb
+    let child = sb
         .spawn(Command::new(["/bin/sh", "-c", "sleep 2"]).stdout(Stdio::null()))
         .unwrap();
     let detail = cgroup_detail(child.report());

@@ -1385,7 +1385,7 @@ async fn supervise(
     core.check_steering("exit");
     let (exit, oom_kills) = code?;
     if oom_kills > 0 {
-        record_oom(&core, exit, oom_kills, memory_limit.as_ref())?;
+        record_oom(core, exit, oom_kills, memory_limit.as_ref())?;
     }
     // The exit status keeps the shell's number (137 for a wall-limit kill,
     // as documented); the journal says what the library tells apart,
@@ -1468,6 +1468,57 @@ async fn stop_all(stop: &Shutdown, control: &ControlServer, tasks: &mut tokio::t
         while tasks.join_next().await.is_some() {}
     })
     .await;
+}
+
+/// The memory limit of the sandbox's cgroup as the launch report lists it:
+/// the file (`memory.max`, v1 `memory.limit_in_bytes`) and its value.
+fn memory_limit(report: &palisade_isolate::LaunchReport) -> Option<(String, String)> {
+    report
+        .limits
+        .iter()
+        .find(|(k, _)| k == "memory.max" || k == "memory.limit_in_bytes")
+        .cloned()
+}
+
+/// Wait for the sandbox (blocking), then how many OOM kills its memory
+/// cgroup counted.
+fn wait_counting_ooms(
+    mut child: palisade_isolate::SandboxChild,
+) -> std::io::Result<(palisade_isolate::Exit, u64)> {
+    loop {
+        if let Some(exit) = child.wait_timeout(Duration::from_secs(3600))? {
+            return Ok((exit, child.oom_kills()));
+        }
+    }
+}
+
+/// `memory_limit_exceeded`: the kernel's OOM killer ended processes of the
+/// sandbox in its memory cgroup; whether it was the worker itself
+/// (`worker_killed`, the exit is `oom_killed`) or only some of its
+/// children, and the limit they ran into.
+fn record_oom(
+    core: &SessionCore,
+    exit: palisade_isolate::Exit,
+    oom_kills: u64,
+    limit: Option<&(String, String)>,
+) -> Result<(), String> {
+    let (file, value) = limit.cloned().unzip();
+    core.journal().record(
+        Kind::custom("memory_limit_exceeded").map_err(|e| e.to_string())?,
+        &json!({
+            "limit": "worker.limits.memory",
+            "cgroup_file": file,
+            "bytes": value.and_then(|v| v.parse::<u64>().ok()),
+            "oom_kills": oom_kills,
+            "worker_killed": exit == palisade_isolate::Exit::OomKilled,
+        }),
+        if core.is_tainted() {
+            Flags::TAINTED
+        } else {
+            Flags::NONE
+        },
+    );
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1652,55 +1703,4 @@ mod tests {
         let e = check_session_env(&sb, &policy, Path::new("palisade.toml")).unwrap_err();
         assert!(e.contains("`GIT_CONFIG_COUNT`"), "{e}");
     }
-}
-
-/// The memory limit of the sandbox's cgroup as the launch report lists it:
-/// the file (`memory.max`, v1 `memory.limit_in_bytes`) and its value.
-fn memory_limit(report: &palisade_isolate::LaunchReport) -> Option<(String, String)> {
-    report
-        .limits
-        .iter()
-        .find(|(k, _)| k == "memory.max" || k == "memory.limit_in_bytes")
-        .cloned()
-}
-
-/// Wait for the sandbox (blocking), then how many OOM kills its memory
-/// cgroup counted.
-fn wait_counting_ooms(
-    mut child: palisade_isolate::SandboxChild,
-) -> std::io::Result<(palisade_isolate::Exit, u64)> {
-    loop {
-        if let Some(exit) = child.wait_timeout(Duration::from_secs(3600))? {
-            return Ok((exit, child.oom_kills()));
-        }
-    }
-}
-
-/// `memory_limit_exceeded`: the kernel's OOM killer ended processes of the
-/// sandbox in its memory cgroup; whether it was the worker itself
-/// (`worker_killed`, the exit is `oom_killed`) or only some of its
-/// children, and the limit they ran into.
-fn record_oom(
-    core: &SessionCore,
-    exit: palisade_isolate::Exit,
-    oom_kills: u64,
-    limit: Option<&(String, String)>,
-) -> Result<(), String> {
-    let (file, value) = limit.cloned().unzip();
-    core.journal().record(
-        Kind::custom("memory_limit_exceeded").map_err(|e| e.to_string())?,
-        &json!({
-            "limit": "worker.limits.memory",
-            "cgroup_file": file,
-            "bytes": value.and_then(|v| v.parse::<u64>().ok()),
-            "oom_kills": oom_kills,
-            "worker_killed": exit == palisade_isolate::Exit::OomKilled,
-        }),
-        if core.is_tainted() {
-            Flags::TAINTED
-        } else {
-            Flags::NONE
-        },
-    );
-    Ok(())
 }
