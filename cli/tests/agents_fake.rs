@@ -1,4 +1,11 @@
+//! The fake providers' HTTP/1.1 server checked with curl.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+#![allow(
+    clippy::allow_attributes_without_reason,
+    reason = "the shared agents_common/fake.rs has a bare allow(dead_code)"
+)]
 #[path = "agents_common/fake.rs"]
+#[allow(unreachable_pub, reason = "shared by the agent suites")]
 mod fake;
 #[test]
 fn the_fake_serves_an_sse_stream_to_curl() {

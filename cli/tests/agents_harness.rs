@@ -1,7 +1,13 @@
 //! The agent suite's harness checked on its own, without an agent: one
 //! governed run of a shell tool call, its identity read back, the journal
 //! verified, and the leak scanner's positive control. Needs root.
-#![allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::print_stderr,
+    reason = "tests"
+)]
 
 mod agents_common;
 

@@ -4,7 +4,13 @@
 //! project config names protected, the tool variables every session sets,
 //! stable placeholders across persistent sessions, and the flag's usage
 //! errors. Needs root.
-#![allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::print_stderr,
+    reason = "tests"
+)]
 
 mod agents_common;
 
@@ -134,8 +140,7 @@ fn a_fresh_agent_home_is_removed_at_the_end() {
 fn the_agent_flag_must_agree_with_the_policy_and_needs_one() {
     agents_common::require_root();
     let g = Governed::new();
-    let text =
-        format!("{}", policy("fresh")).replace("[worker]\n", "[worker]\nagent = \"claude\"\n");
+    let text = policy("fresh").replace("[worker]\n", "[worker]\nagent = \"claude\"\n");
     let out = g.run(
         &Run::new(&text, Some("codex"), &["/bin/true"])
             .env("AGENT_TEST_KEY", &key())

@@ -5,10 +5,22 @@
 //! recorded. Each has its control: the same call with the variable
 //! removed. Loopback only (names pinned with `--resolve`). Needs root,
 //! node and git.
-#![allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    clippy::print_stderr,
+    clippy::expect_used,
+    reason = "tests"
+)]
+#![allow(
+    clippy::allow_attributes_without_reason,
+    reason = "the shared agents_common/fake.rs has a bare allow(dead_code)"
+)]
 
 mod agents_common;
 #[path = "agents_common/fake.rs"]
+#[allow(unreachable_pub, reason = "shared by the agent suites")]
 mod fake;
 
 use agents_common::{Governed, Run};

@@ -114,7 +114,7 @@ fn installed(prefix: &Path, agent: AgentName) -> bool {
     std::fs::read_to_string(manifest)
         .ok()
         .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
-        .is_some_and(|v| v["version"].as_str() == Some(t.version))
+        .is_some_and(|v| v.get("version").and_then(|x| x.as_str()) == Some(t.version))
 }
 
 /// `npm install --prefix PREFIX` of the pinned packages; a failure (the
