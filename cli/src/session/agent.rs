@@ -346,6 +346,14 @@ impl AgentSession {
     }
 }
 
+/// A fresh HOME goes with the session whichever way `run` returns (a
+/// refusal before the launch included).
+impl Drop for AgentSession {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
 /// Writes `bytes` to `p` as a new file (what was there, not followed, is
 /// removed first).
 fn write_new(p: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
