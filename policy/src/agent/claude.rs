@@ -97,3 +97,74 @@ pub(super) fn preset() -> AgentPreset {
         ],
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+mod tests {
+    use super::super::EnvValue;
+    use super::preset;
+
+    /// The tokens of a template, `{kind:name}` (no `{{`/`}}` in these).
+    fn tokens(t: &str) -> Vec<(&str, &str)> {
+        t.split('{')
+            .skip(1)
+            .filter_map(|s| s.split_once('}'))
+            .filter_map(|(tok, _)| tok.split_once(':'))
+            .filter(|(k, _)| k.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+            .collect()
+    }
+
+    #[test]
+    fn templates_and_env_name_only_the_presets_relay_and_render_to_json() {
+        let p = preset();
+        let relays: Vec<&str> = p.relays.iter().map(|r| r.name).collect();
+        for f in &p.files {
+            for (kind, name) in tokens(f.template) {
+                assert!(
+                    matches!(kind, "relay_url" | "placeholder" | "placeholder_tail"),
+                    "{kind}"
+                );
+                assert!(relays.contains(&name), "{}: {name}", f.path);
+            }
+            let text = f
+                .template
+                .replace("{placeholder_tail:anthropic}", "TAIL-OF-TWENTY-CHARS");
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(v["hasCompletedOnboarding"], true);
+            assert_eq!(
+                v["customApiKeyResponses"]["approved"][0],
+                "TAIL-OF-TWENTY-CHARS"
+            );
+        }
+        for (_, v) in &p.env {
+            if let EnvValue::RelayUrl(n) | EnvValue::Placeholder(n) = v {
+                assert!(relays.contains(n), "{n}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_project_config_and_the_telemetry_switches_are_in_the_preset() {
+        let p = preset();
+        for name in [".claude", ".mcp.json"] {
+            assert!(p.protected_workdir.contains(&name), "{name}");
+        }
+        for var in [
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+            "DISABLE_AUTOUPDATER",
+        ] {
+            assert!(
+                p.env
+                    .iter()
+                    .any(|(k, v)| *k == var && *v == EnvValue::Literal("1")),
+                "{var}"
+            );
+        }
+        for path in p.protected_home.iter().chain(&p.state_dirs) {
+            assert!(
+                !path.starts_with('/') && !path.split('/').any(|c| c == ".."),
+                "{path}"
+            );
+        }
+    }
+}

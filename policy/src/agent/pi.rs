@@ -97,3 +97,53 @@ pub(super) fn preset() -> AgentPreset {
         denied_hosts: vec!["pi.dev"],
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+mod tests {
+    use super::super::EnvValue;
+    use super::preset;
+
+    #[test]
+    fn models_json_points_the_builtin_anthropic_provider_at_the_relay() {
+        let p = preset();
+        let models = p
+            .files
+            .iter()
+            .find(|f| f.path == ".pi/agent/models.json")
+            .unwrap();
+        assert!(models.read_only, "an `!cmd` apiKey would run on the host");
+        let text = models
+            .template
+            .replace("{relay_url:anthropic}", "http://127.0.0.1:3130");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            v["providers"]["anthropic"]["baseUrl"],
+            "http://127.0.0.1:3130"
+        );
+        assert_eq!(p.relays[0].name, "anthropic");
+        for f in &p.files {
+            let v: serde_json::Value =
+                serde_json::from_str(&f.template.replace("{relay_url:anthropic}", "u")).unwrap();
+            assert!(v.is_object(), "{}", f.path);
+            assert!(f.read_only, "{}", f.path);
+        }
+    }
+
+    #[test]
+    fn the_project_pi_dir_and_the_offline_switch_are_in_the_preset() {
+        let p = preset();
+        assert!(p.protected_workdir.contains(&".pi"));
+        assert!(p.protected_home.contains(&".pi/agent/extensions"));
+        assert!(
+            p.env
+                .iter()
+                .any(|(k, v)| *k == "PI_OFFLINE" && *v == EnvValue::Literal("1"))
+        );
+        assert!(
+            p.env
+                .iter()
+                .any(|(k, v)| *k == "ANTHROPIC_API_KEY" && *v == EnvValue::Placeholder("anthropic"))
+        );
+    }
+}
