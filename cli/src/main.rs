@@ -12,6 +12,7 @@ mod approve;
 mod bundle;
 mod check;
 mod cleanup;
+mod credential;
 mod ctl;
 mod decide;
 mod explain;

@@ -7,9 +7,7 @@ use std::sync::Arc;
 
 use palisade_egress::proxy::shutdown_channel;
 use palisade_egress::record::Recorder;
-use palisade_egress::relay::{
-    Placeholder, PlaceholderFormat, PrivateSocket, Relay, RelayConfig, Secret,
-};
+use palisade_egress::relay::{Placeholder, PlaceholderFormat, PrivateSocket, Relay};
 use palisade_egress::resolve::SystemResolver;
 
 use crate::host_policy_file::load_policy;
@@ -92,12 +90,17 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
                 args.name
             )
         })?;
-    let env_name = &relay.credential.from_env;
-    let value = std::env::var(env_name)
-        .map_err(|_| format!("the relay credential variable `{env_name}` is not set"))?;
-    let mut config =
-        RelayConfig::from_policy(relay, Secret::new(value)).map_err(|e| e.to_string())?;
+    let rt = runtime()?;
+    let roots = args.upstream_ca.as_deref().map(read_roots).transpose()?;
+    let mut config = rt.block_on(crate::credential::relay_config(relay, roots.as_ref()))?;
     if let Some(explicit) = args.placeholder_format.as_deref() {
+        if relay.credential.kind.is_oauth() {
+            return Err(format!(
+                "--placeholder-format `{explicit}`: a `{}` credential has its own placeholder \
+                 shape (the agent checks it); remove --placeholder-format",
+                relay.credential.kind.as_str()
+            ));
+        }
         let placeholder = Placeholder::generate(&placeholder_format(explicit)?)
             .map_err(|e| format!("cannot generate a placeholder: {e}"))?;
         config = config.with_placeholder(placeholder);
@@ -124,7 +127,6 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         Some((r, _)) => r.clone(),
         None => Arc::new(StdoutRecorder::default()),
     };
-    let rt = runtime()?;
     let served: Result<(), String> = rt.block_on(async {
         let socket = PrivateSocket::bind(std::path::Path::new(path))
             .map_err(|e| format!("cannot listen on {path}: {e}"))?;

@@ -5,6 +5,7 @@
 //! `palisade run --policy …` starts a session around the sandboxed worker;
 //! the pieces here are also what an embedding orchestrator would wire.
 
+pub(crate) mod agent;
 pub(crate) mod core;
 pub(crate) mod launch;
 pub(crate) mod observe;

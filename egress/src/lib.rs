@@ -108,6 +108,7 @@ pub mod record;
 pub mod relay;
 pub mod resolve;
 pub mod sni;
+pub mod token;
 
 /// A loopback git origin over the real `git http-backend`, for tests: not
 /// part of the public API, no semver guarantee (only with `cfg(fuzzing)` or

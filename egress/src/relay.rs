@@ -68,6 +68,7 @@ use crate::proxy::ShutdownSignal;
 use crate::record::{ProxyEvent, Recorder, RelayOutcome, RelayRecord};
 use crate::resolve::Resolver;
 use palisade_policy::relay_route::{RouteMatch, match_route};
+pub use palisade_schema::host_policy::CredentialKind;
 use palisade_schema::host_policy::{
     Origin, OutwardKind, RelayPreset, RelayRoute, RequestHost, RouteOutward, placeholder_name,
 };
@@ -227,6 +228,17 @@ pub enum RelayConfigError {
     /// A relay setting this build cannot apply (never silently ignored).
     #[error("relay `{0}` uses a setting this relay cannot apply")]
     Unsupported(String),
+    /// A credential kind this relay cannot carry; the message says what
+    /// to use instead.
+    #[error("relay `{relay}`: a `{kind}` credential {reason}")]
+    Kind {
+        /// The relay's name.
+        relay: String,
+        /// `credential.kind`.
+        kind: &'static str,
+        /// Why, and what to use instead.
+        reason: &'static str,
+    },
     /// No random bytes for the placeholder.
     #[error("cannot generate a relay placeholder: no random bytes")]
     Placeholder,
@@ -358,6 +370,9 @@ pub struct Credential {
     /// HTTP Basic: `authorization: Basic base64(username:secret)`, and the
     /// worker presents `Basic base64(username:placeholder)`.
     username: Option<String>,
+    /// What the secret is: an OAuth kind adds its provider's headers
+    /// upstream ([`Credential::oauth`]).
+    kind: CredentialKind,
 }
 
 impl Credential {
@@ -393,7 +408,30 @@ impl Credential {
             prefix: prefix.to_owned(),
             secret,
             username: None,
+            kind: CredentialKind::ApiKey,
         })
+    }
+
+    /// An OAuth access token (`kind` is [`CredentialKind::AnthropicOauth`]
+    /// or [`CredentialKind::ChatGpt`]): sent as `authorization: Bearer
+    /// <token>`, and the worker presents `authorization: Bearer
+    /// <placeholder>`. An Anthropic one also gets the OAuth beta header
+    /// ([`ANTHROPIC_OAUTH_BETA`]) merged into `anthropic-beta` upstream.
+    /// [`CredentialKind::ApiKey`] is refused (use [`Credential::new`]).
+    pub fn oauth(kind: CredentialKind, access_token: Secret) -> Result<Self, RelayConfigError> {
+        if !kind.is_oauth() {
+            return Err(RelayConfigError::Credential(
+                "an API key is built with Credential::new",
+            ));
+        }
+        let mut c = Self::new("authorization", "Bearer ", access_token)?;
+        c.kind = kind;
+        Ok(c)
+    }
+
+    /// What the secret is.
+    pub fn kind(&self) -> CredentialKind {
+        self.kind
     }
 
     /// HTTP Basic (what git hosts expect): the upstream gets
@@ -496,6 +534,9 @@ pub struct PlaceholderFormat {
     pub random_chars: usize,
     /// Literal suffix.
     pub suffix: String,
+    /// `Some(account id)`: the placeholder is JWT-shaped
+    /// ([`PlaceholderFormat::chatgpt`]); `prefix` and `suffix` are unused.
+    pub jwt_account: Option<String>,
 }
 
 impl PlaceholderFormat {
@@ -503,7 +544,15 @@ impl PlaceholderFormat {
     /// relay: [`Self::anthropic`] when its name, origin host or credential
     /// variable mentions Anthropic or the header is `x-api-key`,
     /// [`Self::openai`] when they mention OpenAI, else [`Self::generic`].
+    /// An OAuth kind decides alone: [`Self::anthropic_oauth`] for
+    /// `anthropic_oauth`, [`Self::chatgpt`] (with no account id yet: the
+    /// caller that read the token file replaces it) for `chatgpt`.
     pub fn for_relay(relay: &palisade_schema::host_policy::Relay) -> Self {
+        match relay.credential.kind {
+            CredentialKind::AnthropicOauth => return Self::anthropic_oauth(),
+            CredentialKind::ChatGpt => return Self::chatgpt(""),
+            _ => {}
+        }
         let hay = format!(
             "{} {} {}",
             relay.name, relay.origin.host, relay.credential.from_env
@@ -525,7 +574,27 @@ impl PlaceholderFormat {
             prefix: prefix.to_owned(),
             random_chars,
             suffix: suffix.to_owned(),
+            jwt_account: None,
         }
+    }
+
+    /// Claude subscription OAuth access token shape: `sk-ant-oat01-` + 93
+    /// chars + `AA` (108 chars), which Claude Code and Pi send in
+    /// `authorization: Bearer …`.
+    pub fn anthropic_oauth() -> Self {
+        Self::new("sk-ant-oat01-", 93, "AA")
+    }
+
+    /// A ChatGPT access token shape: a JWT (`header.payload.signature`,
+    /// base64url without padding) whose payload carries the non-secret
+    /// `account_id` in `https://api.openai.com/auth.chatgpt_account_id`,
+    /// `exp` far ahead (so the agent never tries to refresh it) and a
+    /// random `nonce` of `random_chars` characters; the signature is
+    /// random too. Nothing in it is derived from the real token.
+    pub fn chatgpt(account_id: &str) -> Self {
+        let mut f = Self::new("", 43, "");
+        f.jwt_account = Some(account_id.to_owned());
+        f
     }
 
     /// Anthropic API key shape: `sk-ant-api03-` + 93 chars + `AA` (108 chars).
@@ -534,6 +603,7 @@ impl PlaceholderFormat {
             prefix: "sk-ant-api03-".into(),
             random_chars: 93,
             suffix: "AA".into(),
+            jwt_account: None,
         }
     }
 
@@ -543,6 +613,7 @@ impl PlaceholderFormat {
             prefix: "sk-proj-".into(),
             random_chars: 156,
             suffix: String::new(),
+            jwt_account: None,
         }
     }
 
@@ -552,6 +623,7 @@ impl PlaceholderFormat {
             prefix: "palisade-".into(),
             random_chars: 43,
             suffix: String::new(),
+            jwt_account: None,
         }
     }
 }
@@ -569,6 +641,12 @@ impl fmt::Debug for Placeholder {
 impl Placeholder {
     /// Generate a fresh placeholder (at least 128 random bits).
     pub fn generate(format: &PlaceholderFormat) -> io::Result<Self> {
+        if let Some(account) = &format.jwt_account {
+            let n = format.random_chars.max(22);
+            let mut raw = Zeroizing::new(vec![0u8; n + 64]);
+            getrandom::fill(&mut raw).map_err(|e| io::Error::other(e.to_string()))?;
+            return Ok(jwt_placeholder(account, &raw));
+        }
         const ALPHABET: &[u8; 64] =
             b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
         let n = format.random_chars.max(22);
@@ -597,7 +675,11 @@ impl Placeholder {
         use hmac::Mac as _;
         const ALPHABET: &[u8; 64] =
             b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-        let n = format.random_chars.max(22);
+        let mut n = format.random_chars.max(22);
+        if format.jwt_account.is_some() {
+            // the nonce and a 64-byte signature, from the same stream
+            n += 64;
+        }
         let mut s = Zeroizing::new(String::with_capacity(
             format.prefix.len() + n + format.suffix.len(),
         ));
@@ -619,6 +701,15 @@ impl Placeholder {
             }
             counter += 1;
         }
+        if let Some(account) = &format.jwt_account {
+            let bytes = Zeroizing::new(
+                s.as_bytes()
+                    .get(format.prefix.len()..)
+                    .unwrap_or_default()
+                    .to_vec(),
+            );
+            return jwt_placeholder(account, &bytes);
+        }
         s.push_str(&format.suffix);
         Self(s)
     }
@@ -626,6 +717,114 @@ impl Placeholder {
     /// The value to give the worker.
     pub fn expose(&self) -> &str {
         &self.0
+    }
+}
+
+/// `base64url(header).base64url(payload).base64url(signature)`: the
+/// payload carries `account` as the ChatGPT account id claim, `exp` in
+/// 2100 and a nonce from `random` (all but its last 64 bytes, which
+/// are the signature). The same `random` gives the same placeholder.
+fn jwt_placeholder(account: &str, random: &[u8]) -> Placeholder {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let split = random.len().saturating_sub(64);
+    let (nonce, sig) = random.split_at(split);
+    let header = serde_json::json!({"alg": "RS256", "typ": "JWT"});
+    let payload = serde_json::json!({
+        "iss": "palisade",
+        "aud": ["https://api.openai.com/v1"],
+        "exp": JWT_PLACEHOLDER_EXP,
+        "iat": 0,
+        "nonce": b64.encode(nonce),
+        "https://api.openai.com/auth": {
+            "chatgpt_account_id": account,
+            "chatgpt_plan_type": "plus",
+        },
+    });
+    let mut s = Zeroizing::new(String::new());
+    b64.encode_string(header.to_string(), &mut s);
+    s.push('.');
+    b64.encode_string(payload.to_string(), &mut s);
+    s.push('.');
+    b64.encode_string(sig, &mut s);
+    Placeholder(s)
+}
+
+/// `exp` of a JWT-shaped placeholder: 2100-01-01, so an agent that checks
+/// the expiry never tries to refresh it.
+const JWT_PLACEHOLDER_EXP: u64 = 4_102_444_800;
+
+/// The beta flag Anthropic requires with an OAuth access token.
+pub const ANTHROPIC_OAUTH_BETA: &str = "oauth-2025-04-20";
+
+/// The `auth.json` Codex reads from `CODEX_HOME` for a ChatGPT login, with
+/// the relay's JWT-shaped `placeholder` as both tokens, no refresh token
+/// (`""`: Codex never refreshes; the host does) and `last_refresh` set to
+/// `now_unix` (seconds), so Codex does not consider it stale.
+pub fn chatgpt_auth_json(
+    placeholder: &Placeholder,
+    account_id: &str,
+    now_unix: u64,
+) -> Zeroizing<String> {
+    let doc = serde_json::json!({
+        "OPENAI_API_KEY": null,
+        "tokens": {
+            "id_token": placeholder.expose(),
+            "access_token": placeholder.expose(),
+            "refresh_token": "",
+            "account_id": account_id,
+        },
+        "last_refresh": rfc3339(now_unix),
+    });
+    Zeroizing::new(doc.to_string())
+}
+
+/// [`rfc3339`] of unix milliseconds.
+pub(crate) fn rfc3339_ms(ms: u64) -> String {
+    rfc3339(ms / 1000)
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` for unix seconds (proleptic Gregorian, UTC).
+fn rfc3339(secs: u64) -> String {
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    // Howard Hinnant's civil_from_days
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// `anthropic-beta` for an OAuth request: the worker's flags (every
+/// `anthropic-beta` header, comma-separated, trimmed, each once) and
+/// [`ANTHROPIC_OAUTH_BETA`], in one header.
+fn merge_oauth_beta(headers: &mut http::HeaderMap) {
+    let name = HeaderName::from_static("anthropic-beta");
+    let mut flags: Vec<String> = Vec::new();
+    for v in headers.get_all(&name) {
+        for f in String::from_utf8_lossy(v.as_bytes()).split(',') {
+            let f = f.trim();
+            if !f.is_empty() && !flags.iter().any(|x| x == f) {
+                flags.push(f.to_owned());
+            }
+        }
+    }
+    if !flags.iter().any(|x| x == ANTHROPIC_OAUTH_BETA) {
+        flags.push(ANTHROPIC_OAUTH_BETA.to_owned());
+    }
+    if let Ok(v) = HeaderValue::from_str(&flags.join(",")) {
+        headers.insert(name, v);
     }
 }
 
@@ -828,12 +1027,7 @@ impl RelayConfig {
             from_file: _,
             token_url: _,
         } = credential;
-        // CONTRACT(i19-cred): the OAuth kinds are built by the credentials work.
-        if credential_kind.is_oauth() {
-            return Err(RelayConfigError::Credential(
-                "OAuth credential kinds are not supported yet",
-            ));
-        }
+        check_kind(name, *credential_kind, *kind, *preset, username.is_some())?;
         // a git relay's routes are implicit (a preset adds routes, so it
         // is refused too); `repos` is a git relay's setting
         let git = *kind == palisade_schema::host_policy::RelayKind::Git;
@@ -864,6 +1058,7 @@ impl RelayConfig {
             }
         }
         let credential = match username {
+            _ if credential_kind.is_oauth() => Credential::oauth(*credential_kind, secret)?,
             Some(user) => {
                 if !header.eq_ignore_ascii_case("authorization") || !prefix.is_empty() {
                     return Err(RelayConfigError::Credential(
@@ -891,6 +1086,11 @@ impl RelayConfig {
         config.provider = provider.clone();
         config.preset = *preset;
         Ok(config)
+    }
+
+    /// The credential the relay injects (its kind, header and prefix).
+    pub fn credential(&self) -> &Credential {
+        &self.credential
     }
 
     /// Give the worker this placeholder instead of the generated one.
@@ -969,6 +1169,58 @@ impl RelayConfig {
     pub fn with_roots(mut self, roots: rustls::RootCertStore) -> Result<Self, RelayConfigError> {
         self.tls = tls_client_config(roots)?;
         Ok(self)
+    }
+}
+
+/// Whether a relay can carry a `kind` credential: an OAuth token goes
+/// only as `Bearer` (no `username`), only to an HTTP relay, and only to
+/// its own provider's preset; the ChatGPT backend takes nothing but a
+/// ChatGPT token.
+fn check_kind(
+    relay: &str,
+    kind: CredentialKind,
+    relay_kind: palisade_schema::host_policy::RelayKind,
+    preset: Option<palisade_schema::host_policy::RelayPreset>,
+    basic: bool,
+) -> Result<(), RelayConfigError> {
+    use palisade_schema::host_policy::{RelayKind, RelayPreset};
+    let refuse = |reason| {
+        Err(RelayConfigError::Kind {
+            relay: relay.to_owned(),
+            kind: kind.as_str(),
+            reason,
+        })
+    };
+    if kind.is_oauth() && basic {
+        return refuse("is sent as `authorization: Bearer …`, not HTTP Basic: remove `username`");
+    }
+    if kind.is_oauth() && relay_kind == RelayKind::Git {
+        return refuse(
+            "cannot authenticate a git relay: use `kind = \"api_key\"` with a token in `from_env`",
+        );
+    }
+    match (kind, preset) {
+        (CredentialKind::AnthropicOauth, Some(RelayPreset::OpenAi | RelayPreset::ChatGpt)) => {
+            refuse(
+                "is for the Anthropic API: use `preset = \"anthropic\"`, or `kind = \"chatgpt\"` on a `chatgpt` preset relay",
+            )
+        }
+        (CredentialKind::AnthropicOauth, Some(RelayPreset::GitHub)) => {
+            refuse("is for the Anthropic API, not GitHub: use `kind = \"api_key\"`")
+        }
+        (CredentialKind::ChatGpt, Some(RelayPreset::Anthropic)) => refuse(
+            "is for the ChatGPT Codex backend: use `preset = \"chatgpt\"`, or `kind = \"anthropic_oauth\"` (or an API key) on an `anthropic` preset relay",
+        ),
+        (CredentialKind::ChatGpt, Some(RelayPreset::OpenAi)) => refuse(
+            "is not accepted by the OpenAI API: use `preset = \"chatgpt\"`, or `kind = \"api_key\"` with an `sk-…` key on an `openai` preset relay",
+        ),
+        (CredentialKind::ChatGpt, Some(RelayPreset::GitHub)) => {
+            refuse("is for the ChatGPT Codex backend, not GitHub: use `kind = \"api_key\"`")
+        }
+        (CredentialKind::ApiKey, Some(RelayPreset::ChatGpt)) => refuse(
+            "is not accepted by the ChatGPT Codex backend: use `kind = \"chatgpt\"` with a token file, or `preset = \"openai\"` for an API key",
+        ),
+        _ => Ok(()),
     }
 }
 
@@ -2265,6 +2517,9 @@ impl Relay {
         upstream_req
             .headers_mut()
             .insert(cfg.credential.header.clone(), cred);
+        if cfg.credential.kind == CredentialKind::AnthropicOauth {
+            merge_oauth_beta(upstream_req.headers_mut());
+        }
         // the response must be readable by the tool-result scanner: the
         // worker's own `accept-encoding` was stripped above
         upstream_req.headers_mut().insert(

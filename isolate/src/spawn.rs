@@ -824,6 +824,13 @@ impl Sandbox {
         self
     }
 
+    /// Keep `name` read-only inside every writable root, created as a
+    /// read-only placeholder when absent ([`Profile::protect_name`]).
+    pub fn protect_name(&mut self, name: &str) -> &mut Self {
+        self.profile.protect_name(name);
+        self
+    }
+
     /// The worker's working directory (default: the first writable root,
     /// else the scratch `HOME`).
     pub fn cwd(&mut self, path: impl Into<PathBuf>) -> &mut Self {
@@ -910,7 +917,10 @@ impl Sandbox {
         self
     }
 
-    fn worker_ids(&self) -> (u32, u32) {
+    /// The worker's uid and gid as the launch will map them: the
+    /// [`Sandbox::identity`] set, else the invoker's, or
+    /// [`DEFAULT_WORKER_UID`] when palisade runs as root.
+    pub fn worker_ids(&self) -> (u32, u32) {
         let uid = nix::unistd::getuid().as_raw();
         let gid = nix::unistd::getgid().as_raw();
         match self.identity {

@@ -15,12 +15,16 @@
 //! Pure: no IO. `palisade-cli` writes the files and starts the relays.
 
 pub use palisade_schema::host_policy::AgentName;
-use palisade_schema::host_policy::{CredentialKind, HostPolicy, RelayPreset};
+use palisade_schema::host_policy::{
+    CredentialKind, HostPolicy, Origin, Relay, RelayCredential, RelayKind, RelayLimits, RelayPreset,
+};
 
 mod claude;
 mod codex;
 mod opencode;
 mod pi;
+#[cfg(test)]
+mod tests;
 
 /// The npm package an agent preset was tested with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -177,11 +181,146 @@ pub struct AgentPlan {
     pub env: Vec<(&'static str, EnvValue)>,
 }
 
-/// Merge `agent`'s preset into `policy`. CONTRACT(i19-presets): the
-/// machinery work implements it; the data helpers fill the presets.
+/// Merge `agent`'s preset into `policy`: a preset only adds, what the
+/// policy says wins.
+///
+/// - Each preset relay is added unless the policy has a relay of the same
+///   name, which then stands for it (the preset's environment and
+///   templates point at the policy's relay).
+/// - The preset's environment goes into the merged policy where the
+///   session already applies it: relay URLs and placeholders into the
+///   relay's `worker_env`, literals into `[worker.env] set`; a variable the
+///   policy sets (either way) is left as the policy has it. `Home` and
+///   `Cwd` stay in [`AgentPlan::env`] for the session to resolve.
+///
+/// Refused: a relay (the policy's or the preset's) whose credential kind
+/// the agent cannot use ([`AgentError::Credential`]), and a preset
+/// environment value naming a relay the preset does not have.
 pub fn plan(policy: &HostPolicy, agent: AgentName) -> Result<AgentPlan, AgentError> {
-    let _ = (policy, agent);
-    unimplemented!("CONTRACT(i19-presets)")
+    merge(policy, preset(agent))
+}
+
+/// [`plan`] with the preset given.
+fn merge(policy: &HostPolicy, preset: AgentPreset) -> Result<AgentPlan, AgentError> {
+    let agent = preset.name;
+    let mut merged = policy.clone();
+    for r in &preset.relays {
+        if let Some(own) = merged.egress.relays.iter().find(|x| x.name == r.name) {
+            check_credential(agent, r, own.credential.kind)?;
+        } else {
+            let built = preset_relay(r)?;
+            merged.egress.relays.push(built);
+        }
+    }
+    let mut env = Vec::new();
+    for (name, value) in &preset.env {
+        if sets_env(&merged, name) {
+            continue;
+        }
+        apply_env(&mut merged, &preset, name, *value)?;
+        env.push((*name, *value));
+    }
+    Ok(AgentPlan {
+        preset,
+        policy: merged,
+        env,
+    })
+}
+
+/// Whether the policy sets `name` for the worker already (`[worker.env]
+/// set` or a relay's `worker_env`).
+fn sets_env(policy: &HostPolicy, name: &str) -> bool {
+    policy.worker.env.set.contains_key(name)
+        || policy
+            .egress
+            .relays
+            .iter()
+            .any(|r| r.worker_env.contains_key(name))
+}
+
+/// Puts one preset variable into the merged policy.
+fn apply_env(
+    policy: &mut HostPolicy,
+    preset: &AgentPreset,
+    name: &str,
+    value: EnvValue,
+) -> Result<(), AgentError> {
+    let (relay, word) = match value {
+        EnvValue::Literal(v) => {
+            policy.worker.env.set.insert(name.to_owned(), v.to_owned());
+            return Ok(());
+        }
+        EnvValue::RelayUrl(r) => (r, "relay"),
+        EnvValue::Placeholder(r) => (r, "placeholder"),
+        EnvValue::Home | EnvValue::Cwd => return Ok(()),
+    };
+    if !preset.relays.iter().any(|p| p.name == relay) {
+        return Err(AgentError::Template {
+            path: "env",
+            message: format!("`{name}` names relay `{relay}`, which the preset does not have"),
+        });
+    }
+    let Some(r) = policy.egress.relays.iter_mut().find(|r| r.name == relay) else {
+        return Err(AgentError::Template {
+            path: "env",
+            message: format!("`{name}` names relay `{relay}`, which the plan does not have"),
+        });
+    };
+    r.worker_env.insert(name.to_owned(), word.to_owned());
+    Ok(())
+}
+
+/// Refuses a credential kind the agent cannot use through `relay`.
+fn check_credential(
+    agent: AgentName,
+    relay: &PresetRelay,
+    kind: CredentialKind,
+) -> Result<(), AgentError> {
+    if relay.credentials.contains(&kind) {
+        return Ok(());
+    }
+    let kinds: Vec<&str> = relay.credentials.iter().map(|k| k.as_str()).collect();
+    Err(AgentError::Credential {
+        relay: relay.name.to_owned(),
+        agent: agent.as_str(),
+        kind: kind.as_str(),
+        instead: format!(
+            "use `kind = \"{}\"` in `[[egress.relay]] name = \"{}\"` credential (the kinds it can use: {})",
+            kinds.first().copied().unwrap_or("api_key"),
+            relay.name,
+            kinds.join(", ")
+        ),
+    })
+}
+
+/// The schema relay of a preset relay: its provider preset's routes, its
+/// default origin and API-key credential.
+fn preset_relay(r: &PresetRelay) -> Result<Relay, AgentError> {
+    let origin = Origin::parse(r.origin).map_err(|e| AgentError::Template {
+        path: "relays",
+        message: format!("relay `{}` origin: {e}", r.name),
+    })?;
+    let (header, from_env, prefix) = r.api_key;
+    Ok(Relay {
+        name: r.name.to_owned(),
+        provider: r.provider.to_owned(),
+        origin,
+        routes: r.preset.routes(),
+        credential: RelayCredential {
+            header: header.to_owned(),
+            from_env: from_env.to_owned(),
+            prefix: prefix.to_owned(),
+            username: None,
+            kind: CredentialKind::ApiKey,
+            from_file: None,
+            token_url: None,
+        },
+        worker_env: std::collections::BTreeMap::new(),
+        limits: RelayLimits::default(),
+        kind: RelayKind::Http,
+        preset: Some(r.preset),
+        repos: Vec::new(),
+    })
 }
 
 /// The values a template may name, resolved by the session.
@@ -196,8 +335,95 @@ pub trait TemplateValues {
     fn cwd(&self) -> String;
 }
 
-/// Render one preset file. CONTRACT(i19-presets).
+/// Render one preset file: each `{…}` of [`PresetFile::template`] replaced
+/// by its value escaped for [`PresetFile::format`]; `{{` and `}}` are
+/// literal braces. An unknown name, an unknown relay, an unclosed or lone
+/// brace, or a value the format cannot hold is [`AgentError::Template`].
 pub fn render(file: &PresetFile, values: &dyn TemplateValues) -> Result<String, AgentError> {
-    let _ = (file, values);
-    unimplemented!("CONTRACT(i19-presets)")
+    let err = |message: String| AgentError::Template {
+        path: file.path,
+        message,
+    };
+    let t = file.template;
+    let mut out = String::with_capacity(t.len());
+    let mut rest = t;
+    while let Some(i) = rest.find(['{', '}']) {
+        let (before, at) = rest.split_at(i);
+        out.push_str(before);
+        if let Some(r) = at.strip_prefix("{{") {
+            out.push('{');
+            rest = r;
+        } else if let Some(r) = at.strip_prefix("}}") {
+            out.push('}');
+            rest = r;
+        } else if let Some(r) = at.strip_prefix('{') {
+            let Some(close) = r.find('}') else {
+                return Err(err("an unclosed `{` in the template".to_owned()));
+            };
+            let (name, after) = r.split_at(close);
+            let value = lookup(name, values).map_err(err)?;
+            out.push_str(
+                &escape(&value, file.format).map_err(|m| err(format!("`{{{name}}}`: {m}")))?,
+            );
+            rest = after.get(1..).unwrap_or("");
+        } else {
+            return Err(err("a lone `}` in the template (write `}}`)".to_owned()));
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// The value of one template name.
+fn lookup(name: &str, values: &dyn TemplateValues) -> Result<String, String> {
+    let relay = |r: &str, v: Option<String>| v.ok_or_else(|| format!("no relay `{r}` in the plan"));
+    match name.split_once(':') {
+        None if name == "home" => Ok(values.home()),
+        None if name == "cwd" => Ok(values.cwd()),
+        Some(("relay_url", r)) => relay(r, values.relay_url(r)),
+        Some(("placeholder", r)) => relay(r, values.placeholder(r)),
+        Some(("placeholder_tail", r)) => relay(r, values.placeholder(r)).map(|p| {
+            let n = p.chars().count();
+            p.chars().skip(n.saturating_sub(20)).collect()
+        }),
+        _ => Err(format!("unknown template value `{{{name}}}`")),
+    }
+}
+
+/// `value` escaped for `format` (the contents of a string literal).
+fn escape(value: &str, format: FileFormat) -> Result<String, String> {
+    match format {
+        FileFormat::Json => {
+            let quoted = serde_json::to_string(value).map_err(|e| e.to_string())?;
+            Ok(quoted
+                .get(1..quoted.len().saturating_sub(1))
+                .unwrap_or("")
+                .to_owned())
+        }
+        FileFormat::Toml => Ok(toml_basic(value)),
+        FileFormat::Text => {
+            if value.contains(['\n', '\r']) {
+                Err("a value with a newline cannot go into a text file".to_owned())
+            } else {
+                Ok(value.to_owned())
+            }
+        }
+    }
+}
+
+/// The contents of a TOML basic string holding `value`.
+fn toml_basic(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out
 }

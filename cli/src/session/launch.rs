@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use palisade_egress::control::{ControlConfig, ControlListener, ControlServer, Endpoint};
 use palisade_egress::proxy::{Listener, Proxy, ProxyToken, Shutdown, shutdown_channel};
-use palisade_egress::relay::{PrivateSocket, Relay, RelayConfig, Secret};
+use palisade_egress::relay::{PrivateSocket, Relay};
 use palisade_egress::resolve::{BoxFuture, HostsFirstResolver, Resolver};
 use palisade_evidence::{Flags, JournalWriter, Kind, Timestamp, WriterOptions};
 use palisade_isolate::{Bridge, Command, Sandbox};
@@ -92,6 +92,12 @@ pub(crate) struct GovernedArgs {
         default_value = "manual"
     )]
     pub(crate) context: String,
+    /// Run this agent's preset (claude, codex, opencode, pi): its relays,
+    /// environment, config files, state directory and protected files are
+    /// added to the policy (what the policy says wins). The policy's
+    /// `[worker] agent`, when set, must name the same agent.
+    #[arg(long, value_name = "NAME", requires = "policy")]
+    pub(crate) agent: Option<String>,
 }
 
 /// Resolves pinned names from a table and everything else on the host
@@ -240,6 +246,16 @@ const PALISADE_VARS: &[&str] = &[
     "PALISADE_STEP_GRANT",
 ];
 
+/// What every governed worker gets so that common tools use the proxy as
+/// the session means: git's libcurl sends the proxy credentials on the
+/// first request (else it tries without, and each git request records a
+/// 407 denial), and Node's `fetch` honours `HTTPS_PROXY` (Node 20+ ignores
+/// it otherwise, and its requests fail without reaching the journal).
+const TOOL_VARS: &[(&str, &str)] = &[
+    ("GIT_HTTP_PROXY_AUTHMETHOD", "basic"),
+    ("NODE_USE_ENV_PROXY", "1"),
+];
+
 /// Whether `name` is one of git's configuration-by-environment variables
 /// (`GIT_CONFIG_COUNT`, `GIT_CONFIG_KEY_<n>`, `GIT_CONFIG_VALUE_<n>`), which
 /// a session with a git relay sets for the worker.
@@ -333,6 +349,7 @@ fn check_session_env(sb: &Sandbox, policy: &HostPolicy, policy_path: &Path) -> R
         .into_iter()
         .map(str::to_owned)
         .collect();
+    ours.extend(TOOL_VARS.iter().map(|(k, _)| (*k).to_owned()));
     for r in &policy.egress.relays {
         ours.push(relay_url_var(&r.name));
         ours.extend(r.worker_env.keys().cloned());
@@ -371,13 +388,14 @@ type EnvVars = Vec<(String, String)>;
 
 /// The relays, ready to serve, and the worker's git configuration for
 /// the git relays among them ([`git_config_vars`]).
-fn build_relays(
+async fn build_relays(
     policy: &HostPolicy,
     dir: &Path,
     roots: Option<&rustls::RootCertStore>,
     resolver: &Arc<PinnedResolver>,
     core: &Arc<SessionCore>,
     addresses: &palisade_egress::addr::AddressPolicy,
+    placeholder_key: Option<&[u8]>,
 ) -> Result<(Vec<ReadyRelay>, EnvVars), String> {
     let mut out = Vec::new();
     let mut git: Vec<(usize, String, palisade_egress::relay::Placeholder)> = Vec::new();
@@ -385,20 +403,32 @@ fn build_relays(
         let port = FIRST_RELAY_PORT
             .checked_add(u16::try_from(i).map_err(|_| "too many relays".to_owned())?)
             .ok_or("too many relays")?;
-        // The one place a credential is read: the host's environment, never the worker's.
-        let secret = std::env::var(&r.credential.from_env).map_err(|_| {
-            format!(
-                "relay `{}`: the host variable `{}` holding its credential is not set",
-                r.name, r.credential.from_env
-            )
-        })?;
-        let mut config = RelayConfig::from_policy(r, Secret::new(secret))
-            .map_err(|e| format!("relay `{}`: {e}", r.name))?
+        // The one place a credential is read: the host's environment or
+        // token file (refreshed by the host), never the worker's.
+        let mut config = crate::credential::relay_config(r, roots)
+            .await?
             .with_addresses(addresses.clone());
         if let Some(roots) = roots {
             config = config
                 .with_roots(roots.clone())
                 .map_err(|e| format!("relay `{}`: {e}", r.name))?;
+        }
+        // An agent session's placeholders are stable per policy and relay
+        // (keyed by the host-held key), so the agent's remembered answer
+        // to "use this key?" stays valid; still never the real key.
+        // (A ChatGPT placeholder carries the token file's account id: it
+        // keeps the shape the credential made.)
+        if let Some(key) = placeholder_key
+            && r.credential.kind != palisade_schema::host_policy::CredentialKind::ChatGpt
+        {
+            let label = format!(
+                "{}\n{}://{}:{}",
+                r.name, r.origin.scheme, r.origin.host, r.origin.port
+            );
+            let format = palisade_egress::relay::PlaceholderFormat::for_relay(r);
+            config = config.with_placeholder(palisade_egress::relay::Placeholder::derive(
+                key, &label, &format,
+            ));
         }
         let placeholder = config.placeholder().clone();
         let socket = PrivateSocket::bind(&dir.join(format!("relay-{i}.sock")))
@@ -482,6 +512,31 @@ pub(crate) fn run(
     };
     let key = crate::journal::read_key(&key_path)?;
     let id = random_id()?;
+    // The agent preset is merged before anything else: the session runs
+    // (relays, env, files) from the merged policy.
+    let agent = match super::agent::choose(args.agent.as_deref(), &policy) {
+        Ok(Some(a)) => {
+            match super::agent::AgentSession::prepare(
+                &policy,
+                &policy_path,
+                a,
+                sb.worker_ids(),
+                &id,
+            ) {
+                Ok(s) => Some(s),
+                Err(e) => return setup_failure(e),
+            }
+        }
+        Ok(None) => None,
+        Err(e) => {
+            eprintln!("palisade: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let policy = match &agent {
+        Some(a) => a.policy().clone(),
+        None => policy,
+    };
     // The step's exact grant, computed before anything starts: a step that
     // cannot be dispatched refuses the run.
     let grant = match &args.workflow {
@@ -509,7 +564,16 @@ pub(crate) fn run(
             _ => format!("{}: {e}", policy_path.display()),
         });
     }
+    if let Some(a) = &agent
+        && let Err(e) = a.apply(&mut sb)
+    {
+        a.finish();
+        return setup_failure(e);
+    }
     if let Err(e) = check_session_env(&sb, &policy, &policy_path) {
+        if let Some(a) = &agent {
+            a.finish();
+        }
         return setup_failure(e);
     }
     if sb.profile().network() == palisade_isolate::NetworkMode::None {
@@ -709,8 +773,31 @@ pub(crate) fn run(
             &core,
             provider_credentials,
             approval_timeout,
+            agent.as_ref().map(|a| a.key.as_slice()),
         )
         .await?;
+        let mut sb = sb;
+        if let Some(a) = &agent {
+            let values = super::agent::Values {
+                relays: services
+                    .relays
+                    .iter()
+                    .map(|r| {
+                        (
+                            r.relay.config().name.clone(),
+                            format!("http://127.0.0.1:{}", r.port),
+                            r.relay.config().placeholder().expose().to_owned(),
+                        )
+                    })
+                    .collect(),
+                home: a.home.display().to_string(),
+                cwd: sb
+                    .working_dir()
+                    .map(|c| c.display().to_string())
+                    .unwrap_or_else(|| a.home.display().to_string()),
+            };
+            a.write_files(&mut sb, &values)?;
+        }
         supervise(
             sb,
             services,
@@ -732,6 +819,9 @@ pub(crate) fn run(
         .await
     });
     drop(rt);
+    if let Some(a) = &agent {
+        a.finish();
+    }
     // The server held the core as its backend: the relays are gone, and the
     // cycle between the two ends here.
     core.clear_control();
@@ -954,6 +1044,7 @@ async fn bind_services(
     core: &Arc<SessionCore>,
     provider_credentials: bool,
     approval_timeout: Duration,
+    placeholder_key: Option<&[u8]>,
 ) -> Result<Services, String> {
     use std::os::unix::fs::PermissionsExt;
     let mut config = super::proxy_config(policy)?;
@@ -971,7 +1062,16 @@ async fn bind_services(
     std::fs::set_permissions(&proxy_path, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| format!("{}: {e}", proxy_path.display()))?;
     let (relays, git_env) = if provider_credentials {
-        build_relays(policy, dir, roots, &resolver, core, &addresses)?
+        build_relays(
+            policy,
+            dir,
+            roots,
+            &resolver,
+            core,
+            &addresses,
+            placeholder_key,
+        )
+        .await?
     } else {
         if !policy.egress.relays.is_empty() {
             eprintln!(
@@ -1041,6 +1141,9 @@ async fn supervise(
     }
     sb.env("PALISADE_CONTROL", format!("tcp:127.0.0.1:{CONTROL_PORT}"));
     sb.env("PALISADE_SESSION", id);
+    for (k, v) in TOOL_VARS {
+        sb.env(k, v);
+    }
     // The worker runs `palisade ctl` from the binary that launched it; bind
     // that one file read-only at its own path, wherever it lives (under a
     // masked `/home` or the private `/tmp` it would otherwise be invisible).
