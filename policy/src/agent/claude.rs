@@ -17,16 +17,16 @@ use palisade_schema::host_policy::{CredentialKind, RelayPreset};
 /// characters, so the placeholder must be stable for the policy and
 /// relay: `{placeholder_tail:…}`). Claude Code rewrites this file while it
 /// runs, so it stays writable; it holds no hook or command.
-const CLAUDE_JSON: &str = r#"{
+const CLAUDE_JSON: &str = r#"{{
   "hasCompletedOnboarding": true,
   "lastOnboardingVersion": "2.1.197",
   "bypassPermissionsModeAccepted": false,
   "autoUpdates": false,
-  "customApiKeyResponses": {
+  "customApiKeyResponses": {{
     "approved": ["{placeholder_tail:anthropic}"],
     "rejected": []
-  }
-}
+  }}
+}}
 "#;
 
 pub(super) fn preset() -> AgentPreset {
@@ -100,42 +100,40 @@ pub(super) fn preset() -> AgentPreset {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
-mod tests {
-    use super::super::EnvValue;
+pub(super) mod tests {
+    use super::super::{EnvValue, TemplateValues, render};
     use super::preset;
 
-    /// The tokens of a template, `{kind:name}` (no `{{`/`}}` in these).
-    fn tokens(t: &str) -> Vec<(&str, &str)> {
-        t.split('{')
-            .skip(1)
-            .filter_map(|s| s.split_once('}'))
-            .filter_map(|(tok, _)| tok.split_once(':'))
-            .filter(|(k, _)| k.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
-            .collect()
+    /// Values for the preset's `anthropic` relay only.
+    pub(in super::super) struct Anthropic;
+
+    impl TemplateValues for Anthropic {
+        fn relay_url(&self, name: &str) -> Option<String> {
+            (name == "anthropic").then(|| "http://127.0.0.1:3130".to_owned())
+        }
+        fn placeholder(&self, name: &str) -> Option<String> {
+            (name == "anthropic")
+                .then(|| "sk-ant-api03-PLACEHOLDER-0123456789abcdefghij".to_owned())
+        }
+        fn home(&self) -> String {
+            "/tmp/home".to_owned()
+        }
+        fn cwd(&self) -> String {
+            "/work".to_owned()
+        }
     }
 
     #[test]
-    fn templates_and_env_name_only_the_presets_relay_and_render_to_json() {
+    fn claude_json_renders_with_the_placeholders_tail_approved() {
         let p = preset();
         let relays: Vec<&str> = p.relays.iter().map(|r| r.name).collect();
-        for f in &p.files {
-            for (kind, name) in tokens(f.template) {
-                assert!(
-                    matches!(kind, "relay_url" | "placeholder" | "placeholder_tail"),
-                    "{kind}"
-                );
-                assert!(relays.contains(&name), "{}: {name}", f.path);
-            }
-            let text = f
-                .template
-                .replace("{placeholder_tail:anthropic}", "TAIL-OF-TWENTY-CHARS");
-            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-            assert_eq!(v["hasCompletedOnboarding"], true);
-            assert_eq!(
-                v["customApiKeyResponses"]["approved"][0],
-                "TAIL-OF-TWENTY-CHARS"
-            );
-        }
+        let f = p.files.iter().find(|f| f.path == ".claude.json").unwrap();
+        let v: serde_json::Value = serde_json::from_str(&render(f, &Anthropic).unwrap()).unwrap();
+        assert_eq!(v["hasCompletedOnboarding"], true);
+        assert_eq!(
+            v["customApiKeyResponses"]["approved"][0],
+            "0123456789abcdefghij"
+        );
         for (_, v) in &p.env {
             if let EnvValue::RelayUrl(n) | EnvValue::Placeholder(n) = v {
                 assert!(relays.contains(n), "{n}");

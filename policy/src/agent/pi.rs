@@ -15,22 +15,22 @@ use palisade_schema::host_policy::{CredentialKind, RelayPreset};
 /// pointed at the relay and keeps its models. The key comes from
 /// `ANTHROPIC_API_KEY` (the placeholder). Read-only: an `apiKey` or header
 /// value starting with `!` is a shell command Pi runs.
-const MODELS_JSON: &str = r#"{
-  "providers": {
-    "anthropic": {
+const MODELS_JSON: &str = r#"{{
+  "providers": {{
+    "anthropic": {{
       "baseUrl": "{relay_url:anthropic}"
-    }
-  }
-}
+    }}
+  }}
+}}
 "#;
 
 /// `~/.pi/agent/settings.json`: no packages, extensions or skills beyond
 /// the defaults; read-only, since `packages` are installed and
 /// `extensions` run on start.
-const SETTINGS_JSON: &str = r#"{
+const SETTINGS_JSON: &str = r#"{{
   "packages": [],
   "extensions": []
-}
+}}
 "#;
 
 pub(super) fn preset() -> AgentPreset {
@@ -101,7 +101,8 @@ pub(super) fn preset() -> AgentPreset {
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
 mod tests {
-    use super::super::EnvValue;
+    use super::super::claude::tests::Anthropic;
+    use super::super::{EnvValue, render};
     use super::preset;
 
     #[test]
@@ -113,9 +114,7 @@ mod tests {
             .find(|f| f.path == ".pi/agent/models.json")
             .unwrap();
         assert!(models.read_only, "an `!cmd` apiKey would run on the host");
-        let text = models
-            .template
-            .replace("{relay_url:anthropic}", "http://127.0.0.1:3130");
+        let text = render(models, &Anthropic).unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(
             v["providers"]["anthropic"]["baseUrl"],
@@ -124,7 +123,7 @@ mod tests {
         assert_eq!(p.relays[0].name, "anthropic");
         for f in &p.files {
             let v: serde_json::Value =
-                serde_json::from_str(&f.template.replace("{relay_url:anthropic}", "u")).unwrap();
+                serde_json::from_str(&render(f, &Anthropic).unwrap()).unwrap();
             assert!(v.is_object(), "{}", f.path);
             assert!(f.read_only, "{}", f.path);
         }
