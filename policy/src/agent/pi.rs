@@ -80,12 +80,12 @@ pub(super) fn preset() -> AgentPreset {
         // executes), skills, prompt templates, themes, installed packages
         // (`npm/`, `git/`), global instructions and the system prompt.
         protected_home: vec![
-            ".pi/agent/extensions",
-            ".pi/agent/skills",
-            ".pi/agent/prompts",
-            ".pi/agent/themes",
-            ".pi/agent/npm",
-            ".pi/agent/git",
+            ".pi/agent/extensions/",
+            ".pi/agent/skills/",
+            ".pi/agent/prompts/",
+            ".pi/agent/themes/",
+            ".pi/agent/npm/",
+            ".pi/agent/git/",
             ".pi/agent/AGENTS.md",
             ".pi/agent/SYSTEM.md",
             ".pi/agent/keybindings.json",
@@ -133,7 +133,7 @@ mod tests {
     fn the_project_pi_dir_and_the_offline_switch_are_in_the_preset() {
         let p = preset();
         assert!(p.protected_workdir.contains(&".pi"));
-        assert!(p.protected_home.contains(&".pi/agent/extensions"));
+        assert!(p.protected_home.contains(&".pi/agent/extensions/"));
         assert!(
             p.env
                 .iter()
