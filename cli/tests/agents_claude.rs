@@ -157,3 +157,41 @@ fn claude_without_the_switches_is_denied_api_anthropic_com_and_the_journal_names
     let (code, text) = r.verify();
     assert_eq!(code, 0, "journal verify: {text}");
 }
+
+/// The seed's recommended provider option, Claude Code's own sandbox with
+/// `failIfUnavailable`, cannot start inside palisade's sandbox (here:
+/// its dependencies are not in the worker's view; with them, its proxy
+/// socket's `listen` is refused, see docs/agents.md): Claude Code refuses
+/// to start, so no request reaches the provider and no tool runs. That
+/// refusal is the documented result until `nested_sandbox` lands. The
+/// positive control is the tool-turn test: the same run without the
+/// setting completes.
+#[test]
+#[ignore = "needs the agent CLIs: cargo xtask agents"]
+fn claude_sandbox_fail_if_unavailable_refuses_to_start_inside_palisade() {
+    assert!(rig::is_root(), "the agent suite runs as root");
+    let f = Anthropic::start(Expect::ApiKey(rig::real_key()), &rig::probe_command());
+    let r = Rig::new(f.fake.addr, &preset_env(), "");
+    std::fs::create_dir_all(r.work.join(".claude")).unwrap();
+    std::fs::write(
+        r.work.join(".claude/settings.json"),
+        r#"{"sandbox":{"enabled":true,"failIfUnavailable":true}}"#,
+    )
+    .unwrap();
+    let c = claude();
+    let o = r.run(
+        &[&c, "-p", "PLEASE-RUN-THE-TOOL", "--allowedTools", "Bash"],
+        LIMIT,
+    );
+    assert_eq!(o.code, 1, "{}\n{}", o.stdout, o.stderr);
+    assert!(
+        o.stderr.contains("sandbox required but unavailable")
+            && o.stderr.contains("failIfUnavailable"),
+        "{}",
+        o.stderr
+    );
+    assert!(f.messages().is_empty(), "no request reached the provider");
+    assert!(!r.work.join("tool-out.txt").exists(), "no tool ran");
+    let (code, text) = r.verify();
+    assert_eq!(code, 0, "journal verify: {text}");
+}

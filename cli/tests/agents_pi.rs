@@ -30,7 +30,7 @@ mod rig;
 use std::time::Duration;
 
 use fake_anthropic::{Anthropic, Expect};
-use palisade_policy::agent::{AgentName, EnvValue, preset};
+use palisade_policy::agent::{AgentName, EnvValue, TemplateValues, preset, render};
 use rig::Rig;
 
 const LIMIT: Duration = Duration::from_secs(90);
@@ -38,6 +38,24 @@ const LIMIT: Duration = Duration::from_secs(90);
 /// The relay's URL inside: the first relay of the policy listens on
 /// 127.0.0.1:3130 (docs/governed-worker.md).
 const RELAY_URL: &str = "http://127.0.0.1:3130";
+
+/// The template values of the hand-written policy's relay.
+struct Relay;
+
+impl TemplateValues for Relay {
+    fn relay_url(&self, name: &str) -> Option<String> {
+        (name == "anthropic").then(|| RELAY_URL.to_owned())
+    }
+    fn placeholder(&self, _: &str) -> Option<String> {
+        None
+    }
+    fn home(&self) -> String {
+        "/tmp/home".to_owned()
+    }
+    fn cwd(&self) -> String {
+        String::new()
+    }
+}
 
 fn pi() -> String {
     rig::agent_bin("pi").display().to_string()
@@ -53,7 +71,7 @@ fn setup(r: &Rig, switches: bool) -> Vec<(String, String)> {
     std::fs::create_dir_all(&agent_dir).unwrap();
     for f in &p.files {
         let rel = f.path.strip_prefix(".pi/agent/").unwrap();
-        let text = f.template.replace("{relay_url:anthropic}", RELAY_URL);
+        let text = render(f, &Relay).unwrap();
         std::fs::write(agent_dir.join(rel), text).unwrap();
     }
     std::fs::set_permissions(

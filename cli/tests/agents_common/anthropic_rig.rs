@@ -99,6 +99,8 @@ pub(crate) struct Rig {
     pub(crate) key: PathBuf,
     /// The policy file.
     pub(crate) policy: PathBuf,
+    /// `--agent NAME`, when the run applies a preset.
+    pub(crate) agent: Option<&'static str>,
 }
 
 /// What `palisade run` did.
@@ -116,7 +118,15 @@ impl Rig {
     /// worker environment `env` (`[worker.env] set`) and `extra` TOML
     /// appended.
     pub(crate) fn new(fake: std::net::SocketAddr, worker_env: &[(&str, &str)], extra: &str) -> Rig {
-        Self::in_dir(tempfile::tempdir().unwrap(), fake, worker_env, extra)
+        Self::in_dir(tempfile::tempdir().unwrap(), fake, worker_env, extra, None)
+    }
+
+    /// A rig for `palisade run --agent NAME`: the policy's `anthropic`
+    /// relay stands for the preset's (same name), without `worker_env`,
+    /// so the preset's environment and files are what point the agent at
+    /// it.
+    pub(crate) fn with_agent(fake: std::net::SocketAddr, agent: &'static str) -> Rig {
+        Self::in_dir(tempfile::tempdir().unwrap(), fake, &[], "", Some(agent))
     }
 
     /// [`Rig::new`] again in `old`'s directory (its working directory and
@@ -127,7 +137,7 @@ impl Rig {
         worker_env: &[(&str, &str)],
         extra: &str,
     ) -> Rig {
-        Self::in_dir(old.dir, fake, worker_env, extra)
+        Self::in_dir(old.dir, fake, worker_env, extra, None)
     }
 
     fn in_dir(
@@ -135,6 +145,7 @@ impl Rig {
         fake: std::net::SocketAddr,
         worker_env: &[(&str, &str)],
         extra: &str,
+        agent: Option<&'static str>,
     ) -> Rig {
         let (front, ca_pem) = tls_front(fake);
         let origin = format!("https://{FAKE_HOST}:{}", front.port());
@@ -165,11 +176,21 @@ name = "anthropic"
 preset = "anthropic"
 origin = "{origin}"
 credential = {{ header = "x-api-key", from_env = "{KEY_VAR}" }}
-worker_env = {{ ANTHROPIC_BASE_URL = "relay", ANTHROPIC_API_KEY = "placeholder" }}
+{relay_env}
 {extra}
 "#,
-            set = set.join(", ")
+            set = set.join(", "),
+            relay_env = if agent.is_some() {
+                ""
+            } else {
+                r#"worker_env = { ANTHROPIC_BASE_URL = "relay", ANTHROPIC_API_KEY = "placeholder" }"#
+            }
         );
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
         std::fs::write(&policy, text).unwrap();
         std::fs::write(dir.path().join("ca.pem"), ca_pem).unwrap();
         Rig {
@@ -178,6 +199,7 @@ worker_env = {{ ANTHROPIC_BASE_URL = "relay", ANTHROPIC_API_KEY = "placeholder" 
             work,
             key,
             policy,
+            agent,
         }
     }
 
@@ -202,6 +224,7 @@ worker_env = {{ ANTHROPIC_BASE_URL = "relay", ANTHROPIC_API_KEY = "placeholder" 
             .arg(self.dir.path().join("ca.pem"))
             .arg("--writes")
             .arg("direct")
+            .args(self.agent.iter().flat_map(|a| ["--agent", a]))
             .arg("--")
             .args(cmd)
             .current_dir(&self.work)
@@ -364,4 +387,19 @@ pub(crate) fn assert_key_only_upstream(r: &Rig, o: &Outcome) {
     }
     let (code, text) = r.verify();
     assert_eq!(code, 0, "journal verify: {text}");
+}
+
+/// [`probe_command`], then what a hostile tool would try on the agent's
+/// config: write each of `protected` (relative to the working directory
+/// or `~/`) and, as the positive control, an ordinary file; each line says
+/// `WROTE <path>` or `REFUSED <path>`. Also prints the worker's HOME.
+pub(crate) fn agent_probe_command(protected: &[&str]) -> String {
+    let mut c = probe_command();
+    c.push_str("; echo HOME=$HOME");
+    for p in protected.iter().chain(&["plain-file.txt"]) {
+        c.push_str(&format!(
+            "; if (echo planted >> {p}) 2>/dev/null; then echo WROTE {p}; else echo REFUSED {p}; fi"
+        ));
+    }
+    c
 }

@@ -17,16 +17,16 @@ use palisade_schema::host_policy::{CredentialKind, RelayPreset};
 /// characters, so the placeholder must be stable for the policy and
 /// relay: `{placeholder_tail:…}`). Claude Code rewrites this file while it
 /// runs, so it stays writable; it holds no hook or command.
-const CLAUDE_JSON: &str = r#"{
+const CLAUDE_JSON: &str = r#"{{
   "hasCompletedOnboarding": true,
   "lastOnboardingVersion": "2.1.197",
   "bypassPermissionsModeAccepted": false,
   "autoUpdates": false,
-  "customApiKeyResponses": {
+  "customApiKeyResponses": {{
     "approved": ["{placeholder_tail:anthropic}"],
     "rejected": []
-  }
-}
+  }}
+}}
 "#;
 
 pub(super) fn preset() -> AgentPreset {
@@ -73,11 +73,11 @@ pub(super) fn preset() -> AgentPreset {
         protected_home: vec![
             ".claude/settings.json",
             ".claude/settings.local.json",
-            ".claude/hooks",
-            ".claude/commands",
-            ".claude/agents",
-            ".claude/skills",
-            ".claude/plugins",
+            ".claude/hooks/",
+            ".claude/commands/",
+            ".claude/agents/",
+            ".claude/skills/",
+            ".claude/plugins/",
             ".claude/CLAUDE.md",
         ],
         // The project's Claude config: `.claude/` (settings with hooks,
@@ -95,5 +95,74 @@ pub(super) fn preset() -> AgentPreset {
             // The auto-updater's and plugin catalogue's bucket.
             "storage.googleapis.com",
         ],
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+pub(super) mod tests {
+    use super::super::{EnvValue, TemplateValues, render};
+    use super::preset;
+
+    /// Values for the preset's `anthropic` relay only.
+    pub(in super::super) struct Anthropic;
+
+    impl TemplateValues for Anthropic {
+        fn relay_url(&self, name: &str) -> Option<String> {
+            (name == "anthropic").then(|| "http://127.0.0.1:3130".to_owned())
+        }
+        fn placeholder(&self, name: &str) -> Option<String> {
+            (name == "anthropic")
+                .then(|| "sk-ant-api03-PLACEHOLDER-0123456789abcdefghij".to_owned())
+        }
+        fn home(&self) -> String {
+            "/tmp/home".to_owned()
+        }
+        fn cwd(&self) -> String {
+            "/work".to_owned()
+        }
+    }
+
+    #[test]
+    fn claude_json_renders_with_the_placeholders_tail_approved() {
+        let p = preset();
+        let relays: Vec<&str> = p.relays.iter().map(|r| r.name).collect();
+        let f = p.files.iter().find(|f| f.path == ".claude.json").unwrap();
+        let v: serde_json::Value = serde_json::from_str(&render(f, &Anthropic).unwrap()).unwrap();
+        assert_eq!(v["hasCompletedOnboarding"], true);
+        assert_eq!(
+            v["customApiKeyResponses"]["approved"][0],
+            "0123456789abcdefghij"
+        );
+        for (_, v) in &p.env {
+            if let EnvValue::RelayUrl(n) | EnvValue::Placeholder(n) = v {
+                assert!(relays.contains(n), "{n}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_project_config_and_the_telemetry_switches_are_in_the_preset() {
+        let p = preset();
+        for name in [".claude", ".mcp.json"] {
+            assert!(p.protected_workdir.contains(&name), "{name}");
+        }
+        for var in [
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+            "DISABLE_AUTOUPDATER",
+        ] {
+            assert!(
+                p.env
+                    .iter()
+                    .any(|(k, v)| *k == var && *v == EnvValue::Literal("1")),
+                "{var}"
+            );
+        }
+        for path in p.protected_home.iter().chain(&p.state_dirs) {
+            assert!(
+                !path.starts_with('/') && !path.split('/').any(|c| c == ".."),
+                "{path}"
+            );
+        }
     }
 }

@@ -15,22 +15,22 @@ use palisade_schema::host_policy::{CredentialKind, RelayPreset};
 /// pointed at the relay and keeps its models. The key comes from
 /// `ANTHROPIC_API_KEY` (the placeholder). Read-only: an `apiKey` or header
 /// value starting with `!` is a shell command Pi runs.
-const MODELS_JSON: &str = r#"{
-  "providers": {
-    "anthropic": {
+const MODELS_JSON: &str = r#"{{
+  "providers": {{
+    "anthropic": {{
       "baseUrl": "{relay_url:anthropic}"
-    }
-  }
-}
+    }}
+  }}
+}}
 "#;
 
 /// `~/.pi/agent/settings.json`: no packages, extensions or skills beyond
 /// the defaults; read-only, since `packages` are installed and
 /// `extensions` run on start.
-const SETTINGS_JSON: &str = r#"{
+const SETTINGS_JSON: &str = r#"{{
   "packages": [],
   "extensions": []
-}
+}}
 "#;
 
 pub(super) fn preset() -> AgentPreset {
@@ -80,12 +80,12 @@ pub(super) fn preset() -> AgentPreset {
         // executes), skills, prompt templates, themes, installed packages
         // (`npm/`, `git/`), global instructions and the system prompt.
         protected_home: vec![
-            ".pi/agent/extensions",
-            ".pi/agent/skills",
-            ".pi/agent/prompts",
-            ".pi/agent/themes",
-            ".pi/agent/npm",
-            ".pi/agent/git",
+            ".pi/agent/extensions/",
+            ".pi/agent/skills/",
+            ".pi/agent/prompts/",
+            ".pi/agent/themes/",
+            ".pi/agent/npm/",
+            ".pi/agent/git/",
             ".pi/agent/AGENTS.md",
             ".pi/agent/SYSTEM.md",
             ".pi/agent/keybindings.json",
@@ -95,5 +95,54 @@ pub(super) fn preset() -> AgentPreset {
         // installs packages, and skills, prompts and `SYSTEM.md` steer.
         protected_workdir: vec![".pi"],
         denied_hosts: vec!["pi.dev"],
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "tests")]
+mod tests {
+    use super::super::claude::tests::Anthropic;
+    use super::super::{EnvValue, render};
+    use super::preset;
+
+    #[test]
+    fn models_json_points_the_builtin_anthropic_provider_at_the_relay() {
+        let p = preset();
+        let models = p
+            .files
+            .iter()
+            .find(|f| f.path == ".pi/agent/models.json")
+            .unwrap();
+        assert!(models.read_only, "an `!cmd` apiKey would run on the host");
+        let text = render(models, &Anthropic).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            v["providers"]["anthropic"]["baseUrl"],
+            "http://127.0.0.1:3130"
+        );
+        assert_eq!(p.relays[0].name, "anthropic");
+        for f in &p.files {
+            let v: serde_json::Value =
+                serde_json::from_str(&render(f, &Anthropic).unwrap()).unwrap();
+            assert!(v.is_object(), "{}", f.path);
+            assert!(f.read_only, "{}", f.path);
+        }
+    }
+
+    #[test]
+    fn the_project_pi_dir_and_the_offline_switch_are_in_the_preset() {
+        let p = preset();
+        assert!(p.protected_workdir.contains(&".pi"));
+        assert!(p.protected_home.contains(&".pi/agent/extensions/"));
+        assert!(
+            p.env
+                .iter()
+                .any(|(k, v)| *k == "PI_OFFLINE" && *v == EnvValue::Literal("1"))
+        );
+        assert!(
+            p.env
+                .iter()
+                .any(|(k, v)| *k == "ANTHROPIC_API_KEY" && *v == EnvValue::Placeholder("anthropic"))
+        );
     }
 }
