@@ -106,19 +106,27 @@ struct Running {
 }
 
 async fn oauth_relay() -> Running {
+    oauth_relay_of(
+        CredentialKind::AnthropicOauth,
+        &PlaceholderFormat::anthropic_oauth(),
+        "POST /v1/messages",
+    )
+    .await
+}
+
+async fn oauth_relay_of(kind: CredentialKind, format: &PlaceholderFormat, route: &str) -> Running {
     let (addr, cert, seen) = upstream().await;
     let origin =
         palisade_schema::host_policy::Origin::parse(&format!("https://api.test:{}", addr.port()))
             .unwrap();
-    let credential =
-        Credential::oauth(CredentialKind::AnthropicOauth, Secret::new(access_token())).unwrap();
-    let placeholder = Placeholder::generate(&PlaceholderFormat::anthropic_oauth()).unwrap();
+    let credential = Credential::oauth(kind, Secret::new(access_token())).unwrap();
+    let placeholder = Placeholder::generate(format).unwrap();
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert).unwrap();
     let mut config = RelayConfig::new(
         "anthropic",
         origin,
-        vec![Route::parse("POST /v1/messages").unwrap()],
+        vec![Route::parse(route).unwrap()],
         credential,
         placeholder.clone(),
     )
@@ -570,4 +578,43 @@ async fn an_expired_token_whose_refresh_fails_is_refused_without_any_token_in_th
     .unwrap();
     let e = fetch(&missing, NOW_MS).await.unwrap_err();
     assert!(e.to_string().contains("nope.json"), "{e}");
+}
+
+#[tokio::test]
+async fn a_chatgpt_jwt_placeholder_becomes_the_access_token_and_the_account_header_passes() {
+    let format = PlaceholderFormat::chatgpt("acct-77");
+    let r = oauth_relay_of(
+        CredentialKind::ChatGpt,
+        &format,
+        "POST /backend-api/codex/responses",
+    )
+    .await;
+    let req = |bearer: &str| {
+        Request::builder()
+            .method("POST")
+            .uri("/backend-api/codex/responses")
+            .header("host", "localhost")
+            .header("authorization", format!("Bearer {bearer}"))
+            .header("chatgpt-account-id", "acct-77")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap()
+    };
+    // control: another JWT for the same account is not the placeholder
+    let other = Placeholder::generate(&format).unwrap();
+    let (status, body) = send(&r.sock, req(other.expose())).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(r.seen.lock().unwrap().is_empty());
+    let (status, body) = send(&r.sock, req(&r.placeholder)).await;
+    assert_eq!(status, 200, "{body}");
+    let seen = r.seen.lock().unwrap().clone();
+    assert_eq!(
+        header(&seen[0], "authorization"),
+        [format!("Bearer {}", access_token()).as_str()]
+    );
+    assert_eq!(header(&seen[0], "chatgpt-account-id"), ["acct-77"]);
+    assert!(
+        header(&seen[0], "anthropic-beta").is_empty(),
+        "no Anthropic flag on ChatGPT"
+    );
 }
