@@ -70,13 +70,13 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     // current folder has no `.paseo`.
     let policy_only =
         args.policy.is_some() && args.path == Path::new(".") && !Path::new(".paseo").is_dir();
-    let (mut diags, mut sources, mut checked) = if policy_only {
+    let (mut diags, mut sources, mut checked, config) = if policy_only {
         let none = Checked {
             what: String::new(),
             files: 0,
             counts: None,
         };
-        (Vec::new(), Vec::new(), none)
+        (Vec::new(), Vec::new(), none, None)
     } else {
         check_path(&args.path)?
     };
@@ -84,6 +84,9 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         let text = crate::input::read_text(policy, crate::input::Kind::Policy)?;
         let name = policy.display().to_string();
         diags.extend(check_policy(&name, &text)?);
+        if let Some((file, config)) = &config {
+            diags.extend(provider_sandboxes(file, config));
+        }
         checked.what = if checked.what.is_empty() {
             name.clone()
         } else {
@@ -113,9 +116,62 @@ pub(crate) fn check_policy(name: &str, text: &str) -> Result<Vec<Diagnostic>, St
     })
 }
 
-/// Checks PATH; returns diagnostics (file names as the user sees them) and
-/// the sources for snippets.
-fn check_path(path: &Path) -> Result<(Vec<Diagnostic>, Vec<Source>, Checked), String> {
+/// The workflow's agents whose options turn on a provider sandbox, which
+/// cannot start inside palisade's (`provider_sandbox_unavailable`): an
+/// error when the provider then refuses to work, a warning when it would
+/// run unsandboxed. Located at the agent's authored options key.
+fn provider_sandboxes(file: &str, config: &palisade_schema::HubConfig) -> Vec<Diagnostic> {
+    use palisade_schema::diagnostic::Path as At;
+    use palisade_schema::model::AgentRef;
+    let named = config
+        .agents
+        .iter()
+        .map(|a| (At::root().key("agents").key(a.name.clone()), &a.agent));
+    let inline = config.triggers.iter().enumerate().flat_map(|(t, trigger)| {
+        trigger
+            .steps
+            .iter()
+            .enumerate()
+            .filter_map(move |(s, step)| match &step.agent {
+                AgentRef::Inline(agent) => Some((
+                    At::root()
+                        .key("triggers")
+                        .index(t)
+                        .key("steps")
+                        .index(s)
+                        .key("agent"),
+                    agent,
+                )),
+                _ => None,
+            })
+    });
+    named
+        .chain(inline)
+        .filter_map(|(at, agent)| {
+            let options = agent.options.as_ref()?;
+            let found = palisade_policy::provider_sandbox::check(&agent.provider, options)?;
+            let make = if found.fails_closed {
+                Diagnostic::error
+            } else {
+                Diagnostic::warning
+            };
+            let mut d = make(palisade_policy::provider_sandbox::CODE, found.message());
+            d.file = file.to_owned();
+            d.path = found
+                .key
+                .split('.')
+                .fold(at.key("options"), |p, k| p.key(k));
+            Some(d)
+        })
+        .collect()
+}
+
+/// The parsed workflow (its display name and model), when it parsed.
+type Workflow = Option<(String, palisade_schema::HubConfig)>;
+
+/// Checks PATH; returns diagnostics (file names as the user sees them),
+/// the sources for snippets and the parsed workflow.
+fn check_path(path: &Path) -> Result<(Vec<Diagnostic>, Vec<Source>, Checked, Workflow), String> {
     let input = Input::read(path)?;
     let (config, mut diags) = input.parse();
     let (what, files) = match &input {
@@ -130,6 +186,7 @@ fn check_path(path: &Path) -> Result<(Vec<Diagnostic>, Vec<Source>, Checked), St
     for d in &mut diags {
         d.file = input.display_name(&d.file);
     }
+    let workflow = config.map(|c| (checked.what.clone(), c));
     let sources = match input {
         Input::File { name, bytes } => String::from_utf8(bytes)
             .map(|text| vec![Source { name, text }])
@@ -144,7 +201,7 @@ fn check_path(path: &Path) -> Result<(Vec<Diagnostic>, Vec<Source>, Checked), St
             })
             .collect(),
     };
-    Ok((diags, sources, checked))
+    Ok((diags, sources, checked, workflow))
 }
 
 fn human(diags: &[Diagnostic], sources: &[Source], checked: &Checked) -> String {

@@ -359,14 +359,6 @@ fn convert(name: &str, c: &CustomProfile) -> Result<Profile, ResolveError> {
             },
         nested_sandbox,
     } = c;
-    // CONTRACT(i19-nested): applied by the nested-sandbox work; until then refused.
-    if *nested_sandbox {
-        return Err(ResolveError::InvalidPath {
-            profile: name.to_owned(),
-            key: "nested_sandbox",
-            path: "not yet supported".to_owned(),
-        });
-    }
     let profile = || name.to_owned();
     let Some(mut p) = Profile::by_name(base.as_str()) else {
         return Err(ResolveError::UnknownBase {
@@ -430,6 +422,10 @@ fn convert(name: &str, c: &CustomProfile) -> Result<Profile, ResolveError> {
             });
         }
         _ => {}
+    }
+    // A weakening the operator asked for by name; recorded as a deviation.
+    if *nested_sandbox {
+        p.allow_nested_sandbox();
     }
     for (key, want, which) in [
         ("address_space", address_space, Limit::AddressSpace),

@@ -24,6 +24,10 @@ pub(crate) struct Rules {
     write: Vec<PathBuf>,
     optional_write: Vec<PathBuf>,
     ports: Vec<u16>,
+    /// Where socket files may be made (`LANDLOCK_ACCESS_FS_MAKE_SOCK`):
+    /// only the private `/tmp` under a nested sandbox, every writable
+    /// root otherwise (where seccomp refuses `AF_UNIX` sockets anyway).
+    sockets_in_tmp_only: bool,
 }
 
 impl Rules {
@@ -39,8 +43,7 @@ impl Rules {
             read.push(PathBuf::from("/dev/urandom"));
             read.push(PathBuf::from("/dev/random"));
         }
-        let mut write = plan.writable.clone();
-        write.push(PathBuf::from("/tmp"));
+        let write = plan.writable.clone();
         let optional_write = [
             "/dev/null",
             "/dev/zero",
@@ -59,6 +62,7 @@ impl Rules {
             write,
             optional_write,
             ports: bridges.iter().map(|b| b.port).collect(),
+            sockets_in_tmp_only: profile.nested_sandbox,
         }
     }
 
@@ -105,13 +109,35 @@ impl Rules {
                 .add_rule(PathBeneath::new(fd, access))
                 .map_err(err("read rule"))?;
         }
+        let roots = if self.sockets_in_tmp_only {
+            all & !AccessFs::MakeSock
+        } else {
+            all
+        };
         for p in &self.write {
-            let access = if p.is_dir() { all } else { file };
+            let access = if p.is_dir() { roots } else { file };
             let fd = open(p)?;
             created = created
                 .add_rule(PathBeneath::new(fd, access))
                 .map_err(err("write rule"))?;
         }
+        // A nested sandbox writes the uid/gid maps of the user namespaces
+        // it makes (`/proc/<pid>/uid_map`, `gid_map`, `setgroups`), whose
+        // inodes exist only once the process does: /proc is writable to
+        // it as far as the kernel's own checks allow (the files a process
+        // owns; the /proc masks are read-only mounts).
+        if self.sockets_in_tmp_only {
+            created = created
+                .add_rule(PathBeneath::new(
+                    open(Path::new("/proc"))?,
+                    AccessFs::WriteFile | AccessFs::Truncate,
+                ))
+                .map_err(err("proc rule"))?;
+        }
+        // The private /tmp: every right, socket files included.
+        created = created
+            .add_rule(PathBeneath::new(open(Path::new("/tmp"))?, all))
+            .map_err(err("write rule"))?;
         for p in &self.optional_write {
             if let Ok(fd) = PathFd::new(p) {
                 let access = if p.is_dir() { all } else { file };

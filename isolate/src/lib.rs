@@ -109,8 +109,9 @@ pub use layer::{Layer, LayerStatus, ProbeReport, probe, probe_thorough};
 pub use placeholder_log::{StaleCleanup, clean_stale as clean_stale_placeholders};
 pub use plan::{MountOp, MountPlan, SECRET_STORES};
 pub use profile::{
-    DEFAULT_PATH, ENV_ALLOW, HOST_MASKS, Limit, NetworkMode, PROTECTED_IF_PRESENT, PROTECTED_NAMES,
-    Profile, Rlimits, RootView, SYSTEM_DIRS, SYSTEM_ETC, SocketPolicy,
+    DEFAULT_PATH, ENV_ALLOW, HOST_MASKS, Limit, NESTED_SANDBOX_DEVIATION, NetworkMode,
+    PROTECTED_IF_PRESENT, PROTECTED_NAMES, Profile, Rlimits, RootView, SYSTEM_DIRS, SYSTEM_ETC,
+    SocketPolicy,
 };
 pub use pty::TerminalResize;
 pub use spawn::{
@@ -140,7 +141,7 @@ pub mod __bench {
     /// instruction: `code` u16, `jt` u8, `jf` u8, `k` u32), the format
     /// `bwrap --seccomp FD` reads, so a peer can run with the same filter.
     pub fn seccomp_program() -> Result<Vec<u8>, String> {
-        let filters = crate::seccomp::build()?;
+        let filters = crate::seccomp::build(false)?;
         let mut out = Vec::with_capacity(filters.program.len() * 8);
         for insn in &filters.program {
             out.extend_from_slice(&insn.code.to_ne_bytes());
@@ -155,7 +156,7 @@ pub mod __bench {
     mod tests {
         #[test]
         fn the_bytes_are_the_installed_program_in_sock_filter_layout() {
-            let program = crate::seccomp::build().unwrap().program;
+            let program = crate::seccomp::build(false).unwrap().program;
             let bytes = super::seccomp_program().unwrap();
             assert_eq!(bytes.len(), program.len() * 8);
             for (chunk, insn) in bytes.chunks_exact(8).zip(&program) {

@@ -216,6 +216,10 @@ pub const PROTECTED_NAMES: &[&str] = &[
 pub const PROTECTED_IF_PRESENT: &[&str] =
     &[".vscode", ".idea", ".mcp.json", ".claude", ".gitmodules"];
 
+/// The deviation [`Profile::allow_nested_sandbox`] records in the launch
+/// report.
+pub const NESTED_SANDBOX_DEVIATION: &str = "nested sandbox: user namespaces (CLONE_NEWUSER and the namespaces it owns), AF_UNIX stream/seqpacket sockets bound in /tmp only, socketpair(AF_UNIX, SOCK_SEQPACKET), /proc writable as far as the kernel's checks allow";
+
 /// The default environment allowlist (names passed from the launcher).
 pub const ENV_ALLOW: &[&str] = &["LANG", "LC_ALL", "TERM"];
 
@@ -289,6 +293,10 @@ pub struct Profile {
     /// Whether the worker may receive provider credentials through relays
     /// (`false` for maintenance). Informational for the caller wiring relays.
     pub(crate) provider_credentials: bool,
+    /// Whether a provider's own sandbox may run inside (user namespaces,
+    /// `AF_UNIX` sockets bound in `/tmp`, `SOCK_SEQPACKET` pairs); see
+    /// [`Profile::allow_nested_sandbox`].
+    pub(crate) nested_sandbox: bool,
     /// Weakenings made through [`crate::Sandbox::dangerous`], for the report.
     pub(crate) deviations: Vec<String>,
 }
@@ -319,6 +327,7 @@ impl Profile {
             require_cgroups: false,
             wall_limit: None,
             provider_credentials: true,
+            nested_sandbox: false,
             deviations: Vec::new(),
         }
     }
@@ -453,6 +462,37 @@ impl Profile {
     /// Whether the worker may receive provider credentials through relays.
     pub fn provider_credentials(&self) -> bool {
         self.provider_credentials
+    }
+
+    /// Whether a provider's own sandbox may run inside
+    /// ([`Profile::allow_nested_sandbox`]).
+    pub fn nested_sandbox(&self) -> bool {
+        self.nested_sandbox
+    }
+
+    /// Let a provider's own sandbox (bubblewrap, Claude Code's
+    /// sandbox-runtime, Codex's Linux sandbox) start inside this one: the
+    /// seccomp filter then allows `unshare`/`clone` with `CLONE_NEWUSER` and
+    /// the namespaces a user namespace's owner may create (mount, PID,
+    /// network, IPC, UTS, cgroup; never `CLONE_NEWTIME`), `socket(AF_UNIX)`
+    /// of the stream and seqpacket types and `socketpair(AF_UNIX,
+    /// SOCK_SEQPACKET)`; Landlock lets the worker create socket files only
+    /// under its private `/tmp`, and write the files of `/proc` that the
+    /// kernel's own checks let it write (the uid and gid maps of the
+    /// namespaces it makes are there). Every other rule stays: the mount syscalls,
+    /// `setns`, `ptrace`, `keyctl`, `bpf`, `perf_event_open` stay refused,
+    /// and Landlock, the masks and the dropped capabilities are inherited by
+    /// every namespace the worker makes. It is wider kernel attack surface
+    /// (user namespaces), so it is off by default and recorded as a
+    /// deviation in the launch report. bubblewrap still cannot start: its
+    /// first `mount` is refused by seccomp and by Landlock (a domain that
+    /// restricts the filesystem may not change the mount topology).
+    pub fn allow_nested_sandbox(&mut self) -> &mut Self {
+        if !self.nested_sandbox {
+            self.nested_sandbox = true;
+            self.deviations.push(String::from(NESTED_SANDBOX_DEVIATION));
+        }
+        self
     }
 
     /// The weakenings made through [`crate::Sandbox::dangerous`] (they

@@ -224,6 +224,17 @@ enum ArgRule {
     /// `clone()` with any `CLONE_NEW*` flag (`CLONE_NEWTIME` shares its bit
     /// with the exit signal there).
     Clone,
+    /// Nested sandbox ([`crate::Profile::allow_nested_sandbox`]): `socket()`
+    /// as [`ArgRule::Socket`], plus `AF_UNIX` of the stream and seqpacket
+    /// types (protocol 0). Landlock keeps socket files to `/tmp`.
+    SocketNested,
+    /// Nested sandbox: `socketpair()` as [`ArgRule::Socketpair`], plus
+    /// `AF_UNIX` seqpacket pairs (Codex's app-server channel).
+    SocketpairNested,
+    /// Nested sandbox: `unshare()` with `CLONE_NEWTIME` only is refused;
+    /// the other namespaces need `CLONE_NEWUSER` first for a worker without
+    /// capabilities, which the kernel checks.
+    UnshareNested,
     /// `ioctl(TIOCSTI)`, `ioctl(TIOCLINUX)` and `ioctl(TIOCSETD)`.
     Ioctl,
     /// `personality()`: only the query and plain Linux.
@@ -282,8 +293,12 @@ fn ruled_by_args() -> Vec<(libc::c_long, ArgRule)> {
     v
 }
 
-/// Every syscall number with a rule, sorted, each once.
-fn table() -> Result<Vec<(u32, Verdict)>, String> {
+/// Every syscall number with a rule, sorted, each once. With `nested`
+/// ([`crate::Profile::allow_nested_sandbox`]) `socket`, `socketpair` and
+/// `unshare` take their nested rules and `clone` is allowed (the kernel
+/// refuses a namespace other than a user namespace to a caller without
+/// capabilities; `CLONE_NEWTIME` is not a `clone` flag).
+fn table(nested: bool) -> Result<Vec<(u32, Verdict)>, String> {
     let mut t: Vec<(u32, Verdict)> = Vec::new();
     for n in denied_outright() {
         t.push((nr(n)?, Verdict::Eperm));
@@ -291,13 +306,21 @@ fn table() -> Result<Vec<(u32, Verdict)>, String> {
     t.push((nr(libc::SYS_clone3)?, Verdict::Enosys));
     // openat2's flags and mode sit in a struct the filter cannot read.
     t.push((nr(libc::SYS_openat2)?, Verdict::Enosys));
-    t.push((nr(libc::SYS_socket)?, Verdict::Args(ArgRule::Socket)));
-    t.push((
-        nr(libc::SYS_socketpair)?,
-        Verdict::Args(ArgRule::Socketpair),
-    ));
-    t.push((nr(libc::SYS_unshare)?, Verdict::Args(ArgRule::Unshare)));
-    t.push((nr(libc::SYS_clone)?, Verdict::Args(ArgRule::Clone)));
+    let (socket, pair, unshare) = if nested {
+        (
+            ArgRule::SocketNested,
+            ArgRule::SocketpairNested,
+            ArgRule::UnshareNested,
+        )
+    } else {
+        (ArgRule::Socket, ArgRule::Socketpair, ArgRule::Unshare)
+    };
+    t.push((nr(libc::SYS_socket)?, Verdict::Args(socket)));
+    t.push((nr(libc::SYS_socketpair)?, Verdict::Args(pair)));
+    t.push((nr(libc::SYS_unshare)?, Verdict::Args(unshare)));
+    if !nested {
+        t.push((nr(libc::SYS_clone)?, Verdict::Args(ArgRule::Clone)));
+    }
     t.push((nr(libc::SYS_ioctl)?, Verdict::Args(ArgRule::Ioctl)));
     t.push((
         nr(libc::SYS_personality)?,
@@ -463,11 +486,14 @@ fn block(asm: &mut Asm, rule: ArgRule, allow: usize, eperm: usize) -> Result<(),
     let (yes, no) = (Target::Label(eperm), Target::Next);
     let af = |v: libc::c_int| u32::try_from(v).map_err(|_| String::from("negative constant"));
     match rule {
-        ArgRule::Socket => {
+        ArgRule::Socket | ArgRule::SocketNested => {
             let (inet, stream, dgram) = (asm.label(), asm.label(), asm.label());
             asm.push(Item::Ld(off_arg(0)));
             asm.jump(BPF_JEQ_K, af(libc::AF_INET)?, Target::Label(inet), no);
             asm.jump(BPF_JEQ_K, af(libc::AF_INET6)?, Target::Label(inet), no);
+            if rule == ArgRule::SocketNested {
+                unix_socket(asm, allow)?;
+            }
             asm.push(Item::Ret(RET_EPERM));
             // The type without SOCK_NONBLOCK / SOCK_CLOEXEC.
             asm.push(Item::Label(inet));
@@ -488,15 +514,22 @@ fn block(asm: &mut Asm, rule: ArgRule, allow: usize, eperm: usize) -> Result<(),
                 asm.push(Item::Ret(RET_EPERM));
             }
         }
-        ArgRule::Socketpair => {
+        ArgRule::Socketpair | ArgRule::SocketpairNested => {
             asm.push(Item::Ld(off_arg(0)));
             asm.jump(BPF_JEQ_K, af(libc::AF_UNIX)?, no, yes);
             // The type without SOCK_NONBLOCK / SOCK_CLOEXEC.
             asm.push(Item::Ld(off_arg(1)));
             asm.push(Item::And(0xf));
             asm.jump(BPF_JEQ_K, af(libc::SOCK_DGRAM)?, yes, no);
-            asm.jump(BPF_JEQ_K, af(libc::SOCK_SEQPACKET)?, yes, no);
+            if rule == ArgRule::Socketpair {
+                asm.jump(BPF_JEQ_K, af(libc::SOCK_SEQPACKET)?, yes, no);
+            }
             asm.jump(BPF_JEQ_K, af(libc::SOCK_RAW)?, yes, no);
+            asm.push(Item::Ret(RET_ALLOW));
+        }
+        ArgRule::UnshareNested => {
+            asm.push(Item::Ld(off_arg(0)));
+            asm.jump(BPF_JSET_K, mask(&[libc::CLONE_NEWTIME as u64])?, yes, no);
             asm.push(Item::Ret(RET_ALLOW));
         }
         ArgRule::Unshare => {
@@ -558,10 +591,46 @@ fn block(asm: &mut Asm, rule: ArgRule, allow: usize, eperm: usize) -> Result<(),
     Ok(())
 }
 
-/// Build the filter.
-pub(crate) fn build() -> Result<Filters, String> {
+/// The nested-sandbox part of the `socket()` block, reached with the
+/// family in A when it is neither `AF_INET` nor `AF_INET6`: `AF_UNIX` of
+/// the stream or seqpacket type with protocol 0 is allowed; anything else
+/// falls through to the block's refusal.
+fn unix_socket(asm: &mut Asm, allow: usize) -> Result<(), String> {
+    let af = |v: libc::c_int| u32::try_from(v).map_err(|_| String::from("negative constant"));
+    let (unix, typed, refuse) = (asm.label(), asm.label(), asm.label());
+    asm.jump(
+        BPF_JEQ_K,
+        af(libc::AF_UNIX)?,
+        Target::Label(unix),
+        Target::Label(refuse),
+    );
+    asm.push(Item::Label(unix));
+    asm.push(Item::Ld(off_arg(1)));
+    asm.push(Item::And(SOCK_TYPE_MASK));
+    asm.jump(
+        BPF_JEQ_K,
+        af(libc::SOCK_STREAM)?,
+        Target::Label(typed),
+        Target::Next,
+    );
+    asm.jump(
+        BPF_JEQ_K,
+        af(libc::SOCK_SEQPACKET)?,
+        Target::Label(typed),
+        Target::Label(refuse),
+    );
+    asm.push(Item::Label(typed));
+    asm.push(Item::Ld(off_arg(2)));
+    asm.jump(BPF_JEQ_K, 0, Target::Label(allow), Target::Label(refuse));
+    asm.push(Item::Label(refuse));
+    Ok(())
+}
+
+/// Build the filter of a profile; `nested` is
+/// [`crate::Profile::nested_sandbox`].
+pub(crate) fn build(nested: bool) -> Result<Filters, String> {
     let arch = audit_arch()?;
-    let keys = table()?;
+    let keys = table(nested)?;
     let mut asm = Asm::default();
     let (allow, eperm) = (asm.label(), asm.label());
     // One block per argument rule of the table, each behind its own label.
@@ -884,8 +953,109 @@ mod tests {
     }
 
     #[test]
+    fn the_nested_program_allows_exactly_the_nested_sandbox_calls() {
+        let arch = audit_arch().unwrap();
+        let nr = |n: libc::c_long| u32::try_from(n).unwrap();
+        let eperm = RET_ERRNO | libc::EPERM as u32;
+        let c = |v: libc::c_int| u64::try_from(v).unwrap();
+        let user = libc::CLONE_NEWUSER as u64;
+        let ns = user | (libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWNET) as u64;
+        let time = libc::CLONE_NEWTIME as u64;
+        let (unix, stream, seq) = (
+            c(libc::AF_UNIX),
+            c(libc::SOCK_STREAM),
+            c(libc::SOCK_SEQPACKET),
+        );
+        let plain = build(false).unwrap().program;
+        let nested = build(true).unwrap().program;
+        let cases: [(libc::c_long, [u64; 6], u32, u32); 14] = [
+            (libc::SYS_unshare, [user, 0, 0, 0, 0, 0], eperm, RET_ALLOW),
+            (libc::SYS_unshare, [ns, 0, 0, 0, 0, 0], eperm, RET_ALLOW),
+            (libc::SYS_unshare, [time, 0, 0, 0, 0, 0], eperm, eperm),
+            (libc::SYS_clone, [ns, 0, 0, 0, 0, 0], eperm, RET_ALLOW),
+            (
+                libc::SYS_socket,
+                [unix, stream, 0, 0, 0, 0],
+                eperm,
+                RET_ALLOW,
+            ),
+            (
+                libc::SYS_socket,
+                [unix, seq | c(libc::SOCK_CLOEXEC), 0, 0, 0, 0],
+                eperm,
+                RET_ALLOW,
+            ),
+            (
+                libc::SYS_socket,
+                [unix, c(libc::SOCK_DGRAM), 0, 0, 0, 0],
+                eperm,
+                eperm,
+            ),
+            (libc::SYS_socket, [unix, stream, 1, 0, 0, 0], eperm, eperm),
+            (
+                libc::SYS_socket,
+                [c(libc::AF_NETLINK), c(libc::SOCK_RAW), 0, 0, 0, 0],
+                eperm,
+                eperm,
+            ),
+            (
+                libc::SYS_socketpair,
+                [unix, seq, 0, 0, 0, 0],
+                eperm,
+                RET_ALLOW,
+            ),
+            (
+                libc::SYS_socketpair,
+                [unix, stream, 0, 0, 0, 0],
+                RET_ALLOW,
+                RET_ALLOW,
+            ),
+            (
+                libc::SYS_socketpair,
+                [unix, c(libc::SOCK_DGRAM), 0, 0, 0, 0],
+                eperm,
+                eperm,
+            ),
+            (
+                libc::SYS_socket,
+                [c(libc::AF_INET), stream, 0, 0, 0, 0],
+                RET_ALLOW,
+                RET_ALLOW,
+            ),
+            (libc::SYS_getpid, [0; 6], RET_ALLOW, RET_ALLOW),
+        ];
+        for (n, args, want_plain, want_nested) in cases {
+            assert_eq!(
+                run(&plain, nr(n), arch, args),
+                want_plain,
+                "plain {n} {args:?}"
+            );
+            assert_eq!(
+                run(&nested, nr(n), arch, args),
+                want_nested,
+                "nested {n} {args:?}"
+            );
+        }
+        // The rest of the filter is kept.
+        for n in [
+            libc::SYS_mount,
+            libc::SYS_umount2,
+            libc::SYS_pivot_root,
+            libc::SYS_setns,
+            libc::SYS_ptrace,
+            libc::SYS_keyctl,
+            libc::SYS_bpf,
+            libc::SYS_perf_event_open,
+            libc::SYS_io_uring_setup,
+        ] {
+            assert_eq!(run(&nested, nr(n), arch, [0; 6]), eperm, "nested {n}");
+        }
+        assert_eq!(run(&nested, nr(libc::SYS_clone3), arch, [0; 6]), RET_ENOSYS);
+    }
+
+    #[test]
     fn the_program_answers_the_spec_cases() {
-        let f = build().unwrap();
+        let f = build(false).unwrap();
         let arch = audit_arch().unwrap();
         let nr = |n: libc::c_long| u32::try_from(n).unwrap();
         let eperm = RET_ERRNO | libc::EPERM as u32;
@@ -1152,11 +1322,11 @@ mod tests {
 
     #[test]
     fn the_search_tree_answers_like_the_linear_chain() {
-        let new = build().unwrap().program;
+        let new = build(false).unwrap().program;
         let old = reference().unwrap();
         let arch = audit_arch().unwrap();
         let vals = interesting();
-        let ruled: Vec<u32> = table().unwrap().iter().map(|(n, _)| *n).collect();
+        let ruled: Vec<u32> = table(false).unwrap().iter().map(|(n, _)| *n).collect();
         let mut numbers: Vec<u32> = (0..=600).collect();
         numbers.extend([X32_BIT, X32_BIT | 1, X32_BIT | 41, 0x7fff_ffff, u32::MAX]);
         let mut compared = 0u64;
@@ -1186,7 +1356,7 @@ mod tests {
     fn the_socket_rule_answers_like_the_linear_chain() {
         // The grid above repeats the domain as the protocol; here every
         // domain, type and protocol of interest is combined.
-        let new = build().unwrap().program;
+        let new = build(false).unwrap().program;
         let old = reference().unwrap();
         let arch = audit_arch().unwrap();
         let socket = u32::try_from(libc::SYS_socket).unwrap();
@@ -1843,7 +2013,7 @@ mod tests {
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     #[test]
     fn every_syscall_number_is_allowed_or_ruled_on_purpose() {
-        let ruled: Vec<libc::c_long> = table()
+        let ruled: Vec<libc::c_long> = table(false)
             .unwrap()
             .iter()
             .map(|(n, _)| libc::c_long::from(*n))
@@ -1871,7 +2041,7 @@ mod tests {
             );
         }
         // What the program answers for each class.
-        let prog = build().unwrap().program;
+        let prog = build(false).unwrap().program;
         let arch = audit_arch().unwrap();
         for (n, name) in &allowed {
             let n = u32::try_from(*n).unwrap();
@@ -1920,9 +2090,9 @@ mod tests {
     fn any_number_is_answered_within_a_few_comparisons() {
         // What the kernel's action cache pays per syscall number: the steps
         // until a number without a rule is answered.
-        let prog = build().unwrap().program;
+        let prog = build(false).unwrap().program;
         let arch = audit_arch().unwrap();
-        let ruled: Vec<u32> = table().unwrap().iter().map(|(n, _)| *n).collect();
+        let ruled: Vec<u32> = table(false).unwrap().iter().map(|(n, _)| *n).collect();
         let worst = (0..=600u32)
             .filter(|n| !ruled.contains(n))
             .map(|n| steps(&prog, n, arch))

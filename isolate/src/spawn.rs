@@ -1254,9 +1254,11 @@ impl Sandbox {
             None
         } else {
             Some(
-                seccomp::build().map_err(|detail| SandboxError::LayerUnavailable {
-                    layer: Layer::Seccomp,
-                    detail,
+                seccomp::build(self.profile.nested_sandbox).map_err(|detail| {
+                    SandboxError::LayerUnavailable {
+                        layer: Layer::Seccomp,
+                        detail,
+                    }
                 })?,
             )
         };

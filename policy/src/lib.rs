@@ -106,6 +106,7 @@ pub mod invocation;
 pub mod ledger;
 pub mod outward;
 pub mod plan;
+pub mod provider_sandbox;
 pub mod relay_route;
 pub mod route;
 pub mod translate;
