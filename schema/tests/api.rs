@@ -145,7 +145,7 @@ fn the_renderer_prints_what_palisade_check_printed() {
     let refused = host_policy::parse("palisade.toml", text).unwrap_err();
     assert_eq!(
         Renderer::new().render(refused.first(), Some(text)),
-        "error[unknown_key]: .worker.bogus: unknown key `bogus`\n --> palisade.toml:2:1\n  |\n2 | bogus = 1\n  | ^^^^^\n  |\nhelp: expected one of: profile, cwd, writable, read_only, masks, env, limits, writes, commit"
+        "error[unknown_key]: .worker.bogus: unknown key `bogus`\n --> palisade.toml:2:1\n  |\n2 | bogus = 1\n  | ^^^^^\n  |\nhelp: expected one of: profile, cwd, writable, read_only, masks, env, limits, writes, commit, agent, agent_state"
     );
     // Without the source, a note names the place (as for a file that is
     // not UTF-8).

@@ -1,6 +1,8 @@
 //! `cargo xtask agents`: the agent suite with the real CLIs. Installs the
 //! four agents from npm at the versions their presets were tested with
-//! (`palisade_policy::agent::preset(a).tested`) into
+//! (the `tested: TestedWith { package, version, bin }` of each preset in
+//! `policy/src/agent/<name>.rs`, read from the source, since xtask depends
+//! on no workspace crate) into
 //! `target/agents/npm`, then runs every `cli/tests/agents_*.rs` suite's
 //! ignored tests with `PALISADE_AGENTS_BIN` pointing at the installed
 //! executables. Fails loudly when node or npm is missing or the registry
@@ -12,7 +14,63 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use palisade_policy::agent::{AgentName, preset};
+/// The agents, by preset file name (`policy/src/agent/<name>.rs`).
+const AGENTS: [&str; 4] = ["claude", "codex", "opencode", "pi"];
+
+/// One preset's `tested` entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Pinned {
+    package: String,
+    version: String,
+    bin: String,
+}
+
+/// The `tested` entries of the four presets, read from their source.
+fn pinned(root: &Path) -> Result<Vec<Pinned>, String> {
+    AGENTS
+        .iter()
+        .map(|a| {
+            let path = root.join("policy/src/agent").join(format!("{a}.rs"));
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            parse_tested(&text).map_err(|e| format!("{}: {e}", path.display()))
+        })
+        .collect()
+}
+
+/// The one `tested: TestedWith { package: "…", version: "…", bin: "…" }`
+/// of a preset file; anything else is an error, never a guess.
+fn parse_tested(text: &str) -> Result<Pinned, String> {
+    let mut blocks = text.match_indices("tested: TestedWith {");
+    let (start, _) = blocks.next().ok_or("no `tested: TestedWith { … }` entry")?;
+    if blocks.next().is_some() {
+        return Err("more than one `tested: TestedWith` entry".to_owned());
+    }
+    let rest = text.get(start..).unwrap_or_default();
+    let block = rest
+        .get(..rest.find('}').ok_or("an unclosed `TestedWith {`")?)
+        .unwrap_or_default();
+    let field = |name: &str| -> Result<String, String> {
+        let key = format!("{name}: \"");
+        let at = block
+            .find(&key)
+            .ok_or_else(|| format!("`TestedWith` has no `{name}: \"…\"`"))?;
+        let value = block.get(at + key.len()..).unwrap_or_default();
+        let end = value
+            .find('"')
+            .ok_or_else(|| format!("`{name}` is not a closed string"))?;
+        let v = value.get(..end).unwrap_or_default();
+        if v.is_empty() || v.contains(['\\', ' ']) {
+            return Err(format!("`{name}` = `{v}` is not a plain value"));
+        }
+        Ok(v.to_owned())
+    };
+    Ok(Pinned {
+        package: field("package")?,
+        version: field("version")?,
+        bin: field("bin")?,
+    })
+}
 
 /// Telemetry, update checks and npm's noise off for the install and the suite.
 const QUIET_ENV: &[(&str, &str)] = &[
@@ -33,17 +91,15 @@ pub(crate) fn agents(root: &Path) -> Result<(), String> {
     };
     require("node", &["--version"])?;
     require("npm", &["--version"])?;
-    let specs: Vec<String> = AgentName::ALL
+    let pins = pinned(root)?;
+    let specs: Vec<String> = pins
         .iter()
-        .map(|a| {
-            let t = preset(*a).tested;
-            format!("{}@{}", t.package, t.version)
-        })
+        .map(|t| format!("{}@{}", t.package, t.version))
         .collect();
-    let missing: Vec<&String> = AgentName::ALL
+    let missing: Vec<&String> = pins
         .iter()
         .zip(&specs)
-        .filter(|(a, _)| !installed(&prefix, **a))
+        .filter(|(t, _)| !installed(&prefix, t))
         .map(|(_, s)| s)
         .collect();
     if missing.is_empty() {
@@ -53,9 +109,8 @@ pub(crate) fn agents(root: &Path) -> Result<(), String> {
         );
     } else {
         install(&prefix, &specs)?;
-        for a in AgentName::ALL {
-            if !installed(&prefix, a) {
-                let t = preset(a).tested;
+        for t in &pins {
+            if !installed(&prefix, t) {
                 return Err(format!(
                     "npm install did not leave {}@{} in {}",
                     t.package,
@@ -66,8 +121,8 @@ pub(crate) fn agents(root: &Path) -> Result<(), String> {
         }
     }
     let bin = prefix.join("node_modules/.bin");
-    for a in AgentName::ALL {
-        let exe = bin.join(preset(a).tested.bin);
+    for t in &pins {
+        let exe = bin.join(&t.bin);
         if !exe.exists() {
             return Err(format!("{} is missing after the install", exe.display()));
         }
@@ -104,17 +159,16 @@ fn require(program: &str, args: &[&str]) -> Result<(), String> {
     }
 }
 
-/// Whether `agent`'s package is in `prefix` at its pinned version.
-fn installed(prefix: &Path, agent: AgentName) -> bool {
-    let t = preset(agent).tested;
+/// Whether the package `t` is in `prefix` at its pinned version.
+fn installed(prefix: &Path, t: &Pinned) -> bool {
     let manifest = prefix
         .join("node_modules")
-        .join(t.package)
+        .join(&t.package)
         .join("package.json");
     std::fs::read_to_string(manifest)
         .ok()
         .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
-        .is_some_and(|v| v.get("version").and_then(|x| x.as_str()) == Some(t.version))
+        .is_some_and(|v| v.get("version").and_then(|x| x.as_str()) == Some(t.version.as_str()))
 }
 
 /// `npm install --prefix PREFIX` of the pinned packages; a failure (the
@@ -151,4 +205,46 @@ fn suites(root: &Path) -> Result<Vec<String>, String> {
         .collect();
     out.sort();
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_four_presets_pin_an_exact_npm_version() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let pins = pinned(&root).unwrap();
+        let got: Vec<(&str, &str)> = pins
+            .iter()
+            .map(|p| (p.package.as_str(), p.bin.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("@anthropic-ai/claude-code", "claude"),
+                ("@openai/codex", "codex"),
+                ("opencode-ai", "opencode"),
+                ("@mariozechner/pi-coding-agent", "pi")
+            ]
+        );
+        for p in &pins {
+            assert!(
+                p.version.split('.').count() == 3
+                    && p.version.split('.').all(|n| n.parse::<u32>().is_ok()),
+                "{p:?} is not an exact version"
+            );
+        }
+    }
+
+    #[test]
+    fn a_preset_without_one_tested_entry_is_an_error() {
+        let one = "tested: TestedWith {\n package: \"a\",\n version: \"1.2.3\",\n bin: \"a\",\n },";
+        assert_eq!(parse_tested(one).unwrap().version, "1.2.3");
+        assert!(parse_tested("nothing here").is_err());
+        assert!(parse_tested(&format!("{one}\n{one}")).is_err());
+        assert!(parse_tested(&one.replace("version", "verzion")).is_err());
+        assert!(parse_tested(&one.replace("1.2.3", "^1")).is_ok());
+        assert!(parse_tested(&one.replace("1.2.3", "")).is_err());
+    }
 }

@@ -405,7 +405,7 @@ fn the_github_preset_adds_its_outward_routes() {
     );
     assert_eq!(
         d[1].help.as_deref(),
-        Some("did you mean `github`? expected one of: github")
+        Some("did you mean `github`? expected one of: github, anthropic, openai, chatgpt")
     );
 }
 
