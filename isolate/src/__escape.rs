@@ -662,7 +662,7 @@ pub fn run(args: &[String]) -> String {
                     }
                 } else if meta.is_file()
                     && meta.len() < (1 << 20)
-                    && let Ok(b) = std::fs::read(&p)
+                    && let Ok(b) = read_at_most(&p, 1 << 20)
                     && b.windows(marker.len().max(1))
                         .any(|w| w == marker.as_slice())
                 {
@@ -828,4 +828,15 @@ pub fn hold_reaper_for_tests() -> std::sync::MutexGuard<'static, ()> {
     crate::reaper::HOLD
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The first `limit` bytes of `path`: `/proc` files report a size of 0
+/// and some (`pagemap`, `kcore`) would read for gigabytes, which without an
+/// address-space limit (the default now) grows this process until the host
+/// runs out of memory.
+fn read_at_most(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    std::fs::File::open(path)?.take(limit).read_to_end(&mut out)?;
+    Ok(out)
 }
