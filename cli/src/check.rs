@@ -244,7 +244,10 @@ fn check_path(path: &Path) -> Result<(Vec<Diagnostic>, Vec<Source>, Checked, Wor
     let layout = match &input {
         Input::File { .. } => Layout::File,
         Input::Bundle { .. } => Layout::Bundle {
-            hub: Path::new(&checked.what).join("hub.yml").display().to_string(),
+            hub: Path::new(&checked.what)
+                .join("hub.yml")
+                .display()
+                .to_string(),
         },
     };
     let workflow = config.map(|c| (checked.what.clone(), c, layout));
