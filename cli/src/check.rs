@@ -84,8 +84,8 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         let text = crate::input::read_text(policy, crate::input::Kind::Policy)?;
         let name = policy.display().to_string();
         diags.extend(check_policy(&name, &text)?);
-        if let Some((file, config)) = &config {
-            diags.extend(provider_sandboxes(file, config));
+        if let Some((file, config, layout)) = &config {
+            diags.extend(provider_sandboxes(file, config, layout, &sources));
         }
         checked.what = if checked.what.is_empty() {
             name.clone()
@@ -119,27 +119,42 @@ pub(crate) fn check_policy(name: &str, text: &str) -> Result<Vec<Diagnostic>, St
 /// The workflow's agents whose options turn on a provider sandbox, which
 /// cannot start inside palisade's (`provider_sandbox_unavailable`): an
 /// error when the provider then refuses to work, a warning when it would
-/// run unsandboxed. Located at the agent's authored options key.
-fn provider_sandboxes(file: &str, config: &palisade_schema::HubConfig) -> Vec<Diagnostic> {
+/// run unsandboxed. Located at the option's key (file, line, column and
+/// path in that file), as the schema's own lints are.
+fn provider_sandboxes(
+    file: &str,
+    config: &palisade_schema::HubConfig,
+    layout: &Layout,
+    sources: &[Source],
+) -> Vec<Diagnostic> {
     use palisade_schema::diagnostic::Path as At;
     use palisade_schema::model::AgentRef;
-    let named = config
-        .agents
-        .iter()
-        .map(|a| (At::root().key("agents").key(a.name.clone()), &a.agent));
+    // Where each agent is authored: (file, path of its mapping there).
+    let named = config.agents.iter().map(|a| {
+        let at = At::root().key("agents").key(a.name.clone());
+        let in_file = match layout {
+            Layout::Bundle { hub } => hub.clone(),
+            Layout::File => file.to_owned(),
+        };
+        (in_file, at, &a.agent)
+    });
     let inline = config.triggers.iter().enumerate().flat_map(|(t, trigger)| {
+        // A bundle's trigger is one workflow file, found by its `name`.
+        let (in_file, base) = match layout {
+            Layout::Bundle { hub } => (
+                workflow_file(sources, hub, &trigger.name).unwrap_or_else(|| file.to_owned()),
+                At::root(),
+            ),
+            Layout::File => (file.to_owned(), At::root().key("triggers").index(t)),
+        };
         trigger
             .steps
             .iter()
             .enumerate()
             .filter_map(move |(s, step)| match &step.agent {
                 AgentRef::Inline(agent) => Some((
-                    At::root()
-                        .key("triggers")
-                        .index(t)
-                        .key("steps")
-                        .index(s)
-                        .key("agent"),
+                    in_file.clone(),
+                    base.clone().key("steps").index(s).key("agent"),
                     agent,
                 )),
                 _ => None,
@@ -147,7 +162,7 @@ fn provider_sandboxes(file: &str, config: &palisade_schema::HubConfig) -> Vec<Di
     });
     named
         .chain(inline)
-        .filter_map(|(at, agent)| {
+        .filter_map(|(in_file, at, agent)| {
             let options = agent.options.as_ref()?;
             let found = palisade_policy::provider_sandbox::check(&agent.provider, options)?;
             let make = if found.fails_closed {
@@ -155,19 +170,59 @@ fn provider_sandboxes(file: &str, config: &palisade_schema::HubConfig) -> Vec<Di
             } else {
                 Diagnostic::warning
             };
-            let mut d = make(palisade_policy::provider_sandbox::CODE, found.message());
-            d.file = file.to_owned();
-            d.path = found
+            let path = found
                 .key
                 .split('.')
                 .fold(at.key("options"), |p, k| p.key(k));
+            let mut d = make(palisade_policy::provider_sandbox::CODE, found.message());
+            if let Some(pos) = position(sources, &in_file, &path) {
+                d = d.at(pos.line, pos.column);
+            }
+            d.file = in_file;
+            d.path = path;
             Some(d)
         })
         .collect()
 }
 
+/// The line and column of `path` in the source named `file` (of the
+/// nearest authored ancestor when the key itself is not written there).
+fn position(
+    sources: &[Source],
+    file: &str,
+    path: &palisade_schema::diagnostic::Path,
+) -> Option<palisade_schema::yaml::Pos> {
+    let source = sources.iter().find(|s| s.name == file)?;
+    let root = palisade_schema::yaml::parse(file, &source.text).ok()?;
+    Some(root.value().pos_of(path))
+}
+
+/// The bundle's workflow file whose top-level `name` is `trigger`.
+fn workflow_file(sources: &[Source], hub: &str, trigger: &str) -> Option<String> {
+    sources
+        .iter()
+        .filter(|s| s.name != hub)
+        .find(|s| {
+            palisade_schema::yaml::parse(&s.name, &s.text).is_ok_and(|root| {
+                matches!(
+                    root.value().get("name").map(|n| &n.value),
+                    Some(palisade_schema::yaml::Value::String(n)) if n == trigger
+                )
+            })
+        })
+        .map(|s| s.name.clone())
+}
+
+/// How the checked workflow is laid out, to find where a key is authored.
+enum Layout {
+    /// One file holds everything.
+    File,
+    /// `.paseo/hub.yml` (its display name) and one file per workflow.
+    Bundle { hub: String },
+}
+
 /// The parsed workflow (its display name and model), when it parsed.
-type Workflow = Option<(String, palisade_schema::HubConfig)>;
+type Workflow = Option<(String, palisade_schema::HubConfig, Layout)>;
 
 /// Checks PATH; returns diagnostics (file names as the user sees them),
 /// the sources for snippets and the parsed workflow.
@@ -186,7 +241,16 @@ fn check_path(path: &Path) -> Result<(Vec<Diagnostic>, Vec<Source>, Checked, Wor
     for d in &mut diags {
         d.file = input.display_name(&d.file);
     }
-    let workflow = config.map(|c| (checked.what.clone(), c));
+    let layout = match &input {
+        Input::File { .. } => Layout::File,
+        Input::Bundle { .. } => Layout::Bundle {
+            hub: Path::new(&checked.what)
+                .join("hub.yml")
+                .display()
+                .to_string(),
+        },
+    };
+    let workflow = config.map(|c| (checked.what.clone(), c, layout));
     let sources = match input {
         Input::File { name, bytes } => String::from_utf8(bytes)
             .map(|text| vec![Source { name, text }])

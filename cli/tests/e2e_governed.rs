@@ -221,8 +221,17 @@ impl Session {
         c
     }
 
+    /// The workflow flags for step `answer` of the guarded request in the
+    /// form that runs inside palisade (`cli/tests/data/governed-step`:
+    /// Claude's own sandbox off, palisade the boundary).
     fn with_workflow(&self, c: Command, context: &str) -> Command {
-        let v3 = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../policy/tests/vectors/v3");
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/governed-step");
+        self.with_workflow_at(&root, c, context)
+    }
+
+    /// The workflow flags for step `answer` of trigger `guarded-request`
+    /// of the bundle at `v3`.
+    fn with_workflow_at(&self, v3: &Path, c: Command, context: &str) -> Command {
         // Insert the workflow flags before the `--` that starts the command.
         let args: Vec<std::ffi::OsString> = c.get_args().map(ToOwned::to_owned).collect();
         let split = args.iter().position(|a| a == "--").unwrap();
@@ -1107,6 +1116,87 @@ fn a_workflow_step_grant_is_handed_over_read_only_and_recorded() {
         "{err}"
     );
     assert!(out.is_empty(), "no worker may run: {out}");
+}
+
+/// The spec's guarded request (`policy/tests/vectors/v3`) turns Claude's own
+/// sandbox on with `failIfUnavailable: true`: that sandbox cannot start
+/// inside palisade's, so `palisade run --step answer` refuses it before
+/// launch, naming the way out, and leaves nothing behind. The same step
+/// with the sandbox off launches (positive control), and with the sandbox
+/// on but not fail-closed it launches with a warning and a journal record.
+#[test]
+fn a_step_whose_provider_sandbox_cannot_start_is_refused_at_run() {
+    if skip() {
+        return;
+    }
+    let v3 = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../policy/tests/vectors/v3");
+    let s = session();
+    let mut c = s.with_workflow_at(&v3, s.command(GRANT_READER, &[]), "slack");
+    let (code, out, err) = wait_with_timeout(c.spawn().unwrap(), Duration::from_secs(60));
+    assert_eq!(code, 125, "stdout:\n{out}\nstderr:\n{err}");
+    for needle in [
+        "provider_sandbox_unavailable",
+        "step `answer`",
+        "`sandbox.enabled`",
+        "`nested_sandbox = true` included",
+        "`sandbox.enabled: false`",
+        "let palisade be the boundary",
+    ] {
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+    assert!(out.is_empty(), "no worker may run: {out}");
+    assert!(!s.journal.exists(), "no journal is left behind");
+    assert!(
+        !s.work.join(".palisade").exists(),
+        "no grant is left behind"
+    );
+
+    // Positive control: the same step with the sandbox off launches.
+    let s = session();
+    let mut c = s.with_workflow(s.command(GRANT_READER, &[]), "slack");
+    let (code, out, err) = wait_with_timeout(c.spawn().unwrap(), Duration::from_secs(60));
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(!err.contains("provider_sandbox_unavailable"), "{err}");
+    assert!(
+        !s.records()
+            .iter()
+            .any(|r| r["kind"] == "provider_sandbox_unavailable")
+    );
+
+    // On but not fail-closed: Claude would run its commands unsandboxed;
+    // the run goes on, said on stderr and in the journal.
+    let s = session();
+    let open = s.dir.path().join("open");
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/governed-step/.paseo");
+    std::fs::create_dir_all(open.join(".paseo/workflows")).unwrap();
+    let hub = std::fs::read_to_string(fixture.join("hub.yml")).unwrap();
+    assert!(hub.contains("sandbox: {enabled: false}"));
+    std::fs::write(
+        open.join(".paseo/hub.yml"),
+        hub.replace("sandbox: {enabled: false}", "sandbox: {enabled: true}"),
+    )
+    .unwrap();
+    std::fs::copy(
+        fixture.join("workflows/guarded.yml"),
+        open.join(".paseo/workflows/guarded.yml"),
+    )
+    .unwrap();
+    let mut c = s.with_workflow_at(&open, s.command(GRANT_READER, &[]), "slack");
+    let (code, out, err) = wait_with_timeout(c.spawn().unwrap(), Duration::from_secs(60));
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(
+        err.contains("warning: provider_sandbox_unavailable") && err.contains("unsandboxed"),
+        "{err}"
+    );
+    let recs = s.records();
+    let warned: Vec<_> = recs
+        .iter()
+        .filter(|r| r["kind"] == "provider_sandbox_unavailable")
+        .collect();
+    assert_eq!(warned.len(), 1, "{recs:?}");
+    assert_eq!(warned[0]["body"]["key"], "sandbox.enabled");
+    assert_eq!(warned[0]["body"]["step"], "answer");
+    assert_eq!(s.verify().state(), palisade_evidence::JournalState::Closed);
 }
 
 /// A worker that reports what its `[worker]` section gave it: the file it

@@ -159,3 +159,113 @@ fn run_with_nested_sandbox_creates_a_user_namespace_and_journals_the_deviation()
         "the deviation is journaled: {journal}"
     );
 }
+
+/// The 1-based (line, column) of `needle` on the first line at or after
+/// the line holding `after`.
+fn where_is(text: &str, after: &str, needle: &str) -> (u64, u64) {
+    let start = text.lines().position(|l| l.contains(after)).unwrap();
+    let (i, line) = text
+        .lines()
+        .enumerate()
+        .skip(start)
+        .find(|(_, l)| l.contains(needle))
+        .unwrap();
+    let col = line[..line.find(needle).unwrap()].chars().count();
+    (i as u64 + 1, col as u64 + 1)
+}
+
+fn at(d: &Value) -> (String, u64, u64, String) {
+    (
+        d["file"].as_str().unwrap().to_owned(),
+        d["line"].as_u64().unwrap(),
+        d["column"].as_u64().unwrap(),
+        d["path"].as_str().unwrap().to_owned(),
+    )
+}
+
+#[test]
+fn the_finding_points_at_the_option_that_turns_the_sandbox_on() {
+    let p = policy();
+    let p = p.path().to_str().unwrap();
+    // A single file, inline agent: the `enabled: true` under `sandbox:`.
+    let file = "examples/providers/claude.yml";
+    let text = std::fs::read_to_string(repo().join(file)).unwrap();
+    let (line, col) = where_is(&text, "sandbox:", "true");
+    let found = findings(&check(&["--format", "json", file, "--policy", p]));
+    assert_eq!(found.len(), 1);
+    assert_eq!(
+        at(&found[0]),
+        (
+            file.to_owned(),
+            line,
+            col,
+            ".triggers[0].steps[0].agent.options.sandbox.enabled".to_owned()
+        )
+    );
+
+    // A bundle, named agents: in hub.yml, at each agent's option.
+    let root = "policy/tests/vectors/v3";
+    let hub = format!("{root}/.paseo/hub.yml");
+    let text = std::fs::read_to_string(repo().join(&hub)).unwrap();
+    let found = findings(&check(&["--format", "json", root, "--policy", p]));
+    let mut got: Vec<_> = found.iter().map(at).collect();
+    got.sort();
+    let (l1, c1) = where_is(&text, "answerer:", "true");
+    let (l2, c2) = where_is(&text, "classifier:", "read-only");
+    assert_eq!(
+        got,
+        vec![
+            (
+                hub.clone(),
+                l2,
+                c2,
+                ".agents.classifier.options.sandbox_mode".to_owned()
+            ),
+            (
+                hub.clone(),
+                l1,
+                c1,
+                ".agents.answerer.options.sandbox.enabled".to_owned()
+            ),
+        ]
+    );
+
+    // A bundle, inline agent: in its workflow file, found by trigger name
+    // (another workflow file comes first).
+    let dir = tempfile::tempdir().unwrap();
+    let paseo = dir.path().join(".paseo");
+    std::fs::create_dir_all(paseo.join("workflows")).unwrap();
+    std::fs::write(
+        paseo.join("hub.yml"),
+        "environments:\n  project: {kind: daemon, daemon: d, cwd: /srv/p}\n",
+    )
+    .unwrap();
+    let flow = |name: &str, mode: &str| {
+        format!(
+            "name: {name}\non: manual.run\nmax_runtime: 1h\nsteps:\n  - id: one\n    environment: project\n    max_runtime: 5m\n    idle_timeout: 1m\n    prompt: [{{text: hi}}]\n    agent:\n      provider: codex\n      options:\n        sandbox_mode: {mode}\n"
+        )
+    };
+    std::fs::write(
+        paseo.join("workflows/a.yml"),
+        flow("first", "danger-full-access"),
+    )
+    .unwrap();
+    let b = flow("second", "workspace-write");
+    std::fs::write(paseo.join("workflows/b.yml"), &b).unwrap();
+    let o = check(&[
+        "--format",
+        "json",
+        dir.path().to_str().unwrap(),
+        "--policy",
+        p,
+    ]);
+    let found = findings(&o);
+    assert_eq!(found.len(), 1, "{}", String::from_utf8_lossy(&o.stdout));
+    let (line, col) = where_is(&b, "sandbox_mode", "workspace-write");
+    let (f, l, c, path) = at(&found[0]);
+    assert!(f.ends_with(".paseo/workflows/b.yml"), "{f}");
+    assert_eq!(
+        (l, c, path.as_str()),
+        (line, col, ".steps[0].agent.options.sandbox_mode")
+    );
+}

@@ -38,7 +38,7 @@ impl ProviderSandbox {
             "so it would run its commands unsandboxed"
         };
         format!(
-            "{provider} option `{key}` turns on {what}, which cannot start inside palisade's sandbox ({then}): bubblewrap must mount, which palisade's seccomp and Landlock refuse in every profile, `nested_sandbox = true` included; turn the provider's sandbox off ({off}) and let palisade be the boundary",
+            "{provider} option `{key}` turns on {what}, which cannot start inside palisade's sandbox ({then}): bubblewrap must mount, which palisade's seccomp and Landlock refuse in every profile, `nested_sandbox = true` included (that option allows the user namespace and Unix sockets these sandboxes also need, never a mount); turn the provider's sandbox off ({off}) and let palisade be the boundary",
             provider = self.provider,
             key = self.key,
             off = match self.provider {

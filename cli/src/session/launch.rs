@@ -564,6 +564,38 @@ pub(crate) fn run(
             _ => format!("{}: {e}", policy_path.display()),
         });
     }
+    // A step whose provider sandbox cannot start: refused when the provider
+    // would then refuse to work, before anything is made; otherwise said on
+    // stderr and recorded once the journal is open.
+    let sandbox_warning = match grant.as_ref().and_then(|(_, _, s)| s.as_ref()) {
+        Some(found) => {
+            let step = args.step.as_deref().unwrap_or_default();
+            let what = format!(
+                "{}: step `{step}`, profile `{}`{}: {}",
+                palisade_policy::provider_sandbox::CODE,
+                sb.profile().name(),
+                if sb.profile().nested_sandbox() {
+                    " (nested_sandbox = true)"
+                } else {
+                    ""
+                },
+                found.message()
+            );
+            if found.fails_closed {
+                return setup_failure(what);
+            }
+            eprintln!("palisade: warning: {what}");
+            Some(json!({
+                "code": palisade_policy::provider_sandbox::CODE,
+                "step": step,
+                "provider": found.provider,
+                "key": found.key,
+                "profile": sb.profile().name(),
+                "detail": found.message(),
+            }))
+        }
+        None => None,
+    };
     if let Some(a) = &agent
         && let Err(e) = a.apply(&mut sb)
     {
@@ -721,7 +753,15 @@ pub(crate) fn run(
         Err(e) => return left.refuse(None, e),
     };
 
-    if let Some((info, grant_json)) = &grant {
+    if let Some(body) = &sandbox_warning {
+        match Kind::custom(palisade_policy::provider_sandbox::CODE) {
+            Ok(kind) => {
+                core.journal().record(kind, body, Flags::NONE);
+            }
+            Err(e) => return left.refuse(Some(core.journal()), e.to_string()),
+        }
+    }
+    if let Some((info, grant_json, _)) = &grant {
         match write_grant(&mut sb, grant_json, &mut left) {
             Ok(path) => {
                 let mut body = info.clone();
@@ -927,12 +967,15 @@ impl Leftovers {
 }
 
 /// Computes one workflow step's grant: `(record body, file contents)`.
+/// The third value is the provider sandbox the step's provider options turn
+/// on, if any (`provider_sandbox_unavailable`, as `palisade check --policy`
+/// reports it).
 fn step_grant(
     workflow: &Path,
     trigger: Option<&str>,
     step: Option<&str>,
     context: &str,
-) -> Result<(serde_json::Value, serde_json::Value), String> {
+) -> Result<StepGrant, String> {
     use palisade_policy::capability::{CapabilityRegistry, OutputContext};
     use palisade_policy::grant::GrantConfig;
     use palisade_policy::plan::{find_trigger, grant_for, static_agent};
@@ -980,8 +1023,21 @@ fn step_grant(
         "tools": tools,
         "digest": grant.digest.as_str(),
     });
-    Ok((info, full))
+    // The options the provider will get (the authored ones plus the grant):
+    // a provider sandbox there cannot start inside palisade's.
+    let sandbox = grant
+        .provider_options
+        .as_ref()
+        .and_then(|o| palisade_policy::provider_sandbox::check(grant.provider.id(), o));
+    Ok((info, full, sandbox))
 }
+
+/// A step's `(record body, file contents, provider sandbox)`.
+type StepGrant = (
+    serde_json::Value,
+    serde_json::Value,
+    Option<palisade_policy::provider_sandbox::ProviderSandbox>,
+);
 
 /// Writes the grant to `.palisade/step-grant.json` in the working directory
 /// (read-only for the worker: `.palisade` is protected in every writable root).
