@@ -210,3 +210,64 @@ echo "LIST=$(ls -a "$(dirname "$(dirname "$HOME")")" 2>/dev/null | tr '\n' ' ')"
     );
     let _ = std::fs::remove_dir_all(&rig.dir);
 }
+
+/// The host token file of an OAuth relay (`credential.from_file`) in the
+/// worker's view: egress/src/token.rs says the worker never sees it, but
+/// nothing hides it; only the file's mode stands between the worker and
+/// the refresh token when the file sits outside the host masks (a Codex
+/// `auth.json` copied to `/etc/palisade`, a file under the project's
+/// parent). The guard: the file is masked inside, whatever its mode.
+#[test]
+fn a_worker_cannot_read_the_oauth_token_file() {
+    assert!(is_root(), "the red team of agent sessions runs as root");
+    let rig = Rig::new("token-file");
+    let (_, work) = rig.policy("p", "fresh");
+    let access = rev("SSECCA-MAETDER-edasilap-10tao-tna-ks");
+    let refresh = rev("HSERFER-MAETDER-edasilap-10tro-tna-ks");
+    let token = rig.dir.join("p/oauth.json");
+    let far = 4_102_444_800_000u64; // 2100-01-01, no refresh needed
+    std::fs::write(
+        &token,
+        serde_json::json!({"access_token": access, "refresh_token": refresh, "expires_at": far})
+            .to_string(),
+    )
+    .unwrap();
+    // Readable by others: the operator's mistake the view must not turn
+    // into the worker's token.
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // A sibling file of the same mode: the control that the directory is
+    // in view and such a file is readable by the worker.
+    let sibling = rig.dir.join("p/sibling.txt");
+    std::fs::write(&sibling, "seen").unwrap();
+    std::fs::set_permissions(&sibling, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let policy = rig.dir.join("p/oauth.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[worker]\nprofile = \"governed\"\nagent_state = \"fresh\"\n\n[egress]\nallow_addresses = [\"127.0.0.0/8\"]\n\n[[egress.relay]]\nname = \"anthropic\"\norigin = \"https://provider.test:9\"\nroutes = [\"POST /v1/messages\"]\ncredential = {{ kind = \"anthropic_oauth\", from_file = \"{}\" }}\n",
+            token.display()
+        ),
+    )
+    .unwrap();
+    let script = format!(
+        r#"try() {{ if ( eval "$1" ) 2>/dev/null; then echo "$2=ok"; else echo "$2=refused"; fi; }}
+try 'grep -q seen "{sibling}"' sibling
+try 'grep -q refresh_token "{token}"' token_file
+"#,
+        sibling = sibling.display(),
+        token = token.display()
+    );
+    let (st, out, err) = rig.run(&policy, &work, &script);
+    assert_eq!(st, 0, "session: {out}\n{err}");
+    for secret in [&access, &refresh] {
+        assert!(!out.contains(secret.as_str()) && !err.contains(secret.as_str()), "a token in the output");
+    }
+    assert_eq!(field(&out, "sibling"), "ok", "control: the token file's directory is in view\n{out}");
+    assert_eq!(
+        field(&out, "token_file"),
+        "refused",
+        "HOLE: the worker reads the OAuth relay's host token file {} (access and refresh token)\n{out}",
+        token.display()
+    );
+    let _ = std::fs::remove_dir_all(&rig.dir);
+}
