@@ -73,7 +73,11 @@ impl Rig {
             .arg(&key)
             .output()
             .unwrap();
-        assert!(out.status.success(), "keygen: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "keygen: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         Rig {
             dir,
             key,
@@ -190,8 +194,15 @@ echo "LIST=$(ls -a "$(dirname "$(dirname "$HOME")")" 2>/dev/null | tr '\n' ' ')"
     );
     let (st, out, err) = rig.run(&pb, &wb, &script_b);
     assert_eq!(st, 0, "session B: {out}\n{err}");
-    assert!(!out.contains(&marker) && !err.contains(&marker), "A's transcript in B's output");
-    assert_eq!(field(&out, "own_home"), "ok", "control: B uses its own HOME\n{out}");
+    assert!(
+        !out.contains(&marker) && !err.contains(&marker),
+        "A's transcript in B's output"
+    );
+    assert_eq!(
+        field(&out, "own_home"),
+        "ok",
+        "control: B uses its own HOME\n{out}"
+    );
     assert_eq!(
         field(&out, "state_visible"),
         "ok",
@@ -203,7 +214,13 @@ echo "LIST=$(ls -a "$(dirname "$(dirname "$HOME")")" 2>/dev/null | tr '\n' ' ')"
         "HOLE: a worker reads another policy's kept agent HOME ({}) through the shared agent state directory\n{out}",
         home_a.display()
     );
-    let a_dir = home_a.parent().unwrap().file_name().unwrap().to_str().unwrap();
+    let a_dir = home_a
+        .parent()
+        .unwrap()
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap();
     assert!(
         !field(&out, "LIST").contains(a_dir),
         "HOLE: a worker lists the agent state directory and finds another policy's ({a_dir})\n{out}"
@@ -260,9 +277,16 @@ try 'grep -q refresh_token "{token}"' token_file
     let (st, out, err) = rig.run(&policy, &work, &script);
     assert_eq!(st, 0, "session: {out}\n{err}");
     for secret in [&access, &refresh] {
-        assert!(!out.contains(secret.as_str()) && !err.contains(secret.as_str()), "a token in the output");
+        assert!(
+            !out.contains(secret.as_str()) && !err.contains(secret.as_str()),
+            "a token in the output"
+        );
     }
-    assert_eq!(field(&out, "sibling"), "ok", "control: the token file's directory is in view\n{out}");
+    assert_eq!(
+        field(&out, "sibling"),
+        "ok",
+        "control: the token file's directory is in view\n{out}"
+    );
     assert_eq!(
         field(&out, "token_file"),
         "refused",
