@@ -232,7 +232,7 @@ fn a_worker_cannot_raise_or_leave_its_cgroup_even_in_a_nested_user_namespace() {
     limits.memory = Some(limit);
     for nested in [false, true] {
         let mut sb = governed(work.path(), nested);
-        sb.limit_cgroup(limits.clone());
+        sb.limit_cgroup(limits);
         let script = if nested {
             format!(
                 "/usr/bin/unshare -Ur sh -c '{}'",
