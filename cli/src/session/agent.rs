@@ -208,7 +208,8 @@ impl AgentSession {
 
     /// Refuses a HOME inside a writable root (it would be the worker's to
     /// replace from outside its HOME), then binds it writable, sets `HOME`
-    /// and the preset's `Home`/`Cwd` variables, masks the placeholder key,
+    /// and the preset's `Home`/`Cwd` variables, masks the agent state
+    /// directory (the placeholder key, the other HOMEs),
     /// and keeps the protected names read-only in every writable root.
     pub(crate) fn apply(&self, sb: &mut Sandbox) -> Result<(), String> {
         let home = std::fs::canonicalize(&self.home)
@@ -241,12 +242,15 @@ impl AgentSession {
                 _ => {}
             }
         }
-        // The key is masked inside (under `/tmp` it is out of view already:
-        // the sandbox's `/tmp` is its own).
-        if let Some(dir) = home.parent()
-            && !dir.starts_with("/tmp")
+        // The whole agent state directory is masked inside (the key, and
+        // every other policy's and session's HOME, all the worker uid's and
+        // reachable by their digest names); the HOME's own bind shows
+        // through. Under `/tmp` it is out of view already: the sandbox's
+        // `/tmp` is its own.
+        if let Some(base) = home.parent().and_then(Path::parent)
+            && !base.starts_with("/tmp")
         {
-            sb.mask(dir.join("placeholder.key"));
+            sb.mask(base);
         }
         for name in &self.plan.preset.protected_workdir {
             sb.protect_name(name);

@@ -602,6 +602,19 @@ pub(crate) fn run(
         a.finish();
         return setup_failure(e);
     }
+    // An OAuth relay's host token file (and its lock) is the host's:
+    // masked inside whatever its mode, or a worker of the same uid, or any
+    // uid when the file is readable by others, reads the refresh token.
+    // Under `/tmp` it is out of view already (the sandbox's `/tmp` is its
+    // own); inside a writable root the mask refuses the launch.
+    for r in &policy.egress.relays {
+        if let Some(f) = &r.credential.from_file
+            && !Path::new(f).starts_with("/tmp")
+        {
+            sb.mask(f);
+            sb.mask(format!("{f}.lock"));
+        }
+    }
     if let Err(e) = check_session_env(&sb, &policy, &policy_path) {
         if let Some(a) = &agent {
             a.finish();
