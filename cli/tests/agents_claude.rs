@@ -39,8 +39,9 @@ fn claude() -> String {
     rig::agent_bin("claude").display().to_string()
 }
 
-/// The preset's fixed environment (the relay URL and placeholder come
-/// from the hand-written relay's `worker_env` until `--agent` lands).
+/// The preset's fixed environment, for the tests that still run a
+/// hand-written policy (the relay URL and placeholder from the relay's
+/// `worker_env`); the tool turn runs `--agent claude`.
 fn preset_env() -> Vec<(&'static str, &'static str)> {
     preset(AgentName::Claude)
         .env
@@ -77,7 +78,9 @@ fn denials(r: &Rig) -> Vec<String> {
 fn claude_tool_turn_is_governed_and_the_key_stays_on_the_host() {
     assert!(rig::is_root(), "the agent suite runs as root");
     let f = Anthropic::start(Expect::ApiKey(rig::real_key()), &rig::probe_command());
-    let r = Rig::new(f.fake.addr, &preset_env(), "");
+    // Under `--agent claude`: the preset's env, `.claude.json` seed and
+    // read-only paths, HOME a state root (Claude writes `~/.claude`).
+    let r = Rig::with_agent(f.fake.addr, "claude");
     let c = claude();
     let o = r.run(
         &[

@@ -63,8 +63,9 @@ fn pi() -> String {
 
 /// The preset's fixed environment, and `PI_CODING_AGENT_DIR` pointing at
 /// an agent directory in the working directory holding the preset's
-/// `models.json` and `settings.json` (rendered here by hand until
-/// `--agent` writes them into the state directory).
+/// `models.json` and `settings.json` (rendered here by hand), for the
+/// control without the switches; the tool turn runs `--agent pi`, which
+/// writes them into the state directory.
 fn setup(r: &Rig, switches: bool) -> Vec<(String, String)> {
     let p = preset(AgentName::Pi);
     let agent_dir = r.work.join("pi-agent");
@@ -127,7 +128,9 @@ fn denials(r: &Rig) -> Vec<String> {
 fn pi_tool_turn_is_governed_and_the_key_stays_on_the_host() {
     assert!(rig::is_root(), "the agent suite runs as root");
     let f = Anthropic::start(Expect::ApiKey(rig::real_key()), &rig::probe_command());
-    let (r, _) = rig_for(&f, true);
+    // Under `--agent pi`: the preset's env and files in HOME, HOME a
+    // state root (Pi locks `~/.pi/agent/settings.json`).
+    let r = Rig::with_agent(f.fake.addr, "pi");
     let p = pi();
     let o = r.run(
         &[

@@ -41,6 +41,10 @@ try 'mv "$HOME/.gitconfig" "$HOME/old"' home_gitconfig_move
 try 'rm -f "$HOME/.npmrc"; echo x > "$HOME/.npmrc"' home_npmrc_replace
 try 'rmdir "$HOME/.node_modules" && mkdir "$HOME/.node_modules"' home_node_modules_replace
 try 'echo x > "$HOME/notes.txt"' home_ordinary
+try 'mkdir -p "$HOME/.claude/session-env" && echo x > "$HOME/.claude/session-env/x"' home_claude_state
+try 'echo x > "$HOME/.claude/hooks/x"' home_claude_hook
+try 'echo x > "$HOME/.mcp.json"' home_mcp
+try 'echo x >> "$HOME/.profile"' home_profile
 try 'cat "$(dirname "$HOME")/placeholder.key" | grep -q .' read_key
 echo "HOME=$HOME"
 echo "GIT_HTTP_PROXY_AUTHMETHOD=$GIT_HTTP_PROXY_AUTHMETHOD"
@@ -82,6 +86,9 @@ fn an_agent_session_keeps_its_config_read_only_and_its_placeholder_stable() {
     assert_eq!(field(o, "home_gitconfig_move"), "refused");
     assert_eq!(field(o, "home_npmrc_replace"), "refused");
     assert_eq!(field(o, "home_node_modules_replace"), "refused");
+    assert_eq!(field(o, "home_claude_hook"), "refused");
+    assert_eq!(field(o, "home_mcp"), "refused");
+    assert_eq!(field(o, "home_profile"), "refused");
     assert_eq!(
         field(o, "read_key"),
         "refused",
@@ -90,6 +97,9 @@ fn an_agent_session_keeps_its_config_read_only_and_its_placeholder_stable() {
     // Controls: ordinary files in the working directory and HOME.
     assert_eq!(field(o, "workdir_ordinary"), "ok");
     assert_eq!(field(o, "home_ordinary"), "ok");
+    // Claude Code's own state below `~/.claude` (the working directory's
+    // protected name `.claude` is not applied in HOME).
+    assert_eq!(field(o, "home_claude_state"), "ok");
     assert!(g.work.join("ordinary.txt").exists());
     assert!(
         !g.work.join(".mcp.json").exists()
@@ -111,6 +121,46 @@ fn an_agent_session_keeps_its_config_read_only_and_its_placeholder_stable() {
     assert_eq!(field(&second.stdout, "HOME"), home);
     assert_eq!(field(&second.stdout, "PLACEHOLDER"), p1);
     assert!(std::path::Path::new(&home).join("notes.txt").exists());
+}
+
+/// Pi under `--agent pi`: what Pi writes in `~/.pi/agent` (its settings
+/// lock, sessions) is writable, what it runs or obeys is not.
+const PI_PROBE: &str = r#"
+cd "$PWD"
+try() { if ( eval "$1" ) 2>/dev/null; then echo "$2=ok"; else echo "$2=refused"; fi; }
+try 'mkdir "$HOME/.pi/agent/settings.json.lock"' home_pi_lock
+try 'echo x > "$HOME/.pi/agent/sessions/s.jsonl"' home_pi_session
+try 'echo x > "$HOME/.pi/agent/extensions/x.ts"' home_pi_extension
+try 'echo x >> "$HOME/.pi/agent/settings.json"' home_pi_settings
+try 'rm -f "$HOME/.pi/agent/models.json" && echo x > "$HOME/.pi/agent/models.json"' home_pi_models_replace
+try 'echo x > "$HOME/.pi/agent/AGENTS.md"' home_pi_agents_md
+try 'mkdir -p .pi && echo x > .pi/settings.json' workdir_pi
+try 'echo x > ordinary.txt' workdir_ordinary
+"#;
+
+#[test]
+fn a_pi_session_writes_its_state_but_not_its_extensions() {
+    agents_common::require_root();
+    let g = Governed::new();
+    let text = policy("fresh");
+    let r = Run::new(&text, Some("pi"), &["/bin/sh", "-c", PI_PROBE])
+        .env("AGENT_TEST_KEY", &key())
+        .arg("--resolve")
+        .arg("provider.test=127.0.0.1");
+    let out = g.run(&r);
+    out.assert_ok();
+    assert!(out.verified, "the journal verifies");
+    agents_common::assert_no_leak(&key(), &out, &[&g.work, &g.state]);
+    let o = out.stdout.as_str();
+    assert_eq!(field(o, "home_pi_extension"), "refused");
+    assert_eq!(field(o, "home_pi_settings"), "refused");
+    assert_eq!(field(o, "home_pi_models_replace"), "refused");
+    assert_eq!(field(o, "home_pi_agents_md"), "refused");
+    assert_eq!(field(o, "workdir_pi"), "refused");
+    // Controls: Pi's own state in HOME, an ordinary file in the project.
+    assert_eq!(field(o, "home_pi_lock"), "ok");
+    assert_eq!(field(o, "home_pi_session"), "ok");
+    assert_eq!(field(o, "workdir_ordinary"), "ok");
 }
 
 #[test]

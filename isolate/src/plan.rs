@@ -613,6 +613,28 @@ pub(crate) fn writable_roots(profile: &Profile) -> Result<Vec<PathBuf>, SandboxE
     Ok(writable)
 }
 
+/// The writable roots without protected names, canonical: those added only
+/// as a state directory ([`Profile::add_writable_state`]), never also as a
+/// project root ([`Profile::add_writable`]).
+fn state_roots(profile: &Profile) -> Result<Vec<PathBuf>, SandboxError> {
+    let mut state = Vec::new();
+    for s in &profile.state_roots {
+        state.push(canonical(s)?);
+    }
+    let mut all = Vec::new();
+    for w in &profile.writable {
+        all.push(canonical(w)?);
+    }
+    let count = |v: &[PathBuf], p: &PathBuf| v.iter().filter(|x| *x == p).count();
+    let mut out: Vec<PathBuf> = state
+        .iter()
+        .filter(|s| count(&all, s) == count(&state, s))
+        .cloned()
+        .collect();
+    out.dedup();
+    Ok(out)
+}
+
 /// Host-side work of a launch that does not change the mount plan: run by
 /// the launcher ([`Deferred::run`]) while the supervisor creates the
 /// namespaces, and passed before the supervisor may go on.
@@ -1031,7 +1053,8 @@ pub(crate) fn build(
     // Whether each protected path looked up below is a symlink (absent
     // ones are not listed), so the symlink check needs no second lookup.
     let mut looked: HashMap<PathBuf, bool> = HashMap::new();
-    for w in &writable {
+    let state = state_roots(profile)?;
+    for w in writable.iter().filter(|w| !state.contains(w)) {
         // The names are looked up relative to the root (one component
         // each); its parent checks are then the root's own, a directory.
         let root = RootDir::open(w);
@@ -1427,6 +1450,51 @@ mod tests {
             "removed a placeholder that was written to"
         );
         std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_state_root_gets_no_protected_names_only_its_protected_paths() {
+        let t = tempfile::tempdir().unwrap();
+        let home = t.path().join("home");
+        let proj = t.path().join("proj");
+        for d in [&home, &proj] {
+            std::fs::create_dir_all(d.join(".claude")).unwrap();
+        }
+        std::fs::write(home.join("settings.json"), "").unwrap();
+        let mut p = Profile::governed();
+        p.add_writable(&proj)
+            .add_writable_state(&home)
+            .protect_name(".pi")
+            .protect(home.join("settings.json"));
+        let (hc, pc) = (canonical(&home).unwrap(), canonical(&proj).unwrap());
+        let (plan, _) = build(&p, &PlanInput::default()).unwrap();
+        let text = plan.text();
+        assert!(text.contains(&format!("rw {}\n", hc.display())), "{text}");
+        for name in [".claude", ".pi", ".bashrc"] {
+            assert!(
+                !text.contains(&format!("protect {}/{name}", hc.display())),
+                "{name} in the state root: {text}"
+            );
+            // Control: the project root keeps every name.
+            assert!(
+                text.contains(&format!("protect {}/{name}", pc.display())),
+                "{name} in the project root: {text}"
+            );
+        }
+        assert!(!plan.placeholders.iter().any(|x| x.starts_with(&hc)));
+        assert!(
+            text.contains(&format!("protect {}/settings.json", hc.display())),
+            "{text}"
+        );
+        // The same path also added as a project root is a project root.
+        p.add_writable(&home);
+        let (both, _) = build(&p, &PlanInput::default()).unwrap();
+        assert!(
+            both.text()
+                .contains(&format!("protect {}/.claude", hc.display())),
+            "{}",
+            both.text()
+        );
     }
 
     #[test]

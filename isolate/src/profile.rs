@@ -271,6 +271,9 @@ pub struct Profile {
     pub(crate) protected_if_present: Vec<String>,
     /// Absolute paths kept read-only (e.g. the policy file).
     pub(crate) protected_paths: Vec<PathBuf>,
+    /// Writable roots that are a state directory, not a project: the
+    /// protected names are not applied in them, only `protected_paths`.
+    pub(crate) state_roots: Vec<PathBuf>,
     /// Network access.
     pub(crate) network: NetworkMode,
     /// Launcher environment variables passed through by name.
@@ -317,6 +320,7 @@ impl Profile {
                 .map(|s| (*s).to_owned())
                 .collect(),
             protected_paths: Vec::new(),
+            state_roots: Vec::new(),
             network,
             env_allow: ENV_ALLOW.iter().map(|s| (*s).to_owned()).collect(),
             rlimits: Rlimits::default(),
@@ -412,6 +416,12 @@ impl Profile {
     /// Absolute paths kept read-only.
     pub fn protected_paths(&self) -> &[PathBuf] {
         &self.protected_paths
+    }
+
+    /// The writable roots added with [`Profile::add_writable_state`]: no
+    /// protected name is applied in them.
+    pub fn state_roots(&self) -> &[PathBuf] {
+        &self.state_roots
     }
 
     /// Network access.
@@ -523,6 +533,22 @@ impl Profile {
     /// Add a writable root.
     pub fn add_writable(&mut self, path: impl Into<PathBuf>) -> &mut Self {
         self.writable.push(path.into());
+        self
+    }
+
+    /// Add a writable root that is a program's state directory (an agent's
+    /// HOME), not a project: the protected names ([`PROTECTED_NAMES`],
+    /// [`PROTECTED_IF_PRESENT`], [`Profile::protect_name`]) are project
+    /// config and are not applied in it, so the program can write its own
+    /// `.claude/` or `.pi/`. Only the paths given to [`Profile::protect`]
+    /// stay read-only there: the caller must protect every file in it that
+    /// a shell, a tool or the program itself runs or obeys. Repositories
+    /// found in it keep their `.git/` names. If the same path is also added
+    /// with [`Profile::add_writable`], it is a project root: the names apply.
+    pub fn add_writable_state(&mut self, path: impl Into<PathBuf>) -> &mut Self {
+        let path = path.into();
+        self.writable.push(path.clone());
+        self.state_roots.push(path);
         self
     }
 

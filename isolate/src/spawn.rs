@@ -751,6 +751,13 @@ impl Sandbox {
         self
     }
 
+    /// Add a writable root that is a state directory, without the
+    /// protected names ([`Profile::add_writable_state`]).
+    pub fn writable_state(&mut self, path: impl Into<PathBuf>) -> &mut Self {
+        self.profile.add_writable_state(path);
+        self
+    }
+
     /// Add a read-only bind (a required runtime file or directory).
     pub fn read_only(&mut self, path: impl Into<PathBuf>) -> &mut Self {
         self.profile.read_paths.push(path.into());

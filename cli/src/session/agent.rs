@@ -207,7 +207,8 @@ impl AgentSession {
     }
 
     /// Refuses a HOME inside a writable root (it would be the worker's to
-    /// replace from outside its HOME), then binds it writable, sets `HOME`
+    /// replace from outside its HOME), then binds it writable as a state
+    /// directory (no protected names: see `write_files`), sets `HOME`
     /// and the preset's `Home`/`Cwd` variables, masks the agent state
     /// directory (the placeholder key, the other HOMEs),
     /// and keeps the protected names read-only in every writable root.
@@ -229,7 +230,13 @@ impl AgentSession {
             .working_dir()
             .map(|c| c.display().to_string())
             .unwrap_or_else(|| home.display().to_string());
-        sb.writable(home.clone());
+        // A state directory, not a project: the working directory's
+        // protected names (isolate's built-in ones, the preset's
+        // `protected_workdir`) would make `~/.claude` or `~/.pi` read-only
+        // and the agent unable to keep its state. What must stay read-only
+        // in HOME is protected by path in `write_files` (`HOME_PROTECTED`,
+        // the preset's `protected_home` and read-only files).
+        sb.writable_state(home.clone());
         sb.env("HOME", &home);
         for (name, value) in &self.plan.env {
             match value {

@@ -79,6 +79,9 @@ pub(super) fn preset() -> AgentPreset {
             ".claude/skills/",
             ".claude/plugins/",
             ".claude/CLAUDE.md",
+            // MCP servers of the project scope: HOME is the working
+            // directory when the session names none.
+            ".mcp.json",
         ],
         // The project's Claude config: `.claude/` (settings with hooks,
         // commands, agents) and `.mcp.json` (MCP servers started on the

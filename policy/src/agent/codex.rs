@@ -77,13 +77,16 @@ pub(super) fn preset() -> AgentPreset {
         // requirements.
         protected_home: vec![
             ".codex/hooks.json",
-            ".codex/hooks",
-            ".codex/rules",
-            ".codex/agents",
+            ".codex/hooks/",
+            ".codex/rules/",
+            ".codex/agents/",
             ".codex/AGENTS.md",
             ".codex/AGENTS.override.md",
             ".codex/requirements.toml",
             ".codex/managed_config.toml",
+            // User-scope skills and plugins (the HOME counterpart of the
+            // project's `.agents/`).
+            ".agents/",
         ],
         // The project's Codex config (`.codex/`: config.toml, hooks, rules,
         // run once the project is trusted) and its skills and plugins

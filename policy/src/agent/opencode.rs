@@ -79,15 +79,20 @@ pub(super) fn preset() -> AgentPreset {
         protected_home: vec![
             ".config/opencode/opencode.jsonc",
             ".config/opencode/config.json",
-            ".config/opencode/plugin",
-            ".config/opencode/plugins",
-            ".config/opencode/tool",
-            ".config/opencode/tools",
-            ".config/opencode/agent",
-            ".config/opencode/agents",
-            ".config/opencode/command",
-            ".config/opencode/commands",
+            ".config/opencode/plugin/",
+            ".config/opencode/plugins/",
+            ".config/opencode/tool/",
+            ".config/opencode/tools/",
+            ".config/opencode/agent/",
+            ".config/opencode/agents/",
+            ".config/opencode/command/",
+            ".config/opencode/commands/",
             ".config/opencode/AGENTS.md",
+            // The project names too: HOME is the working directory when
+            // the session names none.
+            "opencode.json",
+            "opencode.jsonc",
+            ".opencode/",
         ],
         // The project's config (`opencode.json[c]`: MCP commands, plugins,
         // providers) and `.opencode/` (plugins and tools are code it runs).
