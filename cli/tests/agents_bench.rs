@@ -25,13 +25,11 @@
 #[path = "agents_common/fake.rs"]
 #[allow(
     unreachable_pub,
-    dead_code,
     clippy::allow_attributes_without_reason,
     reason = "the shared fake server, included as a private module"
 )]
 mod fake;
 #[path = "agents_common/fake_anthropic.rs"]
-#[allow(dead_code, reason = "the bench uses the text turn only")]
 mod fake_anthropic;
 #[path = "agents_common/fake_openai.rs"]
 #[allow(unreachable_pub, reason = "shared fake")]
