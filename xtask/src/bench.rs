@@ -11,6 +11,7 @@
 //! CI: few runs, small sizes, a debug build, no timing assertions, and it
 //! writes under `target/bench/` only (never `docs/`).
 
+mod agents;
 mod check;
 mod crates;
 mod git;
@@ -35,12 +36,13 @@ use self::stats::{GoalCheck, Row};
 
 /// The suites, in the order they run and appear on the page.
 pub(crate) const SUITES: &[&str] = &[
-    "spawn", "proxy", "journal", "check", "staging", "observer", "git",
+    "spawn", "proxy", "journal", "check", "staging", "observer", "git", "agents",
 ];
 
 /// The suites that do not use the `palisade` binary (so a run of only
-/// these does not build it).
-const NO_CLI: &[&str] = &["staging", "git"];
+/// these does not build it; the agents suite builds it through `cargo
+/// test`).
+const NO_CLI: &[&str] = &["staging", "git", "agents"];
 
 /// The peers the harness looks for, and what each is for.
 pub(crate) const PEERS: &[(&str, &str, &str)] = &[
@@ -152,7 +154,7 @@ impl SuiteResult {
 }
 
 const USAGE: &str = "usage: cargo xtask bench [--quick] [--runs N] [--debug] [SUITE…] \
-                     | bench --render (suites: spawn proxy journal check staging observer git)";
+                     | bench --render (suites: spawn proxy journal check staging observer git agents)";
 
 /// Entry point of `cargo xtask bench`.
 pub(crate) fn bench(args: &[String]) -> Result<(), String> {
@@ -188,6 +190,9 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
             },
         }
     }
+    // A suite named on the command line must measure: the agents suite
+    // then fails instead of reporting its agents as not measured.
+    let named_agents = suites.contains(&"agents");
     if suites.is_empty() {
         suites = SUITES.to_vec();
     }
@@ -245,6 +250,7 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
             "staging" => staging::run(&ctx),
             "observer" => observer::run(&ctx),
             "git" => git::run(&ctx),
+            "agents" => agents::run(&ctx, named_agents),
             _ => check::run(&ctx),
         };
         match res {
