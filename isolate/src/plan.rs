@@ -1062,6 +1062,13 @@ pub(crate) fn build(
             if name.starts_with(".git/") {
                 continue;
             }
+            // A name ending in `/` is a directory: its placeholder is an
+            // empty read-only directory, so a program that reads a file
+            // under it gets ENOENT, not ENOTDIR (`.opencode/`).
+            let (name, dir) = match name.strip_suffix('/') {
+                Some(n) => (n, true),
+                None => (name.as_str(), name == ".palisade"),
+            };
             let p = w.join(name);
             match root.lookup(&p, name) {
                 Some(is_link) => {
@@ -1072,7 +1079,7 @@ pub(crate) fn build(
                 None if staged.is_some() => continue,
                 None if (root.is_dir() && !name.contains('/')) || placeholder_parent_ok(&p) => {
                     placeholders.push(p.clone());
-                    to_create.push((p.clone(), name == ".palisade"));
+                    to_create.push((p.clone(), dir));
                 }
                 None => {}
             }

@@ -125,7 +125,10 @@ pub struct AgentPreset {
     /// and hook files; created as read-only placeholders when absent).
     pub protected_home: Vec<&'static str>,
     /// Names relative to each writable root kept read-only inside (the
-    /// agent's project config: `.claude`, `.mcp.json`, `.pi/extensions`).
+    /// agent's project config: `.claude/`, `.mcp.json`, `.pi/`); a name
+    /// ending in `/` is a directory, created as an empty read-only
+    /// directory when absent (a file there would make the agent's read of
+    /// a config file under it fail with ENOTDIR instead of ENOENT).
     pub protected_workdir: Vec<&'static str>,
     /// Hosts the agent contacts that stay denied (telemetry, update
     /// checks, OAuth refresh): documented, and recorded when tried.

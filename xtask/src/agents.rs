@@ -189,8 +189,8 @@ fn install(prefix: &Path, specs: &[String]) -> Result<(), String> {
     })
 }
 
-/// The agent suites: `cli/tests/agents_*.rs` (the shared harness lives in
-/// `cli/tests/agents_common/`).
+/// The agent suites: `cli/tests/agents_*.rs` but `agents_bench.rs` (the
+/// shared harness lives in `cli/tests/agents_common/`).
 fn suites(root: &Path) -> Result<Vec<String>, String> {
     let dir = root.join("cli/tests");
     let mut out: Vec<String> = std::fs::read_dir(&dir)
@@ -202,6 +202,8 @@ fn suites(root: &Path) -> Result<Vec<String>, String> {
                 .and_then(|r| r.strip_suffix(".rs"))
                 .map(|r| format!("agents_{r}"))
         })
+        // the bench's turns are `cargo xtask bench agents`, not the suite
+        .filter(|n| n != "agents_bench")
         .collect();
     out.sort();
     Ok(out)

@@ -86,7 +86,7 @@ pub(super) fn preset() -> AgentPreset {
         // The project's Claude config: `.claude/` (settings with hooks,
         // commands, agents) and `.mcp.json` (MCP servers started on the
         // next run, on the host when a person runs `claude` there).
-        protected_workdir: vec![".claude", ".mcp.json"],
+        protected_workdir: vec![".claude/", ".mcp.json"],
         denied_hosts: vec![
             // `/api/hello`, `/api/claude_code/metrics`, OAuth; the relay is
             // the only way to the Messages API.
@@ -147,7 +147,7 @@ pub(super) mod tests {
     #[test]
     fn the_project_config_and_the_telemetry_switches_are_in_the_preset() {
         let p = preset();
-        for name in [".claude", ".mcp.json"] {
+        for name in [".claude/", ".mcp.json"] {
             assert!(p.protected_workdir.contains(&name), "{name}");
         }
         for var in [

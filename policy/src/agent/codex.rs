@@ -92,7 +92,7 @@ pub(super) fn preset() -> AgentPreset {
         // run once the project is trusted) and its skills and plugins
         // (`.agents/skills`, `.agents/plugins`). `AGENTS.md` is
         // instructions, not code: list it in `taint.steering_paths`.
-        protected_workdir: vec![".codex", ".agents"],
+        protected_workdir: vec![".codex/", ".agents/"],
         denied_hosts: vec![
             // The relay is the only way to the Responses API.
             "api.openai.com",

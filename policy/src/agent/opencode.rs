@@ -96,7 +96,7 @@ pub(super) fn preset() -> AgentPreset {
         ],
         // The project's config (`opencode.json[c]`: MCP commands, plugins,
         // providers) and `.opencode/` (plugins and tools are code it runs).
-        protected_workdir: vec!["opencode.json", "opencode.jsonc", ".opencode"],
+        protected_workdir: vec!["opencode.json", "opencode.jsonc", ".opencode/"],
         denied_hosts: vec![
             // The relay is the only way to the Responses API.
             "api.openai.com",

@@ -93,7 +93,7 @@ pub(super) fn preset() -> AgentPreset {
         // The project's `.pi/`: `extensions/*.ts` run on the next start
         // (on the host when a person runs `pi` there), `settings.json`
         // installs packages, and skills, prompts and `SYSTEM.md` steer.
-        protected_workdir: vec![".pi"],
+        protected_workdir: vec![".pi/"],
         denied_hosts: vec!["pi.dev"],
     }
 }
@@ -132,7 +132,7 @@ mod tests {
     #[test]
     fn the_project_pi_dir_and_the_offline_switch_are_in_the_preset() {
         let p = preset();
-        assert!(p.protected_workdir.contains(&".pi"));
+        assert!(p.protected_workdir.contains(&".pi/"));
         assert!(p.protected_home.contains(&".pi/agent/extensions/"));
         assert!(
             p.env
