@@ -324,9 +324,10 @@ fn measure(agent: AgentName, name: &str, turns: usize) -> Result<(), String> {
             .arg("--resolve")
             .arg(&p.resolve)
             .arg("--relay-ca")
-            .arg(&ca)
-            .arg("--writes")
-            .arg("direct");
+            .arg(&ca);
+        if !with_agent {
+            c.arg("--writes").arg("direct");
+        }
         if with_agent {
             c.arg("--agent").arg(name);
         }

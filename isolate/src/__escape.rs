@@ -837,6 +837,8 @@ pub fn hold_reaper_for_tests() -> std::sync::MutexGuard<'static, ()> {
 fn read_at_most(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
     use std::io::Read as _;
     let mut out = Vec::new();
-    std::fs::File::open(path)?.take(limit).read_to_end(&mut out)?;
+    std::fs::File::open(path)?
+        .take(limit)
+        .read_to_end(&mut out)?;
     Ok(out)
 }

@@ -130,6 +130,12 @@ pub struct AgentPreset {
     /// directory when absent (a file there would make the agent's read of
     /// a config file under it fail with ENOTDIR instead of ENOENT).
     pub protected_workdir: Vec<&'static str>,
+    /// Project config names the agent must write at start (OpenCode writes
+    /// `.opencode/.gitignore` and exits when it cannot), so they cannot be
+    /// read-only inside. Only staged writes keep them off the host (the
+    /// commit filter refuses them), so the session refuses direct writes
+    /// for such an agent.
+    pub staged_only: Vec<&'static str>,
     /// Hosts the agent contacts that stay denied (telemetry, update
     /// checks, OAuth refresh): documented, and recorded when tried.
     pub denied_hosts: Vec<&'static str>,

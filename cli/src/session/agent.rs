@@ -206,6 +206,17 @@ impl AgentSession {
         &self.plan.policy
     }
 
+    /// The agent's name (`opencode`).
+    pub(crate) fn name(&self) -> &'static str {
+        self.plan.preset.name.as_str()
+    }
+
+    /// Project config the agent must be able to write, kept off the host
+    /// only by staged writes ([`palisade_policy::agent::AgentPreset::staged_only`]).
+    pub(crate) fn staged_only(&self) -> &[&'static str] {
+        &self.plan.preset.staged_only
+    }
+
     /// Refuses a HOME inside a writable root (it would be the worker's to
     /// replace from outside its HOME), then binds it writable as a state
     /// directory (no protected names: see `write_files`), sets `HOME`

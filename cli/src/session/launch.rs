@@ -654,6 +654,15 @@ pub(crate) fn run(
     if staged.keep_staged && !staged_on {
         return setup_failure("--keep-staged needs staged writes, not direct writes");
     }
+    if let Some(a) = &agent
+        && !staged_on
+        && let Some(name) = a.staged_only().first()
+    {
+        return setup_failure(format!(
+            "agent `{}` writes `{name}` in the working directory, code it runs on its next start; only staged writes keep it off the host (the commit filter refuses it): remove `worker.writes = \"direct\"` / `--writes direct`",
+            a.name()
+        ));
+    }
     if staged_on && !sb.profile().writable().is_empty() {
         let base =
             match crate::stage::run_base(staged.stage_dir.as_deref(), sb.profile().writable()) {

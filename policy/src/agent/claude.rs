@@ -87,6 +87,7 @@ pub(super) fn preset() -> AgentPreset {
         // commands, agents) and `.mcp.json` (MCP servers started on the
         // next run, on the host when a person runs `claude` there).
         protected_workdir: vec![".claude/", ".mcp.json"],
+        staged_only: Vec::new(),
         denied_hosts: vec![
             // `/api/hello`, `/api/claude_code/metrics`, OAuth; the relay is
             // the only way to the Messages API.

@@ -93,6 +93,7 @@ pub(super) fn preset() -> AgentPreset {
         // (`.agents/skills`, `.agents/plugins`). `AGENTS.md` is
         // instructions, not code: list it in `taint.steering_paths`.
         protected_workdir: vec![".codex/", ".agents/"],
+        staged_only: Vec::new(),
         denied_hosts: vec![
             // The relay is the only way to the Responses API.
             "api.openai.com",

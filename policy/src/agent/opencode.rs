@@ -92,11 +92,18 @@ pub(super) fn preset() -> AgentPreset {
             // the session names none.
             "opencode.json",
             "opencode.jsonc",
-            ".opencode/",
+            // Not `.opencode/`: OpenCode writes `.opencode/.gitignore` there
+            // at start and exits when it cannot (see `staged_only`).
         ],
         // The project's config (`opencode.json[c]`: MCP commands, plugins,
-        // providers) and `.opencode/` (plugins and tools are code it runs).
-        protected_workdir: vec!["opencode.json", "opencode.jsonc", ".opencode/"],
+        // providers).
+        protected_workdir: vec!["opencode.json", "opencode.jsonc"],
+        // `.opencode/` (plugins and tools are code it runs) cannot be
+        // read-only: OpenCode writes `.opencode/.gitignore` at start and
+        // exits when it cannot (seen with 1.18.33). The commit filter's
+        // `tool_config` rule refuses every `.opencode/**` change, so with
+        // staged writes nothing planted there reaches the host.
+        staged_only: vec![".opencode/"],
         denied_hosts: vec![
             // The relay is the only way to the Responses API.
             "api.openai.com",

@@ -94,6 +94,7 @@ pub(super) fn preset() -> AgentPreset {
         // (on the host when a person runs `pi` there), `settings.json`
         // installs packages, and skills, prompts and `SYSTEM.md` steer.
         protected_workdir: vec![".pi/"],
+        staged_only: Vec::new(),
         denied_hosts: vec!["pi.dev"],
     }
 }

@@ -44,6 +44,7 @@ fn synthetic() -> AgentPreset {
         state_dirs: Vec::new(),
         protected_home: Vec::new(),
         protected_workdir: vec![".claude"],
+        staged_only: Vec::new(),
         denied_hosts: Vec::new(),
     }
 }
