@@ -30,9 +30,17 @@ fn is_root() -> bool {
 }
 
 /// A test directory outside `/tmp` and outside the host masks, reachable
-/// by the worker uid.
+/// by the worker uid: under the cargo target's tmp, or under `/opt` when
+/// that is below `/tmp` (a checkout in `/tmp`, as on CI), whose sandbox
+/// copy is the sandbox's own and would hide what the controls must see.
 fn test_dir(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let base = if target.starts_with("/tmp") {
+        PathBuf::from("/opt/palisade-tests")
+    } else {
+        target.to_path_buf()
+    };
+    let d = base
         .join("redteam_agents")
         .join(format!("{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
