@@ -3,7 +3,8 @@
 //! (the `tested: TestedWith { package, version, bin }` of each preset in
 //! `policy/src/agent/<name>.rs`, read from the source, since xtask depends
 //! on no workspace crate) into
-//! `target/agents/npm`, then runs every `cli/tests/agents_*.rs` suite's
+//! `target/agents/npm` (or `/opt/palisade-agents/npm`, see
+//! [`default_prefix`]), then runs every `cli/tests/agents_*.rs` suite's
 //! ignored tests with `PALISADE_AGENTS_BIN` pointing at the installed
 //! executables. Fails loudly when node or npm is missing or the registry
 //! cannot be reached: it never passes without the agents.
@@ -87,7 +88,7 @@ const QUIET_ENV: &[(&str, &str)] = &[
 pub(crate) fn agents(root: &Path) -> Result<(), String> {
     let prefix = match std::env::var_os("PALISADE_AGENTS_NPM_PREFIX") {
         Some(p) => PathBuf::from(p),
-        None => root.join("target/agents/npm"),
+        None => default_prefix(root),
     };
     require("node", &["--version"])?;
     require("npm", &["--version"])?;
@@ -142,6 +143,25 @@ pub(crate) fn agents(root: &Path) -> Result<(), String> {
         cmd.env(k, v);
     }
     crate::run(&mut cmd)
+}
+
+/// Where the sandbox hides the host: its own `/tmp`, and the host masks
+/// of the governed profile (`palisade_isolate::HOST_MASKS`).
+const HIDDEN: &[&str] = &[
+    "/tmp", "/var", "/run", "/home", "/root", "/mnt", "/media", "/srv", "/boot",
+];
+
+/// `target/agents/npm`, unless the checkout lies where the sandbox hides
+/// the host (a clone under `/tmp`, as CI may make): the agents run inside
+/// the sandbox, so their install must be in its view; then
+/// `/opt/palisade-agents/npm`.
+fn default_prefix(root: &Path) -> PathBuf {
+    let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    if HIDDEN.iter().any(|h| root.starts_with(h)) {
+        PathBuf::from("/opt/palisade-agents/npm")
+    } else {
+        root.join("target/agents/npm")
+    }
 }
 
 /// Fails naming `program` when it cannot run.
@@ -237,6 +257,23 @@ mod tests {
                 "{p:?} is not an exact version"
             );
         }
+    }
+
+    #[test]
+    fn the_install_is_where_the_sandbox_shows_it() {
+        assert_eq!(
+            default_prefix(Path::new("/tmp/clone")),
+            Path::new("/opt/palisade-agents/npm")
+        );
+        assert_eq!(
+            default_prefix(Path::new("/home/op/palisade")),
+            Path::new("/opt/palisade-agents/npm")
+        );
+        // control: a checkout in view keeps its own target
+        assert_eq!(
+            default_prefix(Path::new("/opt/src/palisade")),
+            Path::new("/opt/src/palisade/target/agents/npm")
+        );
     }
 
     #[test]
