@@ -35,10 +35,7 @@ fn policy(port: u16) -> String {
 /// Matched on the reason code, never on a bare "407", which a MAC or a
 /// timestamp may contain by chance (CI failed once so).
 fn auth_refusals(out: &agents_common::Outcome) -> usize {
-    out.records
-        .iter()
-        .filter(|r| r.to_string().contains("\"proxy_auth_required\""))
-        .count()
+    mentions(out, "\"proxy_auth_required\"")
 }
 
 fn mentions(out: &agents_common::Outcome, what: &str) -> usize {
