@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use palisade_schema::render::Renderer;
+use palisade_schema::trigger::{Release, TriggerDocument, TriggerOptions};
 use palisade_schema::{Diagnostic, Severity};
 use serde_json::{Value, json};
 
@@ -39,6 +40,43 @@ pub(crate) struct Args {
     /// Also check this host policy file (`palisade.toml`).
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
+    /// The Paseo Hub release trigger documents are checked against: events
+    /// and keys a release does not have are refused, naming the release
+    /// that has them.
+    #[arg(long, value_enum, default_value = "0.9.0")]
+    hub_release: HubRelease,
+    /// The Paseo daemon release the agents will run on. When it is newer
+    /// than the one palisade's provider option schemas model, an unknown
+    /// option key is a warning (unknown_option_newer_daemon), not an error.
+    #[arg(long, value_name = "X.Y.Z", value_parser = palisade_schema::options::DaemonVersion::parse)]
+    daemon_version: Option<palisade_schema::options::DaemonVersion>,
+    /// Preview Paseo Hub 0.9's migration of a v0.6 bundle or workflow:
+    /// per trigger `single_run` (with the document) or `legacy_multistep`
+    /// (with why), and every authority change it implies.
+    #[arg(long)]
+    migrate: bool,
+}
+
+/// `--hub-release`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum HubRelease {
+    /// Paseo Hub 0.9.0.
+    #[value(name = "0.9.0")]
+    V0_9_0,
+    /// Main after 0.9.0 (adds `schedule.tick`).
+    Main,
+    /// Unreleased pull requests (adds Forgejo, Linear team filters).
+    Unreleased,
+}
+
+impl From<HubRelease> for Release {
+    fn from(r: HubRelease) -> Self {
+        match r {
+            HubRelease::V0_9_0 => Self::V0_9_0,
+            HubRelease::Main => Self::Main,
+            HubRelease::Unreleased => Self::Unreleased,
+        }
+    }
 }
 
 /// One checked document: its display name and text, for snippets.
@@ -51,21 +89,32 @@ struct Source {
 struct Checked {
     what: String,
     files: usize,
-    /// `(triggers, steps)` when the configuration parsed.
-    counts: Option<(usize, usize)>,
+    /// What the summary says after the file count, e.g. `1 workflow`.
+    parts: Vec<String>,
+    /// A note before the file count, e.g. `legacy bundle layout`.
+    note: Option<&'static str>,
 }
 
-fn counts(config: Option<&palisade_schema::HubConfig>) -> Option<(usize, usize)> {
-    config.map(|c| {
-        (
-            c.triggers.len(),
-            c.triggers.iter().map(|t| t.steps.len()).sum(),
-        )
+fn plural(n: usize, word: &str) -> String {
+    format!("{n} {word}{}", if n == 1 { "" } else { "s" })
+}
+
+fn counts(config: Option<&palisade_schema::HubConfig>) -> Vec<String> {
+    config.map_or_else(Vec::new, |c| {
+        let steps = c.triggers.iter().map(|t| t.steps.len()).sum();
+        vec![plural(c.triggers.len(), "workflow"), plural(steps, "step")]
     })
 }
 
 /// Runs `palisade check`.
 pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
+    if args.migrate {
+        return crate::migrate::run(
+            &args.path,
+            args.format == Format::Json,
+            args.format == Format::Sarif,
+        );
+    }
     // `palisade check --policy FILE` alone checks only the policy when the
     // current folder has no `.paseo`.
     let policy_only =
@@ -74,11 +123,16 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         let none = Checked {
             what: String::new(),
             files: 0,
-            counts: None,
+            parts: Vec::new(),
+            note: None,
         };
         (Vec::new(), Vec::new(), none, None)
     } else {
-        check_path(&args.path)?
+        let target = args.daemon_version.map_or_else(
+            palisade_schema::options::OptionsTarget::default,
+            palisade_schema::options::OptionsTarget::daemon,
+        );
+        check_path(&args.path, args.hub_release.into(), &target)?
     };
     if let Some(policy) = &args.policy {
         let text = crate::input::read_text(policy, crate::input::Kind::Policy)?;
@@ -224,11 +278,215 @@ enum Layout {
 /// The parsed workflow (its display name and model), when it parsed.
 type Workflow = Option<(String, palisade_schema::HubConfig, Layout)>;
 
+/// What [`check_path`] returns.
+type CheckedPath = (Vec<Diagnostic>, Vec<Source>, Checked, Workflow);
+
 /// Checks PATH; returns diagnostics (file names as the user sees them),
 /// the sources for snippets and the parsed workflow.
-fn check_path(path: &Path) -> Result<(Vec<Diagnostic>, Vec<Source>, Checked, Workflow), String> {
-    let input = Input::read(path)?;
-    let (config, mut diags) = input.parse();
+///
+/// Layouts: a single file is a trigger document when its top level has
+/// `on` and `run` and neither `triggers` nor `steps`, else a single-file
+/// workflow. A folder with `.paseo/triggers/` checks the trigger
+/// documents; one with only a v0.6 bundle checks the bundle and says it is
+/// the legacy layout; one with both checks both and warns
+/// (`trigger_workflow_name_clash`) where a trigger and a workflow share a
+/// name.
+fn check_path(
+    path: &Path,
+    release: Release,
+    target: &palisade_schema::options::OptionsTarget,
+) -> Result<CheckedPath, String> {
+    let options = TriggerOptions::for_release(release);
+    let meta =
+        std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if !meta.is_dir() {
+        let input = Input::read(path)?;
+        if let Input::File { name, bytes } = &input
+            && let Ok(text) = std::str::from_utf8(bytes)
+            && is_trigger_document(text)
+        {
+            return Ok(check_trigger_file(name, text, &options));
+        }
+        return check_input(input, target);
+    }
+    let root = crate::bundle::repo_root(path)?;
+    let triggers = crate::bundle::read_triggers(&root)?;
+    let legacy = crate::bundle::has_bundle(&root)?;
+    let Some(triggers) = triggers else {
+        let mut out = check_input(Input::read_bundle(root)?, target)?;
+        out.2.note = Some("legacy bundle layout");
+        return Ok(out);
+    };
+    let (mut diags, mut sources, mut checked, docs) = check_trigger_dir(&root, triggers, &options);
+    if !legacy {
+        return Ok((diags, sources, checked, None));
+    }
+    let (bundle_diags, bundle_sources, bundle_checked, workflow) =
+        check_input(Input::read_bundle(root)?, target)?;
+    if let Some((_, config, _)) = &workflow {
+        diags.extend(name_clashes(&docs, config, &sources));
+    }
+    diags.extend(bundle_diags);
+    sources.extend(bundle_sources);
+    checked.what = format!("{} and {}", checked.what, bundle_checked.what);
+    checked.files = checked.files.saturating_add(bundle_checked.files);
+    checked.parts.extend(bundle_checked.parts);
+    checked.note = Some("trigger documents and a legacy bundle");
+    Ok((diags, sources, checked, workflow))
+}
+
+/// Whether `text` is a trigger document rather than a v0.6 workflow: a
+/// mapping with `on` and `run` (or a `legacy_multistep` export, which the
+/// trigger parser refuses with the Hub's messages) and neither `triggers`
+/// nor `steps`.
+fn is_trigger_document(text: &str) -> bool {
+    let Ok(root) = palisade_schema::yaml::parse("", text) else {
+        return false;
+    };
+    let root = root.value();
+    let shaped = (root.get("on").is_some() && root.get("run").is_some())
+        || root.get("legacy_multistep").is_some();
+    shaped && root.get("triggers").is_none() && root.get("steps").is_none()
+}
+
+fn trigger_parts(docs: &[TriggerDocument]) -> Vec<String> {
+    let events = docs.iter().map(|d| d.on.len()).sum();
+    vec![plural(docs.len(), "trigger"), plural(events, "event")]
+}
+
+/// One trigger document given as a file.
+fn check_trigger_file(name: &str, text: &str, options: &TriggerOptions) -> CheckedPath {
+    let (doc, diags) = match palisade_schema::trigger::parse_trigger_with(name, text, options) {
+        Ok(parsed) => {
+            let (doc, warnings) = parsed.into_parts();
+            (Some(doc), warnings)
+        }
+        Err(refused) => (None, refused.into_vec()),
+    };
+    let checked = Checked {
+        what: name.to_owned(),
+        files: 1,
+        parts: doc
+            .as_ref()
+            .map_or_else(Vec::new, |d| trigger_parts(std::slice::from_ref(d))),
+        note: Some("trigger document"),
+    };
+    let sources = vec![Source {
+        name: name.to_owned(),
+        text: text.to_owned(),
+    }];
+    (diags, sources, checked, None)
+}
+
+/// `.paseo/triggers/`, as read by [`crate::bundle::read_triggers`].
+fn check_trigger_dir(
+    root: &Path,
+    triggers: crate::bundle::TriggerFiles,
+    options: &TriggerOptions,
+) -> (Vec<Diagnostic>, Vec<Source>, Checked, Vec<TriggerDocument>) {
+    let display = |rel: &str| {
+        if root == Path::new(".") || root.as_os_str().is_empty() {
+            rel.to_owned()
+        } else {
+            root.join(rel).display().to_string()
+        }
+    };
+    let refs: Vec<(&str, &[u8])> = triggers
+        .files
+        .iter()
+        .map(|(p, b)| (p.as_str(), b.as_slice()))
+        .collect();
+    let mut diags = triggers.refused;
+    let mut docs = Vec::new();
+    // Without any entry the parser reports `trigger_missing`; with only
+    // refused links that would be noise.
+    if !refs.is_empty() || diags.is_empty() {
+        match palisade_schema::trigger::parse_trigger_dir(&refs, options) {
+            Ok(parsed) => {
+                let (d, warnings) = parsed.into_parts();
+                docs = d;
+                diags.extend(warnings);
+            }
+            Err(refused) => diags.extend(refused),
+        }
+    }
+    for d in &mut diags {
+        d.file = display(&d.file);
+    }
+    let sources = triggers
+        .files
+        .iter()
+        .filter_map(|(rel, bytes)| {
+            String::from_utf8(bytes.clone()).ok().map(|text| Source {
+                name: display(rel),
+                text,
+            })
+        })
+        .collect();
+    let checked = Checked {
+        what: display(palisade_schema::trigger::TRIGGER_DIR),
+        files: triggers.files.len(),
+        parts: trigger_parts(&docs),
+        note: None,
+    };
+    (diags, sources, checked, docs)
+}
+
+/// A trigger document and a legacy workflow with one name (the document's,
+/// or one of its internal `<name>-event-<n>` triggers): the Hub keeps both,
+/// and which one a reader means by the name is ambiguous.
+fn name_clashes(
+    docs: &[TriggerDocument],
+    config: &palisade_schema::HubConfig,
+    sources: &[Source],
+) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    for doc in docs {
+        for i in 0..doc.on.len() {
+            let internal = palisade_schema::trigger::internal_trigger_name(&doc.name, i);
+            let Some(w) = config.triggers.iter().find(|t| t.name == internal) else {
+                continue;
+            };
+            let file = sources
+                .iter()
+                .find(|s| {
+                    palisade_schema::yaml::parse(&s.name, &s.text).is_ok_and(|root| {
+                        matches!(
+                            root.value().get("name").map(|n| &n.value),
+                            Some(palisade_schema::yaml::Value::String(n)) if n == &doc.name
+                        ) && root.value().get("on").is_some_and(|on| {
+                            matches!(on.value, palisade_schema::yaml::Value::Map(_))
+                        })
+                    })
+                })
+                .map_or_else(String::new, |s| s.name.clone());
+            let at = palisade_schema::diagnostic::Path::root().key("name");
+            let mut d = Diagnostic::warning(
+                "trigger_workflow_name_clash",
+                format!(
+                    "trigger document {:?} compiles to trigger {internal:?}, which is also the name of the legacy workflow in {}",
+                    doc.name,
+                    w.file.as_deref().unwrap_or("the bundle")
+                ),
+            )
+            .with_path(at.clone())
+            .with_help("rename one of them, or remove the legacy workflow once the trigger document replaces it");
+            if let Some(pos) = position(sources, &file, &at) {
+                d = d.at(pos.line, pos.column);
+            }
+            d.file = file;
+            out.push(d);
+        }
+    }
+    out
+}
+
+/// Checks a v0.6 workflow input (a single file or a bundle).
+fn check_input(
+    input: Input,
+    target: &palisade_schema::options::OptionsTarget,
+) -> Result<CheckedPath, String> {
+    let (config, mut diags) = input.parse_for(target);
     let (what, files) = match &input {
         Input::File { name, .. } => (name.clone(), 1),
         Input::Bundle { root, files } => (root.join(".paseo").display().to_string(), files.len()),
@@ -236,7 +494,8 @@ fn check_path(path: &Path) -> Result<(Vec<Diagnostic>, Vec<Source>, Checked, Wor
     let checked = Checked {
         what,
         files,
-        counts: counts(config.as_ref()),
+        parts: counts(config.as_ref()),
+        note: None,
     };
     for d in &mut diags {
         d.file = input.display_name(&d.file);
@@ -282,17 +541,10 @@ fn human(diags: &[Diagnostic], sources: &[Source], checked: &Checked) -> String 
     }
     let errors = diags.iter().filter(|d| d.is_error()).count();
     let warnings = diags.len() - errors;
-    let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
-    let scope = match checked.counts {
-        Some((triggers, steps)) => format!(
-            "{} ({}, {}, {})",
-            checked.what,
-            plural(checked.files, "file"),
-            plural(triggers, "workflow"),
-            plural(steps, "step")
-        ),
-        None => format!("{} ({})", checked.what, plural(checked.files, "file")),
-    };
+    let mut items: Vec<String> = checked.note.iter().map(|n| (*n).to_owned()).collect();
+    items.push(plural(checked.files, "file"));
+    items.extend(checked.parts.iter().cloned());
+    let scope = format!("{} ({})", checked.what, items.join(", "));
     let verdict = match (errors, warnings) {
         (0, 0) => "no errors, no warnings".to_owned(),
         _ => format!(
@@ -319,11 +571,20 @@ pub(crate) fn sarif(diags: &[Diagnostic]) -> String {
     let rules: Vec<Value> = codes
         .iter()
         .map(|c| {
+            // Every code has a section in docs/check.md whose anchor is the
+            // code (`schema/tests/codes.rs` keeps the two in step).
+            let uri = palisade_schema::codes::help_uri(c);
+            let summary = palisade_schema::codes::summary(c)
+                .map_or_else(|| c.replace('_', " "), str::to_owned);
             json!({
                 "id": c,
                 "name": c,
-                "shortDescription": {"text": c.replace('_', " ")},
-                "help": {"text": format!("see docs/check.md, section {c}")},
+                "shortDescription": {"text": summary},
+                "helpUri": uri,
+                "help": {
+                    "text": format!("{summary} See {uri}"),
+                    "markdown": format!("{summary} [docs/check.md#{c}]({uri})"),
+                },
             })
         })
         .collect();

@@ -20,6 +20,7 @@ mod host_policy_file;
 mod input;
 mod journal;
 mod mark_untrusted;
+mod migrate;
 mod policy_cmd;
 mod probe;
 mod proxy;

@@ -71,10 +71,13 @@
 #![forbid(unsafe_code)]
 
 pub mod bundle;
+pub mod codes;
 pub mod diagnostic;
 pub mod expr;
+pub mod github_permissions;
 pub mod host_policy;
 mod hub;
+mod hub_rules;
 pub mod hub_schema;
 mod lazy_path;
 mod lints;
@@ -84,9 +87,10 @@ pub mod render;
 #[cfg(test)]
 mod roundtrip;
 mod semantic;
+pub mod trigger;
 pub mod yaml;
 
-pub use bundle::{decode, parse_bundle};
+pub use bundle::{decode, parse_bundle, parse_bundle_for};
 pub use diagnostic::{Diagnostic, Diagnostics, LineIndex, Parsed, Path, PathSegment, Severity};
 pub use hub::{is_event_name, is_identifier, is_slug};
 pub use lints::{KNOWN_EVENTS, KNOWN_OUTPUTS};
@@ -134,13 +138,46 @@ pub fn parse_workflow(file: &str, text: &str) -> Result<Parsed<HubConfig>, Diagn
     diagnostic::outcome(file, config, diags)
 }
 
+/// [`parse_workflow`] for agent options that will run on `target`'s
+/// daemon: an unknown option key of a provider whose schema models an
+/// older daemon is the warning `unknown_option_newer_daemon`, not an error
+/// (see [`options::OptionsTarget`]).
+pub fn parse_workflow_for(
+    file: &str,
+    text: &str,
+    target: &options::OptionsTarget,
+) -> Result<Parsed<HubConfig>, Diagnostics> {
+    let (config, diags) = workflow_findings_for(file, text, target);
+    diagnostic::outcome(file, config, diags)
+}
+
+/// [`parse_workflow_bytes`] for `target`'s daemon (see [`parse_workflow_for`]).
+pub fn parse_workflow_bytes_for(
+    file: &str,
+    bytes: &[u8],
+    target: &options::OptionsTarget,
+) -> Result<Parsed<HubConfig>, Diagnostics> {
+    parse_workflow_for(file, decode(file, bytes)?, target)
+}
+
 fn workflow_findings(file: &str, text: &str) -> (Option<HubConfig>, Vec<Diagnostic>) {
+    workflow_findings_for(file, text, &options::OptionsTarget::default())
+}
+
+fn workflow_findings_for(
+    file: &str,
+    text: &str,
+    target: &options::OptionsTarget,
+) -> (Option<HubConfig>, Vec<Diagnostic>) {
     let (node, mut diags) = yaml::load(file, text);
     let Some(root) = node else {
         return (None, diags);
     };
+    diags.extend(hub_rules::removed_timeout(file, &root, &Path::root()));
     let config = single_file(file, &root, &mut diags, true);
+    options::soften_tree(&mut diags, file, &root, target);
     sort(&mut diags);
+    hub_rules::dedup(&mut diags);
     let ok = !diags.iter().any(Diagnostic::is_error);
     (config.filter(|_| ok), diags)
 }
@@ -247,6 +284,7 @@ fn single_file(
                     ok = false;
                 }
             },
+            _ if w.proto_key(k, &Lp::Base(&root_path)) => {}
             other => {
                 w.diags.push(
                     Diagnostic::error("unknown_key", format!("Unrecognized key: {other:?}"))

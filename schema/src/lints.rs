@@ -232,7 +232,7 @@ fn step_refs(e: &Expr) -> Vec<&str> {
 }
 
 /// Why a directory is too broad to be an agent's cwd or writable root.
-fn broad_directory(dir: &str) -> Option<&'static str> {
+pub(crate) fn broad_directory(dir: &str) -> Option<&'static str> {
     let d = dir.trim_end_matches('/');
     if d.is_empty() {
         return Some("the filesystem root");

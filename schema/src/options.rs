@@ -13,6 +13,13 @@ use crate::diagnostic::{Diagnostic, Diagnostics, Parsed, Path};
 use crate::lazy_path::Lp;
 use crate::yaml::{Node, Value as Y};
 
+mod daemon;
+pub use daemon::{
+    DaemonVersion, MODELLED_DAEMON, NEWER_DAEMON_CODE, OptionsTarget, PROVIDER_SCHEMAS,
+    ProviderSchema, provider_schema,
+};
+pub(crate) use daemon::{is_unknown_option_key, soften_tree};
+
 /// The shape of an option value.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -223,12 +230,7 @@ pub const PROVIDERS: &[&str] = &["codex", "claude", "opencode"];
 /// The strict schema of a provider, by base provider id (the text before
 /// the first `/`).
 pub fn provider_shape(provider: &str) -> Option<&'static Shape> {
-    match provider.split('/').next().unwrap_or(provider) {
-        "codex" => Some(&CODEX),
-        "claude" => Some(&CLAUDE),
-        "opencode" => Some(&OPENCODE),
-        _ => None,
-    }
+    provider_schema(provider).map(|s| s.shape)
 }
 
 /// One finding of a shape check, relative to the checked node.
@@ -443,6 +445,58 @@ pub fn validate(
     path: &Path,
 ) -> Result<Parsed<()>, Diagnostics> {
     crate::diagnostic::outcome(file, Some(()), findings(file, provider, node, path))
+}
+
+/// [`validate`] for options that will run on `target`'s daemon: when it
+/// is newer than the one the provider's schema models, an unknown key is
+/// the warning `unknown_option_newer_daemon` (a newer daemon may know it)
+/// instead of an error; every known key is checked as strictly.
+///
+/// ```rust
+/// use palisade_schema::options::{self, DaemonVersion, OptionsTarget};
+/// use serde_json::json;
+///
+/// let newer = OptionsTarget::daemon(DaemonVersion::new(99, 0, 0));
+/// let added = json!({"sandbox_mode": "read-only", "added_later": true});
+/// assert!(options::validate_json("codex", &added).is_err());
+/// let parsed = options::validate_json_for("codex", &added, &newer).unwrap();
+/// assert_eq!(parsed.warnings()[0].code, "unknown_option_newer_daemon");
+/// // A known key with a bad value is still refused.
+/// assert!(options::validate_json_for("codex", &json!({"sandbox_mode": "x"}), &newer).is_err());
+/// ```
+pub fn validate_for(
+    file: &str,
+    provider: &str,
+    node: &Node,
+    path: &Path,
+    target: &OptionsTarget,
+) -> Result<Parsed<()>, Diagnostics> {
+    let mut found = findings(file, provider, node, path);
+    if let Some(schema) = provider_schema(provider)
+        && target.is_newer_than(schema)
+    {
+        for d in found.iter_mut().filter(|d| d.code == "unknown_key") {
+            daemon::soften(d, schema, target);
+        }
+    }
+    crate::diagnostic::outcome(file, Some(()), found)
+}
+
+/// [`validate_json`] for options that will run on `target`'s daemon (see
+/// [`validate_for`]).
+pub fn validate_json_for(
+    provider: &str,
+    options: &Value,
+    target: &OptionsTarget,
+) -> Result<Parsed<()>, Diagnostics> {
+    if json_depth(options) > crate::yaml::MAX_DEPTH {
+        return Err(Diagnostics::one(Diagnostic::error(
+            "yaml_limit_exceeded",
+            format!("nesting deeper than {} levels", crate::yaml::MAX_DEPTH),
+        )));
+    }
+    let node = Node::from_json(options);
+    validate_for("", provider, &node, &Path::root(), target)
 }
 
 /// Validates provider options given as JSON, as an orchestrator holds them

@@ -114,7 +114,7 @@ fn steps(env: String, slack: bool) -> impl Strategy<Value = Vec<Step>> {
                     allow_outputs: if slack && with_output {
                         vec![AllowOutput {
                             kind: "slack.reply".into(),
-                            max: out_max,
+                            max: Some(out_max),
                             required: archive,
                         }]
                     } else {
