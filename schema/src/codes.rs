@@ -153,6 +153,26 @@ pub const CODES: &[CodeDoc] = &[
         summary: "A provider other than codex, claude, opencode.",
     },
     CodeDoc {
+        code: "ignored_key",
+        summary: "A key the Hub ignores without an error: __proto__, or an unknown key under worktree.",
+    },
+    CodeDoc {
+        code: "invalid_filter_type",
+        summary: "An input filter whose value does not match the input's declared type.",
+    },
+    CodeDoc {
+        code: "invalid_filter_choice",
+        summary: "An input filter whose value is not one of the input's choices.",
+    },
+    CodeDoc {
+        code: "input_required_and_default",
+        summary: "An input that is both required: true and has a default.",
+    },
+    CodeDoc {
+        code: "invalid_github_permission",
+        summary: "A GitHub token permission the Hub does not know, or a level that permission does not have.",
+    },
+    CodeDoc {
         code: "no_events",
         summary: "on has no event.",
     },
@@ -277,6 +297,10 @@ pub const CODES: &[CodeDoc] = &[
         summary: "An environment or agent expression that is not provably one of a finite set.",
     },
     CodeDoc {
+        code: "choice_limit_exceeded",
+        summary: "A value used for authority that can take more than 4,096 distinct values.",
+    },
+    CodeDoc {
         code: "unreachable_comparison",
         summary: "A comparison with a literal the referenced enum never holds.",
     },
@@ -367,6 +391,14 @@ pub const CODES: &[CodeDoc] = &[
     CodeDoc {
         code: "unexpected_bundle_file",
         summary: "A file under .paseo/ that is not part of the layout.",
+    },
+    CodeDoc {
+        code: "missing_workflow",
+        summary: "A bundle with no .paseo/workflows/<workflow>.yml.",
+    },
+    CodeDoc {
+        code: "include_in_single_file",
+        summary: "A prompt include: in a single-file workflow.",
     },
     CodeDoc {
         code: "missing_from_users",
