@@ -323,7 +323,13 @@ fn json_schema_agrees_with_the_corpus() {
         options.skip_lints = true;
         let structural = parse_trigger_with(&name, &text, &options)
             .err()
-            .is_some_and(|d| d.errors().all(|x| STRUCTURAL.contains(&x.code)));
+            .is_some_and(|d| {
+                // A YAML timestamp is a js-yaml Date, which a JSON instance
+                // cannot carry (it becomes a string): the schema cannot see
+                // that refusal, so it does not count as structural.
+                d.errors()
+                    .all(|x| STRUCTURAL.contains(&x.code) && !x.message.ends_with("received Date"))
+            });
         if e.accept {
             valid += 1;
             if !errs.is_empty() {
