@@ -189,14 +189,20 @@ impl Walker<'_> {
         key: &str,
         path: &Lp<'_>,
     ) -> Option<&'n Node<'n>> {
+        self.required_as(obj, key, path, || format!("missing required key {key:?}"))
+    }
+
+    /// [`Self::required`] with the caller's wording of the finding.
+    pub(crate) fn required_as<'n>(
+        &mut self,
+        obj: &'n Node<'n>,
+        key: &str,
+        path: &Lp<'_>,
+        message: impl FnOnce() -> String,
+    ) -> Option<&'n Node<'n>> {
         let found = obj.get(key);
         if found.is_none() {
-            self.error(
-                "missing_field",
-                format!("missing required key {key:?}"),
-                &path.key(key),
-                obj,
-            );
+            self.error("missing_field", message(), &path.key(key), obj);
         }
         found
     }

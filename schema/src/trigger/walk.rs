@@ -169,16 +169,9 @@ impl DocWalker<'_, '_> {
         what: &str,
         path: &Lp<'_>,
     ) -> Option<&'n Node<'n>> {
-        let found = obj.get(key);
-        if found.is_none() {
-            self.err(
-                "missing_field",
-                format!("Invalid input: expected {what}, received undefined"),
-                &path.key(key),
-                obj,
-            );
-        }
-        found
+        self.w.required_as(obj, key, path, || {
+            format!("Invalid input: expected {what}, received undefined")
+        })
     }
 
     fn pattern_string(
