@@ -13,22 +13,7 @@ use crate::expr::Template;
 use crate::model::{
     Agent, Duration, Filters, GithubAuthority, GithubLevel, InputDecl, InputType, Worktree,
 };
-
-fn ident() -> impl Strategy<Value = String> {
-    "[a-z][a-z0-9_-]{0,8}"
-}
-
-fn duration(max_ms: u64) -> impl Strategy<Value = Duration> {
-    prop_oneof![
-        (1u64..=1_000).prop_map(|n| format!("{n}ms")),
-        (1u64..=3_600).prop_map(|n| format!("{n}s")),
-        (1u64..=120).prop_map(|n| format!("{n}m")),
-        (1u64..=24).prop_map(|n| format!("{n}h")),
-    ]
-    .prop_filter_map("within the limit", move |t| {
-        Duration::parse(&t).filter(|d| d.millis <= max_ms)
-    })
-}
+use crate::roundtrip::{duration, ident};
 
 fn text() -> impl Strategy<Value = String> {
     // YAML-hostile characters included: the serializer must quote them.
