@@ -1037,30 +1037,37 @@ fn step_grant(
         &GrantConfig::default(),
     )
     .map_err(|e| format!("step `{step}` cannot be dispatched: {} ({})", e, e.code()))?;
-    let full = grant.to_json();
-    let tools: Vec<String> = grant
-        .derived
-        .policy
-        .tool_names()
-        .map(str::to_owned)
-        .collect();
     let info = json!({
         "workflow": workflow.display().to_string(),
         "trigger": trigger,
         "step": step,
         "agent": agent.name,
         "context": context,
-        "provider": grant.provider.id(),
-        "tools": tools,
-        "digest": grant.digest.as_str(),
     });
+    Ok(granted(&grant, info))
+}
+
+/// The [`StepGrant`] of a derived grant: `info` (the record body) gains the
+/// provider, tools and digest.
+fn granted(grant: &palisade_policy::grant::StepGrant, mut info: serde_json::Value) -> StepGrant {
+    let tools: Vec<String> = grant
+        .derived
+        .policy
+        .tool_names()
+        .map(str::to_owned)
+        .collect();
+    if let Some(o) = info.as_object_mut() {
+        o.insert("provider".into(), json!(grant.provider.id()));
+        o.insert("tools".into(), json!(tools));
+        o.insert("digest".into(), json!(grant.digest.as_str()));
+    }
     // The options the provider will get (the authored ones plus the grant):
     // a provider sandbox there cannot start inside palisade's.
     let sandbox = grant
         .provider_options
         .as_ref()
         .and_then(|o| palisade_policy::provider_sandbox::check(grant.provider.id(), o));
-    Ok((info, full, sandbox))
+    (info, grant.to_json(), sandbox)
 }
 
 /// [`step_grant`] for a Paseo Hub 0.9 trigger document: `trigger` is the
@@ -1107,13 +1114,6 @@ fn document_step_grant(
         release,
     )
     .map_err(|e| format!("step `{step}` cannot be dispatched: {} ({})", e, e.code()))?;
-    let full = grant.to_json();
-    let tools: Vec<String> = grant
-        .derived
-        .policy
-        .tool_names()
-        .map(str::to_owned)
-        .collect();
     let info = json!({
         "workflow": workflow.display().to_string(),
         "document": doc.name,
@@ -1122,16 +1122,9 @@ fn document_step_grant(
         "step": step,
         "agent": serde_json::Value::Null,
         "context": ctx.provider,
-        "provider": grant.provider.id(),
-        "tools": tools,
         "grants": crate::policy_cmd::tool_labels(&grant),
-        "digest": grant.digest.as_str(),
     });
-    let sandbox = grant
-        .provider_options
-        .as_ref()
-        .and_then(|o| palisade_policy::provider_sandbox::check(grant.provider.id(), o));
-    Ok((info, full, sandbox))
+    Ok(granted(&grant, info))
 }
 
 /// A step's `(record body, file contents, provider sandbox)`.
