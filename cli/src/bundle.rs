@@ -321,13 +321,26 @@ const TRIGGERS_DIR: &str = ".paseo/triggers";
 /// Any error diagnostic fails the load.
 pub(crate) fn load(path: &Path) -> Result<Loaded, String> {
     let input = Input::read(path)?;
-    let options = TriggerOptions::default();
+    // The Hub's verdict only: palisade's lints are `palisade check`'s
+    // findings, and `policy`/`explain` must show what the Hub would run.
+    let mut options = TriggerOptions::default();
+    options.skip_lints = true;
     match &input {
-        Input::Bundle { root, files } if root.join(TRIGGERS_DIR).is_dir() => {
-            let prefix = format!("{TRIGGERS_DIR}/");
-            let refs: Vec<(&str, &[u8])> = files
+        Input::Bundle { root, .. } if root.join(TRIGGERS_DIR).is_dir() => {
+            // The bundle read leaves `.paseo/triggers/` out (the Hub's
+            // bundle does): read it as `check` does, links refused.
+            let triggers = read_triggers(root)?.ok_or_else(|| {
+                format!(
+                    "{} changed while it was read",
+                    root.join(TRIGGERS_DIR).display()
+                )
+            })?;
+            if !triggers.refused.is_empty() {
+                return Err(refusal(path, &input, &triggers.refused));
+            }
+            let refs: Vec<(&str, &[u8])> = triggers
+                .files
                 .iter()
-                .filter(|(p, _)| p.starts_with(&prefix))
                 .map(|(p, b)| (p.as_str(), b.as_slice()))
                 .collect();
             let result = palisade_schema::trigger::parse_trigger_dir(&refs, &options);
@@ -364,10 +377,14 @@ fn finish<T>(
     input: &Input,
     result: Result<T, palisade_schema::Diagnostics>,
 ) -> Result<T, String> {
-    let refused = match result {
-        Ok(v) => return Ok(v),
-        Err(refused) => refused.into_vec(),
-    };
+    match result {
+        Ok(v) => Ok(v),
+        Err(refused) => Err(refusal(path, input, &refused.into_vec())),
+    }
+}
+
+/// The message of a load refused with `refused` (its errors, located).
+fn refusal(path: &Path, input: &Input, refused: &[Diagnostic]) -> String {
     let errors: Vec<String> = refused
         .iter()
         .filter(|d| d.is_error())
@@ -382,10 +399,10 @@ fn finish<T>(
             )
         })
         .collect();
-    Err(format!(
+    format!(
         "{} does not parse ({} error(s); run `palisade check`):\n{}",
         path.display(),
         errors.len(),
         errors.join("\n")
-    ))
+    )
 }

@@ -284,3 +284,29 @@ fn migrate_reports_a_gained_unlimited_reply_and_exits_1() {
     let o = palisade(&["check", "--migrate", &data("trigger-repo")]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// `policy` reads `.paseo/triggers/` as `check` does: a symlinked entry is
+/// refused (a worker could point it at a file outside the repository),
+/// while the same document as a regular file loads.
+#[test]
+fn policy_refuses_a_symlinked_trigger_document() {
+    let src = std::fs::read(format!("{}/.paseo/triggers/push.yml", data("trigger-repo"))).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let triggers = dir.path().join(".paseo/triggers");
+    std::fs::create_dir_all(&triggers).unwrap();
+    let target = dir.path().join("outside.yml");
+    std::fs::write(&target, &src).unwrap();
+    std::os::unix::fs::symlink(&target, triggers.join("push.yml")).unwrap();
+    let root = dir.path().display().to_string();
+    let o = palisade(&["policy", &root, "--trigger", "on-push", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("[trigger_unsafe_path]"), "{err}");
+
+    // Control: the same bytes as a regular file.
+    std::fs::remove_file(triggers.join("push.yml")).unwrap();
+    std::fs::write(triggers.join("push.yml"), &src).unwrap();
+    let o = palisade(&["policy", &root, "--trigger", "on-push", "--format", "json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!json_out(&o)["steps"].as_array().unwrap().is_empty());
+}
