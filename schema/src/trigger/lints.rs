@@ -216,6 +216,18 @@ struct Linter<'a> {
 impl<'a> Linter<'a> {
     fn push(&mut self, error: bool, code: &'static str, msg: String, help: &str, p: &Path) {
         let d = diag_at(self.file, self.root, error, code, msg, p).with_help(help);
+        // Every lint test then checks that `palisade check --allow`,
+        // `--warn`, `--deny` and suppression comments know this code at
+        // this level (`crate::lints::LINT_ERRORS`, `LINT_WARNINGS`).
+        #[cfg(test)]
+        assert!(
+            if error {
+                crate::lints::LINT_ERRORS.contains(&code)
+            } else {
+                crate::lints::LINT_WARNINGS.contains(&code)
+            },
+            "{code} (error: {error}) is not in LINT_ERRORS/LINT_WARNINGS"
+        );
         self.out.push(d);
     }
 
