@@ -195,3 +195,64 @@ fn every_warning_the_corpus_raises_is_a_known_lint() {
         );
     }
 }
+
+fn trigger_seed() -> String {
+    std::fs::read_to_string(format!(
+        "{}/../examples/guarded-request-trigger/.paseo/triggers/guarded-request.yml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+}
+
+/// Every finding of the trigger document `text` (refused or accepted).
+fn trigger_findings(text: &str) -> Vec<Diagnostic> {
+    match palisade_schema::trigger::parse_trigger("t.yml", text) {
+        Ok(parsed) => parsed.into_parts().1,
+        Err(refused) => refused.into_vec(),
+    }
+}
+
+#[test]
+fn trigger_documents_get_did_you_mean_and_spans() {
+    // Positive control: the example document is clean.
+    let seed = trigger_seed();
+    let clean = trigger_findings(&seed);
+    assert!(clean.iter().all(|d| !d.is_error()), "{clean:#?}");
+    // A misspelt key (at the root and in `run`) and a misspelt enum value.
+    let text = seed
+        .replace("max_runtime: 2h", "max_runtmie: 2h")
+        .replace("  prompt: |", "  promtp: |")
+        .replace("continuation: {mode: new}", "continuation: {mode: nwe}");
+    assert_ne!(text, seed);
+    let diags = trigger_findings(&text);
+    let d = find(&diags, "unknown_key", "");
+    assert_eq!(d.help.as_deref(), Some("did you mean `max_runtime`?"));
+    // The span covers the key.
+    assert_eq!(
+        (d.end_line, d.end_column),
+        (d.line, d.column + "max_runtmie".len() as u32),
+        "{d:?}"
+    );
+    let d = find(&diags, "unknown_key", ".run");
+    assert_eq!(d.help.as_deref(), Some("did you mean `prompt`?"));
+    let d = find(&diags, "invalid_value", ".run.continuation.mode");
+    assert_eq!(d.help.as_deref(), Some("did you mean `new`?"));
+    // A name close to nothing gets no suggestion.
+    let far = seed.replace("max_runtime: 2h", "zzzzzzzzzz: 2h");
+    let diags = trigger_findings(&far);
+    assert_eq!(find(&diags, "unknown_key", "").help, None);
+}
+
+#[test]
+fn a_misspelt_trigger_event_suggests_the_event() {
+    let seed = trigger_seed();
+    let text = seed.replace("  slack.mention:", "  slack.mentoin:");
+    assert_ne!(text, seed);
+    let diags = trigger_findings(&text);
+    let d = find(&diags, "unknown_event", ".on[\"slack.mentoin\"]");
+    assert!(d.is_error());
+    let help = d.help.as_deref().unwrap_or_default();
+    assert!(help.starts_with("did you mean `slack.mention`?"), "{help}");
+    // Positive control: the correct event raises no unknown_event.
+    assert!(trigger_findings(&seed).iter().all(|d| d.code != "unknown_event"));
+}
