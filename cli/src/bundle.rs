@@ -335,11 +335,25 @@ pub(crate) fn load(path: &Path) -> Result<Loaded, String> {
     let input = Input::read(path)?;
     let options = TriggerOptions::default();
     match &input {
-        Input::Bundle { root, files } if root.join(TRIGGERS_DIR).is_dir() => {
-            let prefix = format!("{TRIGGERS_DIR}/");
-            let refs: Vec<(&str, &[u8])> = files
+        Input::Bundle { root, .. } if root.join(TRIGGERS_DIR).is_dir() => {
+            // The bundle's files exclude the trigger documents (as the
+            // Hub's bundle does); they are read as `palisade check` reads
+            // them, links refused.
+            let Some(triggers) = read_triggers(root)? else {
+                return load_config(path).map(Loaded::Workflow);
+            };
+            if let Some(d) = triggers.refused.first() {
+                return Err(format!(
+                    "{} does not parse (run `palisade check`):\n{}: {} [{}]",
+                    path.display(),
+                    root.join(&d.file).display(),
+                    d.message,
+                    d.code
+                ));
+            }
+            let refs: Vec<(&str, &[u8])> = triggers
+                .files
                 .iter()
-                .filter(|(p, _)| p.starts_with(&prefix))
                 .map(|(p, b)| (p.as_str(), b.as_slice()))
                 .collect();
             let result = palisade_schema::trigger::parse_trigger_dir(&refs, &options);
