@@ -362,3 +362,120 @@ fn completions_man_and_version() {
         "{version}"
     );
 }
+
+/// A repository of one trigger document (`.paseo/triggers/t.yml`) that
+/// trips two lint errors (`wildcard_principal`, `full_access_mode`) and
+/// lint warnings, with `extra` appended.
+fn trigger_repo_with(extra: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let triggers = dir.path().join(".paseo/triggers");
+    std::fs::create_dir_all(&triggers).unwrap();
+    let doc = read("cli/tests/data/trigger-repo/.paseo/triggers/wildcard.yml");
+    std::fs::write(triggers.join("t.yml"), format!("{doc}{extra}")).unwrap();
+    let p = dir.path().display().to_string();
+    (dir, p)
+}
+
+fn codes_of(d: &[Value], severity: &str) -> Vec<String> {
+    d.iter()
+        .filter(|d| d["severity"] == severity && d.get("suppressed").is_none())
+        .map(|d| d["code"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn trigger_documents_take_levels_and_suppression_comments() {
+    let (_d, repo) = trigger_repo_with("");
+    // Positive control: the trigger lints are errors and fail the run.
+    let o = palisade(&["check", "--format", "json", &repo]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let errors = codes_of(&json(&o), "error");
+    assert!(errors.contains(&"wildcard_principal".to_owned()), "{errors:?}");
+    assert!(errors.contains(&"full_access_mode".to_owned()), "{errors:?}");
+    // --allow and --warn accept the trigger lint codes.
+    let o = palisade(&[
+        "check",
+        "--format",
+        "json",
+        "--allow",
+        "wildcard_principal",
+        "--warn",
+        "full_access_mode",
+        &repo,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let d = json(&o);
+    assert!(codes_of(&d, "error").is_empty(), "{d:#?}");
+    assert!(d.iter().all(|d| d["code"] != "wildcard_principal"));
+    assert!(codes_of(&d, "warning").contains(&"full_access_mode".to_owned()));
+    // --deny turns a trigger lint warning into an error.
+    let o = palisade(&[
+        "check",
+        "--format",
+        "json",
+        "--allow",
+        "wildcard_principal",
+        "--warn",
+        "full_access_mode",
+        "--deny",
+        "broad_cwd",
+        &repo,
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(codes_of(&json(&o), "error").contains(&"broad_cwd".to_owned()));
+    // A suppression comment in the trigger document silences both errors.
+    let (_d, repo) = trigger_repo_with(
+        "# palisade: allow(wildcard_principal, full_access_mode) a throwaway demo workspace\n",
+    );
+    let o = palisade(&["check", "--format", "json", &repo]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    let d = json(&o);
+    let suppressed: Vec<&Value> = d.iter().filter(|d| d.get("suppressed").is_some()).collect();
+    assert_eq!(suppressed.len(), 2, "{d:#?}");
+    for s in suppressed {
+        assert!(s["file"].as_str().unwrap().ends_with(".paseo/triggers/t.yml"));
+        assert_eq!(s["suppressed"]["reason"], "a throwaway demo workspace");
+    }
+    assert!(d.iter().all(|d| d["code"] != "unused_suppression"), "{d:#?}");
+    // A schema error in a trigger document cannot be allowed.
+    let o = palisade(&["check", "--allow", "unknown_key", &repo]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn a_trigger_document_on_stdin_is_checked_as_one() {
+    let doc = read("cli/tests/data/trigger-repo/.paseo/triggers/wildcard.yml");
+    let o = palisade_stdin(&["check", "-", "--format", "json"], Some(&doc));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let d = json(&o);
+    assert!(d.iter().all(|d| d["file"] == "<stdin>"), "{d:#?}");
+    assert!(codes_of(&d, "error").contains(&"wildcard_principal".to_owned()));
+    // Positive control: the clean example trigger document passes.
+    let clean = read("examples/guarded-request-trigger/.paseo/triggers/guarded-request.yml");
+    let o = palisade_stdin(&["check", "-"], Some(&clean));
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(
+        stdout(&o).starts_with("palisade check: <stdin> (trigger document, 1 file"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn workflows_and_trigger_documents_add_up_in_one_summary() {
+    let trigger = "examples/guarded-request-trigger/.paseo/triggers/guarded-request.yml";
+    let o = palisade(&["check", CLEAN, trigger]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("(2 files, 1 workflow, 3 steps, 1 trigger, 1 event)"),
+        "{out}"
+    );
+    // Positive control: one path alone keeps its own summary and note.
+    let o = palisade(&["check", trigger]);
+    assert!(
+        stdout(&o).contains("(trigger document, 1 file, 1 trigger, 1 event)"),
+        "{}",
+        stdout(&o)
+    );
+}
