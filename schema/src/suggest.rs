@@ -30,31 +30,11 @@ pub(crate) fn did_you_mean(name: &str, known: &[&str]) -> Option<String> {
 pub(crate) const MAX_NAME_CHARS: usize = 128;
 
 /// Edit distance counting an insertion, a deletion, a substitution or a
-/// swap of two neighbours as one edit (optimal string alignment), so the
-/// commonest typo, two letters swapped, is one edit.
+/// swap of two neighbours as one edit (optimal string alignment, by
+/// `strsim`, in characters), so the commonest typo, two letters swapped,
+/// is one edit. Both names are at most [`MAX_NAME_CHARS`] long here.
 fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    // Three rows: two back (for swaps), previous, current.
-    let mut before: Vec<usize> = Vec::new();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.iter().enumerate() {
-        let mut cur = Vec::with_capacity(b.len() + 1);
-        cur.push(i + 1);
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev.get(j).copied().unwrap_or(0) + usize::from(ca != cb);
-            let del = prev.get(j + 1).copied().unwrap_or(0) + 1;
-            let ins = cur.get(j).copied().unwrap_or(0) + 1;
-            let mut best = sub.min(del).min(ins);
-            let swapped = i > 0 && j > 0 && a.get(i - 1) == Some(cb) && b.get(j - 1) == Some(ca);
-            if swapped && let Some(d) = before.get(j - 1) {
-                best = best.min(d + 1);
-            }
-            cur.push(best);
-        }
-        before = std::mem::replace(&mut prev, cur);
-    }
-    prev.last().copied().unwrap_or(0)
+    strsim::osa_distance(a, b)
 }
 
 #[cfg(test)]
