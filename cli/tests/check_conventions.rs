@@ -390,8 +390,14 @@ fn trigger_documents_take_levels_and_suppression_comments() {
     let o = palisade(&["check", "--format", "json", &repo]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let errors = codes_of(&json(&o), "error");
-    assert!(errors.contains(&"wildcard_principal".to_owned()), "{errors:?}");
-    assert!(errors.contains(&"full_access_mode".to_owned()), "{errors:?}");
+    assert!(
+        errors.contains(&"wildcard_principal".to_owned()),
+        "{errors:?}"
+    );
+    assert!(
+        errors.contains(&"full_access_mode".to_owned()),
+        "{errors:?}"
+    );
     // --allow and --warn accept the trigger lint codes.
     let o = palisade(&[
         "check",
@@ -433,10 +439,18 @@ fn trigger_documents_take_levels_and_suppression_comments() {
     let suppressed: Vec<&Value> = d.iter().filter(|d| d.get("suppressed").is_some()).collect();
     assert_eq!(suppressed.len(), 2, "{d:#?}");
     for s in suppressed {
-        assert!(s["file"].as_str().unwrap().ends_with(".paseo/triggers/t.yml"));
+        assert!(
+            s["file"]
+                .as_str()
+                .unwrap()
+                .ends_with(".paseo/triggers/t.yml")
+        );
         assert_eq!(s["suppressed"]["reason"], "a throwaway demo workspace");
     }
-    assert!(d.iter().all(|d| d["code"] != "unused_suppression"), "{d:#?}");
+    assert!(
+        d.iter().all(|d| d["code"] != "unused_suppression"),
+        "{d:#?}"
+    );
     // A schema error in a trigger document cannot be allowed.
     let o = palisade(&["check", "--allow", "unknown_key", &repo]);
     assert_eq!(o.status.code(), Some(2));

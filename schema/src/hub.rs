@@ -989,7 +989,12 @@ impl Walker<'_> {
         (!self.errors_since(before)).then_some(f)
     }
 
-    pub(crate) fn inputs(&mut self, node: &Node, path: &Lp<'_>, tname: &str) -> Option<Vec<InputDecl>> {
+    pub(crate) fn inputs(
+        &mut self,
+        node: &Node,
+        path: &Lp<'_>,
+        tname: &str,
+    ) -> Option<Vec<InputDecl>> {
         let Y::Map(entries) = &node.value else {
             self.type_error("object", path, node);
             return None;

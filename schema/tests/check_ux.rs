@@ -254,5 +254,9 @@ fn a_misspelt_trigger_event_suggests_the_event() {
     let help = d.help.as_deref().unwrap_or_default();
     assert!(help.starts_with("did you mean `slack.mention`?"), "{help}");
     // Positive control: the correct event raises no unknown_event.
-    assert!(trigger_findings(&seed).iter().all(|d| d.code != "unknown_event"));
+    assert!(
+        trigger_findings(&seed)
+            .iter()
+            .all(|d| d.code != "unknown_event")
+    );
 }

@@ -145,9 +145,8 @@ fn every_code_is_listed_and_has_a_help() {
 fn every_lint_code_can_be_relevelled() {
     // `palisade check --allow CODE` and suppression comments accept only
     // the codes of `LINT_WARNINGS` and `LINT_ERRORS`.
-    let known = |c: &&str| {
-        crate::lints::LINT_WARNINGS.contains(c) || crate::lints::LINT_ERRORS.contains(c)
-    };
+    let known =
+        |c: &&str| crate::lints::LINT_WARNINGS.contains(c) || crate::lints::LINT_ERRORS.contains(c);
     let unknown: Vec<&str> = LINT_CODES.iter().copied().filter(|c| !known(c)).collect();
     assert!(unknown.is_empty(), "{unknown:?}");
     // Positive control: a schema error is in neither list.
