@@ -1235,4 +1235,29 @@ mod tests {
             "yaml_limit_exceeded"
         );
     }
+
+    #[test]
+    fn a_map_ends_at_its_last_written_node_not_a_merged_anchor() {
+        // The merge is written last, so its entry `x` is the map's last
+        // entry, but `x` was written on line 1: the map `b` ends where its
+        // own text ends, after the alias on line 4.
+        let n = ok("a: &s {x: 1}\nb:\n  y: 2\n  <<: *s\n");
+        let b = n.get("b").unwrap();
+        let Value::Map(entries) = &b.value else {
+            panic!()
+        };
+        assert_eq!(entries[1].0.text, "x");
+        assert_eq!(entries[1].1.end.line, 1);
+        assert_eq!(b.end, Pos { line: 4, column: 9 });
+        // A key spans its text.
+        let (k, _) = &entries[0];
+        assert_eq!(k.text, "y");
+        assert_eq!(
+            (k.pos, k.end),
+            (Pos { line: 3, column: 3 }, Pos { line: 3, column: 4 })
+        );
+        // Positive control: an explicit key written last ends the map.
+        let n = ok("a: &s {x: 1}\nb:\n  <<: *s\n  y: 22\n");
+        assert_eq!(n.get("b").unwrap().end, Pos { line: 4, column: 8 });
+    }
 }
