@@ -10,6 +10,9 @@ use palisade_schema::{Diagnostic, HubConfig};
 
 use crate::input::{self, Kind, Links};
 
+/// The name diagnostics give standard input.
+pub(crate) const STDIN_NAME: &str = "<stdin>";
+
 /// The most files read from a `.paseo` folder.
 const MAX_FILES: usize = 2000;
 /// The deepest folder nesting read under `.paseo`.
@@ -74,6 +77,15 @@ impl Input {
             files.push((rel, bytes));
         }
         Ok(Self::Bundle { root, files })
+    }
+
+    /// Reads one single-file document from standard input, named `<stdin>`
+    /// in diagnostics (`palisade check -`), within a workflow file's limit.
+    pub(crate) fn stdin() -> Result<Self, String> {
+        Ok(Self::File {
+            name: STDIN_NAME.to_owned(),
+            bytes: input::read_stdin(Kind::Workflow)?,
+        })
     }
 
     /// Parses the input; file names in the diagnostics are relative to the

@@ -1,9 +1,16 @@
 //! `palisade check`: validate hub workflows, provider options and lints.
 //!
-//! PATH is a repository root holding `.paseo/`, a `.paseo` folder, or a
-//! single-file workflow. Output is rustc-style text (default), JSON or
+//! Each PATH is a repository root holding `.paseo/`, a `.paseo` folder, a
+//! single-file workflow, or `-` for one single-file document on standard
+//! input (named `<stdin>`). Output is rustc-style text (default), JSON or
 //! SARIF 2.1.0. Exit status: 0 without errors (warnings allowed), 1 with
-//! errors, 2 on usage or IO errors.
+//! errors (or with warnings under `--deny warnings`), 2 on usage or IO
+//! errors. `--allow`, `--warn` and `--deny` re-level lints
+//! ([`levels`]); `# palisade: allow(code) reason` comments suppress a
+//! lint in their file ([`suppress`]).
+
+mod levels;
+mod suppress;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -30,10 +37,11 @@ pub(crate) enum Format {
 /// Arguments of `palisade check`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// A repository root (holding `.paseo/`), a `.paseo` folder, or a
-    /// single-file workflow.
-    #[arg(default_value = ".")]
-    path: PathBuf,
+    /// Repository roots (holding `.paseo/`), `.paseo` folders, single-file
+    /// workflows or trigger documents, or `-`: one single-file document on
+    /// standard input.
+    #[arg(default_value = ".", value_name = "PATH")]
+    paths: Vec<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Human)]
     format: Format,
@@ -55,6 +63,17 @@ pub(crate) struct Args {
     /// (with why), and every authority change it implies.
     #[arg(long)]
     migrate: bool,
+    /// Drop this lint's findings (repeatable). Only lints: a schema error
+    /// that makes a document invalid cannot be allowed (exit 2).
+    #[arg(long, value_name = "CODE")]
+    allow: Vec<String>,
+    /// Report this lint error as a warning (repeatable; lints only).
+    #[arg(long, value_name = "CODE")]
+    warn: Vec<String>,
+    /// `warnings`: exit 1 when any warning is reported; or a lint CODE to
+    /// report as an error (repeatable).
+    #[arg(long, value_name = "warnings|CODE")]
+    deny: Vec<String>,
 }
 
 /// `--hub-release`.
@@ -89,8 +108,9 @@ struct Source {
 struct Checked {
     what: String,
     files: usize,
-    /// What the summary says after the file count, e.g. `1 workflow`.
-    parts: Vec<String>,
+    /// What the summary counts after the files, e.g. `("workflow", 1)`;
+    /// empty when a checked configuration did not parse.
+    parts: Vec<(&'static str, usize)>,
     /// A note before the file count, e.g. `legacy bundle layout`.
     note: Option<&'static str>,
 }
@@ -99,66 +119,139 @@ fn plural(n: usize, word: &str) -> String {
     format!("{n} {word}{}", if n == 1 { "" } else { "s" })
 }
 
-fn counts(config: Option<&palisade_schema::HubConfig>) -> Vec<String> {
+fn counts(config: Option<&palisade_schema::HubConfig>) -> Vec<(&'static str, usize)> {
     config.map_or_else(Vec::new, |c| {
         let steps = c.triggers.iter().map(|t| t.steps.len()).sum();
-        vec![plural(c.triggers.len(), "workflow"), plural(steps, "step")]
+        vec![("workflow", c.triggers.len()), ("step", steps)]
     })
 }
 
 /// Runs `palisade check`.
 pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     if args.migrate {
+        let [path] = args.paths.as_slice() else {
+            return Err("--migrate previews one PATH".into());
+        };
+        if path.as_os_str() == "-" {
+            return Err("--migrate reads a file or folder, not standard input".into());
+        }
         return crate::migrate::run(
-            &args.path,
+            path,
             args.format == Format::Json,
             args.format == Format::Sarif,
         );
     }
+    let levels = levels::Levels::new(&args.allow, &args.warn, &args.deny)?;
+    if args.paths.iter().filter(|p| p.as_os_str() == "-").count() > 1 {
+        return Err("`-` (standard input) may be given only once".into());
+    }
     // `palisade check --policy FILE` alone checks only the policy when the
     // current folder has no `.paseo`.
-    let policy_only =
-        args.policy.is_some() && args.path == Path::new(".") && !Path::new(".paseo").is_dir();
-    let (mut diags, mut sources, mut checked, config) = if policy_only {
-        let none = Checked {
-            what: String::new(),
-            files: 0,
-            parts: Vec::new(),
-            note: None,
-        };
-        (Vec::new(), Vec::new(), none, None)
-    } else {
+    let policy_only = args.policy.is_some()
+        && args.paths.len() == 1
+        && args.paths.iter().all(|p| p == Path::new("."))
+        && !Path::new(".paseo").is_dir();
+    let mut diags = Vec::new();
+    let mut sources = Vec::new();
+    let mut checked = Checked {
+        what: String::new(),
+        files: 0,
+        parts: Vec::new(),
+        note: None,
+    };
+    let mut workflows = Vec::new();
+    if !policy_only {
         let target = args.daemon_version.map_or_else(
             palisade_schema::options::OptionsTarget::default,
             palisade_schema::options::OptionsTarget::daemon,
         );
-        check_path(&args.path, args.hub_release.into(), &target)?
-    };
+        for path in &args.paths {
+            let (d, s, c, config) = check_path(path, args.hub_release.into(), &target)?;
+            diags.extend(d);
+            sources.extend(s);
+            checked.add(c);
+            workflows.extend(config);
+        }
+    }
     if let Some(policy) = &args.policy {
         let text = crate::input::read_text(policy, crate::input::Kind::Policy)?;
         let name = policy.display().to_string();
         diags.extend(check_policy(&name, &text)?);
-        if let Some((file, config, layout)) = &config {
+        for (file, config, layout) in &workflows {
             diags.extend(provider_sandboxes(file, config, layout, &sources));
         }
-        checked.what = if checked.what.is_empty() {
-            name.clone()
-        } else {
-            format!("{} and {name}", checked.what)
-        };
-        checked.files += 1;
+        checked.add_policy(&name);
         sources.push(Source { name, text });
     }
-    diags.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
+    diags.retain(|d| !levels.allows(d));
+    let mut suppressions = Vec::new();
+    for source in &sources {
+        let (found, malformed) = suppress::scan(&source.name, &source.text);
+        suppressions.extend(found);
+        diags.extend(malformed);
+    }
+    let (reasons, unused) = suppress::apply(&diags, &mut suppressions);
+    let mut found: Vec<(Diagnostic, Option<String>)> = diags
+        .into_iter()
+        .zip(reasons)
+        .chain(unused.into_iter().map(|d| (d, None)))
+        .collect();
+    for (d, _) in &mut found {
+        levels.relevel(d);
+    }
+    found.sort_by(|(a, _), (b, _)| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
+    let (diags, reasons): (Vec<Diagnostic>, Vec<Option<String>>) = found.into_iter().unzip();
     let out = match args.format {
-        Format::Human => human(&diags, &sources, &checked),
-        Format::Json => json_report(&diags),
-        Format::Sarif => sarif(&diags),
+        Format::Human => human(&diags, &reasons, &sources, &checked),
+        Format::Json => json_report(&diags, &reasons),
+        Format::Sarif => sarif(&diags, &reasons),
     };
-    print!("{out}");
-    Ok(ExitCode::from(u8::from(
-        diags.iter().any(Diagnostic::is_error),
-    )))
+    crate::write_stdout(out.as_bytes())?;
+    let failed = diags
+        .iter()
+        .zip(&reasons)
+        .any(|(d, r)| d.is_error() && r.is_none());
+    Ok(ExitCode::from(u8::from(failed)))
+}
+
+impl Checked {
+    /// Adds another checked path to the summary.
+    fn add(&mut self, other: Self) {
+        if self.what.is_empty() && self.files == 0 {
+            *self = other;
+            return;
+        }
+        self.name(&other.what);
+        self.files += other.files;
+        // Counted only when every checked configuration parsed.
+        if other.parts.is_empty() {
+            self.parts.clear();
+        } else if !self.parts.is_empty() {
+            for (word, n) in other.parts {
+                match self.parts.iter_mut().find(|(w, _)| *w == word) {
+                    Some((_, total)) => *total += n,
+                    None => self.parts.push((word, n)),
+                }
+            }
+        }
+        if self.note != other.note {
+            self.note = None;
+        }
+    }
+
+    /// Adds the policy file to the summary (it counts no workflows).
+    fn add_policy(&mut self, name: &str) {
+        self.name(name);
+        self.files += 1;
+    }
+
+    fn name(&mut self, what: &str) {
+        self.what = if self.what.is_empty() {
+            what.to_owned()
+        } else {
+            format!("{} and {what}", self.what)
+        };
+    }
 }
 
 /// The host-policy parser (`palisade.toml`): takes the policy's display
@@ -297,10 +390,17 @@ fn check_path(
     target: &palisade_schema::options::OptionsTarget,
 ) -> Result<CheckedPath, String> {
     let options = TriggerOptions::for_release(release);
-    let meta =
-        std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if !meta.is_dir() {
-        let input = Input::read(path)?;
+    let stdin = path.as_os_str() == "-";
+    let is_dir = !stdin
+        && std::fs::metadata(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+            .is_dir();
+    if !is_dir {
+        let input = if stdin {
+            Input::stdin()?
+        } else {
+            Input::read(path)?
+        };
         if let Input::File { name, bytes } = &input
             && let Ok(text) = std::str::from_utf8(bytes)
             && is_trigger_document(text)
@@ -349,9 +449,9 @@ fn is_trigger_document(text: &str) -> bool {
     shaped && root.get("triggers").is_none() && root.get("steps").is_none()
 }
 
-fn trigger_parts(docs: &[TriggerDocument]) -> Vec<String> {
+fn trigger_parts(docs: &[TriggerDocument]) -> Vec<(&'static str, usize)> {
     let events = docs.iter().map(|d| d.on.len()).sum();
-    vec![plural(docs.len(), "trigger"), plural(events, "event")]
+    vec![("trigger", docs.len()), ("event", events)]
 }
 
 /// One trigger document given as a file.
@@ -527,11 +627,26 @@ fn check_input(
     Ok((diags, sources, checked, workflow))
 }
 
-fn human(diags: &[Diagnostic], sources: &[Source], checked: &Checked) -> String {
+/// The text report; a finding with a suppression reason is only counted.
+fn human(
+    diags: &[Diagnostic],
+    reasons: &[Option<String>],
+    sources: &[Source],
+    checked: &Checked,
+) -> String {
     let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let renderer = Renderer::new().color(color);
     let mut out = String::new();
-    for d in diags {
+    let suppressed = |i: usize| reasons.get(i).is_some_and(Option::is_some);
+    let shown: Vec<&Diagnostic> = diags
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !suppressed(*i))
+        .map(|(_, d)| d)
+        .collect();
+    let hidden = diags.len() - shown.len();
+    let diags = shown;
+    for d in &diags {
         let source = sources
             .iter()
             .find(|s| s.name == d.file)
@@ -543,9 +658,9 @@ fn human(diags: &[Diagnostic], sources: &[Source], checked: &Checked) -> String 
     let warnings = diags.len() - errors;
     let mut items: Vec<String> = checked.note.iter().map(|n| (*n).to_owned()).collect();
     items.push(plural(checked.files, "file"));
-    items.extend(checked.parts.iter().cloned());
+    items.extend(checked.parts.iter().map(|(word, n)| plural(*n, word)));
     let scope = format!("{} ({})", checked.what, items.join(", "));
-    let verdict = match (errors, warnings) {
+    let mut verdict = match (errors, warnings) {
         (0, 0) => "no errors, no warnings".to_owned(),
         _ => format!(
             "{}, {}",
@@ -553,18 +668,36 @@ fn human(diags: &[Diagnostic], sources: &[Source], checked: &Checked) -> String 
             plural(warnings, "warning")
         ),
     };
+    if hidden > 0 {
+        verdict.push_str(&format!(", {hidden} suppressed"));
+    }
     out.push_str(&format!("palisade check: {scope}: {verdict}\n"));
     out
 }
 
-fn json_report(diags: &[Diagnostic]) -> String {
-    let mut s = serde_json::to_string_pretty(&json!({ "diagnostics": diags })).unwrap_or_default();
+/// `{"diagnostics": [...]}`; a suppressed finding carries
+/// `"suppressed": {"reason": …}`.
+fn json_report(diags: &[Diagnostic], reasons: &[Option<String>]) -> String {
+    let items: Vec<Value> = diags
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let mut v = serde_json::to_value(d).unwrap_or(Value::Null);
+            if let (Some(Some(reason)), Some(m)) = (reasons.get(i), v.as_object_mut()) {
+                m.insert("suppressed".into(), json!({ "reason": reason }));
+            }
+            v
+        })
+        .collect();
+    let mut s = serde_json::to_string_pretty(&json!({ "diagnostics": items })).unwrap_or_default();
     s.push('\n');
     s
 }
 
-/// SARIF 2.1.0: one run, one rule per code, one result per diagnostic.
-pub(crate) fn sarif(diags: &[Diagnostic]) -> String {
+/// SARIF 2.1.0: one run, one rule per code, one result per diagnostic; a
+/// suppressed finding's result carries
+/// `suppressions: [{kind: "inSource", justification}]`.
+pub(crate) fn sarif(diags: &[Diagnostic], reasons: &[Option<String>]) -> String {
     let mut codes: Vec<&str> = diags.iter().map(|d| d.code).collect();
     codes.sort_unstable();
     codes.dedup();
@@ -590,12 +723,19 @@ pub(crate) fn sarif(diags: &[Diagnostic]) -> String {
         .collect();
     let results: Vec<Value> = diags
         .iter()
-        .map(|d| {
+        .enumerate()
+        .map(|(i, d)| {
             let mut region = serde_json::Map::new();
             if d.line > 0 {
                 region.insert("startLine".into(), json!(d.line));
                 if d.column > 0 {
                     region.insert("startColumn".into(), json!(d.column));
+                }
+                if d.end_line > 0 {
+                    region.insert("endLine".into(), json!(d.end_line));
+                    if d.end_column > 0 {
+                        region.insert("endColumn".into(), json!(d.end_column));
+                    }
                 }
             }
             let mut physical = serde_json::Map::new();
@@ -613,8 +753,13 @@ pub(crate) fn sarif(diags: &[Diagnostic]) -> String {
             if let Some(h) = &d.help {
                 text = format!("{text} (help: {h})");
             }
+            let suppressions = match reasons.get(i) {
+                Some(Some(reason)) => json!([{"kind": "inSource", "justification": reason}]),
+                _ => json!([]),
+            };
             json!({
                 "ruleId": d.code,
+                "suppressions": suppressions,
                 "ruleIndex": codes.iter().position(|c| *c == d.code).unwrap_or(0),
                 "level": match d.severity { Severity::Error => "error", Severity::Warning => "warning" },
                 "message": {"text": text},

@@ -533,12 +533,14 @@ fn hub_file(
                 Diagnostic::error("monolithic_triggers", "Monolithic triggers are not accepted; move each trigger to .paseo/workflows/<workflow>.yml.")
                     .in_file(w.file.clone())
                     .at(k.pos.line, k.pos.column)
+.until(k.end.line, k.end.column)
                     .with_path(p),
             ),
             other => w.diags.push(
                 Diagnostic::error("unknown_key", format!("Unrecognized key: {other:?}"))
                     .in_file(w.file.clone())
                     .at(k.pos.line, k.pos.column)
+.until(k.end.line, k.end.column)
                     .with_help(format!("unknown project resource {other}; hub.yml holds only name, environments and agents")),
             ),
         }

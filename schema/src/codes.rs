@@ -553,6 +553,10 @@ pub const CODES: &[CodeDoc] = &[
         summary: "L17 (info): more than one trigger file.",
     },
     CodeDoc {
+        code: "trigger_workflow_name_clash",
+        summary: "A trigger document and a legacy workflow share a name.",
+    },
+    CodeDoc {
         code: "syntax",
         summary: "The policy is not well-formed TOML.",
     },
@@ -675,5 +679,21 @@ pub const CODES: &[CodeDoc] = &[
     CodeDoc {
         code: "taint_disabled",
         summary: "No taint source is enabled.",
+    },
+    CodeDoc {
+        code: "suppression_without_reason",
+        summary: "A suppression comment with no reason after the parenthesis.",
+    },
+    CodeDoc {
+        code: "unknown_suppression",
+        summary: "A suppression comment naming a code that is not a lint, or not in the form allow(code) reason.",
+    },
+    CodeDoc {
+        code: "unused_suppression",
+        summary: "A suppression that silenced nothing in its file.",
+    },
+    CodeDoc {
+        code: "unknown_option_newer_daemon",
+        summary: "A provider option key palisade's schemas do not model, under --daemon-version newer than the modelled daemon.",
     },
 ];

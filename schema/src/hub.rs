@@ -111,6 +111,7 @@ impl Walker<'_> {
             Diagnostic::error(code, message)
                 .in_file(self.file.clone())
                 .at(pos_node.pos.line, pos_node.pos.column)
+                .until(pos_node.end.line, pos_node.end.column)
                 .with_path(path.to_path()),
         );
     }
@@ -126,8 +127,28 @@ impl Walker<'_> {
             Diagnostic::error(code, message)
                 .in_file(self.file.clone())
                 .at(key.pos.line, key.pos.column)
+                .until(key.end.line, key.end.column)
                 .with_path(path.to_path()),
         );
+    }
+
+    /// Adds a did-you-mean help to the finding just reported when `found`
+    /// is close to one of `known` (an unknown key or enum value).
+    pub(crate) fn suggest(&mut self, found: &str, known: &[&str]) {
+        if let (Some(help), Some(d)) = (
+            crate::suggest::did_you_mean(found, known),
+            self.diags.last_mut(),
+        ) && d.help.is_none()
+        {
+            d.help = Some(help);
+        }
+    }
+
+    /// Suggests among `known` for an enum value `node` that is a string.
+    pub(crate) fn suggest_value(&mut self, node: &Node, known: &[&str]) {
+        if let Y::String(s) = &node.value {
+            self.suggest(s, known);
+        }
     }
 
     pub(crate) fn type_error(&mut self, expected: &str, path: &Lp<'_>, node: &Node) {
@@ -178,6 +199,7 @@ impl Walker<'_> {
                     path,
                     k,
                 );
+                self.suggest(&k.text, allowed);
             }
         }
         Some(entries)
@@ -318,6 +340,7 @@ impl Walker<'_> {
                 )
                 .in_file(self.file.clone())
                 .at(node.pos.line, node.pos.column)
+.until(node.end.line, node.end.column)
                 .with_path(path.to_path())
                 .with_help("write a whole number followed by ms, s, m or h; no decimals, zero, compound forms or days"),
             );
@@ -440,6 +463,7 @@ impl Walker<'_> {
                     &path.key("kind"),
                     kind_node,
                 );
+                self.suggest(&kind, &["daemon", "fly", "docker"]);
                 return None;
             }
         };
@@ -585,6 +609,7 @@ impl Walker<'_> {
                     &path.key("mode"),
                     mode_node,
                 );
+                self.suggest_value(mode_node, &["branch-off", "checkout-branch", "checkout-pr"]);
                 None
             }
         }
@@ -631,6 +656,7 @@ impl Walker<'_> {
                 )
                 .in_file(self.file.clone())
                 .at(pn.pos.line, pn.pos.column)
+.until(pn.end.line, pn.end.column)
                 .with_path(path.key("provider").to_path()),
             );
         }
@@ -1017,6 +1043,7 @@ impl Walker<'_> {
                         &p.key("type"),
                         tn,
                     );
+                    self.suggest_value(tn, &["string", "number", "boolean"]);
                     continue;
                 }
             };
@@ -1508,6 +1535,7 @@ impl Walker<'_> {
                             &p.key(&k.text),
                             v,
                         );
+                        self.suggest_value(v, &["read", "write", "admin"]);
                         continue;
                     }
                 };

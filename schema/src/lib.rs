@@ -87,13 +87,14 @@ pub mod render;
 #[cfg(test)]
 mod roundtrip;
 mod semantic;
+mod suggest;
 pub mod trigger;
 pub mod yaml;
 
 pub use bundle::{decode, parse_bundle, parse_bundle_for};
 pub use diagnostic::{Diagnostic, Diagnostics, LineIndex, Parsed, Path, PathSegment, Severity};
 pub use hub::{is_event_name, is_identifier, is_slug};
-pub use lints::{KNOWN_EVENTS, KNOWN_OUTPUTS};
+pub use lints::{KNOWN_EVENTS, KNOWN_OUTPUTS, LINT_ERRORS, LINT_WARNINGS};
 pub use model::*;
 
 use crate::hub::Walker;
@@ -286,11 +287,15 @@ fn single_file(
             },
             _ if w.proto_key(k, &Lp::Base(&root_path)) => {}
             other => {
-                w.diags.push(
+                let mut d =
                     Diagnostic::error("unknown_key", format!("Unrecognized key: {other:?}"))
                         .in_file(file)
-                        .at(k.pos.line, k.pos.column),
-                );
+                        .at(k.pos.line, k.pos.column)
+                        .until(k.end.line, k.end.column);
+                if let Some(help) = suggest::did_you_mean(other, &["environments", "triggers"]) {
+                    d = d.with_help(help);
+                }
+                w.diags.push(d);
                 ok = false;
             }
         }
@@ -392,8 +397,11 @@ fn fragment_findings(file: &str, text: &str) -> Vec<Diagnostic> {
                 Diagnostic::error("unknown_key", format!("Unrecognized key: {other:?}"))
                     .in_file(file)
                     .at(k.pos.line, k.pos.column)
+                    .until(k.end.line, k.end.column)
                     .with_help(format!(
-                        "a fragment holds one of: {}",
+                        "{}a fragment holds one of: {}",
+                        suggest::did_you_mean(other, FRAGMENT_SECTIONS)
+                            .map_or_else(String::new, |h| h + " "),
                         FRAGMENT_SECTIONS.join(", ")
                     )),
             ),

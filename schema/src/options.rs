@@ -247,6 +247,12 @@ pub struct Issue {
     pub line: u32,
     /// 1-based column.
     pub column: u32,
+    /// Where the node ends: line and the column just after it (0: not known).
+    pub end_line: u32,
+    /// See [`Issue::end_line`].
+    pub end_column: u32,
+    /// A did-you-mean for an unknown key or enum value, when one is close.
+    pub help: Option<String>,
 }
 
 /// Checks `node` against `shape`, collecting every issue.
@@ -264,6 +270,9 @@ fn issue(out: &mut Vec<Issue>, code: &'static str, message: String, path: &Lp<'_
         path: path.to_path(),
         line: node.pos.line,
         column: node.pos.column,
+        end_line: node.end.line,
+        end_column: node.end.column,
+        help: None,
     });
 }
 
@@ -310,13 +319,18 @@ fn check_at(shape: &Shape, node: &Node, path: &Lp<'_>, out: &mut Vec<Issue>) {
         },
         Shape::Enum(values) => match &node.value {
             Y::String(s) if values.contains(&s.as_ref()) => {}
-            _ => issue(
-                out,
-                "invalid_value",
-                format!("Invalid option: expected one of {}", enum_list(values)),
-                path,
-                node,
-            ),
+            _ => {
+                issue(
+                    out,
+                    "invalid_value",
+                    format!("Invalid option: expected one of {}", enum_list(values)),
+                    path,
+                    node,
+                );
+                if let (Y::String(s), Some(last)) = (&node.value, out.last_mut()) {
+                    last.help = crate::suggest::did_you_mean(s, values);
+                }
+            }
         },
         Shape::PosInt | Shape::NonNegInt | Shape::IntRange(..) => {
             let (min, max) = match shape {
@@ -403,6 +417,13 @@ fn check_object(
             path: path.to_path(),
             line: first.pos.line,
             column: first.pos.column,
+            end_line: first.end.line,
+            end_column: first.end.column,
+            help: unknown.iter().find_map(|k| {
+                let known: Vec<&str> = fields.iter().map(|(n, _)| *n).collect();
+                crate::suggest::nearest(&k.text, &known)
+                    .map(|n| format!("did you mean `{n}` (for {:?})?", k.text))
+            }),
         });
     }
     for name in required {
@@ -558,6 +579,7 @@ pub(crate) fn findings(file: &str, provider: &str, node: &Node, path: &Path) -> 
             )
             .in_file(file)
             .at(node.pos.line, node.pos.column)
+            .until(node.end.line, node.end.column)
             .with_path(path.clone())
             .with_help("use codex, claude or opencode, or remove options"),
         ];
@@ -567,10 +589,15 @@ pub(crate) fn findings(file: &str, provider: &str, node: &Node, path: &Path) -> 
         .map(|i| {
             let mut full = path.clone();
             full.0.extend(i.path.0);
-            Diagnostic::error(i.code, i.message)
+            let d = Diagnostic::error(i.code, i.message)
                 .in_file(file)
                 .at(i.line, i.column)
-                .with_path(full)
+                .until(i.end_line, i.end_column)
+                .with_path(full);
+            match i.help {
+                Some(help) => d.with_help(help),
+                None => d,
+            }
         })
         .collect()
 }

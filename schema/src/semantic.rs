@@ -109,7 +109,7 @@ pub(crate) fn diag_at(
     message: impl Into<String>,
     path: &Path,
 ) -> Diagnostic {
-    let pos = root.pos_of(path);
+    let (pos, end) = root.span_of(path);
     let d = if severity_error {
         Diagnostic::error(code, message)
     } else {
@@ -117,6 +117,7 @@ pub(crate) fn diag_at(
     };
     d.in_file(site_file)
         .at(pos.line, pos.column)
+        .until(end.line, end.column)
         .with_path(path.clone())
 }
 

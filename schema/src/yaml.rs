@@ -48,6 +48,11 @@ pub struct Pos {
 pub struct Node<'a> {
     /// Where the node starts.
     pub pos: Pos,
+    /// Where the node ends: the position just after its last character
+    /// (exclusive, as SARIF's `endColumn`); for a block collection, just
+    /// after its last entry. Equal to `pos` when not known (an alias, a
+    /// tree built from JSON).
+    pub end: Pos,
     /// The node's value.
     pub value: Value<'a>,
 }
@@ -57,6 +62,8 @@ pub struct Node<'a> {
 pub struct Key<'a> {
     /// Where the key starts.
     pub pos: Pos,
+    /// Just after the key's last character (exclusive).
+    pub end: Pos,
     /// The key's text, borrowed from the source where YAML allows.
     pub text: Cow<'a, str>,
 }
@@ -116,6 +123,7 @@ impl<'a> Node<'a> {
                     .map(|(k, v)| {
                         let key = Key {
                             pos: Pos::default(),
+                            end: Pos::default(),
                             text: Cow::Borrowed(k.as_str()),
                         };
                         (key, Node::from_json(v))
@@ -125,6 +133,7 @@ impl<'a> Node<'a> {
         };
         Self {
             pos: Pos::default(),
+            end: Pos::default(),
             value,
         }
     }
@@ -180,8 +189,14 @@ impl<'a> Node<'a> {
     /// The best position for `path` below this node: the deepest node that
     /// exists on the path (the key itself when the last segment is a key).
     pub fn pos_of(&self, path: &Path) -> Pos {
+        self.span_of(path).0
+    }
+
+    /// The start and (exclusive) end of what [`Node::pos_of`] points at:
+    /// the value's span, or the key's when the value is a collection.
+    pub fn span_of(&self, path: &Path) -> (Pos, Pos) {
         let mut node = self;
-        let mut pos = self.pos;
+        let mut span = (self.pos, self.end);
         for seg in &path.0 {
             let next = match (seg, &node.value) {
                 (crate::PathSegment::Key(k), Value::Map(entries)) => {
@@ -190,7 +205,7 @@ impl<'a> Node<'a> {
                 (crate::PathSegment::Index(i), Value::Seq(items)) => match items.get(*i) {
                     Some(n) => {
                         node = n;
-                        pos = n.pos;
+                        span = (n.pos, n.end);
                         continue;
                     }
                     None => None,
@@ -201,16 +216,16 @@ impl<'a> Node<'a> {
                 Some((key, value)) => {
                     // A key path points at the value, unless the value is a
                     // block collection whose position says little.
-                    pos = match value.value {
-                        Value::Map(_) | Value::Seq(_) => key.pos,
-                        _ => value.pos,
+                    span = match value.value {
+                        Value::Map(_) | Value::Seq(_) => (key.pos, key.end),
+                        _ => (value.pos, value.end),
                     };
                     node = value;
                 }
-                None => return pos,
+                None => return span,
             }
         }
-        pos
+        span
     }
 }
 
@@ -300,6 +315,22 @@ fn span_pos(s: &Span) -> Pos {
     marker_pos(&s.start)
 }
 
+fn span_end(s: &Span) -> Pos {
+    marker_pos(&s.end)
+}
+
+/// The end of a collection from the end of its last entry and the end of
+/// its closing event: a flow collection's `]` or `}` follows its last entry
+/// on the same line; a block collection's closing event stands wherever the
+/// next token is, so its last entry's end is the better one.
+fn collection_end(last: Option<Pos>, closing: Pos) -> Pos {
+    match last {
+        Some(l) if closing.line == l.line && closing.column >= l.column => closing,
+        Some(l) => l,
+        None => closing,
+    }
+}
+
 fn scan_error(e: &ScanError) -> BuildError {
     let info = e.info();
     let lower = info.to_lowercase();
@@ -345,6 +376,9 @@ struct MapFrame<'a> {
     pending: Pending<'a>,
     /// Key text to entry index, built once the map is large.
     index: Option<HashMap<Cow<'a, str>, usize>>,
+    /// The end of the last node taken (a key, value or merge source), in
+    /// source order: a merged entry's own end lies where its anchor is.
+    last_end: Option<Pos>,
 }
 
 impl<'a> MapFrame<'a> {
@@ -356,6 +390,7 @@ impl<'a> MapFrame<'a> {
             merged: Vec::new(),
             pending: Pending::Key,
             index: None,
+            last_end: None,
         }
     }
 
@@ -403,6 +438,7 @@ impl<'a> MapFrame<'a> {
 
     /// Takes the next finished node: a key, a merge source or a value.
     fn take(&mut self, node: Node<'a>, merge_key: bool) -> Result<(), BuildError> {
+        self.last_end = Some(node.end);
         match std::mem::replace(&mut self.pending, Pending::Key) {
             Pending::Key if merge_key => self.pending = Pending::Merge,
             Pending::Key => {
@@ -426,6 +462,7 @@ impl<'a> MapFrame<'a> {
                 self.pending = Pending::Value {
                     key: Key {
                         pos: node.pos,
+                        end: node.end,
                         text,
                     },
                     replace,
@@ -508,6 +545,7 @@ fn build(text: &str) -> Result<Node<'_>, BuildError> {
     for item in parser {
         let (event, span) = item.map_err(|e| scan_error(&e))?;
         let pos = span_pos(&span);
+        let end = span_end(&span);
         let mut merge_key = false;
         let finished: Option<(Node, usize)> = match event {
             Event::StreamStart | Event::StreamEnd | Event::DocumentEnd => None,
@@ -544,6 +582,7 @@ fn build(text: &str) -> Result<Node<'_>, BuildError> {
                 }
                 let mut copy = target.clone();
                 copy.pos = pos;
+                copy.end = end;
                 Some((copy, 0))
             }
             Event::Scalar(value, style, anchor, tag) => {
@@ -561,7 +600,7 @@ fn build(text: &str) -> Result<Node<'_>, BuildError> {
                 } else {
                     resolve_scalar(value, style, tag.as_deref(), pos)?
                 };
-                Some((Node { pos, value: v }, anchor))
+                Some((Node { pos, end, value: v }, anchor))
             }
             Event::SequenceStart(_, anchor, tag) => {
                 check_collection_tag(tag.as_deref(), "seq", pos)?;
@@ -597,6 +636,7 @@ fn build(text: &str) -> Result<Node<'_>, BuildError> {
                 Some(Frame::Seq { pos, anchor, items }) => Some((
                     Node {
                         pos,
+                        end: collection_end(items.last().map(|n| n.end), end),
                         value: Value::Seq(items),
                     },
                     anchor,
@@ -607,6 +647,7 @@ fn build(text: &str) -> Result<Node<'_>, BuildError> {
                 Some(Frame::Map(m)) => Some((
                     Node {
                         pos: m.pos,
+                        end: collection_end(m.last_end, end),
                         value: Value::Map(m.entries),
                     },
                     m.anchor,
@@ -645,6 +686,7 @@ fn build(text: &str) -> Result<Node<'_>, BuildError> {
     }
     Ok(root.unwrap_or(Node {
         pos: Pos { line: 1, column: 1 },
+        end: Pos { line: 1, column: 1 },
         value: Value::Null,
     }))
 }
@@ -1192,5 +1234,30 @@ mod tests {
             err(&format!("b: &b {{x: 1}}\na: {{<<: [{refs}]}}\n")).code,
             "yaml_limit_exceeded"
         );
+    }
+
+    #[test]
+    fn a_map_ends_at_its_last_written_node_not_a_merged_anchor() {
+        // The merge is written last, so its entry `x` is the map's last
+        // entry, but `x` was written on line 1: the map `b` ends where its
+        // own text ends, after the alias on line 4.
+        let n = ok("a: &s {x: 1}\nb:\n  y: 2\n  <<: *s\n");
+        let b = n.get("b").unwrap();
+        let Value::Map(entries) = &b.value else {
+            panic!()
+        };
+        assert_eq!(entries[1].0.text, "x");
+        assert_eq!(entries[1].1.end.line, 1);
+        assert_eq!(b.end, Pos { line: 4, column: 9 });
+        // A key spans its text.
+        let (k, _) = &entries[0];
+        assert_eq!(k.text, "y");
+        assert_eq!(
+            (k.pos, k.end),
+            (Pos { line: 3, column: 3 }, Pos { line: 3, column: 4 })
+        );
+        // Positive control: an explicit key written last ends the map.
+        let n = ok("a: &s {x: 1}\nb:\n  <<: *s\n  y: 22\n");
+        assert_eq!(n.get("b").unwrap().end, Pos { line: 4, column: 8 });
     }
 }

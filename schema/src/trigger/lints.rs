@@ -214,8 +214,29 @@ struct Linter<'a> {
 }
 
 impl<'a> Linter<'a> {
+    /// The events the targeted release emits, for a did-you-mean.
+    fn release_events(&self) -> Vec<&'static str> {
+        let mut known = M_EVENTS.to_vec();
+        if self.release >= Release::Main {
+            known.push("schedule.tick");
+        }
+        known
+    }
+
     fn push(&mut self, error: bool, code: &'static str, msg: String, help: &str, p: &Path) {
         let d = diag_at(self.file, self.root, error, code, msg, p).with_help(help);
+        // Every lint test then checks that `palisade check --allow`,
+        // `--warn`, `--deny` and suppression comments know this code at
+        // this level (`crate::lints::LINT_ERRORS`, `LINT_WARNINGS`).
+        #[cfg(test)]
+        assert!(
+            if error {
+                crate::lints::LINT_ERRORS.contains(&code)
+            } else {
+                crate::lints::LINT_WARNINGS.contains(&code)
+            },
+            "{code} (error: {error}) is not in LINT_ERRORS/LINT_WARNINGS"
+        );
         self.out.push(d);
     }
 
@@ -304,7 +325,14 @@ impl<'a> Linter<'a> {
                         e.event
                     );
                     let p = self.entry_path(e);
-                    self.push(true, UNKNOWN_EVENT, msg, "use one of the events of hub-triggers.md §3 (slack.mention, github.issue_comment_created, manual.run, …), or target the Hub release that has it", &p);
+                    let base = "use one of the events of hub-triggers.md §3 (slack.mention, github.issue_comment_created, manual.run, …), or target the Hub release that has it";
+                    // A misspelt event of the targeted release.
+                    let help = match known {
+                        None => crate::suggest::did_you_mean(&e.event, &self.release_events()),
+                        Some(_) => None,
+                    }
+                    .map_or_else(|| base.to_owned(), |h| format!("{h} {base}"));
+                    self.push(true, UNKNOWN_EVENT, msg, &help, &p);
                 }
             }
             // L1: "*" admits every actor.

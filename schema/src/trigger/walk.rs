@@ -809,6 +809,9 @@ impl DocWalker<'_, '_> {
                     &mp,
                     mode.unwrap_or(node),
                 );
+                if let Some(m) = mode {
+                    self.w.suggest_value(m, &["conversation", "key", "new"]);
+                }
                 return None;
             }
         };

@@ -142,6 +142,28 @@ fn every_code_is_listed_and_has_a_help() {
 }
 
 #[test]
+fn every_lint_code_can_be_relevelled() {
+    // `palisade check --allow CODE` and suppression comments accept only
+    // the codes of `LINT_WARNINGS` and `LINT_ERRORS`.
+    let known =
+        |c: &&str| crate::lints::LINT_WARNINGS.contains(c) || crate::lints::LINT_ERRORS.contains(c);
+    let unknown: Vec<&str> = LINT_CODES.iter().copied().filter(|c| !known(c)).collect();
+    assert!(unknown.is_empty(), "{unknown:?}");
+    // Positive control: a schema error is in neither list.
+    assert!(!known(&"unknown_key"));
+    // The error lints are listed as errors (a wildcard Slack principal).
+    let mut d = clean();
+    d.on = vec![entry("slack.mention", Some(&["*"]))];
+    let found = run(&d);
+    let f = found
+        .iter()
+        .find(|f| f.code == WILDCARD_PRINCIPAL)
+        .expect("wildcard_principal");
+    assert!(f.is_error());
+    assert!(crate::lints::LINT_ERRORS.contains(&f.code));
+}
+
+#[test]
 fn every_lint_code_is_documented() {
     for code in LINT_CODES {
         assert!(
