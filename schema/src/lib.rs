@@ -83,6 +83,7 @@ mod lazy_path;
 mod lints;
 pub mod model;
 pub mod options;
+pub mod output_schema;
 pub mod render;
 #[cfg(test)]
 mod roundtrip;
