@@ -50,6 +50,13 @@ pub const MAX_DEPTH: usize = 256;
 /// Longest `pattern` (bytes) compiled.
 pub const MAX_PATTERN_LEN: usize = 8 * 1024;
 
+/// The work allowed for matching `patternProperties` patterns against
+/// property names (strictness's "property matches pattern"), summed over
+/// every pair as (pattern bytes + 1) × (name bytes + 1): a PikeVM match is
+/// linear in each, but a schema of thousands of patterns and properties
+/// would multiply them.
+pub const MAX_MATCH_WORK: usize = 1 << 26;
+
 /// Why the Hub's compiler refuses a schema: where, and ajv's message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SchemaError {
@@ -58,6 +65,18 @@ pub struct SchemaError {
     /// ajv's message, as the Hub appends it to
     /// `step <id> output.schema is invalid JSON Schema: `.
     pub message: String,
+    /// `true` when the schema passes none of palisade's own hardening
+    /// limits ([`MAX_DEPTH`], [`MAX_PATTERN_LEN`]) rather than being
+    /// refused by ajv: the Hub may compile it.
+    pub limit: bool,
+}
+
+impl SchemaError {
+    /// [`SchemaError::at`] as a JSON pointer (`/properties/kind`); empty
+    /// at the root.
+    pub fn pointer(&self) -> String {
+        meta::pointer(&self.at)
+    }
 }
 
 /// Checks `schema` as the Hub's `compileJsonSchema` does; `Ok` when ajv
@@ -66,14 +85,18 @@ pub fn check(schema: &Value) -> Result<(), SchemaError> {
     let err = |message: &str| SchemaError {
         at: Vec::new(),
         message: message.to_owned(),
+        limit: false,
     };
     let Some(root) = schema.as_object() else {
         return Err(err("JSON Schema must be an object"));
     };
     if depth(schema, 0) > MAX_DEPTH {
-        return Err(err(&format!(
-            "schema nests deeper than {MAX_DEPTH} levels (palisade's limit)"
-        )));
+        return Err(SchemaError {
+            limit: true,
+            ..err(&format!(
+                "schema nests deeper than {MAX_DEPTH} levels (palisade's limit)"
+            ))
+        });
     }
     match root.get("$schema") {
         None => {}
@@ -82,12 +105,14 @@ pub fn check(schema: &Value) -> Result<(), SchemaError> {
             return Err(SchemaError {
                 at: vec![key("$schema")],
                 message: format!("no schema with key or ref \"{s}\""),
+                limit: false,
             });
         }
         Some(_) => {
             return Err(SchemaError {
                 at: vec![key("$schema")],
                 message: "$schema must be a string".into(),
+                limit: false,
             });
         }
     }
@@ -97,6 +122,7 @@ pub fn check(schema: &Value) -> Result<(), SchemaError> {
         return Err(SchemaError {
             at: at.clone(),
             message: format!("schema is invalid: {}", errors.text()),
+            limit: false,
         });
     }
     let base = match root.get("$id") {
@@ -107,6 +133,7 @@ pub fn check(schema: &Value) -> Result<(), SchemaError> {
         root: schema,
         base,
         refs_done: HashSet::new(),
+        match_budget: MAX_MATCH_WORK,
     };
     let cx = Cx {
         at: Vec::new(),
@@ -195,14 +222,59 @@ fn join(ts: &[Ty]) -> String {
 
 /// Every keyword ajv's draft-07 instance knows (`RULES.keywords`).
 const KNOWN: &[&str] = &[
-    "$async", "$schema", "$id", "$defs", "$vocabulary", "$comment", "definitions", "id", "$ref",
-    "maximum", "minimum", "exclusiveMaximum", "exclusiveMinimum", "multipleOf", "maxLength",
-    "minLength", "pattern", "maxProperties", "minProperties", "required", "maxItems", "minItems",
-    "uniqueItems", "type", "nullable", "const", "enum", "not", "anyOf", "oneOf", "allOf", "if",
-    "then", "else", "propertyNames", "additionalProperties", "dependencies", "properties",
-    "patternProperties", "additionalItems", "items", "contains", "format", "title",
-    "description", "default", "deprecated", "readOnly", "writeOnly", "examples",
-    "contentMediaType", "contentEncoding", "contentSchema",
+    "$async",
+    "$schema",
+    "$id",
+    "$defs",
+    "$vocabulary",
+    "$comment",
+    "definitions",
+    "id",
+    "$ref",
+    "maximum",
+    "minimum",
+    "exclusiveMaximum",
+    "exclusiveMinimum",
+    "multipleOf",
+    "maxLength",
+    "minLength",
+    "pattern",
+    "maxProperties",
+    "minProperties",
+    "required",
+    "maxItems",
+    "minItems",
+    "uniqueItems",
+    "type",
+    "nullable",
+    "const",
+    "enum",
+    "not",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "if",
+    "then",
+    "else",
+    "propertyNames",
+    "additionalProperties",
+    "dependencies",
+    "properties",
+    "patternProperties",
+    "additionalItems",
+    "items",
+    "contains",
+    "format",
+    "title",
+    "description",
+    "default",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "examples",
+    "contentMediaType",
+    "contentEncoding",
+    "contentSchema",
 ];
 
 /// The keywords that generate code (`RULES.all`), in ajv's order, with the
@@ -289,13 +361,18 @@ impl Cx {
         SchemaError {
             at: self.at.clone(),
             message,
+            limit: false,
         }
     }
 
     fn err_at(&self, k: &str, message: String) -> SchemaError {
         let mut at = self.at.clone();
         at.push(key(k));
-        SchemaError { at, message }
+        SchemaError {
+            at,
+            message,
+            limit: false,
+        }
     }
 
     fn strict(&self, k: Option<&str>, message: &str) -> SchemaError {
@@ -360,6 +437,8 @@ struct Walker<'r> {
     root: &'r Value,
     base: String,
     refs_done: HashSet<String>,
+    /// What is left of [`MAX_MATCH_WORK`].
+    match_budget: usize,
 }
 
 type R = Result<(), SchemaError>;
@@ -371,7 +450,10 @@ impl Walker<'_> {
             return Ok(());
         };
         if cx.depth > MAX_DEPTH {
-            return Err(cx.err(format!("schema nests deeper than {MAX_DEPTH} levels")));
+            return Err(SchemaError {
+                limit: true,
+                ..cx.err(format!("schema nests deeper than {MAX_DEPTH} levels"))
+            });
         }
         check_unknown(m, &cx)?;
         if !has_rules(m) {
@@ -394,7 +476,10 @@ impl Walker<'_> {
             ));
         }
         if let Some(p) = m.get("pattern").and_then(Value::as_str) {
-            compile_pattern(p, true).map_err(|e| cx.err_at("pattern", e))?;
+            compile_pattern(p, true).map_err(|(e, limit)| SchemaError {
+                limit,
+                ..cx.err_at("pattern", e)
+            })?;
         }
         self.array(m, &mut cx)?;
         self.object(m, &mut cx)
@@ -402,7 +487,12 @@ impl Walker<'_> {
 
     /// ajv's `alwaysValidSchema`: unknown keywords are checked even when
     /// the subschema is then skipped.
-    fn always_valid(&self, schema: &Value, cx: &Cx, segs: &[PathSegment]) -> Result<bool, SchemaError> {
+    fn always_valid(
+        &self,
+        schema: &Value,
+        cx: &Cx,
+        segs: &[PathSegment],
+    ) -> Result<bool, SchemaError> {
         match schema {
             Value::Bool(b) => Ok(*b),
             Value::Object(m) if m.is_empty() => Ok(true),
@@ -461,7 +551,10 @@ impl Walker<'_> {
         }
         if let Some(cond) = m.get("if") {
             if !m.contains_key("then") && !m.contains_key("else") {
-                return Err(cx.strict(Some("if"), "\"if\" without \"then\" and \"else\" is ignored"));
+                return Err(cx.strict(
+                    Some("if"),
+                    "\"if\" without \"then\" and \"else\" is ignored",
+                ));
             }
             let mut branches = Vec::new();
             for kw in ["then", "else"] {
@@ -610,28 +703,42 @@ impl Walker<'_> {
             return Ok(());
         }
         for ((pat, s), always) in patterns.iter().zip(valid) {
-            let at = |cx: &Cx, e: String| SchemaError {
+            let at = |cx: &Cx, e: String, limit: bool| SchemaError {
                 at: [cx.at.clone(), vec![key("patternProperties"), key(pat)]].concat(),
                 message: e,
+                limit,
             };
             if let Some(props) = props
                 && let Ok(re) = compile_pattern(pat, false)
             {
                 for name in props.keys() {
-                    let hit = regress::backends::find::<regress::backends::PikeVMExecutor>(&re, name, 0)
-                        .next()
-                        .is_some();
+                    let work = (pat.len() + 1).saturating_mul(name.len() + 1);
+                    let Some(left) = self.match_budget.checked_sub(work) else {
+                        return Err(at(
+                            cx,
+                            format!(
+                                "matching patternProperties against properties exceeds palisade's limit ({MAX_MATCH_WORK})"
+                            ),
+                            true,
+                        ));
+                    };
+                    self.match_budget = left;
+                    let hit =
+                        regress::backends::find::<regress::backends::PikeVMExecutor>(&re, name, 0)
+                            .next()
+                            .is_some();
                     if hit {
                         return Err(at(
                             cx,
                             format!(
                                 "strict mode: property {name} matches pattern {pat} (use allowMatchingProperties)"
                             ),
+                            false,
                         ));
                     }
                 }
             }
-            compile_pattern(pat, true).map_err(|e| at(cx, e))?;
+            compile_pattern(pat, true).map_err(|(e, limit)| at(cx, e, limit))?;
             if !always {
                 let child = cx.for_data(&[key("patternProperties"), key(pat)], Vec::new());
                 self.visit(s, child)?;
@@ -647,12 +754,23 @@ impl Walker<'_> {
             return Ok(());
         };
         let missing = || {
-            let from = if self.base.is_empty() { "#" } else { self.base.as_str() };
-            cx.err_at("$ref", format!("can't resolve reference {r} from id {from}"))
+            let from = if self.base.is_empty() {
+                "#"
+            } else {
+                self.base.as_str()
+            };
+            cx.err_at(
+                "$ref",
+                format!("can't resolve reference {r} from id {from}"),
+            )
         };
         let (uri, fragment) = r.split_once('#').unwrap_or((r, ""));
         if !uri.is_empty() && uri != self.base {
-            return if is_meta_uri(uri) { Ok(()) } else { Err(missing()) };
+            return if is_meta_uri(uri) {
+                Ok(())
+            } else {
+                Err(missing())
+            };
         }
         if fragment.is_empty() || fragment == "/" {
             return Ok(());
@@ -670,7 +788,11 @@ impl Walker<'_> {
         }
         let child = Cx {
             at,
-            err_path: if uri.is_empty() { r.to_owned() } else { format!("#{fragment}") },
+            err_path: if uri.is_empty() {
+                r.to_owned()
+            } else {
+                format!("#{fragment}")
+            },
             data_types: Vec::new(),
             defined: Rc::clone(&cx.defined),
             depth: cx.depth + 1,
@@ -693,7 +815,10 @@ fn check_unknown(m: &Map<String, Value>, cx: &Cx) -> R {
 fn schema_types(m: &Map<String, Value>, cx: &Cx) -> Result<Vec<Ty>, SchemaError> {
     let mut types: Vec<Ty> = match m.get("type") {
         Some(Value::String(s)) => Ty::parse(s).into_iter().collect(),
-        Some(Value::Array(a)) => a.iter().filter_map(|t| t.as_str().and_then(Ty::parse)).collect(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|t| t.as_str().and_then(Ty::parse))
+            .collect(),
         _ => Vec::new(),
     };
     let nullable = m.get("nullable");
@@ -786,16 +911,24 @@ fn includes(ts: &[Ty], t: Ty) -> bool {
     ts.contains(&t) || (t == Ty::Integer && ts.contains(&Ty::Number))
 }
 
-/// `new RegExp(pattern, unicode ? "u" : "")`, with V8's message shape.
-fn compile_pattern(pattern: &str, unicode: bool) -> Result<regress::Regex, String> {
+/// `new RegExp(pattern, unicode ? "u" : "")`, with V8's message shape;
+/// the error's flag is `true` for palisade's length limit.
+fn compile_pattern(pattern: &str, unicode: bool) -> Result<regress::Regex, (String, bool)> {
     let flags = if unicode { "u" } else { "" };
     if pattern.len() > MAX_PATTERN_LEN {
-        return Err(format!(
-            "Invalid regular expression: pattern is longer than {MAX_PATTERN_LEN} bytes (palisade's limit)"
+        return Err((
+            format!(
+                "Invalid regular expression: pattern is longer than {MAX_PATTERN_LEN} bytes (palisade's limit)"
+            ),
+            true,
         ));
     }
-    regress::Regex::with_flags(pattern, flags)
-        .map_err(|e| format!("Invalid regular expression: /{pattern}/{flags}: {e}"))
+    regress::Regex::with_flags(pattern, flags).map_err(|e| {
+        (
+            format!("Invalid regular expression: /{pattern}/{flags}: {e}"),
+            false,
+        )
+    })
 }
 
 /// A JSON pointer (URI-fragment encoded) within `root`.

@@ -31,19 +31,37 @@ fn check_agrees_with_ajv_strict_mode() {
             (Err(e), false) => {
                 let theirs = v["message"].as_str().unwrap();
                 let same = if theirs.starts_with("Invalid regular expression: ") {
-                    let cut = |m: &str| m.rfind("/u: ").or_else(|| m.rfind("/: ")).map(|i| m[..i].to_owned());
+                    let cut = |m: &str| {
+                        m.rfind("/u: ")
+                            .or_else(|| m.rfind("/: "))
+                            .map(|i| m[..i].to_owned())
+                    };
                     cut(theirs).is_some() && cut(theirs) == cut(&e.message)
                 } else {
                     e.message == theirs
                 };
                 if !same {
-                    wrong.push(format!("{}: message\n  ajv:  {theirs}\n  ours: {}", v["schema"], e.message));
+                    wrong.push(format!(
+                        "{}: message\n  ajv:  {theirs}\n  ours: {}",
+                        v["schema"], e.message
+                    ));
                 }
             }
-            (Ok(()), false) => wrong.push(format!("{}: ajv refuses ({}), palisade accepts", v["schema"], v["message"])),
-            (Err(e), true) => wrong.push(format!("{}: ajv accepts, palisade refuses: {}", v["schema"], e.message)),
+            (Ok(()), false) => wrong.push(format!(
+                "{}: ajv refuses ({}), palisade accepts",
+                v["schema"], v["message"]
+            )),
+            (Err(e), true) => wrong.push(format!(
+                "{}: ajv accepts, palisade refuses: {}",
+                v["schema"], e.message
+            )),
         }
     }
     assert!(cases > 500, "only {cases} cases");
-    assert!(wrong.is_empty(), "{} of {cases} disagree:\n{}", wrong.len(), wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "{} of {cases} disagree:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
 }

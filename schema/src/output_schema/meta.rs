@@ -300,7 +300,9 @@ fn dependencies(v: &Value, at: &mut Vec<PathSegment>, out: &mut MetaErrors) {
         out.push(at, "must be object");
         return;
     };
-    each(m, at, out, |v, at, out| any_of(v, at, out, &[schema, string_array]));
+    each(m, at, out, |v, at, out| {
+        any_of(v, at, out, &[schema, string_array])
+    });
 }
 
 fn enum_(v: &Value, at: &mut Vec<PathSegment>, out: &mut MetaErrors) {

@@ -26,7 +26,9 @@ fn unknown_keyword() {
     assert_eq!(e.message, "strict mode: unknown keyword: \"x_unknown\"");
     assert_eq!(e.at, vec![k("x_unknown")]);
     accepted(json!({"type": "object", "properties": {"x_unknown": true}}));
-    accepted(json!({"type": "object", "title": "t", "description": "d", "examples": [], "default": {}}));
+    accepted(
+        json!({"type": "object", "title": "t", "description": "d", "examples": [], "default": {}}),
+    );
 }
 
 #[test]
@@ -45,7 +47,9 @@ fn keyword_without_its_type() {
         e.message,
         "strict mode: missing type \"object\" for keyword \"required\" at \"#\" (strictTypes)"
     );
-    accepted(json!({"type": "object", "properties": {"kind": {"enum": ["a"]}}, "required": ["kind"]}));
+    accepted(
+        json!({"type": "object", "properties": {"kind": {"enum": ["a"]}}, "required": ["kind"]}),
+    );
     let e = refused(json!({"type": "object", "properties": {"n": {"minimum": 1}}}));
     assert_eq!(
         e.message,
@@ -65,7 +69,9 @@ fn types_narrow_through_in_place_subschemas() {
         "strict mode: type \"number\" not allowed by context \"integer\" at \"#/allOf/0\" (strictTypes)"
     );
     refused(json!({"type": "object", "properties": {"a": {"not": {"minLength": 1}}}}));
-    accepted(json!({"type": "object", "properties": {"a": {"type": "string", "not": {"minLength": 1}}}}));
+    accepted(
+        json!({"type": "object", "properties": {"a": {"type": "string", "not": {"minLength": 1}}}}),
+    );
     // propertyNames' data are strings.
     accepted(json!({"type": "object", "propertyNames": {"pattern": "^a"}}));
 }
@@ -97,10 +103,16 @@ fn tuples() {
         "strict mode: \"items\" is 1-tuple, but minItems or maxItems/additionalItems are not specified or different at path \"#\""
     );
     accepted(json!({"type": "array", "items": [{"type": "string"}], "minItems": 1, "maxItems": 1}));
-    accepted(json!({"type": "array", "items": [{"type": "string"}], "minItems": 1, "additionalItems": false}));
+    accepted(
+        json!({"type": "array", "items": [{"type": "string"}], "minItems": 1, "additionalItems": false}),
+    );
     refused(json!({"type": "array", "items": [{"type": "string"}], "minItems": 1, "maxItems": 2}));
     let e = refused(json!({"type": "array", "additionalItems": false}));
-    assert!(e.message.contains("\"additionalItems\" is ignored"), "{}", e.message);
+    assert!(
+        e.message.contains("\"additionalItems\" is ignored"),
+        "{}",
+        e.message
+    );
     accepted(json!({"type": "array", "items": {"type": "string"}}));
 }
 
@@ -119,18 +131,24 @@ fn required_names_a_defined_property() {
 
 #[test]
 fn every_format_is_unknown() {
-    let e = refused(json!({"type": "object", "properties": {"kind": {"type": "string", "format": "email"}}}));
+    let e = refused(
+        json!({"type": "object", "properties": {"kind": {"type": "string", "format": "email"}}}),
+    );
     assert_eq!(
         e.message,
         "unknown format \"email\" ignored in schema at path \"#/properties/kind\""
     );
     assert_eq!(e.at, vec![k("properties"), k("kind"), k("format")]);
-    accepted(json!({"type": "object", "properties": {"kind": {"type": "string", "pattern": "^.+@.+$"}}}));
+    accepted(
+        json!({"type": "object", "properties": {"kind": {"type": "string", "pattern": "^.+@.+$"}}}),
+    );
 }
 
 #[test]
 fn meta_schema_uri() {
-    let e = refused(json!({"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object"}));
+    let e = refused(
+        json!({"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object"}),
+    );
     assert_eq!(
         e.message,
         "no schema with key or ref \"https://json-schema.org/draft/2020-12/schema\""
@@ -154,7 +172,11 @@ fn meta_schema_value_types() {
         "schema is invalid: data/properties/a/minLength must be integer, data/properties/a/minLength must be >= 0"
     );
     let e = refused(json!({"type": "object", "required": ["a", "a"], "properties": {"a": {}}}));
-    assert!(e.message.ends_with("(items ## 1 and 0 are identical)"), "{}", e.message);
+    assert!(
+        e.message.ends_with("(items ## 1 and 0 are identical)"),
+        "{}",
+        e.message
+    );
     refused(json!({"enum": []}));
     refused(json!({"type": "object", "properties": {"a": 5}}));
     accepted(json!({"type": "object", "properties": {"a": {"type": "string", "minLength": 0}}}));
@@ -163,7 +185,11 @@ fn meta_schema_value_types() {
 #[test]
 fn regular_expressions() {
     let e = refused(json!({"type": "string", "pattern": "("}));
-    assert!(e.message.starts_with("Invalid regular expression: /(/u: "), "{}", e.message);
+    assert!(
+        e.message.starts_with("Invalid regular expression: /(/u: "),
+        "{}",
+        e.message
+    );
     assert_eq!(e.at, vec![k("pattern")]);
     // The u flag: an identity escape of a non-syntax character is an error.
     refused(json!({"type": "string", "pattern": "\\-"}));
@@ -178,12 +204,16 @@ fn regular_expressions() {
 
 #[test]
 fn a_property_matched_by_a_pattern() {
-    let e = refused(json!({"type": "object", "properties": {"ab": {}}, "patternProperties": {"^a": {"type": "string"}}}));
+    let e = refused(
+        json!({"type": "object", "properties": {"ab": {}}, "patternProperties": {"^a": {"type": "string"}}}),
+    );
     assert_eq!(
         e.message,
         "strict mode: property ab matches pattern ^a (use allowMatchingProperties)"
     );
-    accepted(json!({"type": "object", "properties": {"b": {}}, "patternProperties": {"^a": {"type": "string"}}}));
+    accepted(
+        json!({"type": "object", "properties": {"b": {}}, "patternProperties": {"^a": {"type": "string"}}}),
+    );
 }
 
 #[test]
@@ -206,20 +236,32 @@ fn conditionals() {
 
 #[test]
 fn references() {
-    let e = refused(json!({"type": "object", "properties": {"a": {"$ref": "#/definitions/missing"}}}));
-    assert_eq!(e.message, "can't resolve reference #/definitions/missing from id #");
-    accepted(json!({"type": "object", "properties": {"a": {"$ref": "#/definitions/k"}}, "definitions": {"k": {"enum": ["x"]}}}));
+    let e =
+        refused(json!({"type": "object", "properties": {"a": {"$ref": "#/definitions/missing"}}}));
+    assert_eq!(
+        e.message,
+        "can't resolve reference #/definitions/missing from id #"
+    );
+    accepted(
+        json!({"type": "object", "properties": {"a": {"$ref": "#/definitions/k"}}, "definitions": {"k": {"enum": ["x"]}}}),
+    );
     // A referenced definition is compiled with no known type.
-    let e = refused(json!({"type": "object", "properties": {"a": {"$ref": "#/definitions/k"}}, "definitions": {"k": {"minLength": 1}}}));
+    let e = refused(
+        json!({"type": "object", "properties": {"a": {"$ref": "#/definitions/k"}}, "definitions": {"k": {"minLength": 1}}}),
+    );
     assert_eq!(
         e.message,
         "strict mode: missing type \"string\" for keyword \"minLength\" at \"#/definitions/k\" (strictTypes)"
     );
     assert_eq!(e.at, vec![k("definitions"), k("k"), k("minLength")]);
     refused(json!({"type": "object", "properties": {"a": {"$ref": "other.json"}}}));
-    accepted(json!({"type": "object", "properties": {"a": {"$ref": "#a1"}}, "definitions": {"x": {"$id": "#a1", "type": "string"}}}));
+    accepted(
+        json!({"type": "object", "properties": {"a": {"$ref": "#a1"}}, "definitions": {"x": {"$id": "#a1", "type": "string"}}}),
+    );
     // Recursion terminates.
-    accepted(json!({"type": "object", "properties": {"a": {"$ref": "#/definitions/n"}}, "definitions": {"n": {"type": "object", "properties": {"next": {"$ref": "#/definitions/n"}}}}}));
+    accepted(
+        json!({"type": "object", "properties": {"a": {"$ref": "#/definitions/n"}}, "definitions": {"n": {"type": "object", "properties": {"next": {"$ref": "#/definitions/n"}}}}}),
+    );
     refused(json!({"id": "x"}));
 }
 
