@@ -31,7 +31,9 @@
 //! No IO. The walk is bounded: nesting beyond [`MAX_DEPTH`] levels and
 //! patterns over [`MAX_PATTERN_LEN`] bytes are refused, each `$ref` target
 //! is walked once, and patterns are matched against property names by
-//! regress's PikeVM (no exponential backtracking).
+//! the `regex` crate's automata in linear time, within a total budget
+//! ([`MAX_MATCH_WORK`]); regress only parses (its engines backtrack
+//! exponentially on `^(a+)+$`, its PikeVM too).
 
 mod meta;
 
@@ -52,8 +54,8 @@ pub const MAX_PATTERN_LEN: usize = 8 * 1024;
 
 /// The work allowed for matching `patternProperties` patterns against
 /// property names (strictness's "property matches pattern"), summed over
-/// every pair as (pattern bytes + 1) × (name bytes + 1): a PikeVM match is
-/// linear in each, but a schema of thousands of patterns and properties
+/// every pair as (pattern bytes + 1) × (name bytes + 1): a `regex` match
+/// is linear in each, but a schema of thousands of patterns and properties
 /// would multiply them.
 pub const MAX_MATCH_WORK: usize = 1 << 26;
 
@@ -708,9 +710,10 @@ impl Walker<'_> {
                 message: e,
                 limit,
             };
-            if let Some(props) = props
-                && let Ok(re) = compile_pattern(pat, false)
+            if let Some(props) = props.filter(|p| !p.is_empty())
+                && compile_pattern(pat, false).is_ok()
             {
+                let re = linear_matcher(pat).map_err(|e| at(cx, e, true))?;
                 for name in props.keys() {
                     let work = (pat.len() + 1).saturating_mul(name.len() + 1);
                     let Some(left) = self.match_budget.checked_sub(work) else {
@@ -723,11 +726,7 @@ impl Walker<'_> {
                         ));
                     };
                     self.match_budget = left;
-                    let hit =
-                        regress::backends::find::<regress::backends::PikeVMExecutor>(&re, name, 0)
-                            .next()
-                            .is_some();
-                    if hit {
+                    if re.is_match(name) {
                         return Err(at(
                             cx,
                             format!(
@@ -929,6 +928,30 @@ fn compile_pattern(pattern: &str, unicode: bool) -> Result<regress::Regex, (Stri
             false,
         )
     })
+}
+
+/// `pattern` (valid JavaScript, without the `u` flag) for matching
+/// property names in linear time: by the `regex` crate, whose finite
+/// automata cannot backtrack, unlike regress, whose engines (the PikeVM
+/// too) take exponential time on `^(a+)+$`. The two dialects agree on the
+/// patterns schemas use (anchors, classes, quantifiers, groups, `\d`,
+/// `\w`); a JavaScript-only construct (a lookaround, a backreference, `[^]`)
+/// is refused as palisade's limit rather than matched without a bound.
+/// They differ on names outside ASCII and on line breaks: `regex`'s `\d`,
+/// `\w` and `\b` are Unicode-aware (JavaScript's, without `u`, ASCII),
+/// and its `.` takes `\r`, U+2028 and U+2029 (JavaScript's does not).
+fn linear_matcher(pattern: &str) -> Result<regex::Regex, String> {
+    regex::RegexBuilder::new(pattern)
+        .unicode(true)
+        .size_limit(1 << 22)
+        .dfa_size_limit(1 << 22)
+        .nest_limit(u32::try_from(MAX_DEPTH).unwrap_or(u32::MAX))
+        .build()
+        .map_err(|_| {
+            format!(
+                "patternProperties pattern {pattern} cannot be matched in bounded time by palisade (a lookaround, backreference or other JavaScript-only form next to defined properties; palisade's limit)"
+            )
+        })
 }
 
 /// A JSON pointer (URI-fragment encoded) within `root`.

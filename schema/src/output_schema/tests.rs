@@ -273,6 +273,7 @@ fn depth_is_bounded() {
     }
     let e = refused(v);
     assert!(e.message.contains("deeper than"), "{}", e.message);
+    assert!(e.limit, "palisade's bound, not ajv's verdict");
     let mut v = json!({"type": "string"});
     for _ in 0..70 {
         v = json!({"type": "object", "properties": {"a": v}});
@@ -285,4 +286,57 @@ fn the_root_must_be_an_object() {
     refused(json!(true));
     refused(json!("x"));
     accepted(json!({}));
+}
+
+#[test]
+fn pattern_length_is_bounded() {
+    let schema = |n: usize| json!({"type": "string", "pattern": "a".repeat(n)});
+    accepted(schema(super::MAX_PATTERN_LEN));
+    let e = refused(schema(super::MAX_PATTERN_LEN + 1));
+    assert!(e.limit, "{}", e.message);
+    assert_eq!(e.at, vec![k("pattern")]);
+    // ajv's own refusal of a pattern is not a limit.
+    assert!(!refused(json!({"type": "string", "pattern": "("})).limit);
+}
+
+#[test]
+fn pattern_property_matching_is_bounded() {
+    // `n` long patterns against `n` long property names, none matching:
+    // every pair is matched, at (8002 × 202) work each: 36 pairs fit
+    // in `MAX_MATCH_WORK`, 49 do not.
+    let schema = |n: usize| {
+        let patterns: serde_json::Map<_, _> = (0..n)
+            .map(|i| {
+                (
+                    format!("{i}{}", "b".repeat(8000)),
+                    json!({"type": "string"}),
+                )
+            })
+            .collect();
+        let props: serde_json::Map<_, _> = (0..n)
+            .map(|i| (format!("{i}{}", "a".repeat(200)), json!({})))
+            .collect();
+        json!({"type": "object", "properties": props, "patternProperties": patterns})
+    };
+    accepted(schema(6));
+    let e = refused(schema(7));
+    assert!(e.limit, "{}", e.message);
+    assert!(
+        e.message.contains("exceeds palisade's limit"),
+        "{}",
+        e.message
+    );
+}
+
+#[test]
+fn a_pattern_regex_cannot_match_in_linear_time_is_a_limit_beside_properties() {
+    let schema = |props: serde_json::Value| json!({"type": "object", "properties": props, "patternProperties": {"^(?=x)y": {"type": "string"}}});
+    // No property to match it against: ajv's verdict, compiled by regress.
+    accepted(schema(json!({})));
+    let e = refused(schema(json!({"b": {}})));
+    assert!(e.limit, "{}", e.message);
+    assert_eq!(e.at, vec![k("patternProperties"), k("^(?=x)y")]);
+    accepted(
+        json!({"type": "object", "properties": {"b": {}}, "patternProperties": {"^y": {"type": "string"}}}),
+    );
 }
