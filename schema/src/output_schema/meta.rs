@@ -3,6 +3,11 @@
 //! shape, with ajv's error wording and order (every error, as with
 //! `allErrors: true`, in the meta-schema's keyword order).
 
+#![allow(
+    clippy::ptr_arg,
+    reason = "every checker has the table's signature, fn(&Value, &mut Vec<PathSegment>, &mut MetaErrors), and some push onto the path"
+)]
+
 use serde_json::{Map, Value};
 
 use crate::diagnostic::PathSegment;
@@ -190,24 +195,72 @@ fn unique_typed(items: &[Value], at: &[PathSegment], out: &mut MetaErrors) {
 }
 
 /// ajv's `uniqueItems` by deep equality: the last `i` with an equal
-/// earlier `j` (the nearest); `## j and i`. Quadratic, as ajv is; the
-/// schema's size is bounded by the file size limit.
+/// earlier `j` (the nearest); `## j and i`. ajv compares every pair; this
+/// hashes each item's canonical form ([`canonical`], equal exactly when
+/// [`json_equal`]) once, so an `enum` of many values stays linear.
 fn unique_deep(items: &[Value], at: &[PathSegment], out: &mut MetaErrors) {
-    for i in (0..items.len()).rev() {
-        for j in (0..i).rev() {
-            if json_equal(&items[i], &items[j]) {
-                out.push(
-                    at,
-                    &format!("must NOT have duplicate items (items ## {j} and {i} are identical)"),
-                );
-                return;
-            }
+    let mut last: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut found = None;
+    for (i, item) in items.iter().enumerate() {
+        let mut key = String::new();
+        canonical(item, &mut key);
+        if let Some(j) = last.insert(key, i) {
+            found = Some((j, i));
         }
+    }
+    if let Some((j, i)) = found {
+        out.push(
+            at,
+            &format!("must NOT have duplicate items (items ## {j} and {i} are identical)"),
+        );
     }
 }
 
-/// Deep equality as `fast-deep-equal` sees JSON: numbers by value, objects
+/// A text of `v` that two values share exactly when [`json_equal`]:
+/// numbers by value (`1` is `1.0`, `-0` is `0`), object keys sorted. The
+/// recursion is bounded by the schema's depth, checked before.
+pub(super) fn canonical(v: &Value, out: &mut String) {
+    match v {
+        Value::Number(n) => {
+            let f = n.as_f64().unwrap_or(f64::NAN);
+            let f = if f == 0.0 { 0.0 } else { f };
+            out.push_str(&format!("n{f:?}"));
+        }
+        Value::String(s) => {
+            out.push('s');
+            out.push_str(&Value::String(s.clone()).to_string());
+        }
+        Value::Array(a) => {
+            out.push('[');
+            for item in a {
+                canonical(item, out);
+                out.push(',');
+            }
+            out.push(']');
+        }
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            out.push('{');
+            for k in keys {
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                if let Some(item) = m.get(k) {
+                    canonical(item, out);
+                }
+                out.push(',');
+            }
+            out.push('}');
+        }
+        Value::Bool(b) => out.push_str(if *b { "t" } else { "f" }),
+        Value::Null => out.push('z'),
+    }
+}
+
+/// Deep equality as `fast-deep-equal` sees JSON (the specification of
+/// [`canonical`], kept for its test): numbers by value, objects
 /// regardless of key order.
+#[cfg(test)]
 pub(super) fn json_equal(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),

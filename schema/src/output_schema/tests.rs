@@ -340,3 +340,56 @@ fn a_pattern_regex_cannot_match_in_linear_time_is_a_limit_beside_properties() {
         json!({"type": "object", "properties": {"b": {}}, "patternProperties": {"^y": {"type": "string"}}}),
     );
 }
+
+#[test]
+fn enum_uniqueness_is_linear_and_deep() {
+    // 200,000 distinct values: ajv's pairwise loop would be 2e10 steps.
+    let many: Vec<serde_json::Value> = (0..200_000).map(|i| json!(i)).collect();
+    accepted(json!({"enum": many.clone()}));
+    let mut dup = many;
+    dup.push(json!(7.0));
+    let e = refused(json!({"enum": dup}));
+    assert!(
+        e.message.ends_with("(items ## 7 and 200000 are identical)"),
+        "{}",
+        e.message
+    );
+    // The last duplicate, with its nearest earlier twin; deep equality.
+    let e = refused(json!({"enum": [{"a": 1, "b": [1]}, "x", {"b": [1.0], "a": 1}, "x"]}));
+    assert!(
+        e.message.ends_with("(items ## 1 and 3 are identical)"),
+        "{}",
+        e.message
+    );
+    accepted(json!({"enum": [{"a": 1}, {"a": "1"}, [1], ["1"], 0, "0", null, false]}));
+}
+
+#[test]
+fn canonical_forms_agree_with_deep_equality() {
+    let values = [
+        json!(1),
+        json!(1.0),
+        json!(-0.0),
+        json!(0),
+        json!("1"),
+        json!(null),
+        json!(false),
+        json!([1, "a"]),
+        json!(["a", 1]),
+        json!({"a": 1, "b": 2}),
+        json!({"b": 2.0, "a": 1}),
+        json!({"a": [1]}),
+        json!({"a": "[1]"}),
+        json!([[]]),
+        json!([{}]),
+        json!("s\"x"),
+    ];
+    for a in &values {
+        for b in &values {
+            let (mut ka, mut kb) = (String::new(), String::new());
+            super::meta::canonical(a, &mut ka);
+            super::meta::canonical(b, &mut kb);
+            assert_eq!(ka == kb, super::meta::json_equal(a, b), "{a} {b}");
+        }
+    }
+}
