@@ -59,6 +59,11 @@ pub const MAX_PATTERN_LEN: usize = 8 * 1024;
 /// would multiply them.
 pub const MAX_MATCH_WORK: usize = 1 << 26;
 
+/// The nodes visited, over one schema, looking for `$id: "#name"` anchors
+/// (each distinct anchor is looked for once): a schema of many `$ref`s to
+/// many anchors would otherwise search the whole schema for each.
+pub const MAX_ANCHOR_WORK: usize = 1 << 22;
+
 /// Why the Hub's compiler refuses a schema: where, and ajv's message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SchemaError {
@@ -136,6 +141,8 @@ pub fn check(schema: &Value) -> Result<(), SchemaError> {
         base,
         refs_done: HashSet::new(),
         match_budget: MAX_MATCH_WORK,
+        anchor_budget: MAX_ANCHOR_WORK,
+        anchors: std::collections::HashMap::new(),
     };
     let cx = Cx {
         at: Vec::new(),
@@ -441,6 +448,10 @@ struct Walker<'r> {
     refs_done: HashSet<String>,
     /// What is left of [`MAX_MATCH_WORK`].
     match_budget: usize,
+    /// What is left of [`MAX_ANCHOR_WORK`].
+    anchor_budget: usize,
+    /// Each anchor looked for, and where it was found.
+    anchors: std::collections::HashMap<String, Option<Vec<PathSegment>>>,
 }
 
 type R = Result<(), SchemaError>;
@@ -777,7 +788,26 @@ impl Walker<'_> {
         let found = if let Some(ptr) = fragment.strip_prefix('/') {
             resolve_pointer(self.root, ptr)
         } else {
-            find_anchor(self.root, &format!("#{fragment}"), 0)
+            let anchor = format!("#{fragment}");
+            let path = match self.anchors.get(&anchor) {
+                Some(path) => path.clone(),
+                None => {
+                    let path = find_anchor(self.root, &anchor, 0, &mut self.anchor_budget)
+                        .ok_or_else(|| SchemaError {
+                            limit: true,
+                            ..cx.err_at(
+                                "$ref",
+                                format!(
+                                    "resolving $ref {r} exceeds palisade's limit of {MAX_ANCHOR_WORK} nodes searched for anchors"
+                                ),
+                            )
+                        })?
+                        .map(|(_, at)| at);
+                    self.anchors.insert(anchor, path.clone());
+                    path
+                }
+            };
+            path.and_then(|at| Some((value_at(self.root, &at)?, at)))
         };
         let Some((target, at)) = found else {
             return Err(missing());
@@ -994,30 +1024,52 @@ fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// The subschema whose `$id` is `anchor` (`#name`), depth-first.
-fn find_anchor<'v>(v: &'v Value, anchor: &str, d: usize) -> Option<(&'v Value, Vec<PathSegment>)> {
+/// The value at `at` within `root`.
+fn value_at<'v>(root: &'v Value, at: &[PathSegment]) -> Option<&'v Value> {
+    at.iter().try_fold(root, |v, seg| match (v, seg) {
+        (Value::Object(m), PathSegment::Key(k)) => m.get(k),
+        (Value::Array(a), PathSegment::Index(i)) => a.get(*i),
+        _ => None,
+    })
+}
+
+/// An anchor's subschema and its location, if there is one.
+type Found<'v> = Option<(&'v Value, Vec<PathSegment>)>;
+
+/// Where the subschema whose `$id` is `anchor` (`#name`) is, depth-first:
+/// `Some(None)` when there is none, `None` once `budget` nodes are spent.
+fn find_anchor<'v>(v: &'v Value, anchor: &str, d: usize, budget: &mut usize) -> Option<Found<'v>> {
+    *budget = budget.checked_sub(1)?;
     if d > MAX_DEPTH {
-        return None;
+        return Some(None);
     }
+    let prefix = |found: Found<'v>, seg: PathSegment| {
+        found.map(|(t, mut at)| {
+            at.insert(0, seg);
+            (t, at)
+        })
+    };
     match v {
         Value::Object(m) => {
             if m.get("$id").and_then(Value::as_str) == Some(anchor) {
-                return Some((v, Vec::new()));
+                return Some(Some((v, Vec::new())));
             }
-            m.iter().find_map(|(k, c)| {
-                find_anchor(c, anchor, d + 1).map(|(t, mut at)| {
-                    at.insert(0, key(k));
-                    (t, at)
-                })
-            })
+            for (k, c) in m {
+                if let Some(hit) = find_anchor(c, anchor, d + 1, budget)? {
+                    return Some(prefix(Some(hit), key(k)));
+                }
+            }
+            Some(None)
         }
-        Value::Array(a) => a.iter().enumerate().find_map(|(i, c)| {
-            find_anchor(c, anchor, d + 1).map(|(t, mut at)| {
-                at.insert(0, PathSegment::Index(i));
-                (t, at)
-            })
-        }),
-        _ => None,
+        Value::Array(a) => {
+            for (i, c) in a.iter().enumerate() {
+                if let Some(hit) = find_anchor(c, anchor, d + 1, budget)? {
+                    return Some(prefix(Some(hit), PathSegment::Index(i)));
+                }
+            }
+            Some(None)
+        }
+        _ => Some(None),
     }
 }
 

@@ -393,3 +393,27 @@ fn canonical_forms_agree_with_deep_equality() {
         }
     }
 }
+
+#[test]
+fn anchor_search_is_bounded() {
+    // Many `$ref`s to distinct missing anchors, in a large schema: each
+    // search would visit every node.
+    let schema = |n: usize| {
+        let props: serde_json::Map<_, _> = (0..n)
+            .map(|i| (format!("p{i}"), json!({"$ref": format!("#a{i}")})))
+            .collect();
+        let defs: serde_json::Map<_, _> = (0..n)
+            .map(|i| {
+                (
+                    format!("d{i}"),
+                    json!({"$id": format!("#a{i}"), "type": "string"}),
+                )
+            })
+            .collect();
+        json!({"type": "object", "properties": props, "definitions": defs})
+    };
+    accepted(schema(100));
+    let e = refused(schema(3000));
+    assert!(e.limit, "{}", e.message);
+    assert!(e.message.contains("anchors"), "{}", e.message);
+}
