@@ -65,6 +65,7 @@ pub const MAX_MATCH_WORK: usize = 1 << 26;
 pub const MAX_ANCHOR_WORK: usize = 1 << 22;
 
 /// Why the Hub's compiler refuses a schema: where, and ajv's message.
+#[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SchemaError {
     /// The location of the offending value, relative to the schema root.
