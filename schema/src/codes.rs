@@ -117,6 +117,10 @@ pub const CODES: &[CodeDoc] = &[
         summary: "idle_timeout larger than max_runtime.",
     },
     CodeDoc {
+        code: "invalid_output_schema",
+        summary: "An output.schema that the Hub's ajv refuses in strict mode.",
+    },
+    CodeDoc {
         code: "invalid_output_max",
         summary: "An output grant's max below 1.",
     },

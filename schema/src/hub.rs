@@ -1254,7 +1254,7 @@ impl Walker<'_> {
             .and_then(|n| self.prompt(n, &path.key("prompt")));
         let output_schema = node
             .get("output")
-            .and_then(|n| self.output_schema(n, &path.key("output")));
+            .and_then(|n| self.output_schema(n, &path.key("output"), &format!("step {sid}")));
         let allow_outputs = match node.get("allow_outputs") {
             Some(n) => self.allow_outputs(n, &path.key("allow_outputs")),
             None => Some(Vec::new()),
@@ -1289,12 +1289,46 @@ impl Walker<'_> {
         })
     }
 
-    /// A step's (or a trigger document run's) `output`: `{schema: object}`.
-    pub(crate) fn output_schema(&mut self, n: &Node, p: &Lp<'_>) -> Option<serde_json::Value> {
+    /// A step's (or a trigger document run's) `output`: `{schema: object}`,
+    /// a schema the Hub's ajv compiles in strict mode
+    /// ([`crate::output_schema::check`]); `what` names the step in the
+    /// message, as the Hub's `step <id> output.schema is invalid JSON
+    /// Schema: …`.
+    pub(crate) fn output_schema(
+        &mut self,
+        n: &Node,
+        p: &Lp<'_>,
+        what: &str,
+    ) -> Option<serde_json::Value> {
         self.object(n, p, &["schema"], &|_| None)?;
         let s = self.required(n, "schema", p)?;
         match &s.value {
-            Y::Map(_) => Some(s.to_json()),
+            Y::Map(_) => {
+                let schema = s.to_json();
+                if let Err(e) = crate::output_schema::check(&schema) {
+                    let at = if e.at.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (at {})", e.pointer())
+                    };
+                    let msg = format!(
+                        "{what} output.schema is invalid JSON Schema: {}{at}",
+                        e.message
+                    );
+                    let sp = p.key("schema");
+                    if e.limit {
+                        // palisade's own bound on a hostile schema: a
+                        // hardening limit, stricter than the Hub.
+                        self.error("yaml_limit_exceeded", msg, &sp, s);
+                    } else {
+                        self.error("invalid_output_schema", msg, &sp, s);
+                    }
+                }
+                // Kept even when refused, so that references to the step's
+                // outputs are still checked against it rather than reported
+                // as a step without an output schema.
+                Some(schema)
+            }
             _ => {
                 self.type_error("object", &p.key("schema"), s);
                 None

@@ -83,6 +83,7 @@ mod lazy_path;
 mod lints;
 pub mod model;
 pub mod options;
+pub mod output_schema;
 pub mod render;
 #[cfg(test)]
 mod roundtrip;
@@ -523,10 +524,14 @@ pub mod __fuzz {
                     && let Ok(parsed) = crate::yaml::parse("fuzz.yml", text)
                 {
                     let node = parsed.value();
+                    let json = node.to_json();
                     for p in crate::options::PROVIDERS {
                         let _ = crate::options::validate("fuzz.yml", p, node, &crate::Path::root());
-                        let _ = crate::options::validate_json(p, &node.to_json());
+                        let _ = crate::options::validate_json(p, &json);
                     }
+                    // The same document (YAML, or JSON as its subset) as a
+                    // step's `output.schema`, compiled as ajv strict would.
+                    let _ = crate::output_schema::check(&json);
                 }
             }
         }

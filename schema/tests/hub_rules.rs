@@ -697,3 +697,86 @@ fn a_proto_key_is_ignored_as_the_hubs_zod_ignores_it() {
         "timeout was removed",
     );
 }
+
+// ----- output.schema under the Hub's ajv strict compile -----
+
+/// The `review` step with `output.schema` `schema` (YAML flow).
+fn with_schema(schema: &str) -> String {
+    workflow(
+        STRING_CHOICES,
+        "",
+        &format!("        output:\n          schema: {schema}"),
+    )
+}
+
+#[test]
+fn an_output_schema_ajv_strict_refuses_is_refused_at_output_schema() {
+    // (refused, its nearest accepted form, ajv's message): the four kinds
+    // of the Hub's oracle (m0067, m0667, m0670, m0816).
+    let cases = [
+        (
+            "{type: object, x_unknown: 1}",
+            "{type: object}",
+            "strict mode: unknown keyword: \"x_unknown\" (at /x_unknown)",
+        ),
+        (
+            "{required: [kind], properties: {kind: {type: string}}}",
+            "{type: object, required: [kind], properties: {kind: {type: string}}}",
+            "strict mode: missing type \"object\" for keyword \"required\" at \"#\" (strictTypes)",
+        ),
+        (
+            "{type: object, properties: {kind: {type: string, format: email}}}",
+            "{type: object, properties: {kind: {type: string, pattern: '@'}}}",
+            "unknown format \"email\" ignored in schema at path \"#/properties/kind\" (at /properties/kind/format)",
+        ),
+        (
+            "{type: object, properties: {list: {type: array, items: [{type: string}]}}}",
+            "{type: object, properties: {list: {type: array, items: [{type: string}], minItems: 1, maxItems: 1}}}",
+            "strict mode: \"items\" is 1-tuple, but minItems or maxItems/additionalItems are not specified or different at path \"#/properties/list\"",
+        ),
+    ];
+    for (bad, good, message) in cases {
+        accepted(&with_schema(good));
+        let d = refused(
+            &with_schema(bad),
+            "invalid_output_schema",
+            &format!("step review output.schema is invalid JSON Schema: {message}"),
+        );
+        assert_eq!(d.path.to_string(), ".triggers[0].steps[0].output.schema");
+    }
+}
+
+#[test]
+fn a_refused_output_schema_still_serves_references_to_its_outputs() {
+    // One finding, the schema's; `steps.review.outputs.kind` still
+    // resolves rather than reporting a step without an output schema.
+    let text = workflow(
+        STRING_CHOICES,
+        "",
+        "        output:\n          schema: {type: object, x_note: 1, properties: {kind: {enum: [a, b]}}}\n      - id: next\n        if: \"${{ steps.review.outputs.kind == 'a' }}\"\n        environment: dev\n        max_runtime: 30m\n        idle_timeout: 5m\n        agent: {provider: codex, options: {approval_policy: never, sandbox_mode: read-only, web_search: disabled}}\n        prompt: [{text: next}]",
+    );
+    refused(
+        &text,
+        "invalid_output_schema",
+        "unknown keyword: \"x_note\"",
+    );
+    accepted(&text.replace("x_note: 1, ", ""));
+}
+
+#[test]
+fn an_output_schema_beyond_palisades_bounds_is_a_hardening_limit() {
+    let max = palisade_schema::output_schema::MAX_PATTERN_LEN;
+    let pattern = |n: usize| {
+        with_schema(&format!(
+            "{{type: object, properties: {{kind: {{type: string, pattern: '{}'}}}}}}",
+            "a".repeat(n)
+        ))
+    };
+    accepted(&pattern(max));
+    let d = refused(
+        &pattern(max + 1),
+        "yaml_limit_exceeded",
+        "pattern is longer than 8192 bytes (palisade's limit)",
+    );
+    assert_eq!(d.path.to_string(), ".triggers[0].steps[0].output.schema");
+}

@@ -632,7 +632,7 @@ impl DocWalker<'_, '_> {
             .and_then(|n| self.w.github(n, &path.key("github")));
         let output_schema = node
             .get("output")
-            .and_then(|n| self.w.output_schema(n, &path.key("output")));
+            .and_then(|n| self.w.output_schema(n, &path.key("output"), "step run"));
         let outputs = match node.get("outputs") {
             None => Some(Vec::new()),
             Some(n) => self.outputs(n, &path.key("outputs")),
