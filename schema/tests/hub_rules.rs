@@ -697,3 +697,57 @@ fn a_proto_key_is_ignored_as_the_hubs_zod_ignores_it() {
         "timeout was removed",
     );
 }
+
+/// Runs `f` on a thread and fails when it takes longer than `secs`
+/// (a run that never ends would otherwise hang the test binary).
+#[track_caller]
+fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(secs))
+        .unwrap_or_else(|_| panic!("not finished within {secs} s"))
+}
+
+/// A chain of `depth` values, each `values.v(i-1) || values.v(i-1)`, on
+/// top of a required input with the one choice `dev`, used as a step's
+/// environment (an authority-bearing field).
+fn value_chain(depth: usize) -> String {
+    let mut values = String::from("      v0: '${{ paseo.inputs.n }}'\n");
+    for i in 1..=depth {
+        values.push_str(&format!(
+            "      v{i}: '${{{{ values.v{p} || values.v{p} }}}}'\n",
+            p = i - 1
+        ));
+    }
+    workflow(
+        &format!("      n: {{type: string, choices: [dev], required: true}}\n    values:\n{values}"),
+        "",
+        "",
+    )
+    .replace(
+        "environment: dev",
+        &format!("environment: '${{{{ values.v{depth} }}}}'"),
+    )
+}
+
+#[test]
+fn a_chain_of_values_cannot_make_the_finite_choice_analysis_exponential() {
+    // Each value reads the one before it twice: evaluated afresh at each
+    // reference, the chain costs 2^depth steps, though every set has one
+    // value and MAX_CHOICES is never reached.
+    // Positive control: a short chain is finite ({dev}) and accepted.
+    accepted(&value_chain(3));
+    // A chain that resolves to a value that is not an environment is refused,
+    // so the analysis does look through the chain.
+    refused(
+        &value_chain(3).replace("choices: [dev]", "choices: [prod]"),
+        "unknown_environment",
+        "prod",
+    );
+    // 60 levels: 2^60 steps without memoization.
+    let long = value_chain(60);
+    let errs = within(20, move || errors(&long));
+    assert!(errs.is_empty(), "{errs:#?}");
+}
