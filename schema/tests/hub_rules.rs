@@ -751,3 +751,46 @@ fn a_chain_of_values_cannot_make_the_finite_choice_analysis_exponential() {
     let errs = within(20, move || errors(&long));
     assert!(errs.is_empty(), "{errs:#?}");
 }
+
+/// A step environment of `${{ paseo.inputs.a }}${{ paseo.inputs.b }}`
+/// followed by `tail` (text and expressions); `a` and `b` have `wide`
+/// choices each (the first `a0` and `b0`), `c` has the one choice `c`.
+fn concatenated_environment(wide: usize, a0: &str, b0: &str, tail: &str) -> String {
+    let choices = |first: &str, p: &str| {
+        std::iter::once(first.to_owned())
+            .chain((1..wide).map(|i| format!("{p}{i:02}")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let inputs = format!(
+        "      a: {{type: string, required: true, choices: [{}]}}\n      b: {{type: string, required: true, choices: [{}]}}\n      c: {{type: string, required: true, choices: [c]}}\n",
+        choices(a0, "a"),
+        choices(b0, "b")
+    );
+    let env = format!("${{{{ paseo.inputs.a }}}}${{{{ paseo.inputs.b }}}}{tail}");
+    workflow(&inputs, "", "").replace("environment: dev", &format!("environment: '{env}'"))
+}
+
+#[test]
+fn a_long_concatenation_of_choices_is_bounded_in_time_and_memory() {
+    // Positive control: `d` + `e` + `v` is the environment `dev`.
+    accepted(&concatenated_environment(1, "d", "e", "v"));
+    // Control: 64 x 64 = 4,096 values (the limit) are enumerated, each
+    // checked (4,096 unknown environments).
+    let wide = within(20, || errors(&concatenated_environment(64, "a", "b", "")));
+    assert_eq!(wide.len(), 4096, "{:#?}", wide.first());
+    let limited = |d: &[Diagnostic]| {
+        !d.is_empty() && d.iter().all(|d| d.code == "choice_limit_exceeded")
+    };
+    // 2,000 more expressions of one value each: every one re-enumerates
+    // 4,096 ever longer strings, each checked against the others for
+    // duplicates (quadratic).
+    let long = concatenated_environment(64, "a", "b", &"${{ paseo.inputs.c }}".repeat(2000));
+    let errs = within(20, move || errors(&long));
+    assert!(limited(&errs), "{:#?}", errs.first());
+    // 100 kB of text after them is copied into each of the 4,096 values:
+    // 410 MB for a 100 kB document (a 1 MiB file: 4 GB).
+    let text = concatenated_environment(64, "a", "b", &"x".repeat(100_000));
+    let errs = within(20, move || errors(&text));
+    assert!(limited(&errs), "{:#?}", errs.first());
+}
