@@ -294,3 +294,23 @@ fn merge_keys_and_number_forms_reach_the_model() {
     );
     assert_eq!(codes(&text), ["invalid_type"]);
 }
+
+#[test]
+fn an_optional_step_output_may_be_missing_and_take_the_fallback() {
+    // `env` is not required: the agent may leave it out, and then
+    // `env || 'dev-eu'` is `dev-eu`, an environment the analysis must see.
+    // With `nope` as the fallback the document must then be refused.
+    let optional = "{type: object, properties: {env: {type: string, enum: [dev]}}}";
+    let fallback = |schema: &str, to: &str| {
+        codes(&workflow(
+            &format!("${{{{ steps.classify.outputs.env || '{to}' }}}}"),
+            OPTIONAL,
+            schema,
+        ))
+    };
+    assert_eq!(fallback(optional, "nope"), ["unknown_environment"]);
+    // Positive controls: a required field never takes the fallback, and a
+    // fallback that is an environment is accepted either way.
+    assert_eq!(fallback(SCHEMA, "nope"), [""; 0]);
+    assert_eq!(fallback(optional, "dev-eu"), [""; 0]);
+}
