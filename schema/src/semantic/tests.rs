@@ -151,11 +151,17 @@ fn step_outputs_are_finite_only_by_enum_or_const_under_properties() {
     };
     assert_eq!(with(SCHEMA), [""; 0]);
     assert_eq!(
-        with("{type: object, properties: {env: {const: dev}}}"),
+        with("{type: object, properties: {env: {const: dev}}, required: [env]}"),
         [""; 0]
     );
     assert_eq!(
-        with("{type: object, properties: {env: {$ref: '#/$defs/e'}}, $defs: {e: {enum: [dev]}}}"),
+        with("{type: object, properties: {env: {$ref: '#/$defs/e'}}, required: [env], $defs: {e: {enum: [dev]}}}"),
+        [""; 0]
+    );
+    // A field the output may leave out, used alone, is accepted as the
+    // Hub accepts it (a missing value is no environment at all).
+    assert_eq!(
+        with("{type: object, properties: {env: {const: dev}}}"),
         [""; 0]
     );
     // The Hub finds no choices through additionalProperties, nor in a bare
