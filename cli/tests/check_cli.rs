@@ -420,7 +420,12 @@ fn a_long_key_or_deep_nesting_cannot_multiply_memory() {
         ),
         (
             "deep.yml",
-            format!("k: {}{}{}\n", "[".repeat(60), leaves(150_000), "]".repeat(60)),
+            format!(
+                "k: {}{}{}\n",
+                "[".repeat(60),
+                leaves(150_000),
+                "]".repeat(60)
+            ),
         ),
     ];
     for (name, text) in &cases {

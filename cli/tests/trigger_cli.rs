@@ -325,7 +325,11 @@ fn a_fifo_in_the_trigger_folder_is_an_unsupported_path() {
     let root = dir.path().display().to_string();
     // Positive control: the document alone has no path finding.
     let o = palisade(&["check", &root]);
-    assert!(!text(&o).contains("trigger_path_unsupported"), "{}", text(&o));
+    assert!(
+        !text(&o).contains("trigger_path_unsupported"),
+        "{}",
+        text(&o)
+    );
     assert!(!text(&o).contains("pipe.yml"), "{}", text(&o));
     let made = Command::new("mkfifo")
         .arg(triggers.join("pipe.yml"))

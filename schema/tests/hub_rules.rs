@@ -722,7 +722,9 @@ fn value_chain(depth: usize) -> String {
         ));
     }
     workflow(
-        &format!("      n: {{type: string, choices: [dev], required: true}}\n    values:\n{values}"),
+        &format!(
+            "      n: {{type: string, choices: [dev], required: true}}\n    values:\n{values}"
+        ),
         "",
         "",
     )
@@ -779,9 +781,8 @@ fn a_long_concatenation_of_choices_is_bounded_in_time_and_memory() {
     // checked (4,096 unknown environments).
     let wide = within(20, || errors(&concatenated_environment(64, "a", "b", "")));
     assert_eq!(wide.len(), 4096, "{:#?}", wide.first());
-    let limited = |d: &[Diagnostic]| {
-        !d.is_empty() && d.iter().all(|d| d.code == "choice_limit_exceeded")
-    };
+    let limited =
+        |d: &[Diagnostic]| !d.is_empty() && d.iter().all(|d| d.code == "choice_limit_exceeded");
     // 2,000 more expressions of one value each: every one re-enumerates
     // 4,096 ever longer strings, each checked against the others for
     // duplicates (quadratic).

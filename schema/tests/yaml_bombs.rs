@@ -40,7 +40,10 @@ fn nested_anchors_without_aliases_cannot_multiply_the_tree() {
     // Positive controls: the same tree without anchors, and with one
     // anchor, is read.
     assert_eq!(code(&nested(depth, leaves, false)), None);
-    assert_eq!(code(&format!("b: &b [x, y]\n{}", nested(depth, leaves, false))), None);
+    assert_eq!(
+        code(&format!("b: &b [x, y]\n{}", nested(depth, leaves, false))),
+        None
+    );
     assert_eq!(code(&nested(3, 100, true)), None);
     assert_eq!(
         code(&nested(depth, leaves, true)).as_deref(),

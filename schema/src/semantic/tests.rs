@@ -155,7 +155,9 @@ fn step_outputs_are_finite_only_by_enum_or_const_under_properties() {
         [""; 0]
     );
     assert_eq!(
-        with("{type: object, properties: {env: {$ref: '#/$defs/e'}}, required: [env], $defs: {e: {enum: [dev]}}}"),
+        with(
+            "{type: object, properties: {env: {$ref: '#/$defs/e'}}, required: [env], $defs: {e: {enum: [dev]}}}"
+        ),
         [""; 0]
     );
     // A field the output may leave out, used alone, is accepted as the
