@@ -183,6 +183,26 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// [`Self::run`] for a trigger document's compiled triggers (unique
+    /// names by construction): after the environments and after each
+    /// trigger, `drain` takes the findings so far, so the caller can drop
+    /// the repeats every `on` entry makes of the one step's findings
+    /// before the next entry adds its own.
+    pub(crate) fn run_draining(
+        &mut self,
+        res: &ResourceSite<'_>,
+        sites: &[TriggerSite<'_>],
+        mut drain: impl FnMut(&mut Vec<Diagnostic>),
+    ) {
+        self.run(res, &[]);
+        drain(&mut self.diags);
+        let config = self.config;
+        for (t, site) in config.triggers.iter().zip(sites) {
+            self.trigger(t, site);
+            drain(&mut self.diags);
+        }
+    }
+
     fn trigger(&mut self, t: &Trigger, site: &TriggerSite<'_>) {
         let mut ids: BTreeSet<&str> = BTreeSet::new();
         for (i, s) in t.steps.iter().enumerate() {
