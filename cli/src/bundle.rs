@@ -167,14 +167,15 @@ pub(crate) fn has_bundle(root: &Path) -> Result<bool, String> {
 
 /// The direct children of `.paseo/triggers/`, read for
 /// [`palisade_schema::trigger::parse_trigger_dir`]: regular files with
-/// their bytes (bounded reads that refuse links), anything else by path
-/// alone (a folder with a trailing `/`), so the parser reports it as
-/// `trigger_path_unsupported`. A symlink (`.paseo`, `.paseo/triggers` or
+/// their bytes (bounded reads that refuse links) and folders by path alone
+/// (with a trailing `/`), so the parser reports them as
+/// `trigger_path_unsupported`; any other entry (a FIFO, socket or device)
+/// is that finding here, unopened. A symlink (`.paseo`, `.paseo/triggers` or
 /// an entry) is a `trigger_unsafe_path` finding and is not read.
 pub(crate) struct TriggerFiles {
     /// `(path relative to the root, bytes)`, `/`-separated.
     pub(crate) files: Vec<(String, Vec<u8>)>,
-    /// The symlink findings.
+    /// The symlink and special-file findings.
     pub(crate) refused: Vec<Diagnostic>,
 }
 
@@ -238,7 +239,17 @@ pub(crate) fn read_triggers(root: &Path) -> Result<Option<TriggerFiles>, String>
         } else if kind.is_dir() {
             files.push((format!("{rel}/"), Vec::new()));
         } else {
-            files.push((rel, Vec::new()));
+            // A FIFO, socket or device is never opened (a FIFO without a
+            // writer would block); named `*.yml` it would pass for an empty
+            // document, so it is reported here, as the Hub reports it.
+            refused.push(
+                Diagnostic::error(
+                    "trigger_path_unsupported",
+                    format!("{rel} must be a direct-child .yml trigger."),
+                )
+                .in_file(&rel)
+                .with_help("only regular files are trigger documents; remove the FIFO, socket or device from .paseo/triggers"),
+            );
         }
     }
     Ok(Some(TriggerFiles { files, refused }))

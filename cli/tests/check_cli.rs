@@ -387,3 +387,54 @@ fn hub_release_gates_schedules() {
     ]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// `palisade check FILE` under an address-space limit of `kib` KiB (the
+/// shell's `ulimit -v`): the exit code and stdout. An allocation past the
+/// limit aborts the process (exit 134), any finding exits 1.
+fn check_limited(file: &std::path::Path, kib: u64) -> (Option<i32>, String) {
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -v {kib} && exec \"$0\" check \"$1\""))
+        .arg(env!("CARGO_BIN_EXE_palisade"))
+        .arg(file)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    (o.status.code(), stdout(&o))
+}
+
+#[test]
+fn a_long_key_or_deep_nesting_cannot_multiply_memory() {
+    // The `timeout` scan kept a full copy of the path for every pending
+    // node: a 4 kB key above 100,000 scalars held 400 MB (a 400 kB key,
+    // still a 1 MiB file, 40 GB), and 60 levels of nesting above 150,000
+    // scalars 450 MB.
+    const LIMIT_KIB: u64 = 300_000;
+    let dir = tempfile::tempdir().unwrap();
+    let leaves = |n: usize| vec!["x"; n].join(", ");
+    let cases = [
+        ("short-key.yml", format!("? k\n: [{}]\n", leaves(100_000))),
+        (
+            "long-key.yml",
+            format!("? {}\n: [{}]\n", "k".repeat(4000), leaves(100_000)),
+        ),
+        (
+            "deep.yml",
+            format!(
+                "k: {}{}{}\n",
+                "[".repeat(60),
+                leaves(150_000),
+                "]".repeat(60)
+            ),
+        ),
+    ];
+    for (name, text) in &cases {
+        let file = dir.path().join(name);
+        std::fs::write(&file, text).unwrap();
+        let (code, out) = check_limited(&file, LIMIT_KIB);
+        // Each is refused for its unknown key (`k` is no Hub key), and
+        // the first (one short key) is the positive control.
+        assert_eq!(code, Some(1), "{name}: {out}");
+        assert!(out.contains("error[unknown_key]"), "{name}: {out}");
+    }
+}

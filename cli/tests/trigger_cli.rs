@@ -310,3 +310,48 @@ fn policy_refuses_a_symlinked_trigger_document() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(!json_out(&o)["steps"].as_array().unwrap().is_empty());
 }
+
+/// A FIFO named like a trigger document is no regular file: `check` must
+/// neither open it (no writer: the open or read would block) nor read it
+/// as an empty document, but report it as the Hub does
+/// (`HUB_TRIGGER_PATH_UNSUPPORTED`).
+#[test]
+fn a_fifo_in_the_trigger_folder_is_an_unsupported_path() {
+    let src = std::fs::read(format!("{}/.paseo/triggers/push.yml", data("trigger-repo"))).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let triggers = dir.path().join(".paseo/triggers");
+    std::fs::create_dir_all(&triggers).unwrap();
+    std::fs::write(triggers.join("push.yml"), &src).unwrap();
+    let root = dir.path().display().to_string();
+    // Positive control: the document alone has no path finding.
+    let o = palisade(&["check", &root]);
+    assert!(
+        !text(&o).contains("trigger_path_unsupported"),
+        "{}",
+        text(&o)
+    );
+    assert!(!text(&o).contains("pipe.yml"), "{}", text(&o));
+    let made = Command::new("mkfifo")
+        .arg(triggers.join("pipe.yml"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let r = root.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(palisade(&["check", &r]));
+    });
+    let o = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("check blocked on the FIFO");
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("error[trigger_path_unsupported]: .paseo/triggers/pipe.yml must be a direct-child .yml trigger."),
+        "{out}"
+    );
+    // Only that error: the FIFO is not read as an empty document.
+    let errors: Vec<&str> = out.lines().filter(|l| l.starts_with("error[")).collect();
+    assert_eq!(errors.len(), 1, "{out}");
+    assert!(!out.contains("received null"), "{out}");
+}

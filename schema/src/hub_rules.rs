@@ -5,7 +5,7 @@
 
 use serde_json::Value as Json;
 
-use crate::diagnostic::{Diagnostic, Path};
+use crate::diagnostic::{Diagnostic, Path, PathSegment};
 use crate::yaml::{Node, Value as Y};
 
 /// The Hub's `===` between two input values (string, number, boolean):
@@ -46,20 +46,33 @@ pub(crate) const TIMEOUT_REMOVED: &str = "timeout was removed; use max_runtime";
 /// recursion; the YAML loader already bounds its size and depth.
 pub(crate) fn removed_timeout(file: &str, root: &Node, base: &Path) -> Vec<Diagnostic> {
     let mut out = Vec::new();
-    let mut stack: Vec<(&Node, Path)> = vec![(root, base.clone())];
-    while let Some((node, path)) = stack.pop() {
+    // One path, grown and cut back as the walk goes down and up: the
+    // stack keeps each pending node's depth and own segment, never a copy
+    // of its whole path (a long key above many nodes, or deep nesting,
+    // would otherwise cost depth x nodes, or key length x nodes).
+    let mut path = base.clone();
+    let floor = path.0.len();
+    let mut stack: Vec<(&Node, usize, Option<PathSegment>)> = vec![(root, 0, None)];
+    while let Some((node, depth, segment)) = stack.pop() {
+        path.0.truncate(floor + depth.saturating_sub(1));
+        if let Some(segment) = segment {
+            path.0.push(segment);
+        }
         match &node.value {
             Y::Map(entries) => {
-                for (k, v) in entries {
+                for (k, _) in entries {
                     if k.text == "timeout" {
                         out.push(timeout_diagnostic(file, k.pos.line, k.pos.column, &path));
                     }
-                    stack.push((v, path.key(k.text.to_string())));
+                }
+                // Children are pushed in reverse, so they pop in order.
+                for (k, v) in entries.iter().rev() {
+                    stack.push((v, depth + 1, Some(PathSegment::Key(k.text.to_string()))));
                 }
             }
             Y::Seq(items) => {
-                for (i, item) in items.iter().enumerate() {
-                    stack.push((item, path.index(i)));
+                for (i, item) in items.iter().enumerate().rev() {
+                    stack.push((item, depth + 1, Some(PathSegment::Index(i))));
                 }
             }
             _ => {}

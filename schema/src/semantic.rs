@@ -1,7 +1,7 @@
 //! Cross-reference checks over a parsed [`HubConfig`]: names, step and value
 //! references, expression paths, authority finiteness and enum comparisons.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde_json::Value as Json;
 
@@ -181,6 +181,26 @@ impl<'a> Checker<'a> {
                 );
             }
             self.trigger(t, site);
+        }
+    }
+
+    /// [`Self::run`] for a trigger document's compiled triggers (unique
+    /// names by construction): after the environments and after each
+    /// trigger, `drain` takes the findings so far, so the caller can drop
+    /// the repeats every `on` entry makes of the one step's findings
+    /// before the next entry adds its own.
+    pub(crate) fn run_draining(
+        &mut self,
+        res: &ResourceSite<'_>,
+        sites: &[TriggerSite<'_>],
+        mut drain: impl FnMut(&mut Vec<Diagnostic>),
+    ) {
+        self.run(res, &[]);
+        drain(&mut self.diags);
+        let config = self.config;
+        for (t, site) in config.triggers.iter().zip(sites) {
+            self.trigger(t, site);
+            drain(&mut self.diags);
         }
     }
 
@@ -733,14 +753,28 @@ impl<'a> Checker<'a> {
             self.err(site, "non_finite_authority", format!("step {sid} {field} uses an agent-produced authority without provable finite choices; use a finite enum or const"), p);
             return None;
         }
-        match template_choices(t, step, tpl) {
+        // The Hub's values, then those a missing optional output field adds
+        // through an operator (`who || 'admin'`: `admin`); a bare missing
+        // field (null) is left to the Hub, which accepts it.
+        let both = template_choices(t, step, tpl, false).and_then(|hub| {
+            let wide = template_choices(t, step, tpl, true)?;
+            let mut known: BTreeSet<String> = hub.iter().map(json_text).collect();
+            let mut all = hub;
+            for v in wide {
+                if !v.is_null() && known.insert(json_text(&v)) {
+                    all.push(v);
+                }
+            }
+            Ok(all)
+        });
+        match both {
             Ok(v) => Some(v),
             Err(Choices::NotFinite) => {
                 self.err(site, "non_finite_authority", format!("step {sid} {field} uses agent output without provable finite choices for authority; use a finite enum or const"), p);
                 None
             }
             Err(Choices::TooMany) => {
-                self.err(site, "choice_limit_exceeded", format!("step {sid} {field} can take more than {MAX_CHOICES} values; palisade stops counting there"), p);
+                self.err(site, "choice_limit_exceeded", format!("step {sid} {field} can take more than {MAX_CHOICES} values (or more than {MAX_CHOICE_BYTES} bytes of them); palisade stops counting there"), p);
                 None
             }
         }
@@ -761,8 +795,8 @@ impl<'a> Checker<'a> {
                         if let (Expr::Path { segments, .. }, Expr::Literal { value, .. }) =
                             (a.as_ref(), b.as_ref())
                         {
-                            let mut visiting = BTreeSet::new();
-                            if let Some(choices) = finite_values(t, Some(step), a, &mut visiting)
+                            let mut seen = Seen::default();
+                            if let Some(choices) = finite_values(t, Some(step), a, &mut seen)
                                 && !choices.iter().any(|c| loose_eq(c, value))
                             {
                                 let list = choices
@@ -869,12 +903,18 @@ fn deref<'s>(root: &'s Json, node: &'s Json, depth: usize) -> Option<&'s Json> {
 /// `choice_limit_exceeded` rather than enumerated without bound.
 pub(crate) const MAX_CHOICES: usize = 4096;
 
+/// The most bytes the values of one authority-bearing template may hold
+/// together while palisade enumerates them (1 MiB: 4,096 values of 256
+/// bytes); beyond it the field is `choice_limit_exceeded` too.
+pub(crate) const MAX_CHOICE_BYTES: usize = 1 << 20;
+
 /// Why a finite set of values could not be given.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Choices {
     /// Some path is not provably finite.
     NotFinite,
-    /// More than [`MAX_CHOICES`] values.
+    /// More than [`MAX_CHOICES`] values, or more than
+    /// [`MAX_CHOICE_BYTES`] bytes of them.
     TooMany,
 }
 
@@ -882,11 +922,15 @@ pub(crate) enum Choices {
 /// finiteness: a `null` literal is no authority, except under `!`, `==`
 /// or `!=`, which always yield a boolean.
 fn finite_authority_shape(t: &Trigger, e: &Expr) -> bool {
-    let mut visiting = BTreeSet::new();
-    shape(t, e, &mut visiting)
+    let mut visited = BTreeSet::new();
+    shape(t, e, &mut visited)
 }
 
-fn shape<'t>(t: &'t Trigger, e: &Expr, visiting: &mut BTreeSet<&'t str>) -> bool {
+/// The shape is the conjunction over every expression reachable from `e`,
+/// so each value is looked at once (`visited` is never emptied): a value
+/// read many times, or along a chain of values each reading the one
+/// before twice, costs one visit, not one per path to it.
+fn shape<'t>(t: &'t Trigger, e: &Expr, visited: &mut BTreeSet<&'t str>) -> bool {
     match e {
         Expr::Literal { value, .. } => !value.is_null(),
         Expr::Not { .. }
@@ -894,18 +938,16 @@ fn shape<'t>(t: &'t Trigger, e: &Expr, visiting: &mut BTreeSet<&'t str>) -> bool
             op: BinOp::Eq | BinOp::Ne,
             ..
         } => true,
-        Expr::Binary { lhs, rhs, .. } => shape(t, lhs, visiting) && shape(t, rhs, visiting),
+        Expr::Binary { lhs, rhs, .. } => shape(t, lhs, visited) && shape(t, rhs, visited),
         Expr::Path { segments, .. } => match segments.as_slice() {
             [ns, name] if ns == "values" => {
                 let Some((key, tpl)) = t.values.iter().find(|(k, _)| k == name) else {
                     return true;
                 };
-                if !visiting.insert(key.as_str()) {
+                if !visited.insert(key.as_str()) {
                     return true;
                 }
-                let ok = tpl.expressions().all(|(e, _)| shape(t, e, visiting));
-                visiting.remove(key.as_str());
-                ok
+                tpl.expressions().all(|(e, _)| shape(t, e, visited))
             }
             _ => true,
         },
@@ -914,27 +956,52 @@ fn shape<'t>(t: &'t Trigger, e: &Expr, visiting: &mut BTreeSet<&'t str>) -> bool
 
 /// The values of an authority-bearing template (see
 /// `Checker::authority_choices`).
-fn template_choices(t: &Trigger, step: usize, tpl: &Template) -> Result<Vec<Json>, Choices> {
+fn template_choices(
+    t: &Trigger,
+    step: usize,
+    tpl: &Template,
+    missing_outputs: bool,
+) -> Result<Vec<Json>, Choices> {
+    let fresh = || Seen {
+        missing_outputs,
+        ..Seen::default()
+    };
     if let [TemplatePart::Expr { expr, .. }] = tpl.parts.as_slice() {
-        let mut visiting = BTreeSet::new();
-        return finite_values(t, Some(step), expr, &mut visiting).ok_or(Choices::NotFinite);
+        let mut seen = fresh();
+        return finite_values(t, Some(step), expr, &mut seen).ok_or(Choices::NotFinite);
     }
     let mut results = vec![String::new()];
+    // The bytes of all values so far: each part copies every value, so
+    // long text or many parts after a wide product are bounded here.
+    let mut bytes = 0usize;
     for part in &tpl.parts {
         match part {
-            TemplatePart::Text(text) => results.iter_mut().for_each(|r| r.push_str(text)),
+            TemplatePart::Text(text) => {
+                bytes = bytes.saturating_add(results.len().saturating_mul(text.len()));
+                if bytes > MAX_CHOICE_BYTES {
+                    return Err(Choices::TooMany);
+                }
+                results.iter_mut().for_each(|r| r.push_str(text));
+            }
             TemplatePart::Expr { expr, .. } => {
-                let mut visiting = BTreeSet::new();
+                let mut seen = fresh();
                 let values =
-                    finite_values(t, Some(step), expr, &mut visiting).ok_or(Choices::NotFinite)?;
+                    finite_values(t, Some(step), expr, &mut seen).ok_or(Choices::NotFinite)?;
                 if results.len().saturating_mul(values.len()) > MAX_CHOICES {
                     return Err(Choices::TooMany);
                 }
+                let texts: Vec<String> = values.iter().map(interpolated).collect();
                 let mut next = Vec::with_capacity(results.len() * values.len());
+                let mut unique = HashSet::with_capacity(results.len() * values.len());
+                bytes = 0;
                 for prefix in &results {
-                    for v in &values {
-                        let s = format!("{prefix}{}", interpolated(v));
-                        if !next.contains(&s) {
+                    for v in &texts {
+                        bytes = bytes.saturating_add(prefix.len() + v.len());
+                        if bytes > MAX_CHOICE_BYTES {
+                            return Err(Choices::TooMany);
+                        }
+                        let s = format!("{prefix}{v}");
+                        if unique.insert(s.clone()) {
                             next.push(s);
                         }
                     }
@@ -974,6 +1041,35 @@ fn hub_deref<'s>(root: &'s Json, mut node: &'s Json, seen: &mut usize) -> Option
     node.is_object().then_some(node)
 }
 
+/// Whether the field at `path` is in every output the schema accepts:
+/// each level on the way is `type: object` and lists the next segment in
+/// `required`. Otherwise the output may lack it (a missing field, or a
+/// string or array where an object was expected) and the field reads
+/// null. The Hub's `finiteSchemaChoices` takes the field's `enum` alone;
+/// palisade adds that null, so a fallback such as `|| 'x'` is seen.
+fn always_present(root: &Json, path: &[String]) -> bool {
+    let mut seen = 0usize;
+    let Some(mut cur) = hub_deref(root, root, &mut seen) else {
+        return false;
+    };
+    for seg in path {
+        let object = cur.get("type").and_then(Json::as_str) == Some("object");
+        let required = cur
+            .get("required")
+            .and_then(Json::as_array)
+            .is_some_and(|r| r.iter().any(|x| x.as_str() == Some(seg.as_str())));
+        let next = cur
+            .get("properties")
+            .and_then(|p| p.get(seg))
+            .and_then(|n| hub_deref(root, n, &mut seen));
+        match next {
+            Some(n) if object && required => cur = n,
+            _ => return false,
+        }
+    }
+    true
+}
+
 /// A non-empty `enum`, else a `const`, as the Hub's `finiteChoices`.
 fn schema_choices(s: &Json) -> Option<Vec<Json>> {
     if let Some(Json::Array(e)) = s.get("enum")
@@ -996,6 +1092,23 @@ fn unique(values: Vec<Json>) -> Vec<Json> {
     out
 }
 
+/// What [`finite_values`] knows while it resolves one expression: the
+/// values being resolved (reading one again is a cycle, not finite) and
+/// the sets already found, so a value read many times (a chain of values
+/// each reading the one before twice: 2^depth reads) is resolved once.
+/// A found set does not depend on where it was read: a value on a cycle
+/// is `None` from wherever its resolution starts.
+///
+/// With `missing_outputs`, a step output field that the output may lack
+/// also reads null (see [`always_present`]); without it the sets are the
+/// Hub's.
+#[derive(Default)]
+struct Seen<'t> {
+    visiting: BTreeSet<&'t str>,
+    found: BTreeMap<&'t str, Option<Vec<Json>>>,
+    missing_outputs: bool,
+}
+
 /// The finite set of values `e` can take, when provable, computed as the
 /// Hub's `finiteExpressionValues`: every path must be finite (input
 /// `choices`, plus `null` for an optional input without a default; a
@@ -1006,19 +1119,19 @@ fn finite_values<'t>(
     t: &'t Trigger,
     step: Option<usize>,
     e: &Expr,
-    visiting: &mut BTreeSet<&'t str>,
+    seen: &mut Seen<'t>,
 ) -> Option<Vec<Json>> {
     match e {
         Expr::Literal { value, .. } => Some(vec![value.clone()]),
         Expr::Not { operand, .. } => {
-            let values = finite_values(t, step, operand, visiting)?;
+            let values = finite_values(t, step, operand, seen)?;
             Some(unique(
                 values.iter().map(|v| Json::Bool(!truthy(v))).collect(),
             ))
         }
         Expr::Binary { op, lhs, rhs, .. } => {
-            let a = finite_values(t, step, lhs, visiting)?;
-            let b = finite_values(t, step, rhs, visiting)?;
+            let a = finite_values(t, step, lhs, seen)?;
+            let b = finite_values(t, step, rhs, seen)?;
             if a.len().saturating_mul(b.len()) > MAX_CHOICES {
                 return None;
             }
@@ -1058,15 +1171,27 @@ fn finite_values<'t>(
                     }
                     let schema = t.steps.get(target)?.output_schema.as_ref()?;
                     let fields: Vec<String> = rest.iter().map(|s| (*s).to_owned()).collect();
-                    schema_choices(hub_schema_at(schema, &fields)?)
+                    let mut choices = schema_choices(hub_schema_at(schema, &fields)?)?;
+                    // A field the output may leave out reads null, as an
+                    // optional input does (`env || 'x'` is then `x`).
+                    if seen.missing_outputs && !always_present(schema, &fields) {
+                        choices.push(Json::Null);
+                    }
+                    Some(unique(choices))
                 }
                 ["values", name] => {
                     let (key, tpl) = t.values.iter().find(|(k, _)| k == name)?;
-                    if !visiting.insert(key.as_str()) {
+                    if let Some(found) = seen.found.get(key.as_str()) {
+                        return found.clone();
+                    }
+                    if !seen.visiting.insert(key.as_str()) {
                         return None;
                     }
-                    let r = finite_values(t, step, tpl.single_expression()?, visiting);
-                    visiting.remove(key.as_str());
+                    let r = tpl
+                        .single_expression()
+                        .and_then(|e| finite_values(t, step, e, seen));
+                    seen.visiting.remove(key.as_str());
+                    seen.found.insert(key.as_str(), r.clone());
                     r
                 }
                 _ => None,

@@ -5,7 +5,9 @@
 //! is done by `granit-parser` (the maintained, panic-free YAML 1.2 event
 //! parser under `serde-saphyr`); this module builds the tree from its events
 //! without recursion and enforces palisade's limits: an input size cap, a
-//! nesting cap, an alias cap and a total node cap (so alias bombs stop), YAML
+//! nesting cap, an alias cap and a total node cap that counts every alias
+//! expansion and every anchored node kept for later aliases (so alias bombs
+//! and nested anchors stop), YAML
 //! 1.2 core-schema scalars only (`on`/`yes` are strings, as in the Hub's
 //! js-yaml; `.nan`/`.inf` are refused as they are not JSON), no custom tags,
 //! duplicate keys rejected, and exactly one document.
@@ -31,7 +33,8 @@ pub const MAX_FILE_BYTES: usize = 1024 * 1024;
 pub const MAX_DEPTH: usize = 64;
 /// The most alias references (`*name`) a document may contain.
 pub const MAX_ALIASES: usize = 64;
-/// The most nodes a document may contain, counting every alias expansion.
+/// The most nodes a document may contain, counting every alias expansion
+/// and every anchored node (kept once more for later aliases).
 pub const MAX_NODES: usize = 250_000;
 
 /// A position in the source text: 1-based line and column (in characters).
@@ -667,6 +670,17 @@ fn build(text: &str) -> Result<Node<'_>, BuildError> {
             continue;
         };
         if anchor != 0 {
+            // The kept copy counts against the node budget too: nested
+            // anchors would otherwise copy each level's subtree again
+            // (depth x size) without a single alias.
+            nodes = nodes.saturating_add(count_nodes(&node));
+            if nodes > MAX_NODES {
+                return fail(
+                    "yaml_limit_exceeded",
+                    format!("anchored nodes exceed palisade's limit of {MAX_NODES} nodes"),
+                    node.pos,
+                );
+            }
             anchors.insert(anchor, node.clone());
         }
         match stack.last_mut() {

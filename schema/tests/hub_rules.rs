@@ -706,6 +706,41 @@ fn with_schema(schema: &str) -> String {
         STRING_CHOICES,
         "",
         &format!("        output:\n          schema: {schema}"),
+/// Runs `f` on a thread and fails when it takes longer than `secs`
+/// (a run that never ends would otherwise hang the test binary). A hang
+/// guard, not a speed assertion: the bound is far above any sane run
+/// (milliseconds here) and far below the unbounded runs it catches.
+#[track_caller]
+fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(secs))
+        .unwrap_or_else(|_| panic!("not finished within {secs} s"))
+}
+
+/// A chain of `depth` values, each `values.v(i-1) || values.v(i-1)`, on
+/// top of a required input with the one choice `dev`, used as a step's
+/// environment (an authority-bearing field).
+fn value_chain(depth: usize) -> String {
+    let mut values = String::from("      v0: '${{ paseo.inputs.n }}'\n");
+    for i in 1..=depth {
+        values.push_str(&format!(
+            "      v{i}: '${{{{ values.v{p} || values.v{p} }}}}'\n",
+            p = i - 1
+        ));
+    }
+    workflow(
+        &format!(
+            "      n: {{type: string, choices: [dev], required: true}}\n    values:\n{values}"
+        ),
+        "",
+        "",
+    )
+    .replace(
+        "environment: dev",
+        &format!("environment: '${{{{ values.v{depth} }}}}'"),
     )
 }
 
@@ -779,4 +814,63 @@ fn an_output_schema_beyond_palisades_bounds_is_a_hardening_limit() {
         "pattern is longer than 8192 bytes (palisade's limit)",
     );
     assert_eq!(d.path.to_string(), ".triggers[0].steps[0].output.schema");
+fn a_chain_of_values_cannot_make_the_finite_choice_analysis_exponential() {
+    // Each value reads the one before it twice: evaluated afresh at each
+    // reference, the chain costs 2^depth steps, though every set has one
+    // value and MAX_CHOICES is never reached.
+    // Positive control: a short chain is finite ({dev}) and accepted.
+    accepted(&value_chain(3));
+    // A chain that resolves to a value that is not an environment is refused,
+    // so the analysis does look through the chain.
+    refused(
+        &value_chain(3).replace("choices: [dev]", "choices: [prod]"),
+        "unknown_environment",
+        "prod",
+    );
+    // 60 levels: 2^60 steps without memoization.
+    let long = value_chain(60);
+    let errs = within(300, move || errors(&long));
+    assert!(errs.is_empty(), "{errs:#?}");
+}
+
+/// A step environment of `${{ paseo.inputs.a }}${{ paseo.inputs.b }}`
+/// followed by `tail` (text and expressions); `a` and `b` have `wide`
+/// choices each (the first `a0` and `b0`), `c` has the one choice `c`.
+fn concatenated_environment(wide: usize, a0: &str, b0: &str, tail: &str) -> String {
+    let choices = |first: &str, p: &str| {
+        std::iter::once(first.to_owned())
+            .chain((1..wide).map(|i| format!("{p}{i:02}")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let inputs = format!(
+        "      a: {{type: string, required: true, choices: [{}]}}\n      b: {{type: string, required: true, choices: [{}]}}\n      c: {{type: string, required: true, choices: [c]}}\n",
+        choices(a0, "a"),
+        choices(b0, "b")
+    );
+    let env = format!("${{{{ paseo.inputs.a }}}}${{{{ paseo.inputs.b }}}}{tail}");
+    workflow(&inputs, "", "").replace("environment: dev", &format!("environment: '{env}'"))
+}
+
+#[test]
+fn a_long_concatenation_of_choices_is_bounded_in_time_and_memory() {
+    // Positive control: `d` + `e` + `v` is the environment `dev`.
+    accepted(&concatenated_environment(1, "d", "e", "v"));
+    // Control: 64 x 64 = 4,096 values (the limit) are enumerated, each
+    // checked (4,096 unknown environments).
+    let wide = within(300, || errors(&concatenated_environment(64, "a", "b", "")));
+    assert_eq!(wide.len(), 4096, "{:#?}", wide.first());
+    let limited =
+        |d: &[Diagnostic]| !d.is_empty() && d.iter().all(|d| d.code == "choice_limit_exceeded");
+    // 2,000 more expressions of one value each: every one re-enumerates
+    // 4,096 ever longer strings, each checked against the others for
+    // duplicates (quadratic).
+    let long = concatenated_environment(64, "a", "b", &"${{ paseo.inputs.c }}".repeat(2000));
+    let errs = within(300, move || errors(&long));
+    assert!(limited(&errs), "{:#?}", errs.first());
+    // 100 kB of text after them is copied into each of the 4,096 values:
+    // 410 MB for a 100 kB document (a 1 MiB file: 4 GB).
+    let text = concatenated_environment(64, "a", "b", &"x".repeat(100_000));
+    let errs = within(300, move || errors(&text));
+    assert!(limited(&errs), "{:#?}", errs.first());
 }

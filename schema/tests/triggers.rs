@@ -404,3 +404,50 @@ fn hostile_inputs_never_panic() {
     palisade_schema::trigger::__fuzz::parse(&[&[0u8][..], bomb.as_bytes()].concat());
     assert!(runs > 1000, "{runs}");
 }
+
+/// A document with `entries` `on` entries and one agent `select` of
+/// `wide` x `wide` values, none of them a choice.
+fn wide_select(entries: usize, wide: usize) -> String {
+    let list = |p: &str| {
+        (0..wide)
+            .map(|i| format!("{p}{i:02}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let on: String = (0..entries)
+        .map(|i| format!("  e{i}.run: {{filters: {{from_users: [u]}}}}\n"))
+        .collect();
+    format!(
+        "name: t\non:\n{on}inputs:\n  a: {{type: string, required: true, choices: [{}]}}\n  b: {{type: string, required: true, choices: [{}]}}\nrun:\n  target: {{daemon: d, cwd: /w}}\n  agent:\n    select: \"${{{{ paseo.inputs.a }}}}${{{{ paseo.inputs.b }}}}\"\n    choices:\n      x: {{provider: codex, mode: auto}}\n  prompt: hi\n",
+        list("a"),
+        list("b")
+    )
+}
+
+#[test]
+fn many_on_entries_do_not_make_the_step_findings_quadratic() {
+    // Every `on` entry compiles the same step; its 4,096 findings are
+    // reported once. Deduplicated by a linear scan of the findings so far,
+    // 40 entries cost 40 x 4,096 x 4,096 comparisons (minutes) for a
+    // document of 2 kB.
+    let count = |entries: usize| {
+        let text = wide_select(entries, 64);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let n = match parse_trigger("t.yml", &text) {
+                Ok(_) => 0,
+                Err(d) => d
+                    .into_vec()
+                    .iter()
+                    .filter(|d| d.code == "unknown_agent")
+                    .count(),
+            };
+            let _ = tx.send(n);
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(300))
+            .unwrap_or_else(|_| panic!("{entries} entries: not finished within 300 s"))
+    };
+    // Control: one entry reports each of the 4,096 values once.
+    assert_eq!(count(1), 4096);
+    assert_eq!(count(40), 4096);
+}

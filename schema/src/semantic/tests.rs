@@ -151,11 +151,19 @@ fn step_outputs_are_finite_only_by_enum_or_const_under_properties() {
     };
     assert_eq!(with(SCHEMA), [""; 0]);
     assert_eq!(
-        with("{type: object, properties: {env: {const: dev}}}"),
+        with("{type: object, properties: {env: {const: dev}}, required: [env]}"),
         [""; 0]
     );
     assert_eq!(
-        with("{type: object, properties: {env: {$ref: '#/$defs/e'}}, $defs: {e: {enum: [dev]}}}"),
+        with(
+            "{type: object, properties: {env: {$ref: '#/$defs/e'}}, required: [env], $defs: {e: {enum: [dev]}}}"
+        ),
+        [""; 0]
+    );
+    // A field the output may leave out, used alone, is accepted as the
+    // Hub accepts it (a missing value is no environment at all).
+    assert_eq!(
+        with("{type: object, properties: {env: {const: dev}}}"),
         [""; 0]
     );
     // The Hub finds no choices through additionalProperties, nor in a bare
@@ -293,4 +301,24 @@ fn merge_keys_and_number_forms_reach_the_model() {
         "        prompt: [{text: review}]\n        allow_outputs: [{type: slack.reply, max: 2.5}]",
     );
     assert_eq!(codes(&text), ["invalid_type"]);
+}
+
+#[test]
+fn an_optional_step_output_may_be_missing_and_take_the_fallback() {
+    // `env` is not required: the agent may leave it out, and then
+    // `env || 'dev-eu'` is `dev-eu`, an environment the analysis must see.
+    // With `nope` as the fallback the document must then be refused.
+    let optional = "{type: object, properties: {env: {type: string, enum: [dev]}}}";
+    let fallback = |schema: &str, to: &str| {
+        codes(&workflow(
+            &format!("${{{{ steps.classify.outputs.env || '{to}' }}}}"),
+            OPTIONAL,
+            schema,
+        ))
+    };
+    assert_eq!(fallback(optional, "nope"), ["unknown_environment"]);
+    // Positive controls: a required field never takes the fallback, and a
+    // fallback that is an environment is accepted either way.
+    assert_eq!(fallback(SCHEMA, "nope"), [""; 0]);
+    assert_eq!(fallback(optional, "dev-eu"), [""; 0]);
 }

@@ -15,6 +15,8 @@
 //! with its wildcard and the Linear scope rule, the title's paths and the
 //! continuation key's paths.
 
+use std::collections::HashSet;
+
 use crate::diagnostic::{Diagnostic, Path, PathSegment};
 use crate::expr::Template;
 use crate::semantic::{Checker, ResourceSite, TriggerSite, diag_at};
@@ -137,24 +139,28 @@ fn v06_checks(file: &str, doc: &TriggerDocument, root: &Node) -> Vec<Diagnostic>
         env_paths: vec![Path::root().key(ENV_BASE)],
     };
     let mut checker = Checker::new(&config, &[], file);
-    checker.run(&res, &sites);
     let mut out: Vec<Diagnostic> = Vec::new();
-    for mut d in checker.diags {
-        let path = authored_path(doc, &d.path);
-        let pos = root.pos_of(&path);
-        d.line = pos.line;
-        d.column = pos.column;
-        d.path = path;
-        if d.code == "execution_outside_new_branch" {
-            d.message.push_str(" or a step title");
-        }
-        if !out
-            .iter()
-            .any(|o| o.code == d.code && o.path == d.path && o.message == d.message)
-        {
+    // Each `on` entry repeats the step's findings: they are taken after
+    // each entry and kept once (by a set: a scan of `out` per finding was
+    // entries x findings^2, and holding every entry's copies until the
+    // end was entries x findings of memory).
+    let mut seen: HashSet<(&'static str, Path, String)> = HashSet::new();
+    checker.run_draining(&res, &sites, |diags| {
+        for mut d in diags.drain(..) {
+            let path = authored_path(doc, &d.path);
+            if !seen.insert((d.code, path.clone(), d.message.clone())) {
+                continue;
+            }
+            let pos = root.pos_of(&path);
+            d.line = pos.line;
+            d.column = pos.column;
+            d.path = path;
+            if d.code == "execution_outside_new_branch" {
+                d.message.push_str(" or a step title");
+            }
             out.push(d);
         }
-    }
+    });
     out
 }
 
