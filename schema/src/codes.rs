@@ -302,7 +302,7 @@ pub const CODES: &[CodeDoc] = &[
     },
     CodeDoc {
         code: "choice_limit_exceeded",
-        summary: "A value used for authority that can take more than 4,096 distinct values.",
+        summary: "A value used for authority that can take more than 4,096 distinct values (or 1 MiB of them).",
     },
     CodeDoc {
         code: "unreachable_comparison",
