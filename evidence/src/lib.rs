@@ -59,6 +59,7 @@
 
 mod format;
 mod key;
+pub mod ship;
 mod record;
 mod verify;
 mod writer;
