@@ -13,7 +13,9 @@
 //!
 //! This crate reads no clock and no environment: callers pass the time of
 //! each record. Its only IO is the journal file and its lock file
-//! (`<journal>.lock`). It does **not** protect against the holder of the
+//! (`<journal>.lock`), and, in [`ship::Shipper`] only, the shipper's state
+//! file (`<journal>.ship-<hash>`) and its one blocking `std::net`
+//! connection to a collector. It does **not** protect against the holder of the
 //! initial key (who can forge a whole journal), nor detect truncation or
 //! deletion of the whole file without an anchor kept off the host; see
 //! `docs/journal.md`.
@@ -59,8 +61,8 @@
 
 mod format;
 mod key;
-pub mod ship;
 mod record;
+pub mod ship;
 mod verify;
 mod writer;
 

@@ -23,14 +23,20 @@ fn journal(n: u64, close: bool) -> (Vec<Vec<u8>>, JournalKey) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("j.jsonl");
     let key = JournalKey::from_bytes([9; 32], 0);
-    let opts = WriterOptions::default().with_seal(SealPolicy::new(std::num::NonZeroU64::new(3), None));
+    let opts =
+        WriterOptions::default().with_seal(SealPolicy::new(std::num::NonZeroU64::new(3), None));
     let w = JournalWriter::create(&path, &key, &opts, Timestamp(1_700_000_000_000)).unwrap();
     for i in 0..n {
         // Bodies with characters RFC 5424 structured data would escape and
         // non-ASCII: the MSG carries them as they are.
         let body = Body::from_value(&serde_json::json!({"i": i, "s": "a\"b]c\\d é"})).unwrap();
-        w.append(&Entry::new(Timestamp(1_700_000_000_001 + i), "s-1", Kind::EgressConnection, body))
-            .unwrap();
+        w.append(&Entry::new(
+            Timestamp(1_700_000_000_001 + i),
+            "s-1",
+            Kind::EgressConnection,
+            body,
+        ))
+        .unwrap();
     }
     if close {
         w.close(Timestamp(1_700_000_001_000)).unwrap();
@@ -103,9 +109,19 @@ fn other_lines_are_reported_never_taken() {
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (b"Dec  2 14:00:00 host sshd[1]: hello".to_vec(), "bsd"),
         (b"<13>1 - h sshd - - - hello".to_vec(), "foreign"),
-        (text.replacen("palisade", "other", 1).into_bytes(), "foreign app"),
-        (text.replacen("seq=\"1\"", "seq=\"2\"", 1).into_bytes(), "seq lie"),
-        (text.replacen("kind=\"egress_connection\"", "kind=\"anchor\"", 1).into_bytes(), "kind lie"),
+        (
+            text.replacen("palisade", "other", 1).into_bytes(),
+            "foreign app",
+        ),
+        (
+            text.replacen("seq=\"1\"", "seq=\"2\"", 1).into_bytes(),
+            "seq lie",
+        ),
+        (
+            text.replacen("kind=\"egress_connection\"", "kind=\"anchor\"", 1)
+                .into_bytes(),
+            "kind lie",
+        ),
         (good[..good.len() - 3].to_vec(), "cut"),
         (text.replacen(" journal=", " journal", 1).into_bytes(), "sd"),
         (vec![b'<'; wire::MAX_MESSAGE_LEN + 1], "long"),
@@ -164,7 +180,10 @@ fn a_lost_record_is_a_gap_and_a_fork_is_reported() {
     let mut lost = msgs.clone();
     lost.remove(4);
     let report = central(&lost, &key);
-    assert_eq!(report.journals[0].report.failure_kind(), Some(FailureKind::SeqGap));
+    assert_eq!(
+        report.journals[0].report.failure_kind(),
+        Some(FailureKind::SeqGap)
+    );
 
     // A second journal written with the same id is impossible to make
     // through the API, so fork by hand: a different line for seq 5 that
@@ -185,7 +204,10 @@ fn a_lost_record_is_a_gap_and_a_fork_is_reported() {
     let mut forged_first = vec![forged];
     forged_first.extend(msgs);
     let report = central(&forged_first, &key);
-    assert_eq!(report.journals[0].report.failure_kind(), Some(FailureKind::ForkedRecord));
+    assert_eq!(
+        report.journals[0].report.failure_kind(),
+        Some(FailureKind::ForkedRecord)
+    );
 }
 
 #[test]
@@ -225,7 +247,10 @@ fn shipped_anchors_catch_a_cut() {
     bad.push(wire::encode_anchor(&wrong, &host));
     bad.push(wire::encode_anchor(&last, &host));
     let report = central(&bad, &key);
-    assert_eq!(report.journals[0].report.failure_kind(), Some(FailureKind::AnchorMismatch));
+    assert_eq!(
+        report.journals[0].report.failure_kind(),
+        Some(FailureKind::AnchorMismatch)
+    );
 }
 
 #[test]
@@ -241,5 +266,13 @@ fn the_memory_limit_refuses_rather_than_reads_half() {
     msgs.iter().for_each(|m| short.push_line(m));
     let report = short.finish(&key);
     assert_eq!(report.journals[0].state(), JournalState::Invalid);
-    assert!(report.journals[0].report.failure.as_ref().unwrap().message.contains("limit"));
+    assert!(
+        report.journals[0]
+            .report
+            .failure
+            .as_ref()
+            .unwrap()
+            .message
+            .contains("limit")
+    );
 }

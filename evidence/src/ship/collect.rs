@@ -146,6 +146,61 @@ impl Collector {
         }
     }
 
+    /// Feeds every line `reader` yields (a collector's file, streamed): a
+    /// line longer than [`super::MAX_MESSAGE_LEN`] is skipped to its end and
+    /// counted as refused, so memory stays bounded whatever the file holds.
+    /// A final line without a newline is taken as a line.
+    ///
+    /// # Errors
+    /// Only the reader's.
+    pub fn push_reader<R: Read>(&mut self, mut reader: R) -> std::io::Result<()> {
+        let mut chunk = vec![0u8; 1 << 16];
+        let mut line: Vec<u8> = Vec::new();
+        let mut skipping = false;
+        loop {
+            let n = match reader.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(err) => return Err(err),
+            };
+            let mut data = chunk.get(..n).unwrap_or_default();
+            while !data.is_empty() {
+                let (piece, ends) = match memchr::memchr(b'\n', data) {
+                    Some(nl) => (data.get(..nl).unwrap_or_default(), Some(nl + 1)),
+                    None => (data, None),
+                };
+                if !skipping {
+                    if line.len() + piece.len() > super::MAX_MESSAGE_LEN {
+                        skipping = true;
+                        line.clear();
+                    } else {
+                        line.extend_from_slice(piece);
+                    }
+                }
+                match ends {
+                    Some(used) => {
+                        if skipping {
+                            self.push_overlong();
+                        } else {
+                            self.push_line(&line);
+                        }
+                        line.clear();
+                        skipping = false;
+                        data = data.get(used..).unwrap_or_default();
+                    }
+                    None => data = &[],
+                }
+            }
+        }
+        if skipping {
+            self.push_overlong();
+        } else if !line.is_empty() {
+            self.push_line(&line);
+        }
+        Ok(())
+    }
+
     /// Rebuilds and verifies every journal, in journal-id order.
     #[must_use]
     pub fn finish(self, key: &JournalKey) -> CentralReport {
@@ -284,7 +339,13 @@ fn rebuild(id: JournalId, pending: Pending, key: &JournalKey, over_limit: bool) 
                     "the shipped anchor at seq {} is beyond the last record shipped",
                     anchor.seq
                 );
-                fail(&mut report, FailureKind::TruncatedBeforeAnchor, anchor.seq, 0, msg);
+                fail(
+                    &mut report,
+                    FailureKind::TruncatedBeforeAnchor,
+                    anchor.seq,
+                    0,
+                    msg,
+                );
                 break;
             };
             let matches = format::parse_line(line)
@@ -294,7 +355,13 @@ fn rebuild(id: JournalId, pending: Pending, key: &JournalKey, over_limit: bool) 
                     "the record shipped at seq {} is not the one the shipped anchor names",
                     anchor.seq
                 );
-                fail(&mut report, FailureKind::AnchorMismatch, anchor.seq, *at, msg);
+                fail(
+                    &mut report,
+                    FailureKind::AnchorMismatch,
+                    anchor.seq,
+                    *at,
+                    msg,
+                );
                 break;
             }
         }
@@ -313,7 +380,9 @@ fn rebuild(id: JournalId, pending: Pending, key: &JournalKey, over_limit: bool) 
         );
     }
     if over_limit {
-        let msg = "the collector's file holds more record bytes than the limit: not all of it was read".to_owned();
+        let msg =
+            "the collector's file holds more record bytes than the limit: not all of it was read"
+                .to_owned();
         fail(&mut report, FailureKind::Malformed, 0, 0, msg);
     }
     RebuiltJournal {

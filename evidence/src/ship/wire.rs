@@ -35,9 +35,8 @@ impl Hostname {
     /// `name` if it is a valid RFC 5424 HOSTNAME.
     #[must_use]
     pub fn new(name: &str) -> Option<Self> {
-        let ok = !name.is_empty()
-            && name.len() <= 255
-            && name.bytes().all(|b| (33..=126).contains(&b));
+        let ok =
+            !name.is_empty() && name.len() <= 255 && name.bytes().all(|b| (33..=126).contains(&b));
         ok.then(|| Self(name.to_owned()))
     }
 
@@ -400,7 +399,9 @@ pub fn parse_relp_frame(buf: &[u8]) -> Result<Option<(RelpFrame<'_>, usize)>, &'
         }
         field
             .iter()
-            .try_fold(0u64, |n, &d| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))
+            .try_fold(0u64, |n, &d| {
+                n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+            })
             .ok_or("not a RELP number")
     }
     // Header: TXNR SP COMMAND SP DATALEN, at most 9 + 1 + 32 + 1 + 9 bytes.
@@ -537,7 +538,10 @@ mod tests {
             )))
         );
         for cut in 0..out.len() {
-            assert_eq!(parse_relp_frame(out.get(..cut).unwrap_or_default()), Ok(None));
+            assert_eq!(
+                parse_relp_frame(out.get(..cut).unwrap_or_default()),
+                Ok(None)
+            );
         }
         assert_eq!(
             parse_relp_frame(b"0 serverclose 0\n"),
