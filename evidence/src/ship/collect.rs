@@ -146,6 +146,15 @@ impl Collector {
         }
     }
 
+    /// Adds an anchor kept elsewhere (not shipped): the rebuilt journal it
+    /// names must reach it and match it, as a shipped one.
+    pub fn push_anchor(&mut self, anchor: Anchor) {
+        let pending = self.journals.entry(anchor.journal).or_default();
+        if !pending.anchors.contains(&anchor) {
+            pending.anchors.push(anchor);
+        }
+    }
+
     /// Feeds every line `reader` yields (a collector's file, streamed): a
     /// line longer than [`super::MAX_MESSAGE_LEN`] is skipped to its end and
     /// counted as refused, so memory stays bounded whatever the file holds.
