@@ -122,6 +122,44 @@ pub mod __fuzz {
         let _ = verify(&resealed, &key, None);
     }
 
+    /// Feeds arbitrary bytes to the shipping parsers: a collector's file
+    /// (line by line and streamed into central verification), one message,
+    /// and RELP frames. What parses as a record must survive re-encoding.
+    pub fn ship_parse(data: &[u8]) {
+        use crate::ship::{Collector, Hostname, Shipped, parse_message, wire};
+        let key = JournalKey::from_bytes([0x5a; crate::KEY_LEN], 0);
+        for line in data.split(|&b| b == b'\n') {
+            if let Ok(Shipped::Record { line: rec, seq, .. }) = parse_message(line) {
+                let again = wire::encode_record(rec, &Hostname::nil());
+                match again.as_deref().map(parse_message) {
+                    Ok(Ok(Shipped::Record {
+                        line: back, seq: s, ..
+                    })) if back == rec && s == seq => {}
+                    _ => std::process::abort(),
+                }
+            }
+        }
+        let mut collector = Collector::new(1 << 20);
+        if collector.push_reader(data).is_err() {
+            std::process::abort();
+        }
+        let report = collector.finish(&key);
+        if report
+            .journals
+            .iter()
+            .any(|j| !j.forks.is_empty() && j.report.failure.is_none())
+        {
+            std::process::abort();
+        }
+        let mut rest = data;
+        while let Ok(Some((_, used))) = wire::parse_relp_frame(rest) {
+            if used == 0 {
+                std::process::abort();
+            }
+            rest = rest.get(used..).unwrap_or_default();
+        }
+    }
+
     /// Recomputes the MAC of every line that parses, chaining as a writer
     /// would, with the key of the epoch the line claims (up to epoch 64).
     pub fn reseal(data: &[u8], key: &JournalKey) -> Vec<u8> {

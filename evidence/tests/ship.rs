@@ -276,3 +276,105 @@ fn the_memory_limit_refuses_rather_than_reads_half() {
             .contains("limit")
     );
 }
+
+#[test]
+fn the_fuzz_harness_runs_over_real_and_damaged_collector_files() {
+    let (lines, _) = journal(6, true);
+    let mut file = Vec::new();
+    for m in messages(&lines) {
+        file.extend_from_slice(&m);
+        file.push(b'\n');
+    }
+    palisade_evidence::__fuzz::ship_parse(&file);
+    palisade_evidence::__fuzz::ship_parse(b"1 rsp 6 200 OK\n0 serverclose 0\n");
+    // Every prefix and a byte flipped every 97 bytes: no panic, no abort.
+    for cut in (0..file.len()).step_by(61) {
+        palisade_evidence::__fuzz::ship_parse(&file[..cut]);
+    }
+    let mut damaged = file.clone();
+    for i in (0..damaged.len()).step_by(97) {
+        damaged[i] ^= 0x20;
+    }
+    palisade_evidence::__fuzz::ship_parse(&damaged);
+}
+
+/// A RELP server of the test's own on loopback: answers `open`, then each
+/// `syslog` with `answer` (or never, when `None`); returns the port.
+fn fake_relp(answer: Option<&'static str>) -> u16 {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let mut out = stream.try_clone().unwrap();
+            let mut reader = BufReader::new(stream);
+            loop {
+                let mut head = Vec::new();
+                // TXNR SP COMMAND SP DATALEN
+                let mut fields = Vec::new();
+                for _ in 0..3 {
+                    head.clear();
+                    if reader.read_until(b' ', &mut head).unwrap_or(0) == 0 {
+                        break;
+                    }
+                    fields.push(String::from_utf8_lossy(&head).trim().to_owned());
+                }
+                if fields.len() < 3 {
+                    break;
+                }
+                let len: usize = fields[2].trim().parse().unwrap_or(0);
+                let mut data = vec![0u8; len + 1];
+                if reader.read_exact(&mut data).is_err() {
+                    break;
+                }
+                let rsp = match (fields[1].as_str(), answer) {
+                    ("open", _) => "200 OK\nrelp_version=0\ncommands=syslog".to_owned(),
+                    (_, Some(a)) => a.to_owned(),
+                    (_, None) => continue,
+                };
+                let frame = format!("{} rsp {} {rsp}\n", fields[0], rsp.len());
+                if out.write_all(frame.as_bytes()).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    port
+}
+
+#[test]
+fn a_record_counts_as_shipped_only_once_acknowledged() {
+    use palisade_evidence::ship::{ShipError, ShipOptions, ShipUrl, Shipper};
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.jsonl");
+    let key = JournalKey::from_bytes([9; 32], 0);
+    let w = JournalWriter::create(&path, &key, &WriterOptions::default(), Timestamp(1)).unwrap();
+    for i in 0..5 {
+        let body = Body::from_value(&serde_json::json!({"i": i})).unwrap();
+        w.append(&Entry::new(Timestamp(2), "s", Kind::EgressConnection, body))
+            .unwrap();
+    }
+    let opts = || {
+        ShipOptions::default()
+            .with_timeouts(Duration::from_secs(2), Duration::from_millis(500))
+            .with_window(4)
+    };
+    let url = |port: u16| ShipUrl::parse(&format!("relp://127.0.0.1:{port}")).unwrap();
+    // Refused, or never answered: nothing counts as shipped.
+    for answer in [Some("500 queue full"), None] {
+        let mut shipper = Shipper::new(&path, url(fake_relp(answer)), opts()).unwrap();
+        let err = shipper.ship_available().unwrap_err();
+        assert!(matches!(err, ShipError::Link(_)), "{err}");
+        assert_eq!(shipper.state().next_seq, 0, "{answer:?}");
+    }
+    // Control: acknowledged, every record is shipped and the point is kept.
+    let port = fake_relp(Some("200 OK"));
+    let mut shipper = Shipper::new(&path, url(port), opts()).unwrap();
+    let progress = shipper.ship_available().unwrap();
+    assert_eq!(progress.delivered, 6);
+    assert_eq!(shipper.state().next_seq, 6);
+    let again = Shipper::new(&path, url(port), opts()).unwrap();
+    assert_eq!(again.state().next_seq, 6, "the state file keeps the point");
+}
