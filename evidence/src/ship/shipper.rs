@@ -3,7 +3,7 @@
 //! persists that point in `<journal>.ship-<hash of url>`.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -215,7 +215,13 @@ impl Shipper {
     /// A state file that cannot be read or is not one this shipper writes.
     pub fn new(journal: &Path, url: ShipUrl, opts: ShipOptions) -> Result<Self, ShipError> {
         let state_path = Self::state_path(journal, &url);
-        let state = match std::fs::read(&state_path) {
+        // Read at most one byte past the longest state a shipper writes.
+        let read = File::open(&state_path).and_then(|file| {
+            let mut bytes = Vec::new();
+            file.take(257).read_to_end(&mut bytes)?;
+            Ok(bytes)
+        });
+        let state = match read {
             Ok(bytes) if bytes.len() <= 256 => std::str::from_utf8(&bytes)
                 .ok()
                 .and_then(ShipState::decode)
@@ -285,7 +291,7 @@ impl Shipper {
         while items.len() < self.opts.window && !from.done {
             line.clear();
             let limit = (MAX_LINE_LEN + 1) as u64;
-            let n = std::io::Read::take(&mut *reader, limit)
+            let n = Read::take(&mut *reader, limit)
                 .read_until(b'\n', &mut line)
                 .map_err(|source| ShipError::Io {
                     path: self.journal.clone(),
