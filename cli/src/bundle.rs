@@ -5,9 +5,13 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use palisade_schema::trigger::{TriggerDocument, TriggerOptions};
 use palisade_schema::{Diagnostic, HubConfig};
 
 use crate::input::{self, Kind, Links};
+
+/// The name diagnostics give standard input.
+pub(crate) const STDIN_NAME: &str = "<stdin>";
 
 /// The most files read from a `.paseo` folder.
 const MAX_FILES: usize = 2000;
@@ -43,17 +47,14 @@ impl Input {
                 bytes: input::read(path, Kind::Workflow)?,
             });
         }
-        let root = if path.file_name().is_some_and(|n| n == ".paseo") {
-            path.parent()
-                .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
-        } else if path.join(".paseo").is_dir() {
-            path.to_path_buf()
-        } else {
-            return Err(format!(
-                "{} holds no .paseo folder; give a repository root, a .paseo folder or a workflow file",
-                path.display()
-            ));
-        };
+        let root = repo_root(path)?;
+        Self::read_bundle(root)
+    }
+
+    /// Reads the v0.6 bundle under `root/.paseo` (every file but the
+    /// trigger documents of `.paseo/triggers/`, which the Hub's bundle
+    /// excludes).
+    pub(crate) fn read_bundle(root: PathBuf) -> Result<Self, String> {
         let mut names = Vec::new();
         collect(&root, ".paseo", 0, &mut names)?;
         names.sort();
@@ -78,19 +79,38 @@ impl Input {
         Ok(Self::Bundle { root, files })
     }
 
+    /// Reads one single-file document from standard input, named `<stdin>`
+    /// in diagnostics (`palisade check -`), within a workflow file's limit.
+    pub(crate) fn stdin() -> Result<Self, String> {
+        Ok(Self::File {
+            name: STDIN_NAME.to_owned(),
+            bytes: input::read_stdin(Kind::Workflow)?,
+        })
+    }
+
     /// Parses the input; file names in the diagnostics are relative to the
     /// bundle root (see [`Input::display_name`]).
     /// The model comes only without errors; the diagnostics are every
     /// finding (errors first when there is an error).
     pub(crate) fn parse(&self) -> (Option<HubConfig>, Vec<Diagnostic>) {
+        self.parse_for(&palisade_schema::options::OptionsTarget::default())
+    }
+
+    /// [`Input::parse`] for agent options that run on `target`'s daemon.
+    pub(crate) fn parse_for(
+        &self,
+        target: &palisade_schema::options::OptionsTarget,
+    ) -> (Option<HubConfig>, Vec<Diagnostic>) {
         let result = match self {
-            Self::File { name, bytes } => palisade_schema::parse_workflow_bytes(name, bytes),
+            Self::File { name, bytes } => {
+                palisade_schema::parse_workflow_bytes_for(name, bytes, target)
+            }
             Self::Bundle { files, .. } => {
                 let refs: Vec<(&str, &[u8])> = files
                     .iter()
                     .map(|(p, b)| (p.as_str(), b.as_slice()))
                     .collect();
-                palisade_schema::parse_bundle(&refs)
+                palisade_schema::parse_bundle_for(&refs, target)
             }
         };
         match result {
@@ -112,6 +132,116 @@ impl Input {
             _ => file.to_owned(),
         }
     }
+}
+
+/// The folder holding `.paseo/` for PATH (a directory): PATH itself, or
+/// the parent of a `.paseo` folder.
+pub(crate) fn repo_root(path: &Path) -> Result<PathBuf, String> {
+    if path.file_name().is_some_and(|n| n == ".paseo") {
+        Ok(path
+            .parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf))
+    } else if path.join(".paseo").is_dir() {
+        Ok(path.to_path_buf())
+    } else {
+        Err(format!(
+            "{} holds no .paseo folder; give a repository root, a .paseo folder or a workflow file",
+            path.display()
+        ))
+    }
+}
+
+/// Whether `root/.paseo` holds anything besides `.paseo/triggers`: the
+/// legacy (v0.6) bundle layout.
+pub(crate) fn has_bundle(root: &Path) -> Result<bool, String> {
+    let dir = root.join(".paseo");
+    let entries = fs::read_dir(&dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+        if entry.file_name() != "triggers" {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The direct children of `.paseo/triggers/`, read for
+/// [`palisade_schema::trigger::parse_trigger_dir`]: regular files with
+/// their bytes (bounded reads that refuse links), anything else by path
+/// alone (a folder with a trailing `/`), so the parser reports it as
+/// `trigger_path_unsupported`. A symlink (`.paseo`, `.paseo/triggers` or
+/// an entry) is a `trigger_unsafe_path` finding and is not read.
+pub(crate) struct TriggerFiles {
+    /// `(path relative to the root, bytes)`, `/`-separated.
+    pub(crate) files: Vec<(String, Vec<u8>)>,
+    /// The symlink findings.
+    pub(crate) refused: Vec<Diagnostic>,
+}
+
+/// Reads `root/.paseo/triggers` if it exists (see [`TriggerFiles`]).
+pub(crate) fn read_triggers(root: &Path) -> Result<Option<TriggerFiles>, String> {
+    use palisade_schema::trigger::TRIGGER_DIR;
+    let unsafe_path = |rel: &str| {
+        Diagnostic::error("trigger_unsafe_path", format!("{rel} must not use a symlink."))
+            .in_file(rel)
+            .with_help("the Hub CLI refuses links under .paseo/triggers; replace the link with the file or folder itself")
+    };
+    let mut refused = Vec::new();
+    for rel in [".paseo", TRIGGER_DIR] {
+        match fs::symlink_metadata(root.join(rel)) {
+            Err(_) => return Ok(None),
+            Ok(m) if m.file_type().is_symlink() => {
+                refused.push(unsafe_path(rel));
+                return Ok(Some(TriggerFiles {
+                    files: Vec::new(),
+                    refused,
+                }));
+            }
+            Ok(m) if rel == TRIGGER_DIR && !m.is_dir() => {
+                return Err(format!(
+                    "{} is not a folder (HUB_TRIGGER_DIRECTORY_INVALID)",
+                    root.join(rel).display()
+                ));
+            }
+            Ok(_) => {}
+        }
+    }
+    let dir = root.join(TRIGGER_DIR);
+    let entries = fs::read_dir(&dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    let mut files = Vec::new();
+    let mut total = 0u64;
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+        let kind = entry
+            .file_type()
+            .map_err(|e| format!("cannot read {}: {e}", entry.path().display()))?;
+        let rel = format!("{TRIGGER_DIR}/{}", entry.file_name().to_string_lossy());
+        if files.len().saturating_add(refused.len()) >= MAX_FILES {
+            return Err(format!(
+                "{} holds more than {MAX_FILES} entries",
+                dir.display()
+            ));
+        }
+        if kind.is_symlink() {
+            refused.push(unsafe_path(&rel));
+        } else if kind.is_file() {
+            let bytes = input::read_with(&root.join(&rel), Kind::Workflow, Links::Refuse)?;
+            total = total.saturating_add(bytes.len() as u64);
+            if total > Kind::Bundle.limit() {
+                return Err(format!(
+                    "input_too_large: `{}` is larger than the {} limit (all its files together)",
+                    dir.display(),
+                    input::size(Kind::Bundle.limit()),
+                ));
+            }
+            files.push((rel, bytes));
+        } else if kind.is_dir() {
+            files.push((format!("{rel}/"), Vec::new()));
+        } else {
+            files.push((rel, Vec::new()));
+        }
+    }
+    Ok(Some(TriggerFiles { files, refused }))
 }
 
 /// Loads and parses PATH; any error diagnostic fails the load.
@@ -158,6 +288,11 @@ fn collect(root: &Path, rel: &str, depth: usize, out: &mut Vec<String>) -> Resul
             .file_type()
             .map_err(|e| format!("cannot read {}: {e}", entry.path().display()))?;
         let child = format!("{rel}/{}", entry.file_name().to_string_lossy());
+        if palisade_schema::trigger::is_trigger_path(&child) {
+            // Trigger documents are not part of the v0.6 bundle (the Hub's
+            // bundle excludes them); `read_triggers` reads them.
+            continue;
+        }
         if kind.is_dir() {
             collect(root, &child, depth.saturating_add(1), out)?;
         } else if kind.is_file() {
@@ -176,4 +311,110 @@ fn collect(root: &Path, rel: &str, depth: usize, out: &mut Vec<String>) -> Resul
         }
     }
     Ok(())
+}
+
+/// A configuration as `policy`, `explain` and `run --workflow` load it: a
+/// v0.6 workflow or bundle, or Paseo Hub 0.9 trigger documents.
+pub(crate) enum Loaded {
+    /// A single-file workflow or a `.paseo` bundle.
+    Workflow(HubConfig),
+    /// The documents of `.paseo/triggers/` (sorted as the Hub CLI reads
+    /// them), or one trigger document file.
+    Triggers(Vec<TriggerDocument>),
+}
+
+/// The folder of trigger documents under a repository root.
+const TRIGGERS_DIR: &str = ".paseo/triggers";
+
+/// Loads PATH: a repository root or `.paseo` folder whose `.paseo/triggers/`
+/// exists loads those documents (and only them); otherwise the bundle. A
+/// single file loads as a workflow, or as a trigger document when it is
+/// one (a top-level `run:` key, or a file inside a `triggers` folder).
+/// Any error diagnostic fails the load.
+pub(crate) fn load(path: &Path) -> Result<Loaded, String> {
+    let input = Input::read(path)?;
+    // The Hub's verdict only: palisade's lints are `palisade check`'s
+    // findings, and `policy`/`explain` must show what the Hub would run.
+    let mut options = TriggerOptions::default();
+    options.skip_lints = true;
+    match &input {
+        Input::Bundle { root, .. } if root.join(TRIGGERS_DIR).is_dir() => {
+            // The bundle read leaves `.paseo/triggers/` out (the Hub's
+            // bundle does): read it as `check` does, links refused.
+            let triggers = read_triggers(root)?.ok_or_else(|| {
+                format!(
+                    "{} changed while it was read",
+                    root.join(TRIGGERS_DIR).display()
+                )
+            })?;
+            if !triggers.refused.is_empty() {
+                return Err(refusal(path, &input, &triggers.refused));
+            }
+            let refs: Vec<(&str, &[u8])> = triggers
+                .files
+                .iter()
+                .map(|(p, b)| (p.as_str(), b.as_slice()))
+                .collect();
+            let result = palisade_schema::trigger::parse_trigger_dir(&refs, &options);
+            finish(path, &input, result.map(|p| p.into_parts().0)).map(Loaded::Triggers)
+        }
+        Input::File { name, bytes } => {
+            let (config, diags) = input.parse();
+            if let Some(config) = config.filter(|_| !diags.iter().any(Diagnostic::is_error)) {
+                return Ok(Loaded::Workflow(config));
+            }
+            let Ok(text) = std::str::from_utf8(bytes) else {
+                return load_config(path).map(Loaded::Workflow);
+            };
+            let result = palisade_schema::trigger::parse_trigger_with(name, text, &options);
+            let looks_like_trigger = text.lines().any(|l| l.starts_with("run:"))
+                || path
+                    .parent()
+                    .and_then(Path::file_name)
+                    .is_some_and(|n| n == "triggers");
+            match result {
+                Ok(parsed) => Ok(Loaded::Triggers(vec![parsed.into_parts().0])),
+                Err(refused) if looks_like_trigger => finish(path, &input, Err(refused))
+                    .map(|d: TriggerDocument| Loaded::Triggers(vec![d])),
+                Err(_) => load_config(path).map(Loaded::Workflow),
+            }
+        }
+        Input::Bundle { .. } => load_config(path).map(Loaded::Workflow),
+    }
+}
+
+/// The value, or every error of a refused parse as `file:line:col: message`.
+fn finish<T>(
+    path: &Path,
+    input: &Input,
+    result: Result<T, palisade_schema::Diagnostics>,
+) -> Result<T, String> {
+    match result {
+        Ok(v) => Ok(v),
+        Err(refused) => Err(refusal(path, input, &refused.into_vec())),
+    }
+}
+
+/// The message of a load refused with `refused` (its errors, located).
+fn refusal(path: &Path, input: &Input, refused: &[Diagnostic]) -> String {
+    let errors: Vec<String> = refused
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| {
+            format!(
+                "{}:{}:{}: {} [{}]",
+                input.display_name(&d.file),
+                d.line,
+                d.column,
+                d.message,
+                d.code
+            )
+        })
+        .collect();
+    format!(
+        "{} does not parse ({} error(s); run `palisade check`):\n{}",
+        path.display(),
+        errors.len(),
+        errors.join("\n")
+    )
 }

@@ -10,8 +10,11 @@ use palisade_policy::capability::{CapabilityRegistry, OutputContext};
 use palisade_policy::plan::{PlanInput, RunPlan, StepStatus, plan};
 use serde_json::{Map, Value, json};
 
-use crate::bundle::load_config;
-use crate::policy_cmd::{Format, Ordering};
+use crate::bundle::{Loaded, load};
+use crate::policy_cmd::{Format, Ordering, document_context, tool_labels};
+use palisade_policy::plan::plan_document;
+use palisade_policy::trigger;
+use palisade_schema::trigger::{Release, TriggerDocument, internal_trigger_name};
 
 /// Arguments of `palisade explain`.
 #[derive(Debug, clap::Args)]
@@ -36,7 +39,7 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
-    let config = load_config(&args.path)?;
+    let loaded = load(&args.path)?;
     let event_json = read_json(&args.event)?;
     let (event, context) =
         parse_event(&event_json).map_err(|e| format!("{}: {e}", args.event.display()))?;
@@ -47,6 +50,12 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
             .ok_or_else(|| format!("--output `{spec}` must be STEP=OUTPUT.json"))?;
         outputs.push((step.to_owned(), read_json(&PathBuf::from(file))?));
     }
+    let config = match loaded {
+        Loaded::Workflow(c) => c,
+        Loaded::Triggers(docs) => {
+            return run_documents(&args, &docs, &event, context.as_ref(), &outputs);
+        }
+    };
     let names: Vec<String> = match &args.trigger {
         Some(t) => vec![t.clone()],
         None => config
@@ -88,6 +97,86 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     })
 }
 
+/// `palisade explain` on trigger documents: every `on` entry on the
+/// event's name (or the one `--trigger` names), planned through the
+/// document's compiled form with its automatic reply.
+fn run_documents(
+    args: &Args,
+    docs: &[TriggerDocument],
+    event: &TriggerEvent,
+    context: Option<&OutputContext>,
+    outputs: &[(String, Value)],
+) -> Result<ExitCode, String> {
+    let selected: Vec<(usize, usize)> = match &args.trigger {
+        Some(t) => vec![trigger::select(docs, t, Some(&event.name)).map_err(|e| e.to_string())?],
+        None => docs
+            .iter()
+            .enumerate()
+            .flat_map(|(d, doc)| {
+                doc.on
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, e)| e.event == event.name)
+                    .map(move |(i, _)| (d, i))
+            })
+            .collect(),
+    };
+    if selected.is_empty() {
+        return Err(format!(
+            "no trigger document starts on `{}` events",
+            event.name
+        ));
+    }
+    let release = Release::default();
+    let registry = CapabilityRegistry::hub_0_9();
+    let grant_config = args.opencode_order.grant_config();
+    let mut plans = Vec::new();
+    for (d, i) in selected {
+        let doc = docs.get(d).ok_or("no such trigger document")?;
+        let entry = doc.on.get(i).ok_or("no such on entry")?;
+        let ctx = document_context(context.cloned(), &entry.event);
+        let compiled = doc.compile();
+        let name = internal_trigger_name(&doc.name, i);
+        let input = PlanInput {
+            config: &compiled,
+            trigger: &name,
+            event,
+            outputs,
+            context: Some(&ctx),
+        };
+        let p = plan_document(doc, i, &input, &registry, &grant_config, release)
+            .map_err(|e| e.to_string())?;
+        plans.push((doc.name.clone(), p));
+    }
+    let any_admitted = plans.iter().any(|(_, p)| p.admission.is_admitted());
+    let out = match args.format {
+        Format::Json => serde_json::to_string_pretty(&Value::Array(
+            plans
+                .iter()
+                .map(|(doc, p)| {
+                    let mut v = plan_json(p);
+                    if let Value::Object(m) = &mut v {
+                        m.insert("document".into(), json!(doc));
+                    }
+                    v
+                })
+                .collect(),
+        ))
+        .map_err(|e| e.to_string())?,
+        Format::Human => plans
+            .iter()
+            .map(|(doc, p)| format!("trigger document {doc}: {}", human_with(p, true)))
+            .collect::<Vec<_>>()
+            .join("\n\n"),
+    };
+    println!("{out}");
+    Ok(if any_admitted {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
 fn read_json(path: &std::path::Path) -> Result<Value, String> {
     let bytes = crate::input::read(path, crate::input::Kind::Event)?;
     serde_json::from_slice(&bytes).map_err(|e| format!("{}: invalid JSON: {e}", path.display()))
@@ -101,6 +190,7 @@ fn parse_event(v: &Value) -> Result<(TriggerEvent, Option<OutputContext>), Strin
     };
     let mut e = TriggerEvent::default();
     let mut context = None;
+    let mut item = None;
     let text = |k: &str, v: &Value| {
         v.as_str()
             .map(str::to_owned)
@@ -136,11 +226,20 @@ fn parse_event(v: &Value) -> Result<(TriggerEvent, Option<OutputContext>), Strin
                 e.inputs = inputs.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
             }
             "context" => context = Some(OutputContext::new(text(k, val)?)),
+            "item" => {
+                item = Some(val.as_bool().ok_or("`item` must be a boolean")?);
+            }
             other => return Err(format!("unknown event key `{other}`")),
         }
     }
     if e.name.is_empty() {
         return Err("the event needs `event`, e.g. \"slack.mention\"".into());
+    }
+    // `item`: whether the run has an issue or pull request to reply on
+    // (default: every GitHub event but `github.push`).
+    if let Some(item) = item {
+        let ctx = context.unwrap_or_else(|| OutputContext::for_event(&e.name));
+        context = Some(ctx.with_item(item));
     }
     Ok((e, context))
 }
@@ -170,6 +269,16 @@ fn plan_json(p: &RunPlan) -> Value {
                             m.insert(
                                 "tools".into(),
                                 json!(g.derived.policy.tool_names().collect::<Vec<_>>()),
+                            );
+                            m.insert(
+                                "grants".into(),
+                                Value::Array(
+                                    g.derived
+                                        .materialized
+                                        .iter()
+                                        .map(|x| json!({"type": x.decl.kind, "tool": x.tool.name, "max": x.decl.max, "required": x.decl.required, "automatic": x.decl.max.is_none()}))
+                                        .collect(),
+                                ),
                             );
                             m.insert("grant".into(), g.to_json());
                         }
@@ -201,6 +310,12 @@ fn plan_json(p: &RunPlan) -> Value {
 }
 
 fn human(p: &RunPlan) -> String {
+    human_with(p, false)
+}
+
+/// The plan as text; `labels` lists each output tool with its limit
+/// (trigger documents, where a reply can be automatic and unlimited).
+fn human_with(p: &RunPlan, labels: bool) -> String {
     let mut out = format!(
         "trigger {} (output context {})\n",
         p.trigger, p.context.provider
@@ -217,7 +332,11 @@ fn human(p: &RunPlan) -> String {
                     r.environment,
                     r.agent.name.as_deref().unwrap_or("inline agent"),
                     r.agent.agent.provider,
-                    g.derived.policy.tool_names().collect::<Vec<_>>().join(", ")
+                    if labels {
+                        tool_labels(g)
+                    } else {
+                        g.derived.policy.tool_names().collect::<Vec<_>>().join(", ")
+                    }
                 ),
                 Err(e) => format!("cannot be dispatched: {} ({})", e, e.code()),
             },

@@ -10,7 +10,8 @@
 //! kind's limit, so `/dev/zero` or an endless writer never fills memory.
 //! Journals are not read whole: [`open`] hands the descriptor to a streaming
 //! reader whose lines are bounded by `palisade_evidence::MAX_LINE_LEN`.
-//! Standard input is accepted nowhere; `-` is a file named `-`.
+//! Standard input is read only by `palisade check -` ([`read_stdin`], with
+//! the same limit); everywhere else `-` is a file named `-`.
 //!
 //! Error messages name the kind, the file and the limit, and start with a
 //! stable code: `input_unreadable`, `input_not_regular`, `input_too_large`
@@ -233,6 +234,35 @@ pub(crate) fn read_with(path: &Path, kind: Kind, links: Links) -> Result<Vec<u8>
     let opened = open_with(path, kind, links)?;
     let mut buf = Vec::new();
     read_into(&opened, path, kind, &mut buf)?;
+    Ok(buf)
+}
+
+/// Reads standard input whole, at most `kind`'s limit (`palisade check -`).
+/// Standard input is read only there; everywhere else `-` is a file.
+///
+/// # Errors
+/// `input_unreadable` on a read error, `input_too_large` over the limit.
+pub(crate) fn read_stdin(kind: Kind) -> Result<Vec<u8>, String> {
+    let limit = kind.limit();
+    let mut buf = Vec::new();
+    std::io::stdin()
+        .lock()
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut buf)
+        .map_err(|e| {
+            format!(
+                "input_unreadable: cannot read {} from <stdin>: {e}",
+                kind.name()
+            )
+        })?;
+    if buf.len() as u64 > limit {
+        return Err(format!(
+            "input_too_large: {} `<stdin>` is larger than the {} limit for a {}",
+            kind.name(),
+            size(limit),
+            kind.name()
+        ));
+    }
     Ok(buf)
 }
 

@@ -20,6 +20,7 @@ mod host_policy_file;
 mod input;
 mod journal;
 mod mark_untrusted;
+mod migrate;
 mod policy_cmd;
 mod probe;
 mod proxy;
@@ -36,9 +37,18 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// `palisade --version`: the crate version and the commit it was built from
+/// (`unknown` without git; see `build.rs`).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("PALISADE_COMMIT"),
+    ")"
+);
+
 /// Guardrails for AI-agent workers.
 #[derive(Debug, Parser)]
-#[command(name = "palisade", version, about, long_about = None)]
+#[command(name = "palisade", version = VERSION, about, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -81,6 +91,61 @@ enum Command {
     Explain(explain::Args),
     /// Generate keys for, verify, show and append to sealed journals.
     Journal(journal::Args),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(CompletionsArgs),
+    /// Print the man page (roff) of palisade and its subcommands.
+    Man,
+}
+
+/// Arguments of `palisade completions`.
+#[derive(Debug, clap::Args)]
+struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
+}
+
+/// `palisade completions SHELL`: the script on stdout.
+fn completions(args: &CompletionsArgs) -> Result<ExitCode, String> {
+    use clap::CommandFactory as _;
+    let mut cmd = Cli::command();
+    let mut out = Vec::new();
+    clap_complete::generate(args.shell, &mut cmd, "palisade", &mut out);
+    write_stdout(&out)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `palisade man`: the roff man page of the whole command tree, with a
+/// section per subcommand, on stdout (`palisade man > palisade.1`).
+fn man() -> Result<ExitCode, String> {
+    use clap::CommandFactory as _;
+    let cmd = Cli::command();
+    let mut out = Vec::new();
+    let render = |man: clap_mangen::Man, out: &mut Vec<u8>| {
+        man.render(out)
+            .map_err(|e| format!("cannot render the man page: {e}"))
+    };
+    render(clap_mangen::Man::new(cmd.clone()), &mut out)?;
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let title = format!("palisade-{}", sub.get_name());
+        render(clap_mangen::Man::new(sub.clone()).title(title), &mut out)?;
+    }
+    write_stdout(&out)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `bytes` to stdout; a reader that went away (`palisade man |
+/// head`) is not an error, any other write failure is (never a panic, as
+/// `print!` would).
+pub(crate) fn write_stdout(bytes: &[u8]) -> Result<(), String> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(format!("cannot write to stdout: {e}"))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Exit status for usage and IO errors, as `palisade check` documents.
@@ -126,6 +191,8 @@ fn main() -> ExitCode {
         Command::Policy(args) => policy_cmd::run(args),
         Command::Explain(args) => explain::run(args),
         Command::Journal(args) => journal::run(args),
+        Command::Completions(args) => completions(&args),
+        Command::Man => man(),
     };
     match res {
         Ok(code) => code,

@@ -13,6 +13,8 @@ pub(crate) enum What {
     Workflow,
     /// The schema of a single-file workflow (`environments:` and `triggers:` lists).
     SingleFile,
+    /// The schema of a `.paseo/triggers/<name>.yml` trigger document (Paseo Hub 0.9).
+    Trigger,
     /// The strict schema of one provider's `agent.options`.
     Options {
         /// The provider.
@@ -34,6 +36,7 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         What::Hub => hub_schema::hub(),
         What::Workflow => hub_schema::workflow(),
         What::SingleFile => hub_schema::single_file(),
+        What::Trigger => palisade_schema::trigger::json_schema(),
         What::Options { provider } => options::json_schema(&provider)
             .ok_or_else(|| format!("no option schema for provider {provider:?}"))?,
     };

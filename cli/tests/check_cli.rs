@@ -165,6 +165,7 @@ fn schema_command_prints_json_schema() {
         &["schema", "hub"][..],
         &["schema", "workflow"],
         &["schema", "single-file"],
+        &["schema", "trigger"],
         &["schema", "options", "--provider", "codex"],
         &["schema", "options", "--provider", "claude"],
         &["schema", "options", "--provider", "opencode"],
@@ -182,6 +183,9 @@ fn schema_command_prints_json_schema() {
     ])))
     .unwrap();
     assert_eq!(v["additionalProperties"], false);
+    let t: Value = serde_json::from_str(&stdout(&palisade(&["schema", "trigger"]))).unwrap();
+    assert_eq!(t["$id"], "urn:palisade:schema:trigger");
+    assert_eq!(t["required"], serde_json::json!(["name", "on", "run"]));
     assert_eq!(
         v["properties"]["sandbox_mode"]["enum"],
         serde_json::json!(["read-only", "workspace-write", "danger-full-access"])
@@ -220,4 +224,166 @@ fn human_output_is_the_schema_renderer() {
         assert_eq!(body, want, "{path}");
         assert!(summary.starts_with("palisade check: "), "{summary}");
     }
+}
+
+// ----- trigger documents (hub-triggers.md §1) --------------------------
+
+const TRIGGER_EXAMPLE: &str = "examples/guarded-request-trigger";
+
+fn write(root: &std::path::Path, rel: &str, text: &str) {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+fn check_dir(dir: &std::path::Path, extra: &[&str]) -> (Option<i32>, String) {
+    let mut args = vec!["check", dir.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let o = palisade(&args);
+    (o.status.code(), stdout(&o))
+}
+
+/// A document that checks clean at 0.9.0 (no lint finding either).
+const CLEAN_TRIGGER: &str = "name: hello\non: {manual.run: {filters: {from_users: [automation]}}}\nrun:\n  target: {daemon: host, cwd: /w, worktree: {mode: branch-off, newBranch: \"hub/${{ paseo.execution.id }}\"}}\n  agent: {provider: codex, mode: auto, options: {approval_policy: never, sandbox_mode: read-only}}\n  continuation: {mode: new}\n  prompt: Say hello.\n";
+
+#[test]
+fn trigger_example_checks_clean_as_folder_and_file() {
+    for path in [
+        TRIGGER_EXAMPLE.to_owned(),
+        format!("{TRIGGER_EXAMPLE}/.paseo"),
+        format!("{TRIGGER_EXAMPLE}/.paseo/triggers/guarded-request.yml"),
+    ] {
+        let o = palisade(&["check", &path]);
+        let out = stdout(&o);
+        assert_eq!(o.status.code(), Some(0), "{path}: {out}");
+        assert!(out.ends_with("no errors, no warnings\n"), "{path}: {out}");
+        assert!(out.contains("1 trigger, 1 event"), "{path}: {out}");
+        assert_eq!(out.lines().count(), 1, "{path}: {out}");
+    }
+}
+
+#[test]
+fn legacy_bundle_is_named_legacy_in_the_summary() {
+    let o = palisade(&["check", "examples/guarded-request"]);
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(out.contains("(legacy bundle layout, "), "{out}");
+    // The trigger layout is not called legacy.
+    let o = palisade(&["check", TRIGGER_EXAMPLE]);
+    assert!(!stdout(&o).contains("legacy"), "{}", stdout(&o));
+}
+
+#[test]
+fn trigger_directory_refuses_other_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), ".paseo/triggers/hello.yml", CLEAN_TRIGGER);
+    // Positive control: the regular direct-child .yml file alone is clean.
+    let (code, out) = check_dir(dir.path(), &[]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.ends_with("no errors, no warnings\n"), "{out}");
+    write(dir.path(), ".paseo/triggers/other.yaml", CLEAN_TRIGGER);
+    write(dir.path(), ".paseo/triggers/nested/deep.yml", CLEAN_TRIGGER);
+    let (code, out) = check_dir(dir.path(), &[]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("error[trigger_path_unsupported]: .paseo/triggers/other.yaml must be a direct-child .yml trigger."),
+        "{out}"
+    );
+    assert!(
+        out.contains(".paseo/triggers/nested/ must be a direct-child .yml trigger."),
+        "{out}"
+    );
+}
+
+#[test]
+fn trigger_symlinks_are_refused_and_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "elsewhere/hello.yml", CLEAN_TRIGGER);
+    std::fs::create_dir_all(dir.path().join(".paseo/triggers")).unwrap();
+    std::os::unix::fs::symlink(
+        dir.path().join("elsewhere/hello.yml"),
+        dir.path().join(".paseo/triggers/hello.yml"),
+    )
+    .unwrap();
+    let (code, out) = check_dir(dir.path(), &[]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(
+            "error[trigger_unsafe_path]: .paseo/triggers/hello.yml must not use a symlink."
+        ),
+        "{out}"
+    );
+    // A linked trigger folder is refused too.
+    let dir2 = tempfile::tempdir().unwrap();
+    write(dir2.path(), "elsewhere/hello.yml", CLEAN_TRIGGER);
+    std::fs::create_dir_all(dir2.path().join(".paseo")).unwrap();
+    std::os::unix::fs::symlink(
+        dir2.path().join("elsewhere"),
+        dir2.path().join(".paseo/triggers"),
+    )
+    .unwrap();
+    let (code, out) = check_dir(dir2.path(), &[]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(".paseo/triggers must not use a symlink."),
+        "{out}"
+    );
+}
+
+#[test]
+fn both_layouts_are_checked_and_a_shared_name_warns() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = repo();
+    for rel in [".paseo/hub.yml", ".paseo/workflows/guarded-request.yml"] {
+        let text =
+            std::fs::read_to_string(repo.join("examples/guarded-request").join(rel)).unwrap();
+        write(dir.path(), rel, &text);
+    }
+    write(dir.path(), ".paseo/triggers/hello.yml", CLEAN_TRIGGER);
+    // Positive control: different names, both checked, no finding (the
+    // bundle reader does not see the trigger file as a stray file).
+    let (code, out) = check_dir(dir.path(), &[]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.ends_with("no errors, no warnings\n"), "{out}");
+    assert!(
+        out.contains("1 trigger") && out.contains("1 workflow"),
+        "{out}"
+    );
+    // The same name: a warning at the document's name.
+    write(
+        dir.path(),
+        ".paseo/triggers/hello.yml",
+        &CLEAN_TRIGGER.replace("name: hello", "name: guarded-request"),
+    );
+    let (code, out) = check_dir(dir.path(), &[]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("warning[trigger_workflow_name_clash]"),
+        "{out}"
+    );
+    assert!(out.contains(".paseo/triggers/hello.yml:1:7"), "{out}");
+}
+
+#[test]
+fn hub_release_gates_schedules() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = CLEAN_TRIGGER.replace(
+        "{manual.run: {filters: {from_users: [automation]}}}",
+        "{schedule.tick: {recurrence: {timezone: UTC, start: \"2026-09-09T09:00:00\", rule: \"FREQ=DAILY;BYHOUR=9\"}}}",
+    );
+    write(dir.path(), ".paseo/triggers/tick.yml", &text);
+    let (code, out) = check_dir(dir.path(), &[]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("error[unreleased_event]"), "{out}");
+    assert!(out.contains("--hub-release main"), "{out}");
+    // Positive control: the release that has it accepts it.
+    let (code, out) = check_dir(dir.path(), &["--hub-release", "main"]);
+    assert_eq!(code, Some(0), "{out}");
+    let o = palisade(&[
+        "check",
+        dir.path().to_str().unwrap(),
+        "--hub-release",
+        "0.8",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
 }

@@ -112,7 +112,19 @@ enum Source {
 
 /// Decides whether `event` starts the trigger `on` with `filters`.
 pub fn admit(on: &str, filters: Option<&Filters>, event: &TriggerEvent) -> Admission {
-    match admit_inner(on, filters, event) {
+    match admit_inner(on, filters, event, false) {
+        Ok(prompt) => Admission::Admitted { prompt },
+        Err(r) => Admission::Rejected(r),
+    }
+}
+
+/// [`admit`] as Paseo Hub 0.9 decides a trigger document's event
+/// (`hub-triggers.md` §3.2): `"*"` as any element of `from_users` admits
+/// every actor (v0.6 compares it as a literal id). An absent or empty
+/// list still admits nobody; a manual document without a list is compiled
+/// to `["*"]` before it gets here.
+pub fn admit_0_9(on: &str, filters: Option<&Filters>, event: &TriggerEvent) -> Admission {
+    match admit_inner(on, filters, event, true) {
         Ok(prompt) => Admission::Admitted { prompt },
         Err(r) => Admission::Rejected(r),
     }
@@ -129,6 +141,7 @@ fn admit_inner(
     on: &str,
     filters: Option<&Filters>,
     event: &TriggerEvent,
+    wildcard: bool,
 ) -> Result<String, Rejection> {
     if event.name != on {
         return Err(reject(
@@ -161,8 +174,9 @@ fn admit_inner(
     };
     check_applicable(f, source)?;
     let allowed = f.from_users.as_deref().unwrap_or_default();
+    let everyone = wildcard && allowed.iter().any(|u| u == "*");
     if source == Source::Manual {
-        let listed = event.actor_id.as_ref().is_some_and(|a| allowed.contains(a));
+        let listed = everyone || event.actor_id.as_ref().is_some_and(|a| allowed.contains(a));
         if !listed {
             return Err(reject(
                 "actor_forbidden",
@@ -182,7 +196,7 @@ fn admit_inner(
             .actor_name
             .as_ref()
             .is_some_and(|a| allowed.contains(a));
-        if !(by_id || by_name) {
+        if !(everyone || by_id || by_name) {
             return Err(reject(
                 "user_not_allowed",
                 "the event's author is not in filters.from_users",

@@ -2,8 +2,11 @@
 //! Hub tool each exposes, and when each is available for a run.
 //!
 //! The registry is data. [`CapabilityRegistry::default`] holds the production
-//! registrations of the Hub (`slack.reply`, `discord.reply`); GitHub and manual
-//! contexts register none. Callers add further types with
+//! registrations of the v0.6 Hub (`slack.reply`, `discord.reply`); GitHub and
+//! manual contexts register none. [`CapabilityRegistry::hub_0_9`] is the
+//! registry trigger documents run with: it adds `github.reply` (available
+//! only for a GitHub event with an issue or pull-request item) and
+//! `linear.reply`. Callers add further types with
 //! [`CapabilityRegistry::register`].
 
 use serde_json::{Value, json};
@@ -15,19 +18,44 @@ pub const REPLY_DESCRIPTION: &str =
 /// The output context of a run: where its outputs would go.
 ///
 /// It belongs to the run, not to a step: every step of a run sees the same
-/// context. Only the provider decides availability of the built-in types.
+/// context. The provider decides availability of the built-in types; a
+/// GitHub reply also needs the event's issue or pull request (`item`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OutputContext {
     /// The provider the run came from (`slack`, `discord`, `github`, `manual`, …).
     pub provider: String,
+    /// Whether the event carries an issue or pull-request item to reply on
+    /// (every GitHub event but `github.push`). [`OutputContext::new`] sets
+    /// it for GitHub, where it is the common case; [`OutputContext::for_event`]
+    /// knows the exception.
+    pub item: bool,
 }
 
 impl OutputContext {
-    /// A context for `provider`.
+    /// A context for `provider`; a `github` context has an item (an issue or
+    /// pull request), every other one has none.
     pub fn new(provider: impl Into<String>) -> Self {
-        Self {
-            provider: provider.into(),
-        }
+        let provider = provider.into();
+        let item = provider == "github";
+        Self { provider, item }
+    }
+
+    /// The context of a run started by `event` (e.g. `slack.mention`): its
+    /// provider is the text before the first `.`, and it has an item for
+    /// every GitHub event except `github.push` (which has no issue or pull
+    /// request).
+    pub fn for_event(event: &str) -> Self {
+        let provider = event.split('.').next().unwrap_or_default();
+        let mut ctx = Self::new(provider);
+        ctx.item = provider == "github" && event != "github.push";
+        ctx
+    }
+
+    /// This context with `item` set.
+    #[must_use]
+    pub fn with_item(mut self, item: bool) -> Self {
+        self.item = item;
+        self
     }
 }
 
@@ -39,6 +67,9 @@ pub enum Availability {
     Provider(String),
     /// Available in every output context (but never without one).
     Always,
+    /// Available when the context comes from this provider and has an
+    /// issue or pull-request item ([`OutputContext::item`]): `github.reply`.
+    ProviderItem(String),
 }
 
 impl Availability {
@@ -50,6 +81,7 @@ impl Availability {
         match self {
             Self::Provider(p) => ctx.provider == *p,
             Self::Always => true,
+            Self::ProviderItem(p) => ctx.provider == *p && ctx.item,
         }
     }
 }
@@ -140,6 +172,28 @@ impl Default for CapabilityRegistry {
 }
 
 impl CapabilityRegistry {
+    /// The registry of Paseo Hub 0.9 trigger runs (`hub-triggers.md` §4.2):
+    /// the v0.6 ones, then `github.reply` (tool `reply`, posts an issue
+    /// comment; available iff the context is GitHub with an item, so never
+    /// for `github.push`) and `linear.reply` (tool `reply`, posts to the
+    /// issue). `linear.progress` and `linear.plan` are not registered.
+    /// v0.6 bundles keep [`CapabilityRegistry::default`], where a
+    /// `github.reply` grant is dropped as unregistered.
+    pub fn hub_0_9() -> Self {
+        let mut reg = Self::default();
+        reg.caps.push(Capability {
+            kind: "github.reply".to_owned(),
+            tool: ToolSpec::reply(),
+            availability: Availability::ProviderItem("github".to_owned()),
+        });
+        reg.caps.push(Capability {
+            kind: "linear.reply".to_owned(),
+            tool: ToolSpec::reply(),
+            availability: Availability::Provider("linear".to_owned()),
+        });
+        reg
+    }
+
     /// A registry with no capability at all.
     pub fn empty() -> Self {
         Self { caps: Vec::new() }
@@ -253,5 +307,36 @@ mod tests {
             Err(RegistryError::InvalidTool { .. })
         ));
         assert!(reg.is_available("linear.progress", Some(&OutputContext::new("manual"))));
+    }
+
+    #[test]
+    fn hub_0_9_registers_github_reply_only_with_an_item() {
+        let reg = CapabilityRegistry::hub_0_9();
+        let issue = OutputContext::for_event("github.issue_comment_created");
+        let push = OutputContext::for_event("github.push");
+        assert!(issue.item && !push.item);
+        assert!(reg.is_available("github.reply", Some(&issue)));
+        assert!(!reg.is_available("github.reply", Some(&push)));
+        assert!(!reg.is_available(
+            "github.reply",
+            Some(&OutputContext::for_event("slack.mention"))
+        ));
+        assert!(reg.is_available(
+            "linear.reply",
+            Some(&OutputContext::for_event("linear.comment_created"))
+        ));
+        assert!(!reg.is_available("linear.reply", Some(&issue)));
+        assert!(!reg.is_available("linear.progress", Some(&OutputContext::new("linear"))));
+        assert!(reg.is_available(
+            "slack.reply",
+            Some(&OutputContext::for_event("slack.mention"))
+        ));
+        for kind in ["github.reply", "linear.reply"] {
+            assert_eq!(reg.get(kind).map(|c| c.tool.name.as_str()), Some("reply"));
+        }
+        // The v0.6 registry is unchanged: GitHub and Linear register nothing.
+        let v06 = CapabilityRegistry::default();
+        assert!(!v06.is_available("github.reply", Some(&issue)));
+        assert!(!v06.is_available("linear.reply", Some(&OutputContext::new("linear"))));
     }
 }

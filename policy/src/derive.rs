@@ -32,8 +32,9 @@ const FINISH_DESCRIPTION_OPTIONAL: &str =
 pub struct OutputDecl {
     /// The capability type, e.g. `slack.reply`.
     pub kind: String,
-    /// How many emissions are allowed (authored default 1).
-    pub max: u32,
+    /// How many emissions are allowed (authored default 1); `None` is
+    /// unlimited (a trigger document's automatic event-native reply).
+    pub max: Option<u32>,
     /// Whether the execution must emit this type before finishing.
     pub required: bool,
 }
@@ -43,7 +44,7 @@ impl OutputDecl {
     pub fn optional(kind: impl Into<String>) -> Self {
         Self {
             kind: kind.into(),
-            max: 1,
+            max: Some(1),
             required: false,
         }
     }
@@ -238,13 +239,18 @@ pub fn derive(
     })
 }
 
-/// `<description> (up to <max> times).`, as the Hub lists an output tool.
-pub fn listed_description(description: &str, max: u32) -> String {
-    format!("{description} (up to {max} times).")
+/// `<description> (up to <max> times).`, as the Hub lists an output tool;
+/// an unlimited one (`None`) is listed with its description alone.
+pub fn listed_description(description: &str, max: Option<u32>) -> String {
+    match max {
+        Some(max) => format!("{description} (up to {max} times)."),
+        None => description.to_owned(),
+    }
 }
 
-/// The `reply` tool definition for a declaration with `max`.
-pub fn reply_tool(max: u32) -> ToolDefinition {
+/// The `reply` tool definition for a declaration with `max` (`None`:
+/// unlimited).
+pub fn reply_tool(max: Option<u32>) -> ToolDefinition {
     let spec = ToolSpec::reply();
     ToolDefinition {
         name: spec.name,
@@ -311,12 +317,12 @@ mod tests {
         let decls = [
             OutputDecl {
                 kind: "slack.reply".into(),
-                max: 2,
+                max: Some(2),
                 required: false,
             },
             OutputDecl {
                 kind: "slack.reply".into(),
-                max: 7,
+                max: Some(7),
                 required: false,
             },
         ];
@@ -336,17 +342,17 @@ mod tests {
         let decls = [
             OutputDecl {
                 kind: "github.reply".into(),
-                max: 1,
+                max: Some(1),
                 required: true,
             },
             OutputDecl {
                 kind: "slack.reply".into(),
-                max: 1,
+                max: Some(1),
                 required: true,
             },
             OutputDecl {
                 kind: "github.reply".into(),
-                max: 1,
+                max: Some(1),
                 required: true,
             },
         ];
@@ -399,7 +405,7 @@ mod tests {
             json!({"type":"object","required":["output"],"properties":{"output":{"type":"object","$id":"urn:mine"}},"additionalProperties":false})
         );
         assert_eq!(
-            reply_tool(5).description,
+            reply_tool(Some(5)).description,
             "Sends a reply to the conversation that triggered this execution. (up to 5 times)."
         );
         assert_eq!(

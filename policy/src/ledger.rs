@@ -14,7 +14,8 @@ struct Entry {
     kind: String,
     /// The tool name, or `None` when the type is unavailable in this context.
     tool: Option<String>,
-    max: u32,
+    /// `None`: unlimited.
+    max: Option<u32>,
     required: bool,
     attempts: u32,
     emitted: u32,
@@ -137,7 +138,7 @@ impl OutputLedger {
                 tool: tool.to_owned(),
             });
         };
-        if entry.attempts >= entry.max {
+        if entry.max.is_some_and(|max| entry.attempts >= max) {
             return Err(LedgerError::LimitReached {
                 kind: entry.kind.clone(),
             });
@@ -211,7 +212,7 @@ mod tests {
     fn decl(kind: &str, max: u32, required: bool) -> OutputDecl {
         OutputDecl {
             kind: kind.to_owned(),
-            max,
+            max: Some(max),
             required,
         }
     }

@@ -12,7 +12,13 @@
 //! - [`ledger::OutputLedger`]: output budgets while the execution runs.
 //!
 //! Trigger admission: [`admission::admit`], after [`webhook`] authentication.
-//! The run plan: [`plan::plan`], over `palisade-schema`'s workflow model.
+//! The run plan: [`plan::plan`], over `palisade-schema`'s workflow model;
+//! [`plan::plan_document`] for a Paseo Hub 0.9 trigger document.
+//!
+//! Trigger documents (Hub 0.9): [`trigger`] derives each `on` entry's grants
+//! (the authored ones, then the automatic unlimited reply) with
+//! [`capability::CapabilityRegistry::hub_0_9`]; [`migrate`] previews the
+//! Hub's migration of a v0.6 bundle and every authority change it implies.
 //!
 //! Host policy decisions: [`egress::decide`], [`outward::decide`] and
 //! [`route::decide_route`] / [`route::decide_dispatch`] take a parsed host
@@ -78,7 +84,7 @@
 //! use serde_json::json;
 //!
 //! let options = json!({"allowedTools": ["Read"]});
-//! let outputs = [OutputDecl { kind: "slack.reply".into(), max: 1, required: false }];
+//! let outputs = [OutputDecl { kind: "slack.reply".into(), max: Some(1), required: false }];
 //! let grant = grant_step(
 //!     &StepInput { provider: "claude", options: Some(&options), allow_outputs: &outputs, output_schema: None },
 //!     Some(&OutputContext::new("slack")),
@@ -104,12 +110,14 @@ pub mod grant;
 pub mod host_pattern;
 pub mod invocation;
 pub mod ledger;
+pub mod migrate;
 pub mod outward;
 pub mod plan;
 pub mod provider_sandbox;
 pub mod relay_route;
 pub mod route;
 pub mod translate;
+pub mod trigger;
 pub mod verdict;
 pub mod webhook;
 

@@ -8,6 +8,7 @@
 //! Skipped steps and steps that could not be resolved never get a grant.
 
 use palisade_schema::expr::{EvalError, Template, truthy};
+use palisade_schema::trigger::{Release, TriggerDocument, internal_trigger_name};
 use palisade_schema::{
     Agent, AgentRef, EnvironmentKind, EnvironmentRef, HubConfig, InputType, Step, Trigger,
 };
@@ -114,9 +115,9 @@ pub enum PlanError {
     },
 }
 
-/// The output context a run gets from its event's provider.
+/// The output context a run gets from its event ([`OutputContext::for_event`]).
 pub fn context_for(event: &TriggerEvent) -> OutputContext {
-    OutputContext::new(event.name.split('.').next().unwrap_or_default())
+    OutputContext::for_event(&event.name)
 }
 
 /// Finds a trigger by name.
@@ -173,7 +174,21 @@ pub fn grant_for(
     registry: &CapabilityRegistry,
     config: &GrantConfig,
 ) -> Result<StepGrant, StepError> {
-    let decls = decls_of(step);
+    grant_with(step, agent, ctx, registry, config, &[])
+}
+
+/// [`grant_for`] with `extra` declarations after the step's own (a trigger
+/// document's automatic reply).
+fn grant_with(
+    step: &Step,
+    agent: &Agent,
+    ctx: Option<&OutputContext>,
+    registry: &CapabilityRegistry,
+    config: &GrantConfig,
+    extra: &[OutputDecl],
+) -> Result<StepGrant, StepError> {
+    let mut decls = decls_of(step);
+    decls.extend_from_slice(extra);
     grant_step(
         &StepInput {
             provider: &agent.provider,
@@ -197,6 +212,60 @@ pub fn plan(
     registry: &CapabilityRegistry,
     config: &GrantConfig,
 ) -> Result<RunPlan, PlanError> {
+    plan_inner(input, registry, config, &[], false)
+}
+
+/// The run plan of `on` entry `index` of a trigger document: the document
+/// is compiled to its v0.6 form ([`TriggerDocument::compile`]) and planned
+/// as [`plan`] does, with the entry's automatic reply
+/// ([`crate::trigger::event_decls`]) after the authored grants, in the
+/// context of the event (or `input.context`), with the Hub 0.9 registry
+/// the caller passes ([`CapabilityRegistry::hub_0_9`]), admitted as Hub 0.9
+/// admits (a `"*"` in `from_users` is everyone). `input.config` and
+/// `input.trigger` are ignored.
+///
+/// # Errors
+///
+/// [`PlanError::UnknownTrigger`] when there is no such entry.
+pub fn plan_document(
+    doc: &TriggerDocument,
+    index: usize,
+    input: &PlanInput<'_>,
+    registry: &CapabilityRegistry,
+    config: &GrantConfig,
+    release: Release,
+) -> Result<RunPlan, PlanError> {
+    let name = internal_trigger_name(&doc.name, index);
+    let Some(entry) = doc.on.get(index) else {
+        return Err(PlanError::UnknownTrigger { name });
+    };
+    let compiled = doc.compile();
+    let all = crate::trigger::event_decls(&entry.event, &[], release);
+    let authored = crate::trigger::authored_decls(&doc.run.outputs);
+    let automatic: Vec<OutputDecl> = all
+        .into_iter()
+        .filter(|d| !authored.iter().any(|a| a.kind == d.kind))
+        .collect();
+    let own = OutputContext::for_event(&entry.event);
+    let inner = PlanInput {
+        config: &compiled,
+        trigger: &name,
+        event: input.event,
+        outputs: input.outputs,
+        context: Some(input.context.unwrap_or(&own)),
+    };
+    plan_inner(&inner, registry, config, &automatic, true)
+}
+
+/// `extra`: declarations after each step's own; `hub_0_9`: admit as Hub 0.9
+/// ([`admission::admit_0_9`]).
+fn plan_inner(
+    input: &PlanInput<'_>,
+    registry: &CapabilityRegistry,
+    config: &GrantConfig,
+    extra: &[OutputDecl],
+    hub_0_9: bool,
+) -> Result<RunPlan, PlanError> {
     let trigger = find_trigger(input.config, input.trigger)?;
     let context = input
         .context
@@ -217,7 +286,11 @@ pub fn plan(
     if let Some(inv) = &invocation {
         event.inputs.clone_from(&inv.inputs);
     }
-    let mut admission = admission::admit(&trigger.on, filters, &event);
+    let mut admission = if hub_0_9 {
+        admission::admit_0_9(&trigger.on, filters, &event)
+    } else {
+        admission::admit(&trigger.on, filters, &event)
+    };
     if let (Admission::Admitted { prompt }, Some(inv)) = (&mut admission, &invocation) {
         prompt.clone_from(&inv.prompt);
     }
@@ -240,7 +313,7 @@ pub fn plan(
     let mut ctx = eval_context(trigger, &event, prompt);
     let mut steps: Vec<StepPlan> = Vec::new();
     for step in &trigger.steps {
-        let status = step_status(input, step, &ctx, &steps, &context, registry, config);
+        let status = step_status(input, step, &ctx, &steps, &context, registry, config, extra);
         if matches!(status, StepStatus::Run(_))
             && let Some((_, out)) = input.outputs.iter().find(|(id, _)| *id == step.id)
             && let Some(Value::Object(s)) = ctx.get_mut("steps")
@@ -260,6 +333,7 @@ pub fn plan(
     })
 }
 
+#[allow(clippy::too_many_arguments, reason = "internal; one call site")]
 fn step_status(
     input: &PlanInput<'_>,
     step: &Step,
@@ -268,6 +342,7 @@ fn step_status(
     context: &OutputContext,
     registry: &CapabilityRegistry,
     config: &GrantConfig,
+    extra: &[OutputDecl],
 ) -> StepStatus {
     let unavailable = |e: EvalError, what: &str| -> StepStatus {
         // Any other evaluation error fails the step.
@@ -355,7 +430,7 @@ fn step_status(
             }
         },
     };
-    let grant = grant_for(step, &agent.agent, Some(context), registry, config);
+    let grant = grant_with(step, &agent.agent, Some(context), registry, config, extra);
     StepStatus::Run(Box::new(RunStep {
         environment,
         agent,

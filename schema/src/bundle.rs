@@ -19,6 +19,10 @@ pub const MAX_PATH_CHARS: usize = 512;
 /// The most workflow files a bundle may hold.
 pub const MAX_WORKFLOWS: usize = 1000;
 
+/// The longest project name in `.paseo/hub.yml` (the Hub's
+/// `projectSlugSchema`, after trimming white space).
+pub const MAX_PROJECT_NAME_CHARS: usize = 100;
+
 /// The path of the hub file inside a bundle.
 pub const HUB_FILE: &str = ".paseo/hub.yml";
 
@@ -113,19 +117,99 @@ fn classify(path: &str) -> Result<Option<Kind>, Diagnostic> {
             "wrong_extension",
             "workflow files must use the .yml extension",
         )),
-        ["workflows", "partials", name] if name.ends_with(".md") => Ok(Some(Kind::Partial)),
-        ["workflows", "partials", ..] => Err(file_error(
+        // Any depth under partials/ (the Hub's validateBundlePath).
+        ["workflows", "partials", .., name] if name.ends_with(".md") => Ok(Some(Kind::Partial)),
+        ["workflows", "partials", _, ..] => Err(file_error(
             path,
             "invalid_partial_path",
-            "prompt partials must be .md files directly under .paseo/workflows/partials/",
+            "prompt partials must use the .md extension",
         )),
-        ["workflows", _, ..] => Err(file_error(
+        ["workflows", _, _, ..] => Err(file_error(
             path,
             "nested_workflow_dir",
             "workflow files must be direct children of .paseo/workflows/; nested folders are not read",
         )),
-        _ => Ok(None),
+        _ => Err(file_error(
+            path,
+            "unexpected_bundle_file",
+            format!("{path} is outside the canonical Hub bundle layout"),
+        )
+        .with_help("the Hub refuses a bundle with any file under .paseo/ other than hub.yml, workflows/<name>.yml and workflows/partials/**/*.md; move or delete it")),
     }
+}
+
+/// The Hub's `validatePromptPartialPath` (prompt-partials.ts) for an
+/// `include:`: percent-decoded (as `decodeURIComponent`, up to 8 times),
+/// relative, `\` read as `/`, no empty, `.` or `..` segment, and under
+/// `partials/`. Returns the bundle path it names, or why it is refused.
+pub(crate) fn include_target(include: &str) -> Result<String, String> {
+    let mut decoded = include.to_owned();
+    for _ in 0..8 {
+        let next = percent_decode(&decoded)
+            .ok_or_else(|| format!("path contains invalid encoding: {include}"))?;
+        if next == decoded {
+            break;
+        }
+        decoded = next;
+    }
+    if decoded.contains('\0') {
+        return Err(format!("path contains a null byte: {include}"));
+    }
+    if has_percent_escape(&decoded) {
+        return Err(format!("path contains encoded characters: {include}"));
+    }
+    if decoded.is_empty() {
+        return Err("path is empty".to_owned());
+    }
+    let drive =
+        matches!(decoded.as_bytes(), [d, b':', b'/' | b'\\', ..] if d.is_ascii_alphabetic());
+    if drive || decoded.starts_with(['/', '\\']) {
+        return Err("path must be relative to .paseo/workflows/".to_owned());
+    }
+    let slashed = decoded.replace('\\', "/");
+    if slashed
+        .split('/')
+        .any(|s| s.is_empty() || s == "." || s == "..")
+    {
+        return Err(format!(
+            "path must not contain empty, '.' or '..' segments: {include}"
+        ));
+    }
+    let target = format!(".paseo/workflows/{slashed}");
+    if !target.starts_with(".paseo/workflows/partials/") {
+        return Err("prompt includes must resolve under .paseo/workflows/partials/".to_owned());
+    }
+    Ok(target)
+}
+
+/// Whether `s` holds a `%` followed by two hex digits.
+fn has_percent_escape(s: &str) -> bool {
+    s.as_bytes()
+        .windows(3)
+        .any(|w| matches!(w, [b'%', a, b] if a.is_ascii_hexdigit() && b.is_ascii_hexdigit()))
+}
+
+/// `decodeURIComponent`: every `%XX` decoded, the bytes read as UTF-8;
+/// `None` for a malformed escape or invalid UTF-8 (a `URIError`).
+fn percent_decode(s: &str) -> Option<String> {
+    if !s.contains('%') {
+        return Some(s.to_owned());
+    }
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while let Some(&c) = b.get(i) {
+        if c == b'%' {
+            let hex = b.get(i + 1..i + 3)?;
+            let text = std::str::from_utf8(hex).ok()?;
+            out.push(u8::from_str_radix(text, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// Parses a bundle given as in-memory files (`(path, bytes)`, paths
@@ -134,31 +218,41 @@ fn classify(path: &str) -> Result<Option<Kind>, Diagnostic> {
 /// Returns the model with its warnings when there is no error, else every
 /// finding, errors first; findings are sorted by file, line and column.
 pub fn parse_bundle(files: &[(&str, &[u8])]) -> Result<Parsed<HubConfig>, Diagnostics> {
-    let (config, mut diags) = bundle_findings(files);
+    parse_bundle_for(files, &crate::options::OptionsTarget::default())
+}
+
+/// [`parse_bundle`] for agent options that will run on `target`'s daemon:
+/// an unknown option key of a provider whose schema models an older
+/// daemon is the warning `unknown_option_newer_daemon`, not an error (see
+/// [`crate::options::OptionsTarget`]).
+pub fn parse_bundle_for(
+    files: &[(&str, &[u8])],
+    target: &crate::options::OptionsTarget,
+) -> Result<Parsed<HubConfig>, Diagnostics> {
+    let (config, mut diags) = bundle_findings(files, target);
     crate::sort(&mut diags);
+    crate::hub_rules::dedup(&mut diags);
     crate::diagnostic::outcome(HUB_FILE, config, diags)
 }
 
-fn bundle_findings(files: &[(&str, &[u8])]) -> (Option<HubConfig>, Vec<Diagnostic>) {
+fn bundle_findings(
+    files: &[(&str, &[u8])],
+    target: &crate::options::OptionsTarget,
+) -> (Option<HubConfig>, Vec<Diagnostic>) {
     let mut diags = Vec::new();
     let mut hub: Option<(&str, &str)> = None;
     let mut workflows: Vec<(&str, &str)> = Vec::new();
     let mut partials: Vec<Partial> = Vec::new();
     let mut partial_total = 0usize;
     for (path, bytes) in files {
+        if crate::trigger::is_trigger_path(path) {
+            // `.paseo/triggers/*` are trigger documents, not bundle files:
+            // the Hub's bundle excludes them (`trigger::parse_trigger_dir`).
+            continue;
+        }
         let kind = match classify(path) {
             Ok(Some(k)) => k,
-            Ok(None) => {
-                diags.push(
-                    Diagnostic::warning(
-                        "unexpected_bundle_file",
-                        format!("{path} is not part of the bundle layout and is ignored"),
-                    )
-                    .in_file(*path)
-                    .at(1, 1),
-                );
-                continue;
-            }
+            Ok(None) => continue,
             Err(d) => {
                 diags.push(d);
                 continue;
@@ -218,6 +312,17 @@ fn bundle_findings(files: &[(&str, &[u8])]) -> (Option<HubConfig>, Vec<Diagnosti
         ));
         workflows.truncate(MAX_WORKFLOWS);
     }
+    if workflows.is_empty()
+        && !diags
+            .iter()
+            .any(|d| d.file.starts_with(".paseo/workflows/"))
+    {
+        diags.push(file_error(
+            ".paseo/workflows",
+            "missing_workflow",
+            "at least one direct .paseo/workflows/<workflow>.yml document is required",
+        ));
+    }
     workflows.sort_by(|a, b| a.0.cmp(b.0));
     partials.sort_by(|a, b| a.path.cmp(&b.path));
 
@@ -243,11 +348,24 @@ fn bundle_findings(files: &[(&str, &[u8])]) -> (Option<HubConfig>, Vec<Diagnosti
     let mut env_paths = Vec::new();
     let mut parsed_ok = true;
     if let Some(root) = &hub_node {
+        // The Hub walks the configuration it compiles for `timeout`: the
+        // environments and the workflows, not hub.yml's name or agents.
+        if let Some(envs) = root.get("environments") {
+            let p = Path::root().key("environments");
+            diags.extend(crate::hub_rules::removed_timeout(hub_path, envs, &p));
+        }
         let mut w = Walker {
             file: hub_path.to_owned(),
             diags: &mut diags,
         };
-        parsed_ok &= hub_file(&mut w, root, &mut config, &mut env_paths);
+        let before = w.diags.len();
+        let _ = hub_file(&mut w, root, &mut config, &mut env_paths);
+        // Judged after softening: an unknown option key of a named agent
+        // under a newer daemon is a warning and leaves the file well formed.
+        crate::options::soften_tree(&mut diags, hub_path, root, target);
+        parsed_ok &= !diags
+            .get(before..)
+            .is_some_and(|d| d.iter().any(Diagnostic::is_error));
     } else {
         parsed_ok = false;
     }
@@ -259,11 +377,18 @@ fn bundle_findings(files: &[(&str, &[u8])]) -> (Option<HubConfig>, Vec<Diagnosti
             parsed_ok = false;
             continue;
         };
+        diags.extend(crate::hub_rules::removed_timeout(
+            path,
+            &node,
+            &Path::root(),
+        ));
         let mut w = Walker {
             file: (*path).to_owned(),
             diags: &mut diags,
         };
-        match w.trigger(&node, &Lp::Base(&Path::root()), Some(path)) {
+        let parsed = w.trigger(&node, &Lp::Base(&Path::root()), Some(path));
+        crate::options::soften_tree(&mut diags, path, &node, target);
+        match parsed {
             Some(t) => {
                 config.triggers.push(t);
                 trees.push((path, node));
@@ -285,23 +410,20 @@ fn bundle_findings(files: &[(&str, &[u8])]) -> (Option<HubConfig>, Vec<Diagnosti
                     .key("prompt")
                     .index(j)
                     .key("include");
-                let target = format!(".paseo/workflows/{inc}");
-                let unsafe_path = inc.starts_with('/')
-                    || inc.contains('\\')
-                    || inc
-                        .split('/')
-                        .any(|s| s.is_empty() || s == "." || s == "..");
-                if unsafe_path {
-                    diags.push(crate::semantic::diag_at(
-                        file,
-                        root,
-                        true,
-                        "unsafe_bundle_path",
-                        format!("unsafe bundle path {inc:?} in include"),
-                        &p,
-                    ));
-                    continue;
-                }
+                let target = match include_target(inc) {
+                    Ok(t) => t,
+                    Err(why) => {
+                        diags.push(crate::semantic::diag_at(
+                            file,
+                            root,
+                            true,
+                            "unsafe_bundle_path",
+                            format!("invalid prompt partial {inc:?}: {why}"),
+                            &p,
+                        ));
+                        continue;
+                    }
+                };
                 match config.partials.iter().position(|pt| pt.path == target) {
                     Some(k) => {
                         if let Some(u) = used.get_mut(k) {
@@ -381,8 +503,11 @@ fn hub_file(
         match k.text.as_ref() {
             "name" => {
                 match &v.value {
-                    Y::String(s) if crate::hub::is_slug(s) => config.name = Some(s.to_string()),
-                    _ => w.error("invalid_value", "name must be a project slug (^[a-z0-9]+(?:-[a-z0-9]+)*$)", &Lp::Base(&p), v),
+                    Y::String(s) => match crate::hub_rules::project_name(s) {
+                        Ok(name) => config.name = Some(name),
+                        Err(why) => w.error("invalid_value", why, &Lp::Base(&p), v),
+                    },
+                    _ => w.error("invalid_type", format!("Invalid input: expected string, received {}", v.value.type_name()), &Lp::Base(&p), v),
                 }
             }
             "environments" => match &v.value {
@@ -408,12 +533,14 @@ fn hub_file(
                 Diagnostic::error("monolithic_triggers", "Monolithic triggers are not accepted; move each trigger to .paseo/workflows/<workflow>.yml.")
                     .in_file(w.file.clone())
                     .at(k.pos.line, k.pos.column)
+.until(k.end.line, k.end.column)
                     .with_path(p),
             ),
             other => w.diags.push(
                 Diagnostic::error("unknown_key", format!("Unrecognized key: {other:?}"))
                     .in_file(w.file.clone())
                     .at(k.pos.line, k.pos.column)
+.until(k.end.line, k.end.column)
                     .with_help(format!("unknown project resource {other}; hub.yml holds only name, environments and agents")),
             ),
         }

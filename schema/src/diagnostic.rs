@@ -118,7 +118,10 @@ fn is_identifier(key: &str) -> bool {
 /// `line` and `column` are 1-based and point at the offending node; both are
 /// 0 only when the finding concerns the document as a whole (an empty file,
 /// a file that is not UTF-8) and no better position exists. `column` counts
-/// Unicode scalar values, not bytes.
+/// Unicode scalar values, not bytes. `end_line` and `end_column` are where
+/// the offending node ends, exclusive (the position just after its last
+/// character, as SARIF's `endColumn`); both are 0 when the end is not known,
+/// and they are then left out of the JSON.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct Diagnostic {
@@ -134,6 +137,12 @@ pub struct Diagnostic {
     pub line: u32,
     /// 1-based column of the node.
     pub column: u32,
+    /// 1-based line where the node ends (0: not known).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub end_line: u32,
+    /// 1-based column just after the node's last character (0: not known).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub end_column: u32,
     /// The authored path of the node.
     pub path: Path,
     /// An optional hint on how to fix the finding.
@@ -160,6 +169,8 @@ impl Diagnostic {
             file: String::new(),
             line: 0,
             column: 0,
+            end_line: 0,
+            end_column: 0,
             path: Path::root(),
             help: None,
         }
@@ -177,6 +188,17 @@ impl Diagnostic {
     pub fn at(mut self, line: u32, column: u32) -> Self {
         self.line = line;
         self.column = column;
+        self
+    }
+
+    /// Sets where the node ends: the 1-based line and the column just after
+    /// its last character. Ignored unless it lies after the start.
+    #[must_use]
+    pub fn until(mut self, line: u32, column: u32) -> Self {
+        if (line, column) > (self.line, self.column) && self.line > 0 {
+            self.end_line = line;
+            self.end_column = column;
+        }
         self
     }
 
@@ -405,6 +427,8 @@ static NO_FINDING: Diagnostic = Diagnostic {
     file: String::new(),
     line: 0,
     column: 0,
+    end_line: 0,
+    end_column: 0,
     path: Path(Vec::new()),
     help: None,
 };
@@ -457,6 +481,14 @@ impl<'a> LineIndex<'a> {
             .get(start..end)
             .map(|l| l.strip_suffix('\r').unwrap_or(l))
     }
+}
+
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 fn saturate(n: usize) -> u32 {

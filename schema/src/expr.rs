@@ -11,6 +11,17 @@
 //! Semantics are JavaScript-like: [`truthy`] is false only for `false`,
 //! `null`, `0` and `""`; `&&`/`||` return an operand; `a ?? b` is `b` only
 //! when `a` is null; `==` compares type and JSON text.
+//!
+//! Lexing follows the Hub's tokenizer (`workflows/expression.ts`) where it
+//! is quirky: `true`, `false` and `null` are read as literals wherever
+//! they begin a word, so `nullable` is `null` followed by `able` (no
+//! identifier or path segment can start with them); a backslash before
+//! anything but `\\` or `'` in a single-quoted string stays as written;
+//! whitespace is JavaScript's `\s`. A template ends each expression at
+//! the first `}}` after `${{`, as the Hub does, even inside a string or an
+//! object literal. Fields the Hub reads as one expression (`if`, `values`)
+//! go through [`Template::parse_unwrapped`]: the whole value, trimmed, is
+//! the expression, optionally wrapped in one `${{ … }}`.
 
 use std::fmt;
 
@@ -186,6 +197,12 @@ fn err(message: impl Into<String>, offset: usize) -> ParseError {
     }
 }
 
+/// JavaScript's `\s` (and `String.prototype.trim`'s whitespace): Unicode
+/// `White_Space` but U+0085, plus U+FEFF.
+pub(crate) fn js_space(c: char) -> bool {
+    (c.is_whitespace() && c != '\u{85}') || c == '\u{feff}'
+}
+
 fn lex(src: &str) -> Result<Vec<(Tok, Span)>, ParseError> {
     let bytes = src.as_bytes();
     let mut toks = Vec::new();
@@ -194,9 +211,17 @@ fn lex(src: &str) -> Result<Vec<(Tok, Span)>, ParseError> {
         let start = i;
         let two = bytes.get(i..i + 2);
         let tok = match b {
-            b' ' | b'\t' | b'\n' | b'\r' => {
+            b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c => {
                 i += 1;
                 continue;
+            }
+            0x80.. => {
+                let c = src.get(i..).and_then(|r| r.chars().next()).unwrap_or('?');
+                if js_space(c) {
+                    i += c.len_utf8();
+                    continue;
+                }
+                return Err(err(format!("unexpected character {c:?}"), i));
             }
             b'.' => {
                 i += 1;
@@ -273,6 +298,22 @@ fn lex(src: &str) -> Result<Vec<(Tok, Span)>, ParseError> {
                 i = next;
                 Tok::Lit(Value::Number(n))
             }
+            _ if ["true", "false", "null"]
+                .iter()
+                .any(|k| bytes.get(i..).is_some_and(|r| r.starts_with(k.as_bytes()))) =>
+            {
+                // The Hub's tokenizer tries the keywords first, with no word
+                // boundary: `nullable` is `null` then `able`.
+                let (word, value) = if bytes.get(i..).is_some_and(|r| r.starts_with(b"true")) {
+                    (4, Value::Bool(true))
+                } else if bytes.get(i..).is_some_and(|r| r.starts_with(b"false")) {
+                    (5, Value::Bool(false))
+                } else {
+                    (4, Value::Null)
+                };
+                i += word;
+                Tok::Lit(value)
+            }
             b'a'..=b'z' => {
                 let mut j = i + 1;
                 while matches!(bytes.get(j), Some(b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-')) {
@@ -280,12 +321,7 @@ fn lex(src: &str) -> Result<Vec<(Tok, Span)>, ParseError> {
                 }
                 let word = src.get(i..j).unwrap_or("");
                 i = j;
-                match word {
-                    "true" => Tok::Lit(Value::Bool(true)),
-                    "false" => Tok::Lit(Value::Bool(false)),
-                    "null" => Tok::Lit(Value::Null),
-                    _ => Tok::Ident(word.to_owned()),
-                }
+                Tok::Ident(word.to_owned())
             }
             _ => {
                 let c = src.get(i..).and_then(|r| r.chars().next()).unwrap_or('?');
@@ -322,16 +358,19 @@ fn lex_single(src: &str, start: usize) -> Result<(String, usize), ParseError> {
     while let Some((k, c)) = chars.next() {
         match c {
             '\'' => return Ok((out, start + 1 + k + 1)),
+            // Only `\\` and `\'` are escapes; any other backslash pair
+            // stays as written, as in the Hub (`'a\n'` is `a\n`).
             '\\' => match chars.next() {
-                Some((_, '\\')) => out.push('\\'),
-                Some((_, '\'')) => out.push('\''),
-                _ => {
-                    return Err(err(
-                        "only \\\\ and \\' are escapes in single-quoted strings",
-                        start + 1 + k,
-                    ));
+                Some((_, c @ ('\\' | '\''))) => out.push(c),
+                Some((_, c)) if !matches!(c, '\n' | '\r' | '\u{2028}' | '\u{2029}') => {
+                    out.push('\\');
+                    out.push(c);
                 }
+                _ => return Err(err("unterminated string", start + 1 + k)),
             },
+            '\n' | '\r' | '\u{2028}' | '\u{2029}' => {
+                return Err(err("unterminated string", start));
+            }
             c => out.push(c),
         }
     }
@@ -381,8 +420,12 @@ fn lex_number(src: &str, start: usize) -> Result<(serde_json::Number, usize), Pa
         return Err(err("invalid number", start));
     }
     let text = src.get(start..j).unwrap_or("");
-    let n: serde_json::Number =
-        serde_json::from_str(text).map_err(|_| err("invalid number", start))?;
+    // A JavaScript number: `1.0` is 1, as `Number("1.0")` is.
+    let n = text
+        .parse::<f64>()
+        .ok()
+        .and_then(crate::yaml::js_number)
+        .ok_or_else(|| err("invalid number", start))?;
     Ok((n, j))
 }
 
@@ -488,15 +531,6 @@ impl Parser {
                             segments.push(seg);
                             end = s.end;
                         }
-                        // `true`/`false`/`null` are literals, but fine as path segments.
-                        Some((Tok::Lit(Value::Bool(b)), s)) => {
-                            segments.push(b.to_string());
-                            end = s.end;
-                        }
-                        Some((Tok::Lit(Value::Null), s)) => {
-                            segments.push("null".to_owned());
-                            end = s.end;
-                        }
                         _ => {
                             return Err(err(
                                 "expected a path segment ([a-z][a-z0-9_-]*) after `.`",
@@ -520,18 +554,30 @@ impl Parser {
         }
     }
 
+    /// One element of an array or object literal: anything the prefix
+    /// grammar reads (so `(1)` too, as in the Hub) that is a literal.
+    fn element(&mut self) -> Result<Value, ParseError> {
+        let at = self.offset();
+        match self.unary()? {
+            Expr::Literal { value, .. } => Ok(value),
+            _ => Err(err(
+                "array and object literals may contain only JSON literals",
+                at,
+            )),
+        }
+    }
+
     fn json_literal(&mut self) -> Result<Value, ParseError> {
         self.enter()?;
         let at = self.offset();
         let v = match self.next() {
-            Some((Tok::Lit(v), _)) => v,
             Some((Tok::LBracket, _)) => {
                 let mut items = Vec::new();
                 if self.peek() == Some(&Tok::RBracket) {
                     self.pos += 1;
                 } else {
                     loop {
-                        items.push(self.json_literal()?);
+                        items.push(self.element()?);
                         match self.next() {
                             Some((Tok::Comma, _)) => {}
                             Some((Tok::RBracket, _)) => break,
@@ -555,7 +601,7 @@ impl Parser {
                         if self.next().map(|(t, _)| t) != Some(Tok::Colon) {
                             return Err(err("expected `:`", self.offset()));
                         }
-                        let value = self.json_literal()?;
+                        let value = self.element()?;
                         map.insert(key, value);
                         match self.next() {
                             Some((Tok::Comma, _)) => {}
@@ -651,7 +697,7 @@ impl Template {
             }
             let inner_start = open + 3;
             let after = rest.get(inner_start..).unwrap_or("");
-            let close = find_close(after).ok_or_else(|| TemplateError {
+            let close = after.find("}}").ok_or_else(|| TemplateError {
                 message: "unterminated `${{`: missing `}}`".to_owned(),
                 offset: base + open,
             })?;
@@ -670,6 +716,91 @@ impl Template {
         }
         if !rest.is_empty() {
             parts.push(TemplatePart::Text(rest.to_owned()));
+        }
+        Ok(Self {
+            source: source.to_owned(),
+            parts,
+        })
+    }
+
+    /// Parses a field the Hub reads as exactly one expression (`if`,
+    /// `values`): the value, trimmed, is the expression, written bare
+    /// (`paseo.inputs.x == 'a'`) or wrapped in one `${{ … }}` that ends
+    /// the value. Text around it, or a second expression, is refused.
+    pub fn parse_unwrapped(source: &str) -> Result<Self, TemplateError> {
+        let lead = source.len() - source.trim_start_matches(js_space).len();
+        let trimmed = source.trim_matches(js_space);
+        let (inner, offset) = match trimmed.strip_prefix("${{") {
+            None => (trimmed, lead),
+            Some(rest) => {
+                let Some(body) = rest.strip_suffix("}}") else {
+                    return Err(TemplateError {
+                        message: "unterminated expression: a value that starts with `${{` must end with `}}` and hold one expression".to_owned(),
+                        offset: lead,
+                    });
+                };
+                let inner_lead = body.len() - body.trim_start_matches(js_space).len();
+                (body.trim_matches(js_space), lead + 3 + inner_lead)
+            }
+        };
+        let expr = parse(inner).map_err(|e| TemplateError {
+            message: e.message,
+            offset: offset + e.offset,
+        })?;
+        Ok(Self {
+            source: source.to_owned(),
+            parts: vec![TemplatePart::Expr { expr, offset }],
+        })
+    }
+
+    /// Parses a step `env` value as the Hub's connection templates
+    /// (`config/connection-template.ts`): text with any number of
+    /// `${{ paseo.connections.<slug>.<value> }}`, where `<slug>` is
+    /// `[a-z0-9]+(-[a-z0-9]+)*` and `<value>` `[a-z][a-z0-9_-]*`, and
+    /// nothing else inside `${{ … }}`. Each reference becomes a path
+    /// expression `paseo.connections.<slug>.<value>`.
+    pub fn parse_connections(source: &str) -> Result<Self, TemplateError> {
+        let mut parts = Vec::new();
+        let mut cursor = 0;
+        while let Some(found) = source.get(cursor..).and_then(|r| r.find("${{")) {
+            let start = cursor + found;
+            let inner_start = start + 3;
+            let Some(close) = source.get(inner_start..).and_then(|r| r.find("}}")) else {
+                return Err(TemplateError {
+                    message: "unterminated `${{`: missing `}}`; expected paseo.connections.<slug>.<value>".to_owned(),
+                    offset: start,
+                });
+            };
+            if start > cursor {
+                parts.push(TemplatePart::Text(
+                    source.get(cursor..start).unwrap_or("").to_owned(),
+                ));
+            }
+            let inner = source.get(inner_start..inner_start + close).unwrap_or("");
+            let lead = inner.len() - inner.trim_start_matches(js_space).len();
+            let reference = inner.trim_matches(js_space);
+            let segments = connection_reference(reference).ok_or_else(|| TemplateError {
+                message: format!(
+                    "unsupported interpolation ${{{{{inner}}}}}; env values may contain only ${{{{ paseo.connections.<slug>.<value> }}}}"
+                ),
+                offset: start,
+            })?;
+            parts.push(TemplatePart::Expr {
+                expr: Expr::Path {
+                    segments,
+                    span: Span {
+                        start: lead,
+                        end: lead + reference.len(),
+                    },
+                },
+                offset: inner_start,
+            });
+            cursor = inner_start + close + 2;
+        }
+        if cursor < source.len() {
+            parts.push(TemplatePart::Text(
+                source.get(cursor..).unwrap_or("").to_owned(),
+            ));
         }
         Ok(Self {
             source: source.to_owned(),
@@ -717,43 +848,107 @@ impl Template {
         for part in &self.parts {
             match part {
                 TemplatePart::Text(t) => out.push_str(t),
-                TemplatePart::Expr { expr, .. } => match eval(expr, context)? {
-                    Value::String(s) => out.push_str(&s),
-                    other => out.push_str(&other.to_string()),
-                },
+                TemplatePart::Expr { expr, .. } => {
+                    out.push_str(&interpolated(&eval(expr, context)?));
+                }
             }
         }
         Ok(Value::String(out))
     }
 }
 
-/// The offset of the `}}` closing an expression, skipping string literals
-/// and the braces of object literals.
-fn find_close(s: &str) -> Option<usize> {
-    let bytes = s.as_bytes();
-    let mut i = 0;
-    let mut depth = 0usize;
-    let mut quote: Option<u8> = None;
-    while let Some(&b) = bytes.get(i) {
-        match quote {
-            Some(q) => {
-                if b == b'\\' {
-                    i += 1;
-                } else if b == q {
-                    quote = None;
-                }
-            }
-            None => match b {
-                b'"' | b'\'' => quote = Some(b),
-                b'{' => depth += 1,
-                b'}' if depth == 0 && bytes.get(i + 1) == Some(&b'}') => return Some(i),
-                b'}' => depth = depth.saturating_sub(1),
-                _ => {}
-            },
-        }
-        i += 1;
+/// The segments of `paseo.connections.<slug>.<value>`, exactly.
+fn connection_reference(s: &str) -> Option<Vec<String>> {
+    let rest = s.strip_prefix("paseo.connections.")?;
+    let (slug, value) = rest.split_once('.')?;
+    let slug_ok = !slug.is_empty()
+        && slug.split('-').all(|p| {
+            !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        });
+    let value_ok = value.starts_with(|c: char| c.is_ascii_lowercase())
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    (slug_ok && value_ok).then(|| {
+        ["paseo", "connections", slug, value]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect()
+    })
+}
+
+/// A value as the Hub interpolates it into text: a string raw, anything
+/// else as JavaScript's `JSON.stringify` writes it (`1.0` as `1`, `1e21`
+/// as `1e+21`).
+pub fn interpolated(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => json_text(other),
     }
-    None
+}
+
+/// JavaScript's `JSON.stringify` of a value (numbers as JavaScript writes
+/// them, keys in map order).
+pub fn json_text(v: &Value) -> String {
+    let mut out = String::new();
+    js_stringify(v, &mut out);
+    out
+}
+
+/// JavaScript's `Number.prototype.toString` for a finite number.
+fn js_number_text(n: &serde_json::Number) -> String {
+    if n.is_i64() || n.is_u64() {
+        return n.to_string();
+    }
+    let f = n.as_f64().unwrap_or(0.0);
+    if f == 0.0 {
+        return "0".to_owned();
+    }
+    let abs = f.abs();
+    if (1e-7..1e21).contains(&abs) {
+        // Rust's shortest round-trip digits, in fixed notation, as JS.
+        format!("{f}")
+    } else {
+        // Exponent form: JS writes `1e+21` and `1.5e-8`.
+        let e = format!("{f:e}");
+        match e.split_once('e') {
+            Some((m, x)) if !x.starts_with('-') => format!("{m}e+{x}"),
+            _ => e,
+        }
+    }
+}
+
+fn js_stringify(v: &Value, out: &mut String) {
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => out.push_str(&js_number_text(n)),
+        Value::String(s) => out.push_str(&Value::String(s.clone()).to_string()),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                js_stringify(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            out.push('{');
+            for (i, (k, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                js_stringify(item, out);
+            }
+            out.push('}');
+        }
+    }
 }
 
 /// Why an expression could not be evaluated.
@@ -888,13 +1083,22 @@ mod tests {
         let c = json!({});
         assert_eq!(ev("'it\\'s'", &c), json!("it's"));
         assert_eq!(ev(r#""a\nb""#, &c), json!("a\nb"));
-        assert_eq!(ev("-1.5e3", &c), json!(-1500.0));
+        // JavaScript numbers: an integral value is the integer.
+        assert_eq!(ev("-1.5e3", &c), json!(-1500));
+        assert_eq!(ev("2.5", &c), json!(2.5));
         assert_eq!(
             ev(r#"["a", 1, {"k": null}]"#, &c),
             json!(["a", 1, {"k": null}])
         );
         assert!(parse("01").is_err());
-        assert!(parse("'a\\n'").is_err());
+        // Only `\\` and `\'` are escapes; others stay as written (Hub).
+        assert_eq!(ev("'a\\n\\'b\\\\'", &c), json!("a\\n'b\\"));
+        assert!(parse("'a\\\nb'").is_err());
+        assert!(parse("'a\nb'").is_err());
+        // Parenthesised literals are literals inside arrays, as in the Hub.
+        assert_eq!(ev("[(1), ('a')]", &c), json!([1, "a"]));
+        assert!(parse("[!true]").is_err());
+        assert!(parse("[1,]").is_err());
         assert!(parse("[a]").is_err());
         assert!(parse("a.").is_err());
         assert!(parse("A").is_err());
@@ -940,9 +1144,113 @@ mod tests {
         let t = Template::parse("${{ values.n }}").unwrap();
         assert_eq!(t.eval(&c).unwrap(), json!(3));
         assert!(Template::parse("${{ values.n ").is_err());
-        let t = Template::parse("${{ {\"a\": {\"b\": 1}} }}").unwrap();
+        // An expression ends at the first `}}`, as in the Hub, even inside
+        // an object literal; a field read as one expression has no such end.
+        assert!(Template::parse("${{ {\"a\": {\"b\": 1}} }}").is_err());
+        let t = Template::parse_unwrapped("${{ {\"a\": {\"b\": 1}} }}").unwrap();
         assert_eq!(t.eval(&c).unwrap(), json!({"a": {"b": 1}}));
+        assert!(Template::parse("${{ 'a}}' }}").is_err());
+        let t = Template::parse("${{ {\"a\": 1} }}").unwrap();
+        assert_eq!(t.eval(&c).unwrap(), json!({"a": 1}));
         let e = Template::parse("x ${{ 'a' == }}").unwrap_err();
         assert_eq!(e.offset, 13);
+    }
+
+    #[test]
+    fn unwrapped_fields_hold_exactly_one_expression() {
+        let c = json!({"paseo": {"inputs": {"x": "a"}}});
+        for src in [
+            "paseo.inputs.x == 'a'",
+            "  paseo.inputs.x == 'a'\n",
+            "${{ paseo.inputs.x == 'a' }}",
+            " ${{paseo.inputs.x == 'a'}} ",
+            "true",
+        ] {
+            let t = Template::parse_unwrapped(src).unwrap();
+            assert_eq!(t.eval(&c).unwrap(), json!(true), "{src:?}");
+            assert!(t.single_expression().is_some());
+            assert_eq!(t.source, src);
+        }
+        // The offset points at the expression inside the value.
+        let t = Template::parse_unwrapped("  ${{  hello }}").unwrap();
+        assert_eq!(t.expressions().next().map(|(_, o)| o), Some(7));
+        assert_eq!(
+            Template::parse_unwrapped("${{ 'a' == }}")
+                .unwrap_err()
+                .offset,
+            10
+        );
+        // Text around the expression, or two of them, is refused.
+        for src in [
+            "${{ true }} and more",
+            "x ${{ true }}",
+            "${{ true }} ${{ false }}",
+            "${{ true",
+            "",
+            "   ",
+            "${{ }}",
+        ] {
+            assert!(Template::parse_unwrapped(src).is_err(), "{src:?}");
+        }
+        // Positive control: the same text is a fine template.
+        assert!(Template::parse("${{ true }} and more").is_ok());
+    }
+
+    #[test]
+    fn keywords_begin_words_as_in_the_hub() {
+        // `true`/`false`/`null` are read first, with no word boundary.
+        assert!(parse("paseo.inputs.nullable").is_err());
+        assert!(parse("steps.a.outputs.true").is_err());
+        assert!(parse("trueish").is_err());
+        assert_eq!(ev("null", &json!({})), json!(null));
+        // Positive controls: identifiers that merely contain them.
+        assert_eq!(
+            parse("paseo.inputs.is_null").unwrap().to_string(),
+            "paseo.inputs.is_null"
+        );
+        assert_eq!(parse("values.untrue").unwrap().to_string(), "values.untrue");
+    }
+
+    #[test]
+    fn javascript_whitespace_and_interpolation() {
+        let c = json!({"values": {"n": 1.5, "big": 1e21, "o": {"a": [1.0, "x"]}}});
+        assert_eq!(ev("\u{a0}true\u{feff}\u{3000}", &c), json!(true));
+        assert!(parse("true\u{85}").is_err());
+        assert_eq!(interpolated(&json!(1.0)), "1");
+        assert_eq!(interpolated(&json!(1.5)), "1.5");
+        assert_eq!(interpolated(&json!(1e21)), "1e+21");
+        assert_eq!(interpolated(&json!(1.5e-8)), "1.5e-8");
+        assert_eq!(interpolated(&json!(null)), "null");
+        assert_eq!(interpolated(&json!("a\"b")), "a\"b");
+        assert_eq!(interpolated(&json!({"a": [1.0, "x"]})), r#"{"a":[1,"x"]}"#);
+        let t = Template::parse("n=${{ values.n }} ${{ values.big }} ${{ values.o }}").unwrap();
+        assert_eq!(t.eval(&c).unwrap(), json!(r#"n=1.5 1e+21 {"a":[1,"x"]}"#));
+    }
+
+    #[test]
+    fn connection_templates_as_the_hub_reads_them() {
+        let t = Template::parse_connections("Bearer ${{ paseo.connections.1password.api-token }}!")
+            .unwrap();
+        let paths: Vec<String> = t
+            .expressions()
+            .flat_map(|(e, _)| e.paths().into_iter().map(|(p, _)| p.join(".")))
+            .collect();
+        assert_eq!(paths, ["paseo.connections.1password.api-token"]);
+        assert_eq!(t.parts.len(), 3);
+        // `null…` slugs are fine here, unlike in expressions.
+        assert!(Template::parse_connections("${{paseo.connections.nullco.key}}").is_ok());
+        assert!(Template::parse_connections("plain text }}").is_ok());
+        for bad in [
+            "${{ 'literal' }}",
+            "${{ paseo.connections.a.b || 'x' }}",
+            "${{ paseo.inputs.x }}",
+            "${{ paseo.connections.A.b }}",
+            "${{ paseo.connections.a-.b }}",
+            "${{ paseo.connections.a.1b }}",
+            "${{ paseo.connections.a.b.c }}",
+            "${{ paseo.connections.a.b",
+        ] {
+            assert!(Template::parse_connections(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -67,11 +67,37 @@ const NOT_IN_WORKFLOW_FILE: &[&str] = &[
 ];
 
 impl Walker<'_> {
-    /// Whether an error (not a warning) was reported since `before`.
-    fn errors_since(&self, before: usize) -> bool {
-        self.diags
-            .get(before..)
-            .is_some_and(|d| d.iter().any(Diagnostic::is_error))
+    /// Whether an error (not a warning) was reported since `before` that
+    /// leaves the node ill formed. An unknown key under an agent's
+    /// `options` does not: the options are kept as JSON, and a check for a
+    /// newer daemon softens it to a warning (options::OptionsTarget). The
+    /// error still refuses the document, as every parser returns a model
+    /// only without errors.
+    pub(crate) fn errors_since(&self, before: usize) -> bool {
+        self.diags.get(before..).is_some_and(|d| {
+            d.iter()
+                .any(|d| d.is_error() && !crate::options::is_unknown_option_key(d))
+        })
+    }
+
+    /// The Hub's zod (4.4.3) skips a `__proto__` key in every object and
+    /// record it parses (js-yaml makes it an own property; zod never reads
+    /// it): the key is ignored, not refused. palisade drops it with the
+    /// warning `ignored_key`. Returns whether `k` is that key.
+    pub(crate) fn proto_key(&mut self, k: &Key, path: &Lp<'_>) -> bool {
+        if k.text != "__proto__" {
+            return false;
+        }
+        self.diags.push(
+            Diagnostic::warning("ignored_key", "the key \"__proto__\" is ignored")
+                .in_file(self.file.clone())
+                .at(k.pos.line, k.pos.column)
+                .with_path(path.key("__proto__").to_path())
+                .with_help(
+                    "the Hub's schema parser skips __proto__ keys without an error; remove it",
+                ),
+        );
+        true
     }
 
     pub(crate) fn error(
@@ -85,11 +111,12 @@ impl Walker<'_> {
             Diagnostic::error(code, message)
                 .in_file(self.file.clone())
                 .at(pos_node.pos.line, pos_node.pos.column)
+                .until(pos_node.end.line, pos_node.end.column)
                 .with_path(path.to_path()),
         );
     }
 
-    fn error_at_key(
+    pub(crate) fn error_at_key(
         &mut self,
         code: &'static str,
         message: impl Into<String>,
@@ -100,11 +127,31 @@ impl Walker<'_> {
             Diagnostic::error(code, message)
                 .in_file(self.file.clone())
                 .at(key.pos.line, key.pos.column)
+                .until(key.end.line, key.end.column)
                 .with_path(path.to_path()),
         );
     }
 
-    fn type_error(&mut self, expected: &str, path: &Lp<'_>, node: &Node) {
+    /// Adds a did-you-mean help to the finding just reported when `found`
+    /// is close to one of `known` (an unknown key or enum value).
+    pub(crate) fn suggest(&mut self, found: &str, known: &[&str]) {
+        if let (Some(help), Some(d)) = (
+            crate::suggest::did_you_mean(found, known),
+            self.diags.last_mut(),
+        ) && d.help.is_none()
+        {
+            d.help = Some(help);
+        }
+    }
+
+    /// Suggests among `known` for an enum value `node` that is a string.
+    pub(crate) fn suggest_value(&mut self, node: &Node, known: &[&str]) {
+        if let Y::String(s) = &node.value {
+            self.suggest(s, known);
+        }
+    }
+
+    pub(crate) fn type_error(&mut self, expected: &str, path: &Lp<'_>, node: &Node) {
         self.error(
             "invalid_type",
             format!(
@@ -118,7 +165,7 @@ impl Walker<'_> {
 
     /// Checks that `node` is a mapping; reports unknown keys against
     /// `allowed`, with hints for removed fields. Returns the entries.
-    fn object<'n>(
+    pub(crate) fn object<'n>(
         &mut self,
         node: &'n Node<'n>,
         path: &Lp<'_>,
@@ -130,10 +177,20 @@ impl Walker<'_> {
             return None;
         };
         for (k, _) in entries {
-            if allowed.contains(&k.text.as_ref()) {
+            if allowed.contains(&k.text.as_ref()) || self.proto_key(k, path) {
                 continue;
             }
-            if let Some((code, message)) = removed(&k.text) {
+            if k.text == "timeout" {
+                // The same finding as `hub_rules::removed_timeout`, which
+                // covers every depth; the two are deduplicated.
+                let d = crate::hub_rules::timeout_diagnostic(
+                    &self.file,
+                    k.pos.line,
+                    k.pos.column,
+                    &path.to_path(),
+                );
+                self.diags.push(d);
+            } else if let Some((code, message)) = removed(&k.text) {
                 self.error_at_key(code, message, &path.key(&k.text), k);
             } else {
                 self.error_at_key(
@@ -142,30 +199,37 @@ impl Walker<'_> {
                     path,
                     k,
                 );
+                self.suggest(&k.text, allowed);
             }
         }
         Some(entries)
     }
 
-    fn required<'n>(
+    pub(crate) fn required<'n>(
         &mut self,
         obj: &'n Node<'n>,
         key: &str,
         path: &Lp<'_>,
     ) -> Option<&'n Node<'n>> {
+        self.required_as(obj, key, path, || format!("missing required key {key:?}"))
+    }
+
+    /// [`Self::required`] with the caller's wording of the finding.
+    pub(crate) fn required_as<'n>(
+        &mut self,
+        obj: &'n Node<'n>,
+        key: &str,
+        path: &Lp<'_>,
+        message: impl FnOnce() -> String,
+    ) -> Option<&'n Node<'n>> {
         let found = obj.get(key);
         if found.is_none() {
-            self.error(
-                "missing_field",
-                format!("missing required key {key:?}"),
-                &path.key(key),
-                obj,
-            );
+            self.error("missing_field", message(), &path.key(key), obj);
         }
         found
     }
 
-    fn string(&mut self, node: &Node, path: &Lp<'_>) -> Option<String> {
+    pub(crate) fn string(&mut self, node: &Node, path: &Lp<'_>) -> Option<String> {
         match &node.value {
             Y::String(s) if s.is_empty() => {
                 self.error(
@@ -184,7 +248,7 @@ impl Walker<'_> {
         }
     }
 
-    fn any_string(&mut self, node: &Node, path: &Lp<'_>) -> Option<String> {
+    pub(crate) fn any_string(&mut self, node: &Node, path: &Lp<'_>) -> Option<String> {
         match &node.value {
             Y::String(s) => Some(s.to_string()),
             _ => {
@@ -194,11 +258,11 @@ impl Walker<'_> {
         }
     }
 
-    fn opt_string(&mut self, obj: &Node, key: &str, path: &Lp<'_>) -> Option<String> {
+    pub(crate) fn opt_string(&mut self, obj: &Node, key: &str, path: &Lp<'_>) -> Option<String> {
         obj.get(key).and_then(|n| self.string(n, &path.key(key)))
     }
 
-    fn identifier(&mut self, node: &Node, path: &Lp<'_>, what: &str) -> Option<String> {
+    pub(crate) fn identifier(&mut self, node: &Node, path: &Lp<'_>, what: &str) -> Option<String> {
         let s = self.string(node, path)?;
         if !is_identifier(&s) {
             self.error(
@@ -212,7 +276,12 @@ impl Walker<'_> {
         Some(s)
     }
 
-    fn string_list(&mut self, node: &Node, path: &Lp<'_>, non_empty: bool) -> Option<Vec<String>> {
+    pub(crate) fn string_list(
+        &mut self,
+        node: &Node,
+        path: &Lp<'_>,
+        non_empty: bool,
+    ) -> Option<Vec<String>> {
         let Y::Seq(items) = &node.value else {
             self.type_error("array", path, node);
             return None;
@@ -236,7 +305,7 @@ impl Walker<'_> {
         ok.then_some(out)
     }
 
-    fn bool(&mut self, node: &Node, path: &Lp<'_>) -> Option<bool> {
+    pub(crate) fn bool(&mut self, node: &Node, path: &Lp<'_>) -> Option<bool> {
         match node.value {
             Y::Bool(b) => Some(b),
             _ => {
@@ -247,7 +316,7 @@ impl Walker<'_> {
     }
 
     /// A duration field; `what` names it in messages (`trigger t step s max_runtime`).
-    fn duration(
+    pub(crate) fn duration(
         &mut self,
         node: &Node,
         path: &Lp<'_>,
@@ -271,6 +340,7 @@ impl Walker<'_> {
                 )
                 .in_file(self.file.clone())
                 .at(node.pos.line, node.pos.column)
+.until(node.end.line, node.end.column)
                 .with_path(path.to_path())
                 .with_help("write a whole number followed by ms, s, m or h; no decimals, zero, compound forms or days"),
             );
@@ -288,9 +358,61 @@ impl Walker<'_> {
         Some(d)
     }
 
-    fn template(&mut self, node: &Node, path: &Lp<'_>) -> Option<Template> {
+    pub(crate) fn template(&mut self, node: &Node, path: &Lp<'_>) -> Option<Template> {
         let s = self.any_string(node, path)?;
         self.parse_template(&s, path, node)
+    }
+
+    /// A field the Hub reads as exactly one expression, bare or in one
+    /// `${{ … }}` ([`Template::parse_unwrapped`]).
+    pub(crate) fn expression(&mut self, node: &Node, path: &Lp<'_>) -> Option<Template> {
+        let s = self.any_string(node, path)?;
+        match Template::parse_unwrapped(&s) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                // A fine template that is not one expression: say so.
+                let message = if Template::parse(&s).is_ok_and(|t| t.has_expressions()) {
+                    let field = match path.to_path().0.last() {
+                        Some(crate::PathSegment::Key(k)) if k == "if" => "if".to_owned(),
+                        Some(crate::PathSegment::Key(k)) => format!("value {k}"),
+                        _ => "the value".to_owned(),
+                    };
+                    format!(
+                        "{field} must be exactly one expression, bare or in one ${{{{ … }}}} spanning the value, without text around it"
+                    )
+                } else {
+                    format!(
+                        "invalid expression: {} (at byte {} of the value)",
+                        e.message, e.offset
+                    )
+                };
+                self.error("invalid_expression", message, path, node);
+                None
+            }
+        }
+    }
+
+    /// A step `env` value: a connection template
+    /// ([`Template::parse_connections`]).
+    pub(crate) fn connection_template(&mut self, node: &Node, path: &Lp<'_>) -> Option<Template> {
+        let s = self.any_string(node, path)?;
+        match Template::parse_connections(&s) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                let code = if e.message.starts_with("unterminated") {
+                    "invalid_expression"
+                } else {
+                    "unsupported_path"
+                };
+                self.error(
+                    code,
+                    format!("{} (at byte {} of the value)", e.message, e.offset),
+                    path,
+                    node,
+                );
+                None
+            }
+        }
     }
 
     pub(crate) fn parse_template(
@@ -341,6 +463,7 @@ impl Walker<'_> {
                     &path.key("kind"),
                     kind_node,
                 );
+                self.suggest(&kind, &["daemon", "fly", "docker"]);
                 return None;
             }
         };
@@ -407,7 +530,34 @@ impl Walker<'_> {
         Some(Environment { name, kind })
     }
 
-    fn worktree(&mut self, node: &Node, path: &Lp<'_>) -> Option<Worktree> {
+    /// The Hub's `WorktreeTargetSchema` is a discriminated union of plain
+    /// (not `.strict()`) zod objects: unknown keys are stripped, not
+    /// refused. palisade follows that and warns (`ignored_key`).
+    fn worktree_keys(&mut self, node: &Node, path: &Lp<'_>, allowed: &[&str]) {
+        let Y::Map(entries) = &node.value else {
+            return;
+        };
+        for (k, _) in entries {
+            if allowed.contains(&k.text.as_ref()) {
+                continue;
+            }
+            self.diags.push(
+                Diagnostic::warning(
+                    "ignored_key",
+                    format!("Unrecognized key {:?} under worktree is ignored", k.text),
+                )
+                .in_file(self.file.clone())
+                .at(k.pos.line, k.pos.column)
+                .with_path(path.key(&k.text).to_path())
+                .with_help(format!(
+                    "the Hub strips unknown worktree keys without an error; this mode reads only {}",
+                    allowed.join(", ")
+                )),
+            );
+        }
+    }
+
+    pub(crate) fn worktree(&mut self, node: &Node, path: &Lp<'_>) -> Option<Worktree> {
         let Y::Map(_) = &node.value else {
             self.type_error("object", path, node);
             return None;
@@ -416,7 +566,7 @@ impl Walker<'_> {
         let mode = self.string(mode_node, &path.key("mode"))?;
         match mode.as_str() {
             "branch-off" => {
-                self.object(node, path, &["mode", "newBranch", "base"], &|_| None)?;
+                self.worktree_keys(node, path, &["mode", "newBranch", "base"]);
                 let nb = self.required(node, "newBranch", path)?;
                 let t = self.template(nb, &path.key("newBranch"))?;
                 let base = self.opt_string(node, "base", path);
@@ -426,14 +576,14 @@ impl Walker<'_> {
                 })
             }
             "checkout-branch" => {
-                self.object(node, path, &["mode", "branch"], &|_| None)?;
+                self.worktree_keys(node, path, &["mode", "branch"]);
                 let b = self.required(node, "branch", path)?;
                 Some(Worktree::CheckoutBranch {
                     branch: self.string(b, &path.key("branch"))?,
                 })
             }
             "checkout-pr" => {
-                self.object(node, path, &["mode", "prNumber"], &|_| None)?;
+                self.worktree_keys(node, path, &["mode", "prNumber"]);
                 let n = self.required(node, "prNumber", path)?;
                 match &n.value {
                     Y::Number(num) if num.as_u64().is_some_and(|v| v > 0) => {
@@ -459,6 +609,7 @@ impl Walker<'_> {
                     &path.key("mode"),
                     mode_node,
                 );
+                self.suggest_value(mode_node, &["branch-off", "checkout-branch", "checkout-pr"]);
                 None
             }
         }
@@ -505,6 +656,7 @@ impl Walker<'_> {
                 )
                 .in_file(self.file.clone())
                 .at(pn.pos.line, pn.pos.column)
+.until(pn.end.line, pn.end.column)
                 .with_path(path.key("provider").to_path()),
             );
         }
@@ -552,6 +704,11 @@ impl Walker<'_> {
                             let found =
                                 crate::options::findings(&self.file, p, o, &opath.to_path());
                             self.diags.extend(found);
+                            // An unknown key leaves the options well formed
+                            // (they are kept as JSON): the model is built, so
+                            // a check for a newer daemon can soften it (see
+                            // options::OptionsTarget); the error itself still
+                            // refuses the document.
                             if self.errors_since(before) {
                                 ok = false;
                             }
@@ -595,9 +752,6 @@ impl Walker<'_> {
         ];
         let in_file = workflow_file.is_some();
         let entries = self.object(node, path, &allowed, &|k| {
-            if k == "timeout" {
-                return Some(("removed_field", "timeout was removed; use max_runtime".to_owned()));
-            }
             if in_file && k == "triggers" {
                 return Some((
                     "monolithic_triggers",
@@ -650,7 +804,7 @@ impl Walker<'_> {
             .get("filters")
             .map(|f| self.filters(f, &path.key("filters")));
         let inputs = match node.get("inputs") {
-            Some(i) => self.inputs(i, &path.key("inputs")),
+            Some(i) => self.inputs(i, &path.key("inputs"), &tname),
             None => Some(Vec::new()),
         };
         let values = match node.get("values") {
@@ -682,6 +836,9 @@ impl Walker<'_> {
             }
             ok.then_some(out)
         });
+        if let (Some(Some(f)), Some(decls)) = (&filters, &inputs) {
+            self.input_filters(node, path, &tname, f, decls);
+        }
         Some(Trigger {
             name: name?,
             file: workflow_file.map(str::to_owned),
@@ -695,6 +852,63 @@ impl Walker<'_> {
             values: values?,
             steps: steps?,
         })
+    }
+
+    /// The Hub's `validateInputFilters`: every `filters.inputs` entry
+    /// names a declared input, has its type and, with `choices`, is one.
+    fn input_filters(
+        &mut self,
+        node: &Node,
+        path: &Lp<'_>,
+        tname: &str,
+        f: &Filters,
+        decls: &[InputDecl],
+    ) {
+        let Some(entries) = &f.inputs else {
+            return;
+        };
+        let fnode = node.get("filters").and_then(|n| n.get("inputs"));
+        let filters_path = path.key("filters");
+        let fpath = filters_path.key("inputs");
+        for (name, value) in entries {
+            let Some(vnode) = fnode.and_then(|n| n.get(name)) else {
+                continue;
+            };
+            let p = fpath.key(name);
+            let Some(decl) = decls.iter().find(|d| d.name == *name) else {
+                self.error(
+                    "unknown_input",
+                    format!("trigger {tname} input filter references undeclared input {name}"),
+                    &p,
+                    vnode,
+                );
+                continue;
+            };
+            let typed = match decl.kind {
+                InputType::String => value.is_string(),
+                InputType::Number => value.is_number(),
+                InputType::Boolean => value.is_boolean(),
+            };
+            if !typed {
+                self.error(
+                    "invalid_filter_type",
+                    format!("trigger {tname} input filter {name} does not match type"),
+                    &p,
+                    vnode,
+                );
+            } else if let Some(cs) = &decl.choices
+                && !cs
+                    .iter()
+                    .any(|c| crate::hub_rules::same_primitive(c, value))
+            {
+                self.error(
+                    "invalid_filter_choice",
+                    format!("trigger {tname} input filter {name} is not an allowed choice"),
+                    &p,
+                    vnode,
+                );
+            }
+        }
     }
 
     /// Trigger filters.
@@ -740,6 +954,7 @@ impl Walker<'_> {
                 .and_then(|n| self.string_list(n, &path.key("from_users"), false)),
             inputs: None,
             connection: None,
+            ..Filters::default()
         };
         if let Some(n) = node.get("connection") {
             let p = path.key("connection");
@@ -762,6 +977,9 @@ impl Walker<'_> {
                 Y::Map(entries) => {
                     let mut out = Vec::new();
                     for (k, v) in entries {
+                        if self.proto_key(k, &p) {
+                            continue;
+                        }
                         match &v.value {
                             Y::String(_) | Y::Number(_) | Y::Bool(_) => {
                                 out.push((k.text.to_string(), v.to_json()))
@@ -777,7 +995,12 @@ impl Walker<'_> {
         (!self.errors_since(before)).then_some(f)
     }
 
-    fn inputs(&mut self, node: &Node, path: &Lp<'_>) -> Option<Vec<InputDecl>> {
+    pub(crate) fn inputs(
+        &mut self,
+        node: &Node,
+        path: &Lp<'_>,
+        tname: &str,
+    ) -> Option<Vec<InputDecl>> {
         let Y::Map(entries) = &node.value else {
             self.type_error("object", path, node);
             return None;
@@ -785,6 +1008,9 @@ impl Walker<'_> {
         let before = self.diags.len();
         let mut out = Vec::new();
         for (k, v) in entries {
+            if self.proto_key(k, path) {
+                continue;
+            }
             let p = path.key(&k.text);
             if !is_identifier(&k.text) {
                 self.error_at_key(
@@ -817,6 +1043,7 @@ impl Walker<'_> {
                         &p.key("type"),
                         tn,
                     );
+                    self.suggest_value(tn, &["string", "number", "boolean"]);
                     continue;
                 }
             };
@@ -859,6 +1086,19 @@ impl Walker<'_> {
                     }
                 },
             };
+            if required == Some(true)
+                && let Some(d) = v.get("default")
+            {
+                self.error(
+                    "input_required_and_default",
+                    format!(
+                        "trigger {tname} input {} cannot be both required and defaulted",
+                        k.text
+                    ),
+                    &p.key("default"),
+                    d,
+                );
+            }
             let default = match v.get("default") {
                 None => None,
                 Some(d) => {
@@ -870,7 +1110,9 @@ impl Walker<'_> {
                             d,
                         );
                     } else if let Some(cs) = &choices
-                        && !cs.contains(&d.to_json())
+                        && !cs
+                            .iter()
+                            .any(|c| crate::hub_rules::same_primitive(c, &d.to_json()))
                     {
                         self.error(
                             "invalid_default_choice",
@@ -901,6 +1143,9 @@ impl Walker<'_> {
         let before = self.diags.len();
         let mut out = Vec::new();
         for (k, v) in entries {
+            if self.proto_key(k, path) {
+                continue;
+            }
             let p = path.key(&k.text);
             if !is_identifier(&k.text) {
                 self.error_at_key(
@@ -911,7 +1156,11 @@ impl Walker<'_> {
                 );
                 continue;
             }
-            if let Some(t) = self.template(v, &p) {
+            // `z.record(z.string(), z.string().min(1))`: an empty value is refused.
+            if self.string(v, &p).is_none() {
+                continue;
+            }
+            if let Some(t) = self.expression(v, &p) {
                 out.push((k.text.to_string(), t));
             }
         }
@@ -935,33 +1184,15 @@ impl Walker<'_> {
             "github",
             "auto_archive",
         ];
-        self.object(node, path, &allowed, &|k| {
-            (k == "timeout").then(|| {
-                (
-                    "removed_field",
-                    "timeout was removed; use max_runtime".to_owned(),
-                )
-            })
-        })?;
+        self.object(node, path, &allowed, &|_| None)?;
         let before = self.diags.len();
         let id = self
             .required(node, "id", path)
             .and_then(|n| self.identifier(n, &path.key("id"), "step id"));
         let sid = id.clone().unwrap_or_else(|| "?".to_owned());
-        let condition = node.get("if").and_then(|n| {
-            let p = path.key("if");
-            let t = self.template(n, &p)?;
-            if t.single_expression().is_none() {
-                self.error(
-                    "invalid_expression",
-                    "if must be exactly one ${{ … }} expression",
-                    &p,
-                    n,
-                );
-                return None;
-            }
-            Some(t)
-        });
+        let condition = node
+            .get("if")
+            .and_then(|n| self.expression(n, &path.key("if")));
         let environment = self.required(node, "environment", path).and_then(|n| {
             let p = path.key("environment");
             let s = self.string(n, &p)?;
@@ -1021,42 +1252,16 @@ impl Walker<'_> {
         let prompt = self
             .required(node, "prompt", path)
             .and_then(|n| self.prompt(n, &path.key("prompt")));
-        let output_schema = node.get("output").and_then(|n| {
-            let p = path.key("output");
-            self.object(n, &p, &["schema"], &|_| None)?;
-            let s = self.required(n, "schema", &p)?;
-            match &s.value {
-                Y::Map(_) => Some(s.to_json()),
-                _ => {
-                    self.type_error("object", &p.key("schema"), s);
-                    None
-                }
-            }
-        });
+        let output_schema = node
+            .get("output")
+            .and_then(|n| self.output_schema(n, &path.key("output"), &format!("step {sid}")));
         let allow_outputs = match node.get("allow_outputs") {
             Some(n) => self.allow_outputs(n, &path.key("allow_outputs")),
             None => Some(Vec::new()),
         };
         let env = match node.get("env") {
             None => Some(Vec::new()),
-            Some(n) => {
-                let p = path.key("env");
-                match &n.value {
-                    Y::Map(entries) => {
-                        let mut out = Vec::new();
-                        for (k, v) in entries {
-                            if let Some(t) = self.template(v, &p.key(&k.text)) {
-                                out.push((k.text.to_string(), t));
-                            }
-                        }
-                        Some(out)
-                    }
-                    _ => {
-                        self.type_error("object", &p, n);
-                        None
-                    }
-                }
-            }
+            Some(n) => self.env(n, &path.key("env")),
         };
         let github = node
             .get("github")
@@ -1082,6 +1287,85 @@ impl Walker<'_> {
             github,
             auto_archive,
         })
+    }
+
+    /// A step's (or a trigger document run's) `output`: `{schema: object}`,
+    /// a schema the Hub's ajv compiles in strict mode
+    /// ([`crate::output_schema::check`]); `what` names the step in the
+    /// message, as the Hub's `step <id> output.schema is invalid JSON
+    /// Schema: …`.
+    pub(crate) fn output_schema(
+        &mut self,
+        n: &Node,
+        p: &Lp<'_>,
+        what: &str,
+    ) -> Option<serde_json::Value> {
+        self.object(n, p, &["schema"], &|_| None)?;
+        let s = self.required(n, "schema", p)?;
+        match &s.value {
+            Y::Map(_) => {
+                let schema = s.to_json();
+                if let Err(e) = crate::output_schema::check(&schema) {
+                    let at = if e.at.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (at {})", e.pointer())
+                    };
+                    let msg = format!(
+                        "{what} output.schema is invalid JSON Schema: {}{at}",
+                        e.message
+                    );
+                    let sp = p.key("schema");
+                    if e.limit {
+                        // palisade's own bound on a hostile schema: a
+                        // hardening limit, stricter than the Hub.
+                        self.error("yaml_limit_exceeded", msg, &sp, s);
+                    } else {
+                        self.error("invalid_output_schema", msg, &sp, s);
+                    }
+                }
+                // Kept even when refused, so that references to the step's
+                // outputs are still checked against it rather than reported
+                // as a step without an output schema.
+                Some(schema)
+            }
+            _ => {
+                self.type_error("object", &p.key("schema"), s);
+                None
+            }
+        }
+    }
+
+    /// An `env` map of templates.
+    pub(crate) fn env(&mut self, n: &Node, p: &Lp<'_>) -> Option<Vec<(String, Template)>> {
+        match &n.value {
+            Y::Map(entries) => {
+                let mut out = Vec::new();
+                for (k, v) in entries {
+                    if self.proto_key(k, p) {
+                        continue;
+                    }
+                    // `z.record(z.string().min(1), z.string())`
+                    if k.text.is_empty() {
+                        self.error_at_key(
+                            "invalid_key",
+                            "Invalid key in record: an env name must not be empty",
+                            &p.key(""),
+                            k,
+                        );
+                        continue;
+                    }
+                    if let Some(t) = self.connection_template(v, &p.key(&k.text)) {
+                        out.push((k.text.to_string(), t));
+                    }
+                }
+                Some(out)
+            }
+            _ => {
+                self.type_error("object", p, n);
+                None
+            }
+        }
     }
 
     fn prompt(&mut self, node: &Node, path: &Lp<'_>) -> Option<Vec<PromptBlock>> {
@@ -1211,7 +1495,7 @@ impl Walker<'_> {
             if let (Some(kind), Some(max)) = (kind, max) {
                 out.push(AllowOutput {
                     kind,
-                    max,
+                    max: Some(max),
                     required,
                 });
             }
@@ -1219,7 +1503,7 @@ impl Walker<'_> {
         (!self.errors_since(before)).then_some(out)
     }
 
-    fn github(&mut self, node: &Node, path: &Lp<'_>) -> Option<GithubAuthority> {
+    pub(crate) fn github(&mut self, node: &Node, path: &Lp<'_>) -> Option<GithubAuthority> {
         self.object(
             node,
             path,
@@ -1245,9 +1529,10 @@ impl Walker<'_> {
             let p = path.key("repositories");
             let list = self.string_list(n, &p, true)?;
             for (i, r) in list.iter().enumerate() {
-                let valid = r
-                    .split_once('/')
-                    .is_some_and(|(o, n)| !o.is_empty() && !n.is_empty() && !n.contains('/'));
+                // `^[^/\s]+\/[^/\s]+$/u` (github-authority.ts).
+                let valid = !r.chars().any(crate::hub_rules::is_js_space)
+                    && r.split_once('/')
+                        .is_some_and(|(o, n)| !o.is_empty() && !n.is_empty() && !n.contains('/'));
                 if !valid
                     && let Y::Seq(items) = &n.value
                     && let Some(item) = items.get(i)
@@ -1270,6 +1555,9 @@ impl Walker<'_> {
             };
             let mut out = Vec::new();
             for (k, v) in entries {
+                if self.proto_key(k, &p) {
+                    continue;
+                }
                 let level = match &v.value {
                     Y::String(s) if s == "read" => GithubLevel::Read,
                     Y::String(s) if s == "write" => GithubLevel::Write,
@@ -1281,9 +1569,26 @@ impl Walker<'_> {
                             &p.key(&k.text),
                             v,
                         );
+                        self.suggest_value(v, &["read", "write", "admin"]);
                         continue;
                     }
                 };
+                if let Some(why) = crate::github_permissions::refusal(&k.text, level) {
+                    self.diags.push(
+                        Diagnostic::error(
+                            "invalid_github_permission",
+                            format!("github.permissions.{}: {why}", k.text),
+                        )
+                        .in_file(self.file.clone())
+                        .at(k.pos.line, k.pos.column)
+                        .with_path(p.key(&k.text).to_path())
+                        .with_help(format!(
+                            "the Hub accepts only GitHub App permission names, each at the levels GitHub allows (REST API {})",
+                            crate::github_permissions::API_VERSION
+                        )),
+                    );
+                    continue;
+                }
                 out.push((k.text.to_string(), level));
             }
             Some(out)

@@ -31,7 +31,7 @@ fn env_variants(with_name: bool) -> Value {
     json!({"oneOf": [daemon, image]})
 }
 
-fn defs() -> Value {
+pub(crate) fn defs() -> Value {
     let str1 = json!({"type": "string", "minLength": 1});
     let str_list = json!({"type": "array", "items": str1});
     let agent_options = json!({
@@ -133,7 +133,7 @@ fn defs() -> Value {
     })
 }
 
-fn head(id: &str, title: &str, mut body: Value) -> Value {
+pub(crate) fn head(id: &str, title: &str, mut body: Value) -> Value {
     let mut m = serde_json::Map::new();
     m.insert(
         "$schema".into(),

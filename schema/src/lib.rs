@@ -71,25 +71,31 @@
 #![forbid(unsafe_code)]
 
 pub mod bundle;
+pub mod codes;
 pub mod diagnostic;
 pub mod expr;
+pub mod github_permissions;
 pub mod host_policy;
 mod hub;
+mod hub_rules;
 pub mod hub_schema;
 mod lazy_path;
 mod lints;
 pub mod model;
 pub mod options;
+pub mod output_schema;
 pub mod render;
 #[cfg(test)]
 mod roundtrip;
 mod semantic;
+mod suggest;
+pub mod trigger;
 pub mod yaml;
 
-pub use bundle::{decode, parse_bundle};
+pub use bundle::{decode, parse_bundle, parse_bundle_for};
 pub use diagnostic::{Diagnostic, Diagnostics, LineIndex, Parsed, Path, PathSegment, Severity};
 pub use hub::{is_event_name, is_identifier, is_slug};
-pub use lints::{KNOWN_EVENTS, KNOWN_OUTPUTS};
+pub use lints::{KNOWN_EVENTS, KNOWN_OUTPUTS, LINT_ERRORS, LINT_WARNINGS};
 pub use model::*;
 
 use crate::hub::Walker;
@@ -134,13 +140,46 @@ pub fn parse_workflow(file: &str, text: &str) -> Result<Parsed<HubConfig>, Diagn
     diagnostic::outcome(file, config, diags)
 }
 
+/// [`parse_workflow`] for agent options that will run on `target`'s
+/// daemon: an unknown option key of a provider whose schema models an
+/// older daemon is the warning `unknown_option_newer_daemon`, not an error
+/// (see [`options::OptionsTarget`]).
+pub fn parse_workflow_for(
+    file: &str,
+    text: &str,
+    target: &options::OptionsTarget,
+) -> Result<Parsed<HubConfig>, Diagnostics> {
+    let (config, diags) = workflow_findings_for(file, text, target);
+    diagnostic::outcome(file, config, diags)
+}
+
+/// [`parse_workflow_bytes`] for `target`'s daemon (see [`parse_workflow_for`]).
+pub fn parse_workflow_bytes_for(
+    file: &str,
+    bytes: &[u8],
+    target: &options::OptionsTarget,
+) -> Result<Parsed<HubConfig>, Diagnostics> {
+    parse_workflow_for(file, decode(file, bytes)?, target)
+}
+
 fn workflow_findings(file: &str, text: &str) -> (Option<HubConfig>, Vec<Diagnostic>) {
+    workflow_findings_for(file, text, &options::OptionsTarget::default())
+}
+
+fn workflow_findings_for(
+    file: &str,
+    text: &str,
+    target: &options::OptionsTarget,
+) -> (Option<HubConfig>, Vec<Diagnostic>) {
     let (node, mut diags) = yaml::load(file, text);
     let Some(root) = node else {
         return (None, diags);
     };
+    diags.extend(hub_rules::removed_timeout(file, &root, &Path::root()));
     let config = single_file(file, &root, &mut diags, true);
+    options::soften_tree(&mut diags, file, &root, target);
     sort(&mut diags);
+    hub_rules::dedup(&mut diags);
     let ok = !diags.iter().any(Diagnostic::is_error);
     (config.filter(|_| ok), diags)
 }
@@ -247,12 +286,17 @@ fn single_file(
                     ok = false;
                 }
             },
+            _ if w.proto_key(k, &Lp::Base(&root_path)) => {}
             other => {
-                w.diags.push(
+                let mut d =
                     Diagnostic::error("unknown_key", format!("Unrecognized key: {other:?}"))
                         .in_file(file)
-                        .at(k.pos.line, k.pos.column),
-                );
+                        .at(k.pos.line, k.pos.column)
+                        .until(k.end.line, k.end.column);
+                if let Some(help) = suggest::did_you_mean(other, &["environments", "triggers"]) {
+                    d = d.with_help(help);
+                }
+                w.diags.push(d);
                 ok = false;
             }
         }
@@ -354,8 +398,11 @@ fn fragment_findings(file: &str, text: &str) -> Vec<Diagnostic> {
                 Diagnostic::error("unknown_key", format!("Unrecognized key: {other:?}"))
                     .in_file(file)
                     .at(k.pos.line, k.pos.column)
+                    .until(k.end.line, k.end.column)
                     .with_help(format!(
-                        "a fragment holds one of: {}",
+                        "{}a fragment holds one of: {}",
+                        suggest::did_you_mean(other, FRAGMENT_SECTIONS)
+                            .map_or_else(String::new, |h| h + " "),
                         FRAGMENT_SECTIONS.join(", ")
                     )),
             ),
@@ -477,10 +524,14 @@ pub mod __fuzz {
                     && let Ok(parsed) = crate::yaml::parse("fuzz.yml", text)
                 {
                     let node = parsed.value();
+                    let json = node.to_json();
                     for p in crate::options::PROVIDERS {
                         let _ = crate::options::validate("fuzz.yml", p, node, &crate::Path::root());
-                        let _ = crate::options::validate_json(p, &node.to_json());
+                        let _ = crate::options::validate_json(p, &json);
                     }
+                    // The same document (YAML, or JSON as its subset) as a
+                    // step's `output.schema`, compiled as ajv strict would.
+                    let _ = crate::output_schema::check(&json);
                 }
             }
         }

@@ -31,6 +31,95 @@ pub const KNOWN_EVENTS: &[&str] = &[
     "github.pull_request_label_added",
 ];
 
+/// The lint codes whose findings are errors: the configuration parses but
+/// fails the release checklist (`docs/check.md`, "Lints"). `palisade check
+/// --allow`, `--warn` and a suppression comment may act on these; never on
+/// a schema error that makes a document invalid. A trigger lint whose level
+/// depends on the finding (`wildcard_principal` is an error on a chat or
+/// forge event, a warning elsewhere) is in both lists; no code here is
+/// also a schema error.
+pub const LINT_ERRORS: &[&str] = &[
+    "missing_from_users",
+    "required_output_unavailable",
+    "codex_unattended_full_access",
+    // Trigger-document lints (`trigger/lints.rs`) reported as errors.
+    "wildcard_principal",
+    "full_access_mode",
+    "external_network_access",
+    "write_authority_broad_principal",
+    "unknown_event",
+    "unattended_provider",
+];
+
+/// Every code the parsers emit as a warning: the workflow lints, the bundle
+/// and provider notes and the host-policy lints. A code here may be an
+/// error elsewhere (`duplicate`); only its warnings are lints.
+pub const LINT_WARNINGS: &[&str] = &[
+    // Workflow lints (`docs/check.md`, "Lints").
+    "manual_without_from_users",
+    "unpinned_trigger",
+    "unknown_event",
+    "classifier_with_outputs",
+    "output_unavailable",
+    "unknown_output_type",
+    "codex_danger_full_access",
+    "codex_network_access",
+    "codex_dangerous_proxy",
+    "claude_sandbox_not_fail_closed",
+    "claude_unsandboxed_commands",
+    "claude_broad_tool_allowed",
+    "opencode_allow_all",
+    "opencode_bash_allow",
+    "opencode_external_directory_allow",
+    "implicit_provider_policy",
+    "broad_cwd",
+    "broad_writable_root",
+    "unsupported_provider",
+    "unexpected_bundle_file",
+    "unknown_option_newer_daemon",
+    "ignored_key",
+    // Trigger-document lints (`trigger/lints.rs`, L1–L17) reported as
+    // warnings (`broad_cwd` and `unknown_event` are listed above), and
+    // `palisade check`'s note on a trigger and a legacy workflow sharing a
+    // name.
+    "wildcard_principal",
+    "implicit_manual_wildcard",
+    "unbounded_reply",
+    "full_access_mode",
+    "external_network_access",
+    "implicit_mode",
+    "autonomous_linear_scope",
+    "unattended_schedule",
+    "shared_continuation",
+    "multi_event_authority",
+    "no_classifier_lane",
+    "legacy_lane",
+    "non_atomic_deploy",
+    "trigger_workflow_name_clash",
+    // Host-policy lints (`docs/policy.md`).
+    "allow_shadowed",
+    "direct_writes",
+    "duplicate",
+    "empty_routes",
+    "no_steering_paths",
+    "not_normalised",
+    "observe_self_report",
+    "outward_allow_everything",
+    "outward_allow_untargeted",
+    "outward_delete_allowed_with_force_denied",
+    "relay_origin_allowed",
+    "relay_provider_mismatch",
+    "route_nowhere",
+    "route_shadows_outward",
+    "routing_provider_unbound",
+    "shared_hosting_wildcard",
+    "taint_allow_not_allowed",
+    "taint_disabled",
+    "unknown_kind",
+    "wide_address_range",
+    "wildcard_public_suffix",
+];
+
 struct Linter<'a> {
     config: &'a HubConfig,
     out: Vec<Diagnostic>,
@@ -125,13 +214,17 @@ impl Linter<'_> {
             }
         }
         if !KNOWN_EVENTS.contains(&event) && !matches!(source, "forgejo" | "linear") {
-            self.out.push(warn(
+            let mut d = warn(
                 site.file,
                 site.root,
                 "unknown_event",
                 format!("event {event:?} is not one the Hub emits; this trigger will never fire"),
                 &site.base.key("on"),
-            ));
+            );
+            if let Some(help) = crate::suggest::did_you_mean(event, KNOWN_EVENTS) {
+                d = d.with_help(help);
+            }
+            self.out.push(d);
         }
         let missing = |k: &str| -> bool {
             match (f, k) {
@@ -232,7 +325,7 @@ fn step_refs(e: &Expr) -> Vec<&str> {
 }
 
 /// Why a directory is too broad to be an agent's cwd or writable root.
-fn broad_directory(dir: &str) -> Option<&'static str> {
+pub(crate) fn broad_directory(dir: &str) -> Option<&'static str> {
     let d = dir.trim_end_matches('/');
     if d.is_empty() {
         return Some("the filesystem root");

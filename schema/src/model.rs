@@ -194,6 +194,24 @@ pub struct Filters {
     pub inputs: Option<Vec<(String, Value)>>,
     /// Connection slug.
     pub connection: Option<String>,
+    /// A Linear project (trigger documents, `linear.*`).
+    pub project: Option<String>,
+    /// Linear workflow states the issue must be in.
+    pub states: Option<Vec<String>>,
+    /// Labels none of which may be present (Linear).
+    pub exclude_labels: Option<Vec<String>>,
+    /// Resulting assignees (Linear; Forgejo assignment events).
+    pub assignees: Option<Vec<String>>,
+    /// Requested reviewers (Forgejo, unreleased).
+    pub reviewers: Option<Vec<String>>,
+    /// Pushed branches (Forgejo `push`, unreleased).
+    pub branches: Option<Vec<String>>,
+    /// A Linear team (unreleased Linear filters).
+    pub team: Option<String>,
+    /// Only replies (unreleased Linear filters).
+    pub replies_only: Option<bool>,
+    /// Only replies in a thread the app posted in (unreleased Linear filters).
+    pub thread_with_app: Option<bool>,
 }
 
 /// The type of an invocation input.
@@ -300,8 +318,11 @@ pub enum PromptBlock {
 pub struct AllowOutput {
     /// The capability type, e.g. `slack.reply`.
     pub kind: String,
-    /// How many times it may be used (≥ 1; default 1).
-    pub max: u32,
+    /// How many times it may be used (≥ 1; authored default 1). `None`
+    /// means unlimited, which only Paseo Hub 0.9's automatic event-native
+    /// reply of a trigger document has (`hub-triggers.md` §4.2); a v0.6
+    /// declaration always has a limit.
+    pub max: Option<u32>,
     /// Whether it must be used before the step can finish.
     pub required: bool,
 }
@@ -473,6 +494,21 @@ impl Filters {
             );
         }
         opt_str(&mut m, "connection", self.connection.as_ref());
+        opt_str(&mut m, "project", self.project.as_ref());
+        opt_list(&mut m, "states", self.states.as_ref());
+        opt_list(&mut m, "exclude_labels", self.exclude_labels.as_ref());
+        opt_list(&mut m, "assignees", self.assignees.as_ref());
+        opt_list(&mut m, "reviewers", self.reviewers.as_ref());
+        opt_list(&mut m, "branches", self.branches.as_ref());
+        opt_str(&mut m, "team", self.team.as_ref());
+        for (k, v) in [
+            ("replies_only", self.replies_only),
+            ("thread_with_app", self.thread_with_app),
+        ] {
+            if let Some(b) = v {
+                m.insert(k.into(), Value::Bool(b));
+            }
+        }
         Value::Object(m)
     }
 }

@@ -13,6 +13,13 @@ use crate::diagnostic::{Diagnostic, Diagnostics, Parsed, Path};
 use crate::lazy_path::Lp;
 use crate::yaml::{Node, Value as Y};
 
+mod daemon;
+pub use daemon::{
+    DaemonVersion, MODELLED_DAEMON, NEWER_DAEMON_CODE, OptionsTarget, PROVIDER_SCHEMAS,
+    ProviderSchema, provider_schema,
+};
+pub(crate) use daemon::{is_unknown_option_key, soften_tree};
+
 /// The shape of an option value.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -223,12 +230,7 @@ pub const PROVIDERS: &[&str] = &["codex", "claude", "opencode"];
 /// The strict schema of a provider, by base provider id (the text before
 /// the first `/`).
 pub fn provider_shape(provider: &str) -> Option<&'static Shape> {
-    match provider.split('/').next().unwrap_or(provider) {
-        "codex" => Some(&CODEX),
-        "claude" => Some(&CLAUDE),
-        "opencode" => Some(&OPENCODE),
-        _ => None,
-    }
+    provider_schema(provider).map(|s| s.shape)
 }
 
 /// One finding of a shape check, relative to the checked node.
@@ -245,6 +247,12 @@ pub struct Issue {
     pub line: u32,
     /// 1-based column.
     pub column: u32,
+    /// Where the node ends: line and the column just after it (0: not known).
+    pub end_line: u32,
+    /// See [`Issue::end_line`].
+    pub end_column: u32,
+    /// A did-you-mean for an unknown key or enum value, when one is close.
+    pub help: Option<String>,
 }
 
 /// Checks `node` against `shape`, collecting every issue.
@@ -262,6 +270,9 @@ fn issue(out: &mut Vec<Issue>, code: &'static str, message: String, path: &Lp<'_
         path: path.to_path(),
         line: node.pos.line,
         column: node.pos.column,
+        end_line: node.end.line,
+        end_column: node.end.column,
+        help: None,
     });
 }
 
@@ -308,13 +319,18 @@ fn check_at(shape: &Shape, node: &Node, path: &Lp<'_>, out: &mut Vec<Issue>) {
         },
         Shape::Enum(values) => match &node.value {
             Y::String(s) if values.contains(&s.as_ref()) => {}
-            _ => issue(
-                out,
-                "invalid_value",
-                format!("Invalid option: expected one of {}", enum_list(values)),
-                path,
-                node,
-            ),
+            _ => {
+                issue(
+                    out,
+                    "invalid_value",
+                    format!("Invalid option: expected one of {}", enum_list(values)),
+                    path,
+                    node,
+                );
+                if let (Y::String(s), Some(last)) = (&node.value, out.last_mut()) {
+                    last.help = crate::suggest::did_you_mean(s, values);
+                }
+            }
         },
         Shape::PosInt | Shape::NonNegInt | Shape::IntRange(..) => {
             let (min, max) = match shape {
@@ -401,6 +417,13 @@ fn check_object(
             path: path.to_path(),
             line: first.pos.line,
             column: first.pos.column,
+            end_line: first.end.line,
+            end_column: first.end.column,
+            help: unknown.iter().find_map(|k| {
+                let known: Vec<&str> = fields.iter().map(|(n, _)| *n).collect();
+                crate::suggest::nearest(&k.text, &known)
+                    .map(|n| format!("did you mean `{n}` (for {:?})?", k.text))
+            }),
         });
     }
     for name in required {
@@ -443,6 +466,58 @@ pub fn validate(
     path: &Path,
 ) -> Result<Parsed<()>, Diagnostics> {
     crate::diagnostic::outcome(file, Some(()), findings(file, provider, node, path))
+}
+
+/// [`validate`] for options that will run on `target`'s daemon: when it
+/// is newer than the one the provider's schema models, an unknown key is
+/// the warning `unknown_option_newer_daemon` (a newer daemon may know it)
+/// instead of an error; every known key is checked as strictly.
+///
+/// ```rust
+/// use palisade_schema::options::{self, DaemonVersion, OptionsTarget};
+/// use serde_json::json;
+///
+/// let newer = OptionsTarget::daemon(DaemonVersion::new(99, 0, 0));
+/// let added = json!({"sandbox_mode": "read-only", "added_later": true});
+/// assert!(options::validate_json("codex", &added).is_err());
+/// let parsed = options::validate_json_for("codex", &added, &newer).unwrap();
+/// assert_eq!(parsed.warnings()[0].code, "unknown_option_newer_daemon");
+/// // A known key with a bad value is still refused.
+/// assert!(options::validate_json_for("codex", &json!({"sandbox_mode": "x"}), &newer).is_err());
+/// ```
+pub fn validate_for(
+    file: &str,
+    provider: &str,
+    node: &Node,
+    path: &Path,
+    target: &OptionsTarget,
+) -> Result<Parsed<()>, Diagnostics> {
+    let mut found = findings(file, provider, node, path);
+    if let Some(schema) = provider_schema(provider)
+        && target.is_newer_than(schema)
+    {
+        for d in found.iter_mut().filter(|d| d.code == "unknown_key") {
+            daemon::soften(d, schema, target);
+        }
+    }
+    crate::diagnostic::outcome(file, Some(()), found)
+}
+
+/// [`validate_json`] for options that will run on `target`'s daemon (see
+/// [`validate_for`]).
+pub fn validate_json_for(
+    provider: &str,
+    options: &Value,
+    target: &OptionsTarget,
+) -> Result<Parsed<()>, Diagnostics> {
+    if json_depth(options) > crate::yaml::MAX_DEPTH {
+        return Err(Diagnostics::one(Diagnostic::error(
+            "yaml_limit_exceeded",
+            format!("nesting deeper than {} levels", crate::yaml::MAX_DEPTH),
+        )));
+    }
+    let node = Node::from_json(options);
+    validate_for("", provider, &node, &Path::root(), target)
 }
 
 /// Validates provider options given as JSON, as an orchestrator holds them
@@ -504,6 +579,7 @@ pub(crate) fn findings(file: &str, provider: &str, node: &Node, path: &Path) -> 
             )
             .in_file(file)
             .at(node.pos.line, node.pos.column)
+            .until(node.end.line, node.end.column)
             .with_path(path.clone())
             .with_help("use codex, claude or opencode, or remove options"),
         ];
@@ -513,10 +589,15 @@ pub(crate) fn findings(file: &str, provider: &str, node: &Node, path: &Path) -> 
         .map(|i| {
             let mut full = path.clone();
             full.0.extend(i.path.0);
-            Diagnostic::error(i.code, i.message)
+            let d = Diagnostic::error(i.code, i.message)
                 .in_file(file)
                 .at(i.line, i.column)
-                .with_path(full)
+                .until(i.end_line, i.end_column)
+                .with_path(full);
+            match i.help {
+                Some(help) => d.with_help(help),
+                None => d,
+            }
         })
         .collect()
 }

@@ -70,7 +70,7 @@ impl Renderer {
                 Snippet::source(text)
                     .line_start(usize::try_from(d.line).unwrap_or(1))
                     .path(d.file.as_str())
-                    .annotation(AnnotationKind::Primary.span(caret_span(text, d.column))),
+                    .annotation(AnnotationKind::Primary.span(caret_span(text, d))),
             ),
             _ => title.element(Level::NOTE.message(origin.as_str())),
         };
@@ -84,11 +84,28 @@ impl Renderer {
     }
 }
 
-/// The byte range to underline: from the 1-based character column to the
-/// end of the token there.
-fn caret_span(line: &str, column: u32) -> std::ops::Range<usize> {
-    let col = usize::try_from(column.max(1)).unwrap_or(1) - 1;
-    let start = line.char_indices().nth(col).map_or(line.len(), |(i, _)| i);
+/// The byte range of `line` to underline: from the 1-based character column
+/// to the diagnostic's end column when it ends on this line, to the end of
+/// the line when it ends on a later one, else (no end known) to the end of
+/// the token there.
+fn caret_span(line: &str, d: &Diagnostic) -> std::ops::Range<usize> {
+    let byte_at = |column: u32| {
+        let col = usize::try_from(column.max(1)).unwrap_or(1) - 1;
+        line.char_indices().nth(col).map_or(line.len(), |(i, _)| i)
+    };
+    let start = byte_at(d.column);
+    let first = line
+        .get(start..)
+        .and_then(|r| r.chars().next())
+        .map_or(0, char::len_utf8);
+    if d.end_line == d.line && d.end_column > d.column {
+        return start..byte_at(d.end_column).max(start + first);
+    }
+    if d.end_line > d.line {
+        // The rest of the line, without trailing blanks (at least one caret).
+        let end = line.trim_end().len().max(start + first);
+        return start..end;
+    }
     let rest = line.get(start..).unwrap_or("");
     let len = rest
         .find(|c: char| c.is_whitespace() || matches!(c, ',' | ']' | '}' | ':'))
@@ -116,6 +133,36 @@ mod tests {
         assert_eq!(
             Renderer::new().render(&finding(), Some(text)),
             "error[unknown_key]: .agent: Unrecognized key: \"sandbox\"\n --> w.yml:2:3\n  |\n2 |   sandbox: on\n  |   ^^^^^^^\n  |\nhelp: remove it"
+        );
+    }
+
+    #[test]
+    fn the_caret_spans_the_whole_node_when_its_end_is_known() {
+        let text = "limits:\n  memory: \"4 gigs\"\nif: ${{ a == 'b' }}\n";
+        let d = Diagnostic::error("invalid_size", "not a size")
+            .in_file("w.yml")
+            .at(2, 11)
+            .until(2, 19);
+        let shown = Renderer::new().render(&d, Some(text));
+        assert!(
+            shown.contains("2 |   memory: \"4 gigs\"\n  |           ^^^^^^^^"),
+            "{shown}"
+        );
+        // Without an end, the caret stops at the token's first blank.
+        let d = Diagnostic::error("invalid_size", "not a size")
+            .in_file("w.yml")
+            .at(2, 11);
+        let shown = Renderer::new().render(&d, Some(text));
+        assert!(shown.ends_with("  |           ^^"), "{shown}");
+        // A node that goes on to a later line is underlined to this line's end.
+        let d = Diagnostic::error("x", "y")
+            .in_file("w.yml")
+            .at(3, 5)
+            .until(5, 1);
+        let shown = Renderer::new().render(&d, Some(text));
+        assert!(
+            shown.contains("3 | if: ${{ a == 'b' }}\n  |     ^^^^^^^^^^^^^^^"),
+            "{shown}"
         );
     }
 

@@ -11,11 +11,11 @@ use crate::{
 use proptest::prelude::*;
 use serde_json::json;
 
-fn ident() -> impl Strategy<Value = String> {
+pub(crate) fn ident() -> impl Strategy<Value = String> {
     "[a-z][a-z0-9_-]{0,8}"
 }
 
-fn duration(max_ms: u64) -> impl Strategy<Value = Duration> {
+pub(crate) fn duration(max_ms: u64) -> impl Strategy<Value = Duration> {
     prop_oneof![
         (1u64..=1_000).prop_map(|n| format!("{n}ms")),
         (1u64..=3_600).prop_map(|n| format!("{n}s")),
@@ -114,7 +114,7 @@ fn steps(env: String, slack: bool) -> impl Strategy<Value = Vec<Step>> {
                     allow_outputs: if slack && with_output {
                         vec![AllowOutput {
                             kind: "slack.reply".into(),
-                            max: out_max,
+                            max: Some(out_max),
                             required: archive,
                         }]
                     } else {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value as Json;
 
 use crate::diagnostic::{Diagnostic, Path};
-use crate::expr::{BinOp, Expr, Template, loose_eq};
+use crate::expr::{BinOp, Expr, Template, TemplatePart, interpolated, json_text, loose_eq, truthy};
 use crate::model::{
     AgentRef, EnvironmentKind, EnvironmentRef, HubConfig, PromptBlock, Step, Trigger, Worktree,
 };
@@ -38,7 +38,22 @@ pub(crate) struct Checker<'a> {
     pub(crate) environments_broken: bool,
     /// Some named agent failed to parse.
     pub(crate) agents_broken: bool,
+    /// Included partials, each parsed once, with the work of checking it
+    /// or why it does not parse.
+    partials: BTreeMap<String, Result<(std::rc::Rc<Template>, usize), String>>,
+    /// `(trigger, step, partial)` includes already checked: a partial
+    /// included twice by one step has the same findings.
+    included: BTreeSet<(String, usize, String)>,
+    /// Expression paths of partials still to check before the hardening
+    /// limit: hostile includes must not multiply a large partial's work.
+    partial_budget: usize,
+    /// The limit was reported (once).
+    partial_limit_reported: bool,
 }
+
+/// The most expressions and paths of included partials a bundle may make
+/// the check read, over all includes.
+pub(crate) const MAX_PARTIAL_PATH_CHECKS: usize = 1_000_000;
 
 impl<'a> Checker<'a> {
     /// A checker that suppresses reference findings for sections that
@@ -56,6 +71,10 @@ impl<'a> Checker<'a> {
             diags: Vec::new(),
             environments_broken: broken("environments"),
             agents_broken: broken("agents"),
+            partials: BTreeMap::new(),
+            included: BTreeSet::new(),
+            partial_budget: MAX_PARTIAL_PATH_CHECKS,
+            partial_limit_reported: false,
         }
     }
 }
@@ -90,7 +109,7 @@ pub(crate) fn diag_at(
     message: impl Into<String>,
     path: &Path,
 ) -> Diagnostic {
-    let pos = root.pos_of(path);
+    let (pos, end) = root.span_of(path);
     let d = if severity_error {
         Diagnostic::error(code, message)
     } else {
@@ -98,6 +117,7 @@ pub(crate) fn diag_at(
     };
     d.in_file(site_file)
         .at(pos.line, pos.column)
+        .until(end.line, end.column)
         .with_path(path.clone())
 }
 
@@ -312,9 +332,15 @@ impl<'a> Checker<'a> {
         }
         // prompt
         for (j, block) in s.prompt.iter().enumerate() {
-            if let PromptBlock::Text(tpl) = block {
-                let p = sp.key("prompt").index(j).key("text");
-                self.template_paths(t, Some(index), tpl, Field::Prompt, site, &p);
+            match block {
+                PromptBlock::Text(tpl) => {
+                    let p = sp.key("prompt").index(j).key("text");
+                    self.template_paths(t, Some(index), tpl, Field::Prompt, site, &p);
+                }
+                PromptBlock::Include(inc) => {
+                    let p = sp.key("prompt").index(j).key("include");
+                    self.include(t, index, s, j, inc, site, &p);
+                }
             }
         }
         // env
@@ -338,6 +364,100 @@ impl<'a> Checker<'a> {
             && g.repositories.is_none()
         {
             self.err(site, "github_repositories_required", format!("trigger {} step {} github.repositories is required for non-GitHub triggers; list the repositories explicitly", t.name, s.id), &sp.key("github"));
+        }
+    }
+
+    /// An `include:` block. A single file has no partials (the Hub
+    /// compiles it without a partial bundle and refuses every include); in
+    /// a bundle the partial's text is a prompt template, checked as the
+    /// Hub does (`validateTemplate` over the resolved content). A missing
+    /// partial is reported by the bundle.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "internal helper; the arguments name the site of the finding"
+    )]
+    fn include(
+        &mut self,
+        t: &Trigger,
+        index: usize,
+        s: &Step,
+        block: usize,
+        inc: &str,
+        site: &TriggerSite<'_>,
+        p: &Path,
+    ) {
+        if t.file.is_none() {
+            self.err(
+                site,
+                "include_in_single_file",
+                format!(
+                    "trigger {} step {} prompt[{block}].include: a single-file workflow has no prompt partial bundle, so no include can be resolved",
+                    t.name, s.id
+                ),
+                p,
+            );
+            return;
+        }
+        let Ok(target) = crate::bundle::include_target(inc) else {
+            return;
+        };
+        let Some(partial) = self.config.partials.iter().find(|pt| pt.path == target) else {
+            return;
+        };
+        if !self
+            .included
+            .insert((t.name.clone(), index, target.clone()))
+        {
+            return;
+        }
+        let parsed = self
+            .partials
+            .entry(target.clone())
+            .or_insert_with(|| {
+                let tpl = Template::parse(&partial.text)
+                    .map_err(|e| format!("{} (at byte {} of the partial)", e.message, e.offset))?;
+                let work = tpl
+                    .expressions()
+                    .map(|(e, _)| 1 + e.paths().len())
+                    .sum::<usize>()
+                    .max(1);
+                Ok((std::rc::Rc::new(tpl), work))
+            })
+            .clone();
+        let (tpl, work) = match parsed {
+            Ok(found) => found,
+            Err(why) => {
+                self.err(
+                site,
+                "invalid_expression",
+                format!(
+                    "step {} prompt[{block}]: included partial {target}: invalid expression: {why}",
+                    s.id
+                ),
+                p,
+            );
+                return;
+            }
+        };
+        if work > self.partial_budget {
+            if !self.partial_limit_reported {
+                self.partial_limit_reported = true;
+                self.err(
+                    site,
+                    "yaml_limit_exceeded",
+                    format!(
+                        "the bundle's includes make more than {MAX_PARTIAL_PATH_CHECKS} expressions and paths of prompt partials to check; include large partials less often"
+                    ),
+                    p,
+                );
+            }
+            return;
+        }
+        self.partial_budget -= work;
+        let before = self.diags.len();
+        self.template_paths(t, Some(index), &tpl, Field::Prompt, site, p);
+        for d in self.diags.get_mut(before..).into_iter().flatten() {
+            d.message = format!("{} (in included partial {target})", d.message);
         }
     }
 
@@ -515,7 +635,9 @@ impl<'a> Checker<'a> {
                     );
                 }
             }
-            ["steps", id, "outputs", rest @ ..] => {
+            // `steps.<id>.outputs` alone is not a path (the Hub's parser
+            // needs at least one field after `outputs`).
+            ["steps", id, "outputs", rest @ ..] if !rest.is_empty() => {
                 if field == Field::Env {
                     self.err(
                         site,
@@ -584,8 +706,12 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// The finite set of values an authority-bearing template can take;
-    /// reports and returns `None` when it is not provably finite.
+    /// The finite set of values an authority-bearing template can take,
+    /// as the Hub computes it (`finiteTemplateValues`); reports and
+    /// returns `None` when it is not provably finite. A template that is
+    /// exactly one expression yields that expression's values; text around
+    /// or between expressions yields every concatenation, each value
+    /// interpolated as the Hub does.
     #[allow(
         clippy::too_many_arguments,
         reason = "internal helper; the arguments name the site of the finding"
@@ -600,15 +726,21 @@ impl<'a> Checker<'a> {
         sid: &str,
         field: &str,
     ) -> Option<Vec<Json>> {
-        let Some(expr) = tpl.single_expression() else {
-            self.err(site, "non_finite_authority", format!("step {sid} {field} mixes text and expressions; an authority-bearing field must be one expression with finite choices"), p);
+        if tpl
+            .expressions()
+            .any(|(e, _)| !finite_authority_shape(t, e))
+        {
+            self.err(site, "non_finite_authority", format!("step {sid} {field} uses an agent-produced authority without provable finite choices; use a finite enum or const"), p);
             return None;
-        };
-        let mut visiting = BTreeSet::new();
-        match finite_values(t, Some(step), expr, &mut visiting) {
-            Some(v) => Some(v),
-            None => {
+        }
+        match template_choices(t, step, tpl) {
+            Ok(v) => Some(v),
+            Err(Choices::NotFinite) => {
                 self.err(site, "non_finite_authority", format!("step {sid} {field} uses agent output without provable finite choices for authority; use a finite enum or const"), p);
+                None
+            }
+            Err(Choices::TooMany) => {
+                self.err(site, "choice_limit_exceeded", format!("step {sid} {field} can take more than {MAX_CHOICES} values; palisade stops counting there"), p);
                 None
             }
         }
@@ -732,21 +864,144 @@ fn deref<'s>(root: &'s Json, node: &'s Json, depth: usize) -> Option<&'s Json> {
     }
 }
 
-fn schema_choices(s: &Json) -> Option<Vec<Json>> {
-    if let Some(c) = s.get("const") {
-        return Some(vec![c.clone()]);
-    }
-    if let Some(Json::Array(e)) = s.get("enum") {
-        return Some(e.clone());
-    }
-    match s.get("type") {
-        Some(Json::String(t)) if t == "boolean" => Some(vec![Json::Bool(true), Json::Bool(false)]),
-        Some(Json::String(t)) if t == "null" => Some(vec![Json::Null]),
-        _ => None,
+/// The most values palisade enumerates for one authority-bearing field
+/// (or one sub-expression of it); beyond it the field is refused with
+/// `choice_limit_exceeded` rather than enumerated without bound.
+pub(crate) const MAX_CHOICES: usize = 4096;
+
+/// Why a finite set of values could not be given.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Choices {
+    /// Some path is not provably finite.
+    NotFinite,
+    /// More than [`MAX_CHOICES`] values.
+    TooMany,
+}
+
+/// The Hub's `isFiniteAuthorityExpression` beyond the paths' own
+/// finiteness: a `null` literal is no authority, except under `!`, `==`
+/// or `!=`, which always yield a boolean.
+fn finite_authority_shape(t: &Trigger, e: &Expr) -> bool {
+    let mut visiting = BTreeSet::new();
+    shape(t, e, &mut visiting)
+}
+
+fn shape<'t>(t: &'t Trigger, e: &Expr, visiting: &mut BTreeSet<&'t str>) -> bool {
+    match e {
+        Expr::Literal { value, .. } => !value.is_null(),
+        Expr::Not { .. }
+        | Expr::Binary {
+            op: BinOp::Eq | BinOp::Ne,
+            ..
+        } => true,
+        Expr::Binary { lhs, rhs, .. } => shape(t, lhs, visiting) && shape(t, rhs, visiting),
+        Expr::Path { segments, .. } => match segments.as_slice() {
+            [ns, name] if ns == "values" => {
+                let Some((key, tpl)) = t.values.iter().find(|(k, _)| k == name) else {
+                    return true;
+                };
+                if !visiting.insert(key.as_str()) {
+                    return true;
+                }
+                let ok = tpl.expressions().all(|(e, _)| shape(t, e, visiting));
+                visiting.remove(key.as_str());
+                ok
+            }
+            _ => true,
+        },
     }
 }
 
-/// The finite set of values `e` can take, when provable.
+/// The values of an authority-bearing template (see
+/// `Checker::authority_choices`).
+fn template_choices(t: &Trigger, step: usize, tpl: &Template) -> Result<Vec<Json>, Choices> {
+    if let [TemplatePart::Expr { expr, .. }] = tpl.parts.as_slice() {
+        let mut visiting = BTreeSet::new();
+        return finite_values(t, Some(step), expr, &mut visiting).ok_or(Choices::NotFinite);
+    }
+    let mut results = vec![String::new()];
+    for part in &tpl.parts {
+        match part {
+            TemplatePart::Text(text) => results.iter_mut().for_each(|r| r.push_str(text)),
+            TemplatePart::Expr { expr, .. } => {
+                let mut visiting = BTreeSet::new();
+                let values =
+                    finite_values(t, Some(step), expr, &mut visiting).ok_or(Choices::NotFinite)?;
+                if results.len().saturating_mul(values.len()) > MAX_CHOICES {
+                    return Err(Choices::TooMany);
+                }
+                let mut next = Vec::with_capacity(results.len() * values.len());
+                for prefix in &results {
+                    for v in &values {
+                        let s = format!("{prefix}{}", interpolated(v));
+                        if !next.contains(&s) {
+                            next.push(s);
+                        }
+                    }
+                }
+                results = next;
+            }
+        }
+    }
+    Ok(results.into_iter().map(Json::String).collect())
+}
+
+/// The sub-schema at `path` as the Hub's `finiteSchemaChoices` finds it:
+/// through `properties` only, following local `#/…` references (a cycle
+/// finds nothing).
+fn hub_schema_at<'s>(root: &'s Json, path: &[String]) -> Option<&'s Json> {
+    let mut seen = 0usize;
+    let mut cur = hub_deref(root, root, &mut seen)?;
+    for seg in path {
+        let next = cur.as_object()?.get("properties")?.as_object()?.get(seg)?;
+        cur = hub_deref(root, next, &mut seen)?;
+    }
+    Some(cur)
+}
+
+fn hub_deref<'s>(root: &'s Json, mut node: &'s Json, seen: &mut usize) -> Option<&'s Json> {
+    while let Some(r) = node.as_object()?.get("$ref") {
+        let r = r.as_str()?;
+        // A reference chain longer than any acyclic one in a bounded
+        // schema is a cycle; the Hub's seen-set finds nothing there too.
+        *seen += 1;
+        if *seen > 64 {
+            return None;
+        }
+        let pointer = r.strip_prefix('#').filter(|p| p.starts_with('/'))?;
+        node = root.pointer(pointer)?;
+    }
+    node.is_object().then_some(node)
+}
+
+/// A non-empty `enum`, else a `const`, as the Hub's `finiteChoices`.
+fn schema_choices(s: &Json) -> Option<Vec<Json>> {
+    if let Some(Json::Array(e)) = s.get("enum")
+        && !e.is_empty()
+    {
+        return Some(e.clone());
+    }
+    s.get("const").map(|c| vec![c.clone()])
+}
+
+/// Values, each once (by their JSON text, as the Hub's `uniqueJsonValues`).
+fn unique(values: Vec<Json>) -> Vec<Json> {
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for v in values {
+        if seen.insert(json_text(&v)) {
+            out.push(v);
+        }
+    }
+    out
+}
+
+/// The finite set of values `e` can take, when provable, computed as the
+/// Hub's `finiteExpressionValues`: every path must be finite (input
+/// `choices`, plus `null` for an optional input without a default; a
+/// schema `enum` or `const`; a value's own values), and operators combine
+/// every pair of operand values as JavaScript evaluates them. `None` also
+/// when a set would exceed [`MAX_CHOICES`].
 fn finite_values<'t>(
     t: &'t Trigger,
     step: Option<usize>,
@@ -755,20 +1010,34 @@ fn finite_values<'t>(
 ) -> Option<Vec<Json>> {
     match e {
         Expr::Literal { value, .. } => Some(vec![value.clone()]),
-        Expr::Not { .. }
-        | Expr::Binary {
-            op: BinOp::Eq | BinOp::Ne,
-            ..
-        } => Some(vec![Json::Bool(true), Json::Bool(false)]),
-        Expr::Binary { lhs, rhs, .. } => {
-            let mut a = finite_values(t, step, lhs, visiting)?;
+        Expr::Not { operand, .. } => {
+            let values = finite_values(t, step, operand, visiting)?;
+            Some(unique(
+                values.iter().map(|v| Json::Bool(!truthy(v))).collect(),
+            ))
+        }
+        Expr::Binary { op, lhs, rhs, .. } => {
+            let a = finite_values(t, step, lhs, visiting)?;
             let b = finite_values(t, step, rhs, visiting)?;
-            for v in b {
-                if !a.contains(&v) {
-                    a.push(v);
+            if a.len().saturating_mul(b.len()) > MAX_CHOICES {
+                return None;
+            }
+            let mut out = Vec::with_capacity(a.len() * b.len());
+            for l in &a {
+                for r in &b {
+                    out.push(match op {
+                        BinOp::And if truthy(l) => r.clone(),
+                        BinOp::And => l.clone(),
+                        BinOp::Or if truthy(l) => l.clone(),
+                        BinOp::Or => r.clone(),
+                        BinOp::Coalesce if l.is_null() => r.clone(),
+                        BinOp::Coalesce => l.clone(),
+                        BinOp::Eq => Json::Bool(json_text(l) == json_text(r)),
+                        BinOp::Ne => Json::Bool(json_text(l) != json_text(r)),
+                    });
                 }
             }
-            Some(a)
+            Some(unique(out))
         }
         Expr::Path { segments, .. } => {
             let strs: Vec<&str> = segments.iter().map(String::as_str).collect();
@@ -782,14 +1051,14 @@ fn finite_values<'t>(
                     }
                     Some(c)
                 }
-                ["steps", id, "outputs", rest @ ..] => {
+                ["steps", id, "outputs", rest @ ..] if !rest.is_empty() => {
                     let target = t.steps.iter().position(|s| s.id == *id)?;
                     if step.is_some_and(|cur| target >= cur) {
                         return None;
                     }
                     let schema = t.steps.get(target)?.output_schema.as_ref()?;
-                    let sub = resolve_schema(schema, rest)?;
-                    schema_choices(sub)
+                    let fields: Vec<String> = rest.iter().map(|s| (*s).to_owned()).collect();
+                    schema_choices(hub_schema_at(schema, &fields)?)
                 }
                 ["values", name] => {
                     let (key, tpl) = t.values.iter().find(|(k, _)| k == name)?;
@@ -805,3 +1074,6 @@ fn finite_values<'t>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -121,11 +121,12 @@ fn diagnostics_iterate_by_reference_and_by_value() {
 #[test]
 fn the_renderer_prints_what_palisade_check_printed() {
     // Captured from `palisade check` (NO_COLOR) while the renderer was
-    // private to the CLI.
+    // private to the CLI; since diagnostics carry their node's end, the
+    // caret spans the whole node (the whole `${{ … }}` expression).
     let cases = [
         (
             "invalid/if-enum-typo.yml",
-            "error[unreachable_comparison]: .triggers[0].steps[1].if: steps.classify.outputs.kind == \"anwser\" is always false: steps.classify.outputs.kind is one of \"answer\"|\"implementation\"\n  --> schema/tests/data/invalid/if-enum-typo.yml:39:13\n   |\n39 |         if: ${{ steps.classify.outputs.kind == 'anwser' }}\n   |             ^^^",
+            "error[unreachable_comparison]: .triggers[0].steps[1].if: steps.classify.outputs.kind == \"anwser\" is always false: steps.classify.outputs.kind is one of \"answer\"|\"implementation\"\n  --> schema/tests/data/invalid/if-enum-typo.yml:39:13\n   |\n39 |         if: ${{ steps.classify.outputs.kind == 'anwser' }}\n   |             ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
         ),
         (
             "invalid/duration-compound.yml",

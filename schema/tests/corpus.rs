@@ -106,10 +106,19 @@ fn run_case(path: &Path) -> Vec<Diagnostic> {
     }
 }
 
+/// One JSON line per finding. The node's end (`end_line`, `end_column`) is
+/// left out: `tests/check_ux.rs` checks it, and the snapshots stay the
+/// record of codes, messages, starts and helps.
 fn snapshot(diags: &[Diagnostic]) -> String {
     diags
         .iter()
-        .map(|d| serde_json::to_string(d).unwrap() + "\n")
+        .map(|d| {
+            let mut v = serde_json::to_value(d).unwrap();
+            if let Some(m) = v.as_object_mut() {
+                m.retain(|k, _| k != "end_line" && k != "end_column");
+            }
+            serde_json::to_string(&v).unwrap() + "\n"
+        })
         .collect()
 }
 

@@ -31,8 +31,8 @@ fn seed_single_file_parses_clean() {
     let ids: Vec<&str> = t.steps.iter().map(|s| s.id.as_str()).collect();
     assert_eq!(ids, ["classify", "answer", "implement"]);
     assert!(t.steps[0].output_schema.is_some());
-    assert_eq!(t.steps[1].allow_outputs[0].max, 1);
-    assert_eq!(t.steps[2].allow_outputs[0].max, 3);
+    assert_eq!(t.steps[1].allow_outputs[0].max, Some(1));
+    assert_eq!(t.steps[2].allow_outputs[0].max, Some(3));
     let AgentRef::Inline(a) = &t.steps[0].agent else {
         panic!()
     };

@@ -84,7 +84,8 @@ pub(crate) struct GovernedArgs {
     /// The workflow step.
     #[arg(long, value_name = "S", requires = "workflow")]
     pub(crate) step: Option<String>,
-    /// The run's output context: slack, discord, github or manual.
+    /// The run's output context: slack, discord, github, linear (trigger
+    /// documents) or manual.
     #[arg(
         long,
         value_name = "C",
@@ -1004,12 +1005,20 @@ fn step_grant(
     let (Some(trigger), Some(step)) = (trigger, step) else {
         return Err(String::from("--workflow needs --trigger and --step"));
     };
-    if !matches!(context, "slack" | "discord" | "github" | "manual") {
+    if !matches!(
+        context,
+        "slack" | "discord" | "github" | "linear" | "manual"
+    ) {
         return Err(format!(
-            "--context `{context}` is not slack, discord, github or manual"
+            "--context `{context}` is not slack, discord, github, linear or manual"
         ));
     }
-    let config = crate::bundle::load_config(workflow)?;
+    let config = match crate::bundle::load(workflow)? {
+        crate::bundle::Loaded::Workflow(c) => c,
+        crate::bundle::Loaded::Triggers(docs) => {
+            return document_step_grant(workflow, &docs, trigger, step, context);
+        }
+    };
     let t = find_trigger(&config, trigger).map_err(|e| e.to_string())?;
     let s = t
         .steps
@@ -1028,30 +1037,94 @@ fn step_grant(
         &GrantConfig::default(),
     )
     .map_err(|e| format!("step `{step}` cannot be dispatched: {} ({})", e, e.code()))?;
-    let full = grant.to_json();
-    let tools: Vec<String> = grant
-        .derived
-        .policy
-        .tool_names()
-        .map(str::to_owned)
-        .collect();
     let info = json!({
         "workflow": workflow.display().to_string(),
         "trigger": trigger,
         "step": step,
         "agent": agent.name,
         "context": context,
-        "provider": grant.provider.id(),
-        "tools": tools,
-        "digest": grant.digest.as_str(),
     });
+    Ok(granted(&grant, info))
+}
+
+/// The [`StepGrant`] of a derived grant: `info` (the record body) gains the
+/// provider, tools and digest.
+fn granted(grant: &palisade_policy::grant::StepGrant, mut info: serde_json::Value) -> StepGrant {
+    let tools: Vec<String> = grant
+        .derived
+        .policy
+        .tool_names()
+        .map(str::to_owned)
+        .collect();
+    if let Some(o) = info.as_object_mut() {
+        o.insert("provider".into(), json!(grant.provider.id()));
+        o.insert("tools".into(), json!(tools));
+        o.insert("digest".into(), json!(grant.digest.as_str()));
+    }
     // The options the provider will get (the authored ones plus the grant):
     // a provider sandbox there cannot start inside palisade's.
     let sandbox = grant
         .provider_options
         .as_ref()
         .and_then(|o| palisade_policy::provider_sandbox::check(grant.provider.id(), o));
-    Ok((info, full, sandbox))
+    (info, grant.to_json(), sandbox)
+}
+
+/// [`step_grant`] for a Paseo Hub 0.9 trigger document: `trigger` is the
+/// document's name (one `on` entry) or an internal trigger name
+/// (`NAME-event-N`), `step` is `run`, and the agent must be inline.
+fn document_step_grant(
+    workflow: &Path,
+    docs: &[palisade_schema::trigger::TriggerDocument],
+    trigger: &str,
+    step: &str,
+    context: &str,
+) -> Result<StepGrant, String> {
+    use palisade_policy::capability::{CapabilityRegistry, OutputContext};
+    use palisade_policy::grant::GrantConfig;
+    use palisade_policy::trigger as tp;
+    let (d, index) = tp::select(docs, trigger, None).map_err(|e| e.to_string())?;
+    let doc = docs.get(d).ok_or("no such trigger document")?;
+    let entry = doc.on.get(index).ok_or("no such on entry")?;
+    if step != tp::STEP_ID {
+        return Err(format!(
+            "trigger document `{}` has one step, `{}`, not `{step}`",
+            doc.name,
+            tp::STEP_ID
+        ));
+    }
+    let agent = match tp::agents(doc).as_slice() {
+        [(None, agent)] => (*agent).clone(),
+        _ => {
+            return Err(format!(
+                "trigger document `{}` chooses its agent at run time (select); palisade run needs a fixed agent",
+                doc.name
+            ));
+        }
+    };
+    let ctx = crate::policy_cmd::document_context(Some(OutputContext::new(context)), &entry.event);
+    let release = palisade_schema::trigger::Release::default();
+    let grant = tp::grant_entry(
+        doc,
+        index,
+        &agent,
+        &ctx,
+        &CapabilityRegistry::hub_0_9(),
+        &GrantConfig::default(),
+        release,
+    )
+    .map_err(|e| format!("step `{step}` cannot be dispatched: {} ({})", e, e.code()))?;
+    let info = json!({
+        "workflow": workflow.display().to_string(),
+        "document": doc.name,
+        "event": entry.event,
+        "trigger": palisade_schema::trigger::internal_trigger_name(&doc.name, index),
+        "step": step,
+        "agent": serde_json::Value::Null,
+        "context": ctx.provider,
+        "grants": crate::policy_cmd::tool_labels(&grant),
+    });
+    Ok(granted(&grant, info))
 }
 
 /// A step's `(record body, file contents, provider sandbox)`.

@@ -29,10 +29,11 @@ pub(crate) fn decls(v: Option<&Value>) -> Vec<OutputDecl> {
                 .iter()
                 .map(|d| OutputDecl {
                     kind: d["type"].as_str().unwrap().to_owned(),
-                    max: d
-                        .get("max")
-                        .and_then(Value::as_u64)
-                        .map_or(1, |m| u32::try_from(m).unwrap()),
+                    max: Some(
+                        d.get("max")
+                            .and_then(Value::as_u64)
+                            .map_or(1, |m| u32::try_from(m).unwrap()),
+                    ),
                     required: d.get("required").and_then(Value::as_bool).unwrap_or(false),
                 })
                 .collect()

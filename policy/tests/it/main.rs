@@ -20,4 +20,5 @@ mod plan;
 mod props;
 mod provider_hosts;
 mod relay_route;
+mod trigger;
 mod vectors;

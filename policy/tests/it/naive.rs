@@ -5,8 +5,63 @@
 
 use serde_json::{Value, json};
 
-/// `(type, max, required)` declarations.
-pub(crate) type Decl = (String, u32, bool);
+/// `(type, max, required)` declarations; `max: None` is unlimited.
+pub(crate) type Decl = (String, Option<u32>, bool);
+
+/// An authored trigger-document grant: `(type, max?, required?)`.
+pub(crate) type Authored = (String, Option<u32>, Option<bool>);
+
+/// The reference trigger-document derivation (`hub-triggers.md` §4.3),
+/// for a run of `event` in its own context: the tool names and their listed
+/// descriptions (without `finish_execution`'s), or the error message.
+/// No dedup, as the Hub.
+pub(crate) fn trigger_derive(
+    outputs: &[Authored],
+    event: &str,
+) -> Result<(Vec<String>, Vec<String>), String> {
+    let mut grants: Vec<Decl> = outputs
+        .iter()
+        .map(|(t, max, req)| (t.clone(), Some(max.unwrap_or(1)), req.unwrap_or(false)))
+        .collect();
+    let p = event.split('.').next().unwrap_or("");
+    let reply = format!("{p}.reply");
+    if ["slack", "discord", "linear", "github"].contains(&p) && !grants.iter().any(|g| g.0 == reply)
+    {
+        grants.push((reply, None, false));
+    }
+    let available = |t: &str| match p {
+        "slack" => t == "slack.reply",
+        "discord" => t == "discord.reply",
+        "linear" => t == "linear.reply",
+        "github" => t == "github.reply" && event != "github.push",
+        _ => false,
+    };
+    let mut missing: Vec<&str> = Vec::new();
+    for (t, _, required) in &grants {
+        if *required && !available(t) && !missing.contains(&t.as_str()) {
+            missing.push(t);
+        }
+    }
+    if !missing.is_empty() {
+        return Err(format!(
+            "required output capability unavailable: {}; register a Hub output tool for each type or remove required: true",
+            missing.join(", ")
+        ));
+    }
+    let mut tools = vec!["finish_execution".to_string()];
+    let mut descriptions = Vec::new();
+    for (t, max, _) in &grants {
+        if available(t) {
+            tools.push("reply".to_string());
+            let base = "Sends a reply to the conversation that triggered this execution.";
+            descriptions.push(match max {
+                Some(n) => format!("{base} (up to {n} times)."),
+                None => base.to_string(),
+            });
+        }
+    }
+    Ok((tools, descriptions))
+}
 
 /// The reference derivation: the tool names, or the error message.
 pub(crate) fn derive(decls: &[Decl], ctx: Option<&str>) -> Result<Vec<String>, String> {

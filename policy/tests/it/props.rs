@@ -57,10 +57,11 @@ const OC_KEYS: &[&str] = &[
 ];
 
 fn decl() -> impl Strategy<Value = OutputDecl> {
-    (prop::sample::select(TYPES), 0u32..4, any::<bool>()).prop_map(|(t, max, required)| {
+    // `max: None` (unlimited) is what a trigger document's automatic reply has.
+    (prop::sample::select(TYPES), 0u32..5, any::<bool>()).prop_map(|(t, max, required)| {
         OutputDecl {
             kind: t.to_owned(),
-            max: max.max(1),
+            max: (max < 4).then_some(max.max(1)),
             required,
         }
     })
@@ -686,7 +687,7 @@ fn generated_step() -> impl Strategy<Value = GenStep> {
         1u32..4,
         prop::bool::weighted(0.15),
     )
-        .prop_map(|(t, m, r)| (t.to_owned(), m, r));
+        .prop_map(|(t, m, r)| (t.to_owned(), Some(m), r));
     prop::sample::select(PROVIDERS).prop_flat_map(move |p| {
         (
             Just(p),
@@ -784,6 +785,9 @@ enum LedgerOp {
     Finish,
 }
 
+/// The ledger model's entry: `(type, tool, max (None: unlimited), required, attempts, emitted)`.
+type ModelEntry = (String, Option<String>, Option<u32>, bool, u32, u32);
+
 fn ledger_op() -> impl Strategy<Value = LedgerOp> {
     prop_oneof![
         4 => (prop::sample::select(&["reply", "progress", "nope"][..]), prop::bool::weighted(0.7))
@@ -803,7 +807,7 @@ proptest! {
         use palisade_policy::ledger::{LedgerError, OutputLedger};
         let mut ledger = OutputLedger::new(&ds, c.as_ref(), &reg);
         // Model: per type (first declaration wins max; any declaration makes it required).
-        let mut types: Vec<(String, Option<String>, u32, bool, u32, u32)> = Vec::new();
+        let mut types: Vec<ModelEntry> = Vec::new();
         for d in &ds {
             if let Some(t) = types.iter_mut().find(|t| t.0 == d.kind) {
                 t.3 |= d.required;
@@ -821,7 +825,7 @@ proptest! {
                     match (finished, entry) {
                         (true, _) => prop_assert_eq!(res, Err(LedgerError::Finished)),
                         (false, None) => prop_assert_eq!(res, Err(LedgerError::ToolNotFound { tool: tool.to_owned() })),
-                        (false, Some(t)) if t.4 >= t.2 => prop_assert_eq!(res, Err(LedgerError::LimitReached { kind: t.0.clone() })),
+                        (false, Some(t)) if t.2.is_some_and(|max| t.4 >= max) => prop_assert_eq!(res, Err(LedgerError::LimitReached { kind: t.0.clone() })),
                         (false, Some(t)) => {
                             let r = res.unwrap();
                             prop_assert_eq!(r.kind(), t.0.as_str());
@@ -850,7 +854,7 @@ proptest! {
         for t in &types {
             prop_assert_eq!(ledger.attempts(&t.0), t.4);
             prop_assert_eq!(ledger.emitted(&t.0), t.5);
-            prop_assert!(t.4 <= t.2);
+            prop_assert!(t.2.is_none_or(|max| t.4 <= max));
         }
     }
 }

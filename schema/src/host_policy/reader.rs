@@ -47,8 +47,13 @@ impl<'a> Cx<'a> {
 
     fn push(&mut self, d: Diagnostic, span: &Range<usize>, path: &Path) -> Last<'_> {
         let (line, col) = self.index.line_col(span.start);
-        self.diags
-            .push(d.in_file(self.file).at(line, col).with_path(path.clone()));
+        let (end_line, end_col) = self.index.line_col(span.end);
+        self.diags.push(
+            d.in_file(self.file)
+                .at(line, col)
+                .until(end_line, end_col)
+                .with_path(path.clone()),
+        );
         Last(&mut self.diags)
     }
 }
@@ -311,29 +316,4 @@ fn type_error(
     );
 }
 
-/// The known key closest to `name` by edit distance, if it is close.
-pub(crate) fn nearest<'k>(name: &str, known: &[&'k str]) -> Option<&'k str> {
-    known
-        .iter()
-        .map(|k| (edit_distance(name, k), *k))
-        .filter(|(d, k)| *d <= 2.max(k.len() / 4))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, k)| k)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = Vec::with_capacity(b.len() + 1);
-        cur.push(i + 1);
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev.get(j).copied().unwrap_or(0) + usize::from(ca != *cb);
-            let del = prev.get(j + 1).copied().unwrap_or(0) + 1;
-            let ins = cur.get(j).copied().unwrap_or(0) + 1;
-            cur.push(sub.min(del).min(ins));
-        }
-        prev = cur;
-    }
-    prev.last().copied().unwrap_or(0)
-}
+pub(crate) use crate::suggest::nearest;
