@@ -18,6 +18,8 @@ use palisade_evidence::{
 };
 use serde_json::{Value, json};
 
+use palisade_evidence::ship::Collector;
+
 use crate::input;
 
 /// Exit status of `verify` for an invalid journal.
@@ -43,7 +45,13 @@ enum JournalCommand {
     /// Verify a journal: exit 0 valid and closed, 1 invalid, 3 valid but not closed.
     Verify {
         /// The journal file.
-        file: PathBuf,
+        #[arg(required_unless_present = "from_syslog")]
+        file: Option<PathBuf>,
+        /// Instead of a journal, rebuild every journal shipped to a
+        /// collector from the file it wrote (rsyslog's `%rawmsg%` lines):
+        /// duplicates dropped, forks reported, shipped anchors checked.
+        #[arg(long, value_name = "FILE", conflicts_with = "file")]
+        from_syslog: Option<PathBuf>,
         /// The initial key file.
         #[arg(long, value_name = "KEY")]
         key: PathBuf,
@@ -114,10 +122,15 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         JournalCommand::Keygen { out } => keygen(&out),
         JournalCommand::Verify {
             file,
+            from_syslog,
             key,
             anchor,
             format,
-        } => verify_cmd(&file, &key, anchor.as_deref(), format),
+        } => match (file, from_syslog) {
+            (_, Some(collected)) => verify_collected(&collected, &key, anchor.as_deref(), format),
+            (Some(file), None) => verify_cmd(&file, &key, anchor.as_deref(), format),
+            (None, None) => Err("journal verify: give a journal or --from-syslog FILE".to_owned()),
+        },
         JournalCommand::Show { file, kind, format } => show(&file, kind.as_deref(), format),
         JournalCommand::Append {
             file,
@@ -223,6 +236,111 @@ fn verify_cmd(
         Format::Human => print_report(file, &report),
     }
     Ok(match report.state() {
+        JournalState::Closed => ExitCode::SUCCESS,
+        JournalState::Open => ExitCode::from(EXIT_NOT_CLOSED),
+        JournalState::Invalid => ExitCode::from(EXIT_INVALID),
+    })
+}
+
+/// Record bytes central verification keeps in memory at most.
+const MAX_COLLECTED_BYTES: usize = 1 << 30;
+
+fn verify_collected(
+    file: &Path,
+    key: &Path,
+    anchor: Option<&Path>,
+    format: Format,
+) -> Result<ExitCode, String> {
+    let key = read_key(key)?;
+    let anchor = anchor.map(read_anchor).transpose()?;
+    let opened = input::open(file, input::Kind::Journal)?;
+    let mut collector = Collector::new(MAX_COLLECTED_BYTES);
+    if let Some(anchor) = anchor {
+        collector.push_anchor(anchor);
+    }
+    collector
+        .push_reader(opened.file)
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    let central = collector.finish(&key);
+    let states: Vec<JournalState> = central.journals.iter().map(|j| j.state()).collect();
+    let overall = if states.is_empty() || states.contains(&JournalState::Invalid) {
+        JournalState::Invalid
+    } else if states.contains(&JournalState::Open) {
+        JournalState::Open
+    } else {
+        JournalState::Closed
+    };
+    match format {
+        Format::Json => {
+            let journals: Vec<Value> = central
+                .journals
+                .iter()
+                .map(|j| {
+                    let mut v = report_json(&j.report);
+                    let forks: Vec<Value> = j
+                        .forks
+                        .iter()
+                        .map(|f| json!({"seq": f.seq, "first_line": f.first_line, "other_line": f.other_line}))
+                        .collect();
+                    if let Some(obj) = v.as_object_mut() {
+                        obj.insert("distinct_records".to_owned(), json!(j.records));
+                        obj.insert("duplicates".to_owned(), json!(j.duplicates));
+                        obj.insert("anchors".to_owned(), json!(j.anchors.len()));
+                        obj.insert("forks".to_owned(), Value::Array(forks));
+                    }
+                    v
+                })
+                .collect();
+            let others: Vec<Value> = central
+                .first_other_lines
+                .iter()
+                .map(|o| json!({"line": o.line, "reason": o.reason.to_string()}))
+                .collect();
+            println!(
+                "{}",
+                json!({
+                    "verdict": state_name(overall),
+                    "lines": central.lines,
+                    "other_lines": central.other_lines,
+                    "first_other_lines": others,
+                    "journals": journals,
+                })
+            );
+        }
+        Format::Human => {
+            if central.journals.is_empty() {
+                println!(
+                    "{}: INVALID: no palisade record in {} lines",
+                    file.display(),
+                    central.lines
+                );
+            }
+            for j in &central.journals {
+                print_report(file, &j.report);
+                println!(
+                    "  rebuilt from the collector: {} distinct records, {} duplicates dropped, {} anchors checked{}",
+                    j.records,
+                    j.duplicates,
+                    j.anchors.len(),
+                    if j.forks.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", {} forked seqs", j.forks.len())
+                    }
+                );
+            }
+            if central.other_lines > 0 {
+                println!(
+                    "  {} other lines ignored (not palisade records or anchors)",
+                    central.other_lines
+                );
+                for o in &central.first_other_lines {
+                    println!("    line {}: {}", o.line, o.reason);
+                }
+            }
+        }
+    }
+    Ok(match overall {
         JournalState::Closed => ExitCode::SUCCESS,
         JournalState::Open => ExitCode::from(EXIT_NOT_CLOSED),
         JournalState::Invalid => ExitCode::from(EXIT_INVALID),

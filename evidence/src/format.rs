@@ -31,7 +31,7 @@ pub(crate) type MacBytes = [u8; KEY_LEN];
 
 /// The random 128-bit id of one journal, written into every record so that
 /// records of two journals sealed with the same key cannot be spliced.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct JournalId([u8; 16]);
 
 impl JournalId {

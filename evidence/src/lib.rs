@@ -13,7 +13,9 @@
 //!
 //! This crate reads no clock and no environment: callers pass the time of
 //! each record. Its only IO is the journal file and its lock file
-//! (`<journal>.lock`). It does **not** protect against the holder of the
+//! (`<journal>.lock`), and, in [`ship::Shipper`] only, the shipper's state
+//! file (`<journal>.ship-<hash>`) and its one blocking `std::net`
+//! connection to a collector. It does **not** protect against the holder of the
 //! initial key (who can forge a whole journal), nor detect truncation or
 //! deletion of the whole file without an anchor kept off the host; see
 //! `docs/journal.md`.
@@ -60,6 +62,7 @@
 mod format;
 mod key;
 mod record;
+pub mod ship;
 mod verify;
 mod writer;
 
@@ -117,6 +120,44 @@ pub mod __fuzz {
         // (seals, epochs, times, anchors) then see arbitrary input too.
         let resealed = reseal(data, &key);
         let _ = verify(&resealed, &key, None);
+    }
+
+    /// Feeds arbitrary bytes to the shipping parsers: a collector's file
+    /// (line by line and streamed into central verification), one message,
+    /// and RELP frames. What parses as a record must survive re-encoding.
+    pub fn ship_parse(data: &[u8]) {
+        use crate::ship::{Collector, Hostname, Shipped, parse_message, wire};
+        let key = JournalKey::from_bytes([0x5a; crate::KEY_LEN], 0);
+        for line in data.split(|&b| b == b'\n') {
+            if let Ok(Shipped::Record { line: rec, seq, .. }) = parse_message(line) {
+                let again = wire::encode_record(rec, &Hostname::nil());
+                match again.as_deref().map(parse_message) {
+                    Ok(Ok(Shipped::Record {
+                        line: back, seq: s, ..
+                    })) if back == rec && s == seq => {}
+                    _ => std::process::abort(),
+                }
+            }
+        }
+        let mut collector = Collector::new(1 << 20);
+        if collector.push_reader(data).is_err() {
+            std::process::abort();
+        }
+        let report = collector.finish(&key);
+        if report
+            .journals
+            .iter()
+            .any(|j| !j.forks.is_empty() && j.report.failure.is_none())
+        {
+            std::process::abort();
+        }
+        let mut rest = data;
+        while let Ok(Some((_, used))) = wire::parse_relp_frame(rest) {
+            if used == 0 {
+                std::process::abort();
+            }
+            rest = rest.get(used..).unwrap_or_default();
+        }
     }
 
     /// Recomputes the MAC of every line that parses, chaining as a writer

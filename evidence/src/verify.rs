@@ -450,6 +450,10 @@ pub enum FailureKind {
     Malformed,
     /// The key given is not the initial (epoch 0) key.
     KeyNotInitial,
+    /// Two different records were shipped for one `seq` (central
+    /// verification of a collector's copy): the host's journal forked or
+    /// was rewritten.
+    ForkedRecord,
 }
 
 impl FailureKind {
@@ -470,6 +474,7 @@ impl FailureKind {
             Self::TimeRegression => "time_regression",
             Self::Malformed => "malformed",
             Self::KeyNotInitial => "key_not_initial",
+            Self::ForkedRecord => "forked_record",
         }
     }
 }

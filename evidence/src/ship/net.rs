@@ -1,0 +1,290 @@
+//! The collector links: RELP (acknowledged) and plain TCP syslog
+//! (RFC 6587 octet counting, unacknowledged), blocking over
+//! `std::net::TcpStream` with timeouts.
+
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use super::wire::{self, MAX_RELP_RESPONSE};
+
+/// What the shipper sends to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ShipUrl {
+    /// `relp://host:port`: rsyslog's imrelp, acknowledged delivery.
+    Relp {
+        /// `host:port`.
+        addr: String,
+    },
+    /// `syslog+tcp://host:port`: RFC 5424 in RFC 6587 octet-counted
+    /// framing, no acknowledgement (a record counts as shipped once
+    /// written to the socket).
+    SyslogTcp {
+        /// `host:port`.
+        addr: String,
+    },
+}
+
+/// Why a URL is not a ship destination.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a ship URL: {0}")]
+pub struct UrlError(String);
+
+impl ShipUrl {
+    /// Parses `relp://host:port` or `syslog+tcp://host:port`.
+    /// (`syslog+tls://` is not supported yet.)
+    ///
+    /// # Errors
+    /// Any other scheme or a missing port.
+    pub fn parse(url: &str) -> Result<Self, UrlError> {
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| UrlError(format!("`{url}` has no scheme")))?;
+        let addr = rest.strip_suffix('/').unwrap_or(rest);
+        let port_ok = addr
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+        if !port_ok || addr.contains('/') || addr.contains('@') {
+            return Err(UrlError(format!("`{url}`: expected {scheme}://host:port")));
+        }
+        let addr = addr.to_owned();
+        match scheme {
+            "relp" => Ok(Self::Relp { addr }),
+            "syslog+tcp" => Ok(Self::SyslogTcp { addr }),
+            "syslog+tls" => Err(UrlError(format!(
+                "`{url}`: syslog+tls is not supported yet; use relp:// or syslog+tcp://"
+            ))),
+            other => Err(UrlError(format!("`{url}`: unknown scheme `{other}`"))),
+        }
+    }
+
+    /// The URL as given to [`ShipUrl::parse`] (normalized).
+    #[must_use]
+    pub fn as_url(&self) -> String {
+        match self {
+            Self::Relp { addr } => format!("relp://{addr}"),
+            Self::SyslogTcp { addr } => format!("syslog+tcp://{addr}"),
+        }
+    }
+
+    fn addr(&self) -> &str {
+        match self {
+            Self::Relp { addr } | Self::SyslogTcp { addr } => addr,
+        }
+    }
+
+    /// Whether the collector acknowledges each message.
+    #[must_use]
+    pub fn acknowledged(&self) -> bool {
+        matches!(self, Self::Relp { .. })
+    }
+}
+
+/// A failure to deliver to the collector.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LinkError {
+    /// Connecting, reading or writing failed (or timed out).
+    #[error("collector {addr}: {source}")]
+    Io {
+        /// The collector.
+        addr: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The collector broke the RELP protocol or refused a message.
+    #[error("collector {addr}: {detail}")]
+    Protocol {
+        /// The collector.
+        addr: String,
+        /// What went wrong.
+        detail: String,
+    },
+}
+
+/// Connection timeouts.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Timeouts {
+    pub(crate) connect: Duration,
+    pub(crate) io: Duration,
+}
+
+/// One open connection to a collector.
+#[derive(Debug)]
+pub(crate) struct Link {
+    stream: TcpStream,
+    addr: String,
+    relp: bool,
+    next_txnr: u32,
+    /// Transaction numbers sent and not yet answered, oldest first.
+    pending: VecDeque<u32>,
+    buf: Vec<u8>,
+    out: Vec<u8>,
+}
+
+impl Link {
+    fn io(&self, source: std::io::Error) -> LinkError {
+        LinkError::Io {
+            addr: self.addr.clone(),
+            source,
+        }
+    }
+
+    fn protocol(&self, detail: impl Into<String>) -> LinkError {
+        LinkError::Protocol {
+            addr: self.addr.clone(),
+            detail: detail.into(),
+        }
+    }
+
+    /// Connects (and, for RELP, opens the session).
+    pub(crate) fn connect(url: &ShipUrl, timeouts: Timeouts) -> Result<Self, LinkError> {
+        let addr = url.addr().to_owned();
+        let io = |source| LinkError::Io {
+            addr: addr.clone(),
+            source,
+        };
+        let mut last = None;
+        let mut stream = None;
+        for sa in addr.to_socket_addrs().map_err(io)? {
+            match TcpStream::connect_timeout(&sa, timeouts.connect) {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(err) => last = Some(err),
+            }
+        }
+        let stream = stream.ok_or_else(|| {
+            io(last.unwrap_or_else(|| std::io::Error::other("no address to connect to")))
+        })?;
+        stream.set_read_timeout(Some(timeouts.io)).map_err(io)?;
+        stream.set_write_timeout(Some(timeouts.io)).map_err(io)?;
+        stream.set_nodelay(true).map_err(io)?;
+        let mut link = Self {
+            stream,
+            addr,
+            relp: url.acknowledged(),
+            next_txnr: 1,
+            pending: VecDeque::new(),
+            buf: Vec::new(),
+            out: Vec::new(),
+        };
+        if link.relp {
+            let offer = concat!(
+                "relp_version=0\nrelp_software=palisade,",
+                env!("CARGO_PKG_VERSION"),
+                "\ncommands=syslog"
+            );
+            link.send_command("open", offer.as_bytes())?;
+            let data = link.await_response()?;
+            if !data.windows(15).any(|w| w == b"commands=syslog") {
+                return Err(link.protocol("the RELP server does not offer the syslog command"));
+            }
+        }
+        Ok(link)
+    }
+
+    fn send_command(&mut self, command: &str, data: &[u8]) -> Result<(), LinkError> {
+        let txnr = self.next_txnr;
+        self.next_txnr = if txnr >= 999_999_999 { 1 } else { txnr + 1 };
+        self.out.clear();
+        wire::relp_frame(txnr, command, data, &mut self.out);
+        let out = std::mem::take(&mut self.out);
+        let written = self.stream.write_all(&out);
+        self.out = out;
+        written.map_err(|e| self.io(e))?;
+        self.pending.push_back(txnr);
+        Ok(())
+    }
+
+    /// Sends one syslog message (RELP `syslog` command, or an octet-counted
+    /// frame).
+    pub(crate) fn send(&mut self, msg: &[u8]) -> Result<(), LinkError> {
+        if self.relp {
+            return self.send_command("syslog", msg);
+        }
+        self.out.clear();
+        wire::octet_frame(msg, &mut self.out);
+        let out = std::mem::take(&mut self.out);
+        let written = self.stream.write_all(&out);
+        self.out = out;
+        written.map_err(|e| self.io(e))
+    }
+
+    /// Waits for the answer to the oldest pending command; `Ok` only for a
+    /// `rsp` with code 200. Returns the response data.
+    pub(crate) fn await_response(&mut self) -> Result<Vec<u8>, LinkError> {
+        let data = self.await_rsp()?;
+        if !data.starts_with(b"200") {
+            let code = String::from_utf8_lossy(data.get(..data.len().min(80)).unwrap_or_default())
+                .into_owned();
+            return Err(self.protocol(format!("the collector refused: {code}")));
+        }
+        Ok(data)
+    }
+
+    /// Waits for the `rsp` to the oldest pending command, whatever its code.
+    fn await_rsp(&mut self) -> Result<Vec<u8>, LinkError> {
+        let Some(&expected) = self.pending.front() else {
+            return Err(self.protocol("no command awaits an answer"));
+        };
+        let mut chunk = [0u8; 4096];
+        loop {
+            match wire::parse_relp_frame(&self.buf) {
+                Err(detail) => return Err(self.protocol(detail)),
+                Ok(Some((frame, used))) => {
+                    let txnr = frame.txnr;
+                    let command = frame.command.to_vec();
+                    let data = frame.data.to_vec();
+                    self.buf.drain(..used);
+                    if command == b"serverclose" {
+                        return Err(self.protocol("the server closed the RELP session"));
+                    }
+                    if command != b"rsp" {
+                        return Err(self.protocol("unexpected RELP command from the server"));
+                    }
+                    if txnr != expected {
+                        return Err(self.protocol(format!(
+                            "RELP answer for txnr {txnr}, expected {expected}"
+                        )));
+                    }
+                    self.pending.pop_front();
+                    return Ok(data);
+                }
+                Ok(None) => {
+                    if self.buf.len() > MAX_RELP_RESPONSE + 64 {
+                        return Err(self.protocol("RELP response too long"));
+                    }
+                    let n = loop {
+                        match self.stream.read(&mut chunk) {
+                            Ok(n) => break n,
+                            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                            Err(e) => return Err(self.io(e)),
+                        }
+                    };
+                    if n == 0 {
+                        return Err(self.io(std::io::ErrorKind::UnexpectedEof.into()));
+                    }
+                    self.buf
+                        .extend_from_slice(chunk.get(..n).unwrap_or_default());
+                }
+            }
+        }
+    }
+
+    /// Flushes (TCP) or closes the RELP session cleanly.
+    pub(crate) fn close(mut self) -> Result<(), LinkError> {
+        if self.relp {
+            while !self.pending.is_empty() {
+                self.await_response()?;
+            }
+            self.send_command("close", &[])?;
+            // librelp answers `close` with an empty `rsp`.
+            self.await_rsp()?;
+        }
+        self.stream.flush().map_err(|e| self.io(e))
+    }
+}

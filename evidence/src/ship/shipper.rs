@@ -1,0 +1,528 @@
+//! The spooling shipper: the local journal is the spool; the shipper sends
+//! its sealed lines as they are, from the last acknowledged record on, and
+//! persists that point in `<journal>.ship-<hash of url>`.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use crate::format::{self, JournalId};
+use crate::record::Kind;
+use crate::verify::{Anchor, MAX_LINE_LEN};
+
+use super::net::{Link, LinkError, ShipUrl, Timeouts};
+use super::wire::{self, Hostname};
+
+/// How the shipper connects, batches and retries.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ShipOptions {
+    /// Messages sent before waiting for their acknowledgements (RELP).
+    pub window: usize,
+    /// Connect timeout.
+    pub connect_timeout: Duration,
+    /// Read and write timeout on the connection.
+    pub io_timeout: Duration,
+    /// First wait after a failed delivery; doubled at each failure.
+    pub backoff_min: Duration,
+    /// Longest wait between attempts.
+    pub backoff_max: Duration,
+    /// How often [`Shipper::run`] looks for new records when idle.
+    pub poll: Duration,
+    /// The RFC 5424 HOSTNAME written into every message.
+    pub hostname: Hostname,
+}
+
+impl Default for ShipOptions {
+    fn default() -> Self {
+        Self {
+            window: 128,
+            connect_timeout: Duration::from_secs(5),
+            io_timeout: Duration::from_secs(30),
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(10),
+            poll: Duration::from_millis(50),
+            hostname: Hostname::nil(),
+        }
+    }
+}
+
+impl ShipOptions {
+    /// With this HOSTNAME.
+    #[must_use]
+    pub fn with_hostname(mut self, hostname: Hostname) -> Self {
+        self.hostname = hostname;
+        self
+    }
+
+    /// With this backoff range.
+    #[must_use]
+    pub fn with_backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.backoff_min = min;
+        self.backoff_max = max.max(min);
+        self
+    }
+
+    /// With this window (at least 1).
+    #[must_use]
+    pub fn with_window(mut self, window: usize) -> Self {
+        self.window = window.max(1);
+        self
+    }
+
+    /// With these timeouts.
+    #[must_use]
+    pub fn with_timeouts(mut self, connect: Duration, io: Duration) -> Self {
+        self.connect_timeout = connect;
+        self.io_timeout = io;
+        self
+    }
+}
+
+/// Where shipping stands: persisted after every acknowledged batch.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct ShipState {
+    /// The journal shipped (known after its first record).
+    pub journal: Option<JournalId>,
+    /// The first seq not yet acknowledged.
+    pub next_seq: u64,
+    /// The byte offset of that record's line in the journal.
+    pub offset: u64,
+    /// Whether `journal_closed` and its anchor were acknowledged.
+    pub done: bool,
+}
+
+const STATE_MAGIC: &str = "palisade-ship v1";
+
+impl ShipState {
+    fn encode(&self) -> String {
+        let journal = self
+            .journal
+            .map_or_else(|| "-".to_owned(), |id| id.to_hex());
+        format!(
+            "{STATE_MAGIC} {journal} {} {} {}\n",
+            self.next_seq,
+            self.offset,
+            u8::from(self.done)
+        )
+    }
+
+    fn decode(text: &str) -> Option<Self> {
+        let rest = text.strip_prefix(STATE_MAGIC)?.strip_suffix('\n')?;
+        let mut it = rest.strip_prefix(' ')?.split(' ');
+        let journal = match it.next()? {
+            "-" => None,
+            hex => Some(JournalId::from_hex(hex)?),
+        };
+        let next_seq = it.next()?.parse().ok()?;
+        let offset = it.next()?.parse().ok()?;
+        let done = match it.next()? {
+            "0" => false,
+            "1" => true,
+            _ => return None,
+        };
+        it.next().is_none().then_some(Self {
+            journal,
+            next_seq,
+            offset,
+            done,
+        })
+    }
+}
+
+/// Why shipping stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShipError {
+    /// The collector is unreachable or refused; retried by [`Shipper::run`].
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    /// The journal or the state file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The journal no longer holds what was shipped (truncated, replaced,
+    /// rewritten) or holds a line that is not a record: shipping stops
+    /// rather than ship something else under the shipped seqs.
+    #[error("{path}: {detail}")]
+    JournalChanged {
+        /// The journal.
+        path: PathBuf,
+        /// What differs.
+        detail: String,
+    },
+    /// The state file is not one this shipper wrote.
+    #[error("{path}: not a ship state file")]
+    State {
+        /// The state file.
+        path: PathBuf,
+    },
+}
+
+/// What one pass shipped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Progress {
+    /// Messages delivered (records and anchors; acknowledged for RELP).
+    pub delivered: u64,
+    /// Whether the journal's end (`journal_closed`) was delivered.
+    pub done: bool,
+}
+
+struct Item {
+    msg: Vec<u8>,
+    /// The state once this message is delivered; `None` when a message that
+    /// belongs with it (an anchor) follows.
+    commit: Option<ShipState>,
+}
+
+/// Ships one journal to one collector, resuming where the last
+/// acknowledged batch ended (at-least-once: a batch sent but not
+/// acknowledged is sent again).
+#[derive(Debug)]
+pub struct Shipper {
+    journal: PathBuf,
+    url: ShipUrl,
+    state_path: PathBuf,
+    state: ShipState,
+    opts: ShipOptions,
+    link: Option<Link>,
+}
+
+impl Shipper {
+    /// The state file of `journal` shipped to `url`:
+    /// `<journal>.ship-<first 16 hex digits of SHA-256(url)>`.
+    #[must_use]
+    pub fn state_path(journal: &Path, url: &ShipUrl) -> PathBuf {
+        let digest = Sha256::digest(url.as_url().as_bytes());
+        let hash = hex::encode(digest.get(..8).unwrap_or_default());
+        let mut name = journal.file_name().unwrap_or_default().to_os_string();
+        name.push(format!(".ship-{hash}"));
+        journal.with_file_name(name)
+    }
+
+    /// A shipper for `journal`, resuming from its state file if there is one.
+    ///
+    /// # Errors
+    /// A state file that cannot be read or is not one this shipper writes.
+    pub fn new(journal: &Path, url: ShipUrl, opts: ShipOptions) -> Result<Self, ShipError> {
+        let state_path = Self::state_path(journal, &url);
+        // Read at most one byte past the longest state a shipper writes.
+        let read = File::open(&state_path).and_then(|file| {
+            let mut bytes = Vec::new();
+            file.take(257).read_to_end(&mut bytes)?;
+            Ok(bytes)
+        });
+        let state = match read {
+            Ok(bytes) if bytes.len() <= 256 => std::str::from_utf8(&bytes)
+                .ok()
+                .and_then(ShipState::decode)
+                .ok_or_else(|| ShipError::State {
+                    path: state_path.clone(),
+                })?,
+            Ok(_) => {
+                return Err(ShipError::State {
+                    path: state_path.clone(),
+                });
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => ShipState::default(),
+            Err(source) => {
+                return Err(ShipError::Io {
+                    path: state_path,
+                    source,
+                });
+            }
+        };
+        Ok(Self {
+            journal: journal.to_owned(),
+            url,
+            state_path,
+            state,
+            opts,
+            link: None,
+        })
+    }
+
+    /// Where shipping stands (as persisted).
+    #[must_use]
+    pub fn state(&self) -> &ShipState {
+        &self.state
+    }
+
+    fn changed(&self, detail: String) -> ShipError {
+        ShipError::JournalChanged {
+            path: self.journal.clone(),
+            detail,
+        }
+    }
+
+    fn persist(&mut self, state: ShipState) -> Result<(), ShipError> {
+        let io = |source| ShipError::Io {
+            path: self.state_path.clone(),
+            source,
+        };
+        let mut tmp_name = self.state_path.as_os_str().to_owned();
+        tmp_name.push(".tmp");
+        let tmp = PathBuf::from(tmp_name);
+        let mut file = File::create(&tmp).map_err(io)?;
+        file.write_all(state.encode().as_bytes()).map_err(io)?;
+        file.sync_all().map_err(io)?;
+        std::fs::rename(&tmp, &self.state_path).map_err(io)?;
+        self.state = state;
+        Ok(())
+    }
+
+    /// Reads up to `window` messages from the journal after `from`.
+    fn read_batch(
+        &self,
+        reader: &mut BufReader<File>,
+        from: &mut ShipState,
+    ) -> Result<Vec<Item>, ShipError> {
+        let mut items = Vec::new();
+        let mut line = Vec::new();
+        while items.len() < self.opts.window && !from.done {
+            line.clear();
+            let limit = (MAX_LINE_LEN + 1) as u64;
+            let n = Read::take(&mut *reader, limit)
+                .read_until(b'\n', &mut line)
+                .map_err(|source| ShipError::Io {
+                    path: self.journal.clone(),
+                    source,
+                })?;
+            let Some(body) = line.strip_suffix(b"\n") else {
+                if n as u64 >= limit {
+                    return Err(self.changed(format!(
+                        "the line at byte {} is longer than {MAX_LINE_LEN} bytes",
+                        from.offset
+                    )));
+                }
+                // The end, or a line still being written: ship it next time.
+                break;
+            };
+            let rec = format::parse_line(body).map_err(|why| {
+                self.changed(format!(
+                    "the line at byte {} is not a record: {why}",
+                    from.offset
+                ))
+            })?;
+            let id = std::str::from_utf8(rec.journal)
+                .ok()
+                .and_then(JournalId::from_hex)
+                .ok_or_else(|| self.changed("a record's journal id is malformed".to_owned()))?;
+            if from.journal.is_some_and(|j| j != id) {
+                return Err(self.changed(format!(
+                    "the line at byte {} belongs to journal {id}, not to the journal shipped",
+                    from.offset
+                )));
+            }
+            if rec.seq != from.next_seq {
+                return Err(self.changed(format!(
+                    "the line at byte {} has seq {}, expected {}: the journal was truncated or rewritten after shipping",
+                    from.offset, rec.seq, from.next_seq
+                )));
+            }
+            let kind = std::str::from_utf8(rec.kind)
+                .ok()
+                .and_then(|k| Kind::parse(k).ok());
+            let seal = matches!(kind, Some(Kind::EpochSealed | Kind::JournalClosed));
+            let closed = matches!(kind, Some(Kind::JournalClosed));
+            let anchor = Anchor {
+                journal: id,
+                seq: rec.seq,
+                epoch: rec.epoch,
+                mac: rec.mac,
+            };
+            let msg = wire::encode_record(body, &self.opts.hostname)
+                .map_err(|e| self.changed(e.to_string()))?;
+            from.journal = Some(id);
+            from.next_seq = rec.seq.saturating_add(1);
+            from.offset = from.offset.saturating_add(line.len() as u64);
+            from.done = closed;
+            if seal {
+                items.push(Item { msg, commit: None });
+                items.push(Item {
+                    msg: wire::encode_anchor(&anchor, &self.opts.hostname),
+                    commit: Some(from.clone()),
+                });
+            } else {
+                items.push(Item {
+                    msg,
+                    commit: Some(from.clone()),
+                });
+            }
+        }
+        Ok(items)
+    }
+
+    /// Ships every complete record the journal holds now, in batches of
+    /// `window`; returns what was delivered. A link failure drops the
+    /// connection (the next call reconnects and resends from the last
+    /// acknowledged batch).
+    ///
+    /// # Errors
+    /// The collector's failures ([`ShipError::Link`]), the journal's and
+    /// the state file's.
+    pub fn ship_available(&mut self) -> Result<Progress, ShipError> {
+        let mut progress = Progress {
+            delivered: 0,
+            done: self.state.done,
+        };
+        if self.state.done {
+            return Ok(progress);
+        }
+        let io = |source| ShipError::Io {
+            path: self.journal.clone(),
+            source,
+        };
+        let mut file = File::open(&self.journal).map_err(io)?;
+        let meta = file.metadata().map_err(io)?;
+        if !meta.is_file() {
+            return Err(self.changed("not a regular file".to_owned()));
+        }
+        if meta.len() < self.state.offset {
+            return Err(self.changed(format!(
+                "the journal is {} bytes, shorter than the {} bytes already shipped: truncated or replaced",
+                meta.len(),
+                self.state.offset
+            )));
+        }
+        file.seek(SeekFrom::Start(self.state.offset)).map_err(io)?;
+        let mut reader = BufReader::with_capacity(1 << 16, file);
+        let mut cursor = self.state.clone();
+        loop {
+            let items = self.read_batch(&mut reader, &mut cursor)?;
+            if items.is_empty() {
+                return Ok(progress);
+            }
+            let delivered = self.deliver(&items)?;
+            progress.delivered += delivered;
+            progress.done = self.state.done;
+        }
+    }
+
+    fn deliver(&mut self, items: &[Item]) -> Result<u64, ShipError> {
+        let link = match self.link.take() {
+            Some(link) => link,
+            None => Link::connect(
+                &self.url,
+                Timeouts {
+                    connect: self.opts.connect_timeout,
+                    io: self.opts.io_timeout,
+                },
+            )?,
+        };
+        let mut link = link;
+        for item in items {
+            link.send(&item.msg)?;
+        }
+        let mut commit = None;
+        let mut delivered = 0;
+        if self.url.acknowledged() {
+            for item in items {
+                if let Err(err) = link.await_response() {
+                    // What was acknowledged so far stays acknowledged.
+                    if let Some(state) = commit {
+                        self.persist(state)?;
+                    }
+                    return Err(err.into());
+                }
+                delivered += 1;
+                if let Some(state) = &item.commit {
+                    commit = Some(state.clone());
+                }
+            }
+        } else {
+            delivered = items.len() as u64;
+            commit = items.iter().rev().find_map(|i| i.commit.clone());
+        }
+        if let Some(state) = commit {
+            self.persist(state)?;
+        }
+        if self.state.done {
+            // The journal is complete: end the session cleanly.
+            link.close()?;
+        } else {
+            self.link = Some(link);
+        }
+        Ok(delivered)
+    }
+
+    /// Ships until the journal's end was delivered or `stop()` says so,
+    /// retrying a collector outage with exponential backoff (from
+    /// `backoff_min` to `backoff_max`); new records are looked for every
+    /// `poll`.
+    ///
+    /// # Errors
+    /// Anything but a link failure: the journal changed under the shipper,
+    /// or its files could not be read or written.
+    pub fn run(&mut self, stop: &dyn Fn() -> bool) -> Result<ShipState, ShipError> {
+        let mut backoff = self.opts.backoff_min;
+        while !stop() {
+            match self.ship_available() {
+                Ok(progress) if progress.done => break,
+                Ok(progress) => {
+                    backoff = self.opts.backoff_min;
+                    if progress.delivered == 0 {
+                        std::thread::sleep(self.opts.poll);
+                    }
+                }
+                Err(ShipError::Link(_)) => {
+                    self.link = None;
+                    sleep_unless(backoff, self.opts.poll, stop);
+                    backoff = backoff.saturating_mul(2).min(self.opts.backoff_max);
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(self.state.clone())
+    }
+}
+
+/// Sleeps `total`, in steps of at most `step`, returning early once `stop()`.
+fn sleep_unless(total: Duration, step: Duration, stop: &dyn Fn() -> bool) {
+    let step = step.max(Duration::from_millis(1));
+    let mut left = total;
+    while !left.is_zero() && !stop() {
+        let now = left.min(step);
+        std::thread::sleep(now);
+        left = left.saturating_sub(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_round_trips_and_refuses_other_text() {
+        let state = ShipState {
+            journal: Some(JournalId::from_bytes([7; 16])),
+            next_seq: 12,
+            offset: 3456,
+            done: false,
+        };
+        assert_eq!(ShipState::decode(&state.encode()), Some(state.clone()));
+        let fresh = ShipState::default();
+        assert_eq!(ShipState::decode(&fresh.encode()), Some(fresh));
+        assert_eq!(ShipState::decode("palisade-ship v1 - 1 2 3\n"), None);
+        assert_eq!(ShipState::decode("palisade-ship v1 - 1 2 0 x\n"), None);
+        assert_eq!(ShipState::decode(""), None);
+    }
+
+    #[test]
+    fn state_path_depends_on_the_url() {
+        let j = Path::new("/var/log/run.jsonl");
+        let a = Shipper::state_path(j, &ShipUrl::Relp { addr: "a:1".into() });
+        let b = Shipper::state_path(j, &ShipUrl::Relp { addr: "b:1".into() });
+        assert_ne!(a, b);
+        assert!(a.to_string_lossy().starts_with("/var/log/run.jsonl.ship-"));
+    }
+}

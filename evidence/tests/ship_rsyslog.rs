@@ -1,0 +1,420 @@
+//! Shipping to a real rsyslog (Debian packages `rsyslog` and `rsyslog-relp`):
+//! each test starts its own `rsyslogd -n` on loopback with its own config,
+//! work directory and pid file (never the system service), has it write
+//! `%rawmsg%` to a file, and verifies that file centrally.
+//!
+//! Without `rsyslogd` these tests FAIL, naming the packages to install.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic,
+    reason = "tests"
+)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use palisade_evidence::ship::{Collector, ShipError, ShipOptions, ShipUrl, Shipper};
+use palisade_evidence::{
+    Anchor, Body, Entry, FailureKind, JournalKey, JournalState, JournalWriter, Kind, SealPolicy,
+    Timestamp, WriterOptions, verify_reader,
+};
+
+const PACKAGES: &str =
+    "install the Debian packages `rsyslog rsyslog-relp` (apt-get install rsyslog rsyslog-relp)";
+
+fn rsyslogd() -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
+        .map(|dir| dir.join("rsyslogd"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("rsyslogd is not on PATH nor in /usr/sbin: {PACKAGES}"))
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One rsyslogd of the test's own.
+struct Rsyslog {
+    dir: PathBuf,
+    relp: u16,
+    tcp: u16,
+    child: Option<Child>,
+}
+
+impl Rsyslog {
+    fn start(dir: &Path) -> Self {
+        let mut me = Self {
+            dir: dir.to_owned(),
+            relp: free_port(),
+            tcp: free_port(),
+            child: None,
+        };
+        me.spawn();
+        me
+    }
+
+    fn out(&self) -> PathBuf {
+        self.dir.join("collected.log")
+    }
+
+    fn spawn(&mut self) {
+        let work = self.dir.join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        // Direct queue: imrelp acknowledges a message only after omfile
+        // wrote it, so an acknowledged record survives SIGKILL of rsyslog.
+        let conf = format!(
+            r#"global(workDirectory="{work}" maxMessageSize="2m")
+module(load="imrelp")
+module(load="imtcp")
+template(name="palisade_raw" type="string" string="%rawmsg%\n")
+ruleset(name="palisade" queue.type="Direct") {{
+  action(type="omfile" file="{out}" template="palisade_raw" flushOnTXEnd="on" asyncWriting="off")
+}}
+input(type="imrelp" address="127.0.0.1" port="{relp}" ruleset="palisade" maxDataSize="2m")
+input(type="imtcp" address="127.0.0.1" port="{tcp}" ruleset="palisade")
+"#,
+            work = work.display(),
+            out = self.out().display(),
+            relp = self.relp,
+            tcp = self.tcp,
+        );
+        let conf_path = self.dir.join("rsyslog.conf");
+        std::fs::write(&conf_path, conf).unwrap();
+        let child = Command::new(rsyslogd())
+            .arg("-n")
+            .arg("-f")
+            .arg(&conf_path)
+            .arg("-i")
+            .arg(self.dir.join("rsyslogd.pid"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.join("rsyslogd.stderr")).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start rsyslogd: {e}; {PACKAGES}"));
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while TcpStream::connect(("127.0.0.1", self.relp)).is_err()
+            || TcpStream::connect(("127.0.0.1", self.tcp)).is_err()
+        {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                let err =
+                    std::fs::read_to_string(self.dir.join("rsyslogd.stderr")).unwrap_or_default();
+                panic!(
+                    "rsyslogd exited ({status}) before listening (imrelp missing? {PACKAGES}):\n{err}"
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "rsyslogd did not listen within 15 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap(); // SIGKILL
+            child.wait().unwrap();
+        }
+    }
+
+    fn relp_url(&self) -> ShipUrl {
+        ShipUrl::parse(&format!("relp://127.0.0.1:{}", self.relp)).unwrap()
+    }
+
+    fn tcp_url(&self) -> ShipUrl {
+        ShipUrl::parse(&format!("syslog+tcp://127.0.0.1:{}", self.tcp)).unwrap()
+    }
+
+    fn collected(&self, key: &JournalKey) -> palisade_evidence::ship::CentralReport {
+        let mut collector = Collector::new(1 << 30);
+        if let Ok(file) = std::fs::File::open(self.out()) {
+            collector.push_reader(file).unwrap();
+        }
+        collector.finish(key)
+    }
+}
+
+impl Drop for Rsyslog {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn key() -> JournalKey {
+    JournalKey::from_bytes([0x33; 32], 0)
+}
+
+fn options() -> WriterOptions {
+    WriterOptions::default().with_seal(SealPolicy::new(std::num::NonZeroU64::new(25), None))
+}
+
+fn append(writer: &JournalWriter, i: u64) {
+    let body =
+        Body::from_value(&serde_json::json!({"host": format!("h{i}.example"), "n": i})).unwrap();
+    writer
+        .append(&Entry::new(
+            Timestamp(1_000 + i),
+            "s",
+            Kind::EgressConnection,
+            body,
+        ))
+        .unwrap();
+}
+
+fn write_journal(path: &Path, n: u64, close: bool) -> Anchor {
+    let writer = JournalWriter::create(path, &key(), &options(), Timestamp(1_000)).unwrap();
+    for i in 0..n {
+        append(&writer, i);
+    }
+    if close {
+        writer.close(Timestamp(100_000)).unwrap()
+    } else {
+        writer.anchor().unwrap()
+    }
+}
+
+fn ship_opts() -> ShipOptions {
+    ShipOptions::default()
+        .with_backoff(Duration::from_millis(20), Duration::from_millis(200))
+        .with_timeouts(Duration::from_secs(2), Duration::from_secs(5))
+        .with_window(16)
+}
+
+fn ship_to_end(journal: &Path, url: ShipUrl) {
+    let mut shipper = Shipper::new(journal, url, ship_opts()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let state = shipper.run(&|| Instant::now() > deadline).unwrap();
+    assert!(state.done, "shipping did not finish: {state:?}");
+}
+
+#[test]
+fn records_arrive_over_relp_and_verify_from_rsyslogs_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let rs = Rsyslog::start(dir.path());
+    let journal = dir.path().join("run.jsonl");
+    let last = write_journal(&journal, 200, true);
+    ship_to_end(&journal, rs.relp_url());
+    // Acknowledged means written: read at once, no waiting.
+    let report = rs.collected(&key());
+    assert_eq!(report.journals.len(), 1, "{report:?}");
+    let j = &report.journals[0];
+    assert_eq!(j.state(), JournalState::Closed, "{:?}", j.report.failure);
+    assert_eq!(j.records, last.seq + 1);
+    assert_eq!(j.duplicates, 0);
+    // One anchor per seal and the final one.
+    assert_eq!(j.anchors.len() as u64, j.report.sealed_epochs);
+    assert_eq!(j.anchors.last(), Some(&last));
+    assert_eq!(report.other_lines, 0);
+
+    // At least once, deterministically: forget the state and ship it all
+    // again; every record is then a duplicate, and removed.
+    std::fs::remove_file(Shipper::state_path(&journal, &rs.relp_url())).unwrap();
+    ship_to_end(&journal, rs.relp_url());
+    let report = rs.collected(&key());
+    let j = &report.journals[0];
+    assert_eq!(j.duplicates, last.seq + 1);
+    assert_eq!(j.state(), JournalState::Closed, "{:?}", j.report.failure);
+}
+
+#[test]
+fn records_arrive_over_syslog_tcp() {
+    let dir = tempfile::tempdir().unwrap();
+    let rs = Rsyslog::start(dir.path());
+    let journal = dir.path().join("run.jsonl");
+    let last = write_journal(&journal, 120, true);
+    ship_to_end(&journal, rs.tcp_url());
+    // No acknowledgement: wait until rsyslog wrote what was sent.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let report = rs.collected(&key());
+        if report
+            .journals
+            .first()
+            .is_some_and(|j| j.state() == JournalState::Closed)
+        {
+            assert_eq!(report.journals[0].records, last.seq + 1);
+            break;
+        }
+        assert!(Instant::now() < deadline, "not all arrived: {report:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn sigkill_of_rsyslog_mid_stream_loses_no_acknowledged_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rs = Rsyslog::start(dir.path());
+    let journal = dir.path().join("run.jsonl");
+    let total = 3_000;
+    let writer = JournalWriter::create(&journal, &key(), &options(), Timestamp(1_000)).unwrap();
+    let url = rs.relp_url();
+    let stop = Arc::new(AtomicBool::new(false));
+    let shipper_thread = {
+        let journal = journal.clone();
+        let url = url.clone();
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut shipper = Shipper::new(&journal, url, ship_opts()).unwrap();
+            shipper.run(&|| stop.load(Ordering::Relaxed))
+        })
+    };
+    let state_path = Shipper::state_path(&journal, &url);
+    let acked = || {
+        std::fs::read_to_string(&state_path)
+            .ok()
+            .and_then(|s| s.split(' ').nth(3).and_then(|n| n.parse::<u64>().ok()))
+            .unwrap_or(0)
+    };
+    for i in 0..total / 2 {
+        append(&writer, i);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while acked() < 200 {
+        assert!(Instant::now() < deadline, "nothing was acknowledged");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Mid-stream: acknowledged so far, and more still to come.
+    let before_kill = acked();
+    rs.kill9();
+    for i in total / 2..total {
+        append(&writer, i);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(acked() < total, "the kill did not happen mid-stream");
+    rs.spawn();
+    let last = writer.close(Timestamp(1_000_000)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !shipper_thread.is_finished() {
+        if Instant::now() > deadline {
+            stop.store(true, Ordering::Relaxed);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let state = shipper_thread.join().unwrap().unwrap();
+    assert!(state.done, "{state:?}");
+    let report = rs.collected(&key());
+    let j = &report.journals[0];
+    // Every record, in particular the `before_kill` acknowledged ones, is
+    // in rsyslog's file: the rebuilt journal is complete and closed.
+    assert_eq!(j.state(), JournalState::Closed, "{:?}", j.report.failure);
+    assert_eq!(j.records, last.seq + 1);
+    assert!(j.records > before_kill);
+    eprintln!(
+        "acknowledged before the kill: {before_kill}; duplicates removed: {}",
+        j.duplicates
+    );
+}
+
+#[test]
+fn a_collector_down_at_start_is_retried_until_it_is_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("run.jsonl");
+    let last = write_journal(&journal, 50, true);
+    let mut rs = Rsyslog::start(dir.path());
+    let url = rs.relp_url();
+    rs.kill9();
+    let shipper_thread = {
+        let journal = journal.clone();
+        std::thread::spawn(move || {
+            let mut shipper = Shipper::new(&journal, url, ship_opts()).unwrap();
+            // Control for the retry: while the collector is down, nothing ships.
+            let err = shipper.ship_available().unwrap_err();
+            assert!(matches!(err, ShipError::Link(_)), "{err}");
+            assert_eq!(shipper.state().next_seq, 0);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            shipper.run(&|| Instant::now() > deadline)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    rs.spawn();
+    let state = shipper_thread.join().unwrap().unwrap();
+    assert!(state.done);
+    let report = rs.collected(&key());
+    assert_eq!(report.journals[0].state(), JournalState::Closed);
+    assert_eq!(report.journals[0].records, last.seq + 1);
+}
+
+#[test]
+fn deleting_or_cutting_the_local_journal_after_shipping_is_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    let rs = Rsyslog::start(dir.path());
+    let journal = dir.path().join("run.jsonl");
+    // An open journal (a session still running, or the host stopped it).
+    let writer = JournalWriter::create(&journal, &key(), &options(), Timestamp(1_000)).unwrap();
+    for i in 0..80 {
+        append(&writer, i);
+    }
+    let mut shipper = Shipper::new(&journal, rs.relp_url(), ship_opts()).unwrap();
+    let progress = shipper.ship_available().unwrap();
+    assert!(progress.delivered > 80 && !progress.done);
+    drop(writer);
+    let local = std::fs::read(&journal).unwrap();
+
+    // The collector's copy alone: every shipped record verifies, the journal
+    // is open (never clean), and the last shipped anchor is known.
+    let report = rs.collected(&key());
+    let j = &report.journals[0];
+    assert_eq!(j.state(), JournalState::Open, "{:?}", j.report.failure);
+    assert_eq!(j.records, shipper.state().next_seq);
+    let shipped_anchor = j.anchors.last().cloned().unwrap();
+
+    // Control: the host's intact journal reaches the shipped anchor.
+    let ok = verify_reader(&local[..], &key(), Some(&shipped_anchor)).unwrap();
+    assert_eq!(ok.failure, None);
+
+    // The host cuts its journal back before the anchor: the anchor from
+    // the collector catches it, and the shipper refuses to go on.
+    let cut_at = local
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(10)
+        .map(|(i, _)| i + 1)
+        .unwrap();
+    std::fs::write(&journal, &local[..cut_at]).unwrap();
+    let cut = verify_reader(
+        std::fs::File::open(&journal).unwrap(),
+        &key(),
+        Some(&shipped_anchor),
+    )
+    .unwrap();
+    assert_eq!(cut.failure_kind(), Some(FailureKind::TruncatedBeforeAnchor));
+    let err = shipper.ship_available().unwrap_err();
+    assert!(matches!(err, ShipError::JournalChanged { .. }), "{err}");
+
+    // The host deletes its journal and starts a fresh one that it closes
+    // cleanly: the collector still holds the first journal, open, with
+    // its records; the fresh journal cannot stand in for it.
+    std::fs::remove_file(&journal).unwrap();
+    std::fs::remove_file(Shipper::state_path(&journal, &rs.relp_url())).unwrap();
+    write_journal(&journal, 3, true);
+    ship_to_end(&journal, rs.relp_url());
+    let report = rs.collected(&key());
+    assert_eq!(report.journals.len(), 2);
+    let states: Vec<_> = report
+        .journals
+        .iter()
+        .map(|j| (j.journal, j.state()))
+        .collect();
+    assert!(
+        states
+            .iter()
+            .any(|(id, s)| *id == shipped_anchor.journal && *s == JournalState::Open),
+        "{states:?}"
+    );
+    assert!(states.iter().any(|(_, s)| *s == JournalState::Closed));
+}
