@@ -706,41 +706,6 @@ fn with_schema(schema: &str) -> String {
         STRING_CHOICES,
         "",
         &format!("        output:\n          schema: {schema}"),
-/// Runs `f` on a thread and fails when it takes longer than `secs`
-/// (a run that never ends would otherwise hang the test binary). A hang
-/// guard, not a speed assertion: the bound is far above any sane run
-/// (milliseconds here) and far below the unbounded runs it catches.
-#[track_caller]
-fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(std::time::Duration::from_secs(secs))
-        .unwrap_or_else(|_| panic!("not finished within {secs} s"))
-}
-
-/// A chain of `depth` values, each `values.v(i-1) || values.v(i-1)`, on
-/// top of a required input with the one choice `dev`, used as a step's
-/// environment (an authority-bearing field).
-fn value_chain(depth: usize) -> String {
-    let mut values = String::from("      v0: '${{ paseo.inputs.n }}'\n");
-    for i in 1..=depth {
-        values.push_str(&format!(
-            "      v{i}: '${{{{ values.v{p} || values.v{p} }}}}'\n",
-            p = i - 1
-        ));
-    }
-    workflow(
-        &format!(
-            "      n: {{type: string, choices: [dev], required: true}}\n    values:\n{values}"
-        ),
-        "",
-        "",
-    )
-    .replace(
-        "environment: dev",
-        &format!("environment: '${{{{ values.v{depth} }}}}'"),
     )
 }
 
@@ -814,6 +779,47 @@ fn an_output_schema_beyond_palisades_bounds_is_a_hardening_limit() {
         "pattern is longer than 8192 bytes (palisade's limit)",
     );
     assert_eq!(d.path.to_string(), ".triggers[0].steps[0].output.schema");
+}
+
+/// Runs `f` on a thread and fails when it takes longer than `secs`
+/// (a run that never ends would otherwise hang the test binary). A hang
+/// guard, not a speed assertion: the bound is far above any sane run
+/// (milliseconds here) and far below the unbounded runs it catches.
+#[track_caller]
+fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(secs))
+        .unwrap_or_else(|_| panic!("not finished within {secs} s"))
+}
+
+/// A chain of `depth` values, each `values.v(i-1) || values.v(i-1)`, on
+/// top of a required input with the one choice `dev`, used as a step's
+/// environment (an authority-bearing field).
+fn value_chain(depth: usize) -> String {
+    let mut values = String::from("      v0: '${{ paseo.inputs.n }}'\n");
+    for i in 1..=depth {
+        values.push_str(&format!(
+            "      v{i}: '${{{{ values.v{p} || values.v{p} }}}}'\n",
+            p = i - 1
+        ));
+    }
+    workflow(
+        &format!(
+            "      n: {{type: string, choices: [dev], required: true}}\n    values:\n{values}"
+        ),
+        "",
+        "",
+    )
+    .replace(
+        "environment: dev",
+        &format!("environment: '${{{{ values.v{depth} }}}}'"),
+    )
+}
+
+#[test]
 fn a_chain_of_values_cannot_make_the_finite_choice_analysis_exponential() {
     // Each value reads the one before it twice: evaluated afresh at each
     // reference, the chain costs 2^depth steps, though every set has one
