@@ -552,9 +552,13 @@ impl Cgi {
         let mut stdout = child.stdout.take().ok_or_else(|| other("no stdout"))?;
         let mut stderr = child.stderr.take().ok_or_else(|| other("no stderr"))?;
 
-        // request body → stdin, as it arrives; a cut body closes stdin early
+        // request body → stdin, as it arrives; a cut body closes stdin early.
+        // The body is read apart from the writes to stdin, so the end (or
+        // cut) of the body is recorded when it happens, not once the CGI,
+        // slowed by a loaded disk, has drained the pipe.
         let mut body = req.into_body();
         let feeder_state = state.clone();
+        let (data_tx, mut data_rx) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
         tokio::spawn(async move {
             let mut n: u64 = 0;
             let complete = loop {
@@ -562,9 +566,9 @@ impl Cgi {
                     None => break true,
                     Some(Err(_)) => break false,
                     Some(Ok(frame)) => {
-                        if let Some(data) = frame.data_ref() {
+                        if let Ok(data) = frame.into_data() {
                             n = n.saturating_add(data.len() as u64);
-                            if stdin.write_all(data).await.is_err() {
+                            if data_tx.send(data).is_err() {
                                 break false;
                             }
                         }
@@ -572,6 +576,16 @@ impl Cgi {
                 }
             };
             feeder_state.finish_body(index, n, complete);
+            // stdin ends once what was received is written, as before:
+            // a cut body gives the CGI a truncated stream
+            drop(data_tx);
+        });
+        tokio::spawn(async move {
+            while let Some(data) = data_rx.recv().await {
+                if stdin.write_all(&data).await.is_err() {
+                    break;
+                }
+            }
             drop(stdin);
         });
         let err_state = state.clone();
