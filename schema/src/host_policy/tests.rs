@@ -854,6 +854,11 @@ ship_buffer = 50
         bad("[evidence]\nship = [\"syslog+tls://logs:6514\"]\n"),
         ["ship_url_unsupported"]
     );
+    let tls = errors("[evidence]\nship = [\"syslog+tls://logs:6514\"]\n");
+    assert!(
+        tls[0].message.contains("not supported yet") && tls[0].message.contains("clear text"),
+        "{tls:?}"
+    );
     assert_eq!(
         bad("[evidence]\nship = [\"http://logs:80\"]\n"),
         ["invalid_value"]
