@@ -265,7 +265,7 @@ fn a_collector_down_at_start_with_record_keeps_serving_and_records_the_gap() {
     let url = format!("relp://127.0.0.1:{}", rs.relp);
     let (mut child, port) = s.proxy(
         "[evidence]\non_backlog = \"record\"\nship_buffer = 3\n",
-        &[url.clone()],
+        std::slice::from_ref(&url),
     );
     for _ in 0..6 {
         assert_eq!(s.connect(port), 200, "on_backlog = record keeps serving");

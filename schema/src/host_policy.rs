@@ -1233,8 +1233,10 @@ fn read_policy(cx: &mut Cx<'_>, root: &Table<'_, '_>) -> HostPolicy {
     if let Some(t) = root.table(cx, "evidence") {
         evidence = read_evidence(cx, &t);
     }
-    let mut policy = HostPolicy::default();
-    policy.evidence = evidence;
+    let mut policy = HostPolicy {
+        evidence,
+        ..HostPolicy::default()
+    };
     if let Some(t) = root.table(cx, "profiles") {
         policy.profiles = read_profiles(cx, &t);
     }
