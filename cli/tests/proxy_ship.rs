@@ -3,7 +3,7 @@
 //! `evidence/tests/common/rsyslog.rs`): what the proxy journals is shipped
 //! and verifies centrally (`journal verify --from-syslog`); a SIGKILLed
 //! proxy's shipped part verifies as open, never clean; a collector down at
-//! start follows `on_backlog`.
+//! start follows `on_backlog`; `palisade run --ship` ships a session.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -361,4 +361,58 @@ fn a_tls_collector_url_is_refused_at_start_naming_what_is_missing() {
     let (mut child, port) = s.proxy("", &[format!("relp://127.0.0.1:{}", rs.relp)]);
     assert_eq!(s.connect(port), 200);
     assert!(sigterm_and_wait(&mut child).success());
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+    })
+}
+
+#[test]
+fn palisade_run_ships_the_sessions_journal_and_refuses_tls() {
+    // A governed session needs root (as CI runs it); under CI a missing
+    // prerequisite is a failure, never a silent pass.
+    if !is_root() {
+        assert!(std::env::var_os("CI").is_none(), "CI must run this as root");
+        eprintln!("skipped: a governed `palisade run` needs root");
+        return;
+    }
+    let s = setup();
+    let policy = s.dir.path().join("palisade.toml");
+    std::fs::write(&policy, "[egress]\nallow_addresses = [\"127.0.0.0/8\"]\n").unwrap();
+    let run = |url: &str| {
+        Command::new(env!("CARGO_BIN_EXE_palisade"))
+            .arg("run")
+            .arg("--policy")
+            .arg(&policy)
+            .arg("--journal")
+            .arg(&s.journal)
+            .arg("--key")
+            .arg(&s.key_path)
+            .args(["--ship", url, "--", "/bin/true"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = run("syslog+tls://127.0.0.1:6514");
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("syslog+tls is not supported"), "{err}");
+    assert!(!s.journal.exists());
+    // Positive control: relp:// to a real collector ships the session.
+    let rs = Rsyslog::start(&s.dir.path().join("rs"));
+    let out = run(&format!("relp://127.0.0.1:{}", rs.relp));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("warning: shipping"), "{err}");
+    let (code, out) = s.verify_central(&rs.out());
+    assert_eq!(code, 0, "{out}");
+    let collected = std::fs::read_to_string(rs.out()).unwrap();
+    assert!(
+        collected.contains("kind=\"execution_ended\""),
+        "{collected}"
+    );
+    assert!(collected.contains("kind=\"journal_closed\""), "{collected}");
 }
