@@ -29,6 +29,7 @@ mod report;
 mod run;
 mod schema_cmd;
 mod session;
+mod ship;
 mod stage;
 mod stage_cmd;
 mod steering;

@@ -48,6 +48,11 @@ pub(crate) struct Args {
     /// The marks file (default: `taint.marks_file` next to the policy).
     #[arg(long)]
     marks: Option<PathBuf>,
+    /// Ship the journal's records and anchors to this collector while the
+    /// proxy runs (`relp://HOST:PORT` or `syslog+tcp://HOST:PORT`;
+    /// repeatable; added to the policy's `evidence.ship`). Needs `--journal`.
+    #[arg(long, value_name = "URL")]
+    ship: Vec<String>,
 }
 
 /// Records printed as JSON lines on stdout when no journal is given.
@@ -219,6 +224,12 @@ pub(crate) fn open_journal(
     key: &JournalKey,
     session: &str,
 ) -> Result<(Arc<JournalRecorder>, JournalThread), String> {
+    let writer = open_writer(journal, key)?;
+    Ok(JournalRecorder::start(writer, session.to_owned()))
+}
+
+/// Opens or creates the journal.
+pub(crate) fn open_writer(journal: &Path, key: &JournalKey) -> Result<JournalWriter, String> {
     let opts = WriterOptions::default();
     let writer = if journal.exists() {
         JournalWriter::open(journal, key, &opts, Timestamp(now_ms()))
@@ -228,7 +239,7 @@ pub(crate) fn open_journal(
         JournalWriter::create(journal, key, &opts, Timestamp(now_ms()))
             .map_err(|e| format!("cannot create journal {}: {e}", journal.display()))?
     };
-    Ok(JournalRecorder::start(writer, session.to_owned()))
+    Ok(writer)
 }
 
 /// Drains and closes a journal opened by [`open_journal`], if any.
@@ -311,6 +322,14 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     let marks = read_marks(&marks_path(&loaded, args.marks.as_deref()))?;
     let rules = Rules::new(&loaded.policy, &marks).map_err(|e| e.to_string())?;
     let mut config = crate::session::proxy_config(&loaded.policy)?;
+    // Collector URLs come from the host (policy, command line), never from
+    // the worker; one that cannot be shipped as asked refuses the start.
+    let plan = crate::ship::Plan::new(&loaded.policy.evidence, &args.ship)?;
+    if !plan.is_empty() && args.journal.is_none() {
+        return Err(
+            "--ship / evidence.ship need --journal: the journal is the shipper's spool".into(),
+        );
+    }
     // The key is checked (refused when others can read it) before anything
     // is written, so a refused start leaves no token file behind.
     let key = journal_key(args.journal.as_deref(), args.key.as_deref())?;
@@ -325,8 +344,19 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
     if let Some(t) = token {
         config = config.with_token(t);
     }
+    let mut shipping = None;
     let journal = match (&args.journal, &key) {
-        (Some(j), Some(k)) => Some(open_journal(j, k, &args.session)?),
+        (Some(j), Some(k)) => {
+            let writer = open_writer(j, k)?;
+            if !plan.is_empty() {
+                let s = crate::ship::Shipping::start(&plan, j, &writer, &args.session)?;
+                if plan.refuses() {
+                    config = config.with_hold(s.hold(), crate::ship::BACKLOG_REASON);
+                }
+                shipping = Some(s);
+            }
+            Some(JournalRecorder::start(writer, args.session.clone()))
+        }
         _ => None,
     };
     let stdout_records = journal.is_none().then(BatchedStdoutRecorder::start);
@@ -375,6 +405,12 @@ pub(crate) fn run(args: Args) -> Result<ExitCode, String> {
         r.finish();
     }
     let closed = close_journal(journal);
+    // After `journal_closed`: the final flush, bounded.
+    if let Some(s) = shipping {
+        for warning in s.finish(crate::ship::FINAL_FLUSH) {
+            eprintln!("palisade proxy: warning: {warning}");
+        }
+    }
     served?;
     closed?;
     eprintln!("palisade proxy: stopped");

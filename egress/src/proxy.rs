@@ -179,6 +179,18 @@ pub struct ProxyConfig {
     pub sni_ports: Vec<u16>,
     /// The address deny set and carve-outs.
     pub addresses: AddressPolicy,
+    /// While set, new connections are refused (503) with the reason code
+    /// given to [`ProxyConfig::with_hold`].
+    hold: Option<Hold>,
+}
+
+/// A flag the host sets to refuse new connections for a while (evidence
+/// shipping that lags too far behind: `ship_backlog`), and the reason code
+/// those refusals are recorded with. Read once per new connection.
+#[derive(Clone, Debug)]
+struct Hold {
+    flag: Arc<std::sync::atomic::AtomicBool>,
+    code: &'static str,
 }
 
 impl Default for ProxyConfig {
@@ -189,6 +201,7 @@ impl Default for ProxyConfig {
             require_sni_match: true,
             sni_ports: vec![443],
             addresses: AddressPolicy::default(),
+            hold: None,
         }
     }
 }
@@ -267,7 +280,21 @@ impl ProxyConfig {
             require_sni_match: *require_sni_match,
             sni_ports: vec![443],
             addresses: AddressPolicy::new(allow_addresses.clone()).with_own_addresses(own),
+            hold: None,
         }
+    }
+
+    /// Refuse every new connection (503, recorded with reason `code`)
+    /// while `flag` is set; connections already served are not cut. The
+    /// flag is read once per connection, before anything else is done.
+    #[must_use]
+    pub fn with_hold(
+        mut self,
+        flag: Arc<std::sync::atomic::AtomicBool>,
+        code: &'static str,
+    ) -> Self {
+        self.hold = Some(Hold { flag, code });
+        self
     }
 
     /// Require this per-session token in `Proxy-Authorization`.
@@ -451,6 +478,12 @@ impl Proxy {
         let t0 = Instant::now();
         let mut rec = ConnectionRecord::new(id, peer, SystemTime::now());
         let permit = inner.conns.clone().try_acquire_owned();
+        let held = inner
+            .config
+            .hold
+            .as_ref()
+            .filter(|h| h.flag.load(Ordering::SeqCst))
+            .map(|h| h.code);
         if !inner.recorder.healthy() {
             refuse(
                 &mut client,
@@ -458,6 +491,15 @@ impl Proxy {
                 503,
                 "recording_unavailable",
                 "connections cannot be recorded",
+            )
+            .await;
+        } else if let Some(code) = held {
+            refuse(
+                &mut client,
+                &mut rec,
+                503,
+                code,
+                "new connections are held by the host",
             )
             .await;
         } else {

@@ -990,3 +990,41 @@ async fn a_tls_tunnel_on_a_port_outside_sni_ports_is_checked_too() {
         "a server-first protocol"
     );
 }
+
+#[tokio::test]
+async fn a_held_proxy_refuses_new_connections_until_released() {
+    use palisade_egress::decide::HostRules;
+    use palisade_egress::proxy::{Listener, Proxy, shutdown_channel};
+    use palisade_egress::record::MemoryRecorder;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let origin = echo_origin().await;
+    let hold = Arc::new(AtomicBool::new(false));
+    let recorder = Arc::new(MemoryRecorder::new());
+    let proxy = Proxy::new(
+        cfg().with_hold(hold.clone(), "ship_backlog"),
+        Arc::new(HostRules::new(&["127.0.0.1"], &[] as &[&str]).unwrap()),
+        Arc::new(StaticResolver::new()),
+        recorder.clone(),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (_shutdown, signal) = shutdown_channel();
+    tokio::spawn(async move { proxy.serve(Listener::Tcp(l), signal).await });
+    let auth = format!("127.0.0.1:{}", origin.port());
+    // Positive control: not held, the tunnel works.
+    let (mut s, h) = connect_tunnel(addr, &auth, "").await;
+    assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+    assert!(tunnel_works(&mut s).await);
+    hold.store(true, Ordering::SeqCst);
+    let (_s, h) = connect_tunnel(addr, &auth, "").await;
+    assert!(
+        h.starts_with("HTTP/1.1 503") && h.contains("ship_backlog"),
+        "{h}"
+    );
+    // Released: the same connection is served again.
+    hold.store(false, Ordering::SeqCst);
+    let (mut s, h) = connect_tunnel(addr, &auth, "").await;
+    assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+    assert!(tunnel_works(&mut s).await);
+}

@@ -13,146 +13,20 @@
     reason = "tests"
 )]
 
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use palisade_evidence::ship::{Collector, ShipError, ShipOptions, ShipUrl, Shipper};
+use palisade_evidence::ship::{ShipError, ShipOptions, ShipUrl, Shipper};
 use palisade_evidence::{
     Anchor, Body, Entry, FailureKind, JournalKey, JournalState, JournalWriter, Kind, SealPolicy,
     Timestamp, WriterOptions, verify_reader,
 };
 
-const PACKAGES: &str =
-    "install the Debian packages `rsyslog rsyslog-relp` (apt-get install rsyslog rsyslog-relp)";
-
-fn rsyslogd() -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
-        .map(|dir| dir.join("rsyslogd"))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("rsyslogd is not on PATH nor in /usr/sbin: {PACKAGES}"))
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// One rsyslogd of the test's own.
-struct Rsyslog {
-    dir: PathBuf,
-    relp: u16,
-    tcp: u16,
-    child: Option<Child>,
-}
-
-impl Rsyslog {
-    fn start(dir: &Path) -> Self {
-        let mut me = Self {
-            dir: dir.to_owned(),
-            relp: free_port(),
-            tcp: free_port(),
-            child: None,
-        };
-        me.spawn();
-        me
-    }
-
-    fn out(&self) -> PathBuf {
-        self.dir.join("collected.log")
-    }
-
-    fn spawn(&mut self) {
-        let work = self.dir.join("work");
-        std::fs::create_dir_all(&work).unwrap();
-        // Direct queue: imrelp acknowledges a message only after omfile
-        // wrote it, so an acknowledged record survives SIGKILL of rsyslog.
-        let conf = format!(
-            r#"global(workDirectory="{work}" maxMessageSize="2m")
-module(load="imrelp")
-module(load="imtcp")
-template(name="palisade_raw" type="string" string="%rawmsg%\n")
-ruleset(name="palisade" queue.type="Direct") {{
-  action(type="omfile" file="{out}" template="palisade_raw" flushOnTXEnd="on" asyncWriting="off")
-}}
-input(type="imrelp" address="127.0.0.1" port="{relp}" ruleset="palisade" maxDataSize="2m")
-input(type="imtcp" address="127.0.0.1" port="{tcp}" ruleset="palisade")
-"#,
-            work = work.display(),
-            out = self.out().display(),
-            relp = self.relp,
-            tcp = self.tcp,
-        );
-        let conf_path = self.dir.join("rsyslog.conf");
-        std::fs::write(&conf_path, conf).unwrap();
-        let child = Command::new(rsyslogd())
-            .arg("-n")
-            .arg("-f")
-            .arg(&conf_path)
-            .arg("-i")
-            .arg(self.dir.join("rsyslogd.pid"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(self.dir.join("rsyslogd.stderr")).unwrap())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start rsyslogd: {e}; {PACKAGES}"));
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while TcpStream::connect(("127.0.0.1", self.relp)).is_err()
-            || TcpStream::connect(("127.0.0.1", self.tcp)).is_err()
-        {
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                let err =
-                    std::fs::read_to_string(self.dir.join("rsyslogd.stderr")).unwrap_or_default();
-                panic!(
-                    "rsyslogd exited ({status}) before listening (imrelp missing? {PACKAGES}):\n{err}"
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "rsyslogd did not listen within 15 s"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().unwrap(); // SIGKILL
-            child.wait().unwrap();
-        }
-    }
-
-    fn relp_url(&self) -> ShipUrl {
-        ShipUrl::parse(&format!("relp://127.0.0.1:{}", self.relp)).unwrap()
-    }
-
-    fn tcp_url(&self) -> ShipUrl {
-        ShipUrl::parse(&format!("syslog+tcp://127.0.0.1:{}", self.tcp)).unwrap()
-    }
-
-    fn collected(&self, key: &JournalKey) -> palisade_evidence::ship::CentralReport {
-        let mut collector = Collector::new(1 << 30);
-        if let Ok(file) = std::fs::File::open(self.out()) {
-            collector.push_reader(file).unwrap();
-        }
-        collector.finish(key)
-    }
-}
-
-impl Drop for Rsyslog {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
+#[path = "common/rsyslog.rs"]
+mod rsyslog;
+use rsyslog::Rsyslog;
 
 fn key() -> JournalKey {
     JournalKey::from_bytes([0x33; 32], 0)

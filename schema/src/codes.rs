@@ -685,6 +685,10 @@ pub const CODES: &[CodeDoc] = &[
         summary: "No taint source is enabled.",
     },
     CodeDoc {
+        code: "ship_url_unsupported",
+        summary: "An evidence.ship URL whose transport palisade does not support yet (syslog+tls).",
+    },
+    CodeDoc {
         code: "suppression_without_reason",
         summary: "A suppression comment with no reason after the parenthesis.",
     },

@@ -69,6 +69,84 @@ pub struct HostPolicy {
     /// `[profiles.<name>]`: custom sandbox profiles, each a built-in base
     /// plus refinements that can only tighten it.
     pub profiles: BTreeMap<String, CustomProfile>,
+    /// `[evidence]`: where the journal is shipped off the host.
+    pub evidence: Evidence,
+}
+
+/// `[evidence]`: shipping the journal to the operator's log pipeline
+/// (`docs/journal.md`). The URLs come from the host policy (or the CLI),
+/// never from the worker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Evidence {
+    /// `ship`: collector URLs, `relp://HOST:PORT` or `syslog+tcp://HOST:PORT`
+    /// (`syslog+tls://` is refused: not supported yet).
+    pub ship: Vec<String>,
+    /// `on_backlog`: what happens once a shipper lags more than
+    /// `ship_buffer` records.
+    pub on_backlog: OnBacklog,
+    /// `ship_buffer`: how many sealed records a shipper may lag behind
+    /// the journal before the gap is recorded (`ship_gap`).
+    pub ship_buffer: u64,
+}
+
+/// The default `evidence.ship_buffer`.
+pub const DEFAULT_SHIP_BUFFER: u64 = 10_000;
+
+impl Default for Evidence {
+    fn default() -> Self {
+        Self {
+            ship: Vec::new(),
+            on_backlog: OnBacklog::Record,
+            ship_buffer: DEFAULT_SHIP_BUFFER,
+        }
+    }
+}
+
+/// `evidence.on_backlog`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum OnBacklog {
+    /// Record the gap (`ship_gap`) and keep serving.
+    #[default]
+    Record,
+    /// Record the gap and refuse new connections until the shipper
+    /// catches up.
+    Refuse,
+}
+
+/// Checks a collector URL's form: `relp://HOST:PORT` or
+/// `syslog+tcp://HOST:PORT`. `syslog+tls://` is refused (TLS is not
+/// supported yet, and a TLS URL must never be shipped in clear text).
+///
+/// ```
+/// use palisade_schema::host_policy::check_ship_url;
+/// assert!(check_ship_url("relp://127.0.0.1:2514").is_ok());
+/// assert!(check_ship_url("syslog+tls://logs:6514").is_err());
+/// ```
+///
+/// # Errors
+/// The reason, for a diagnostic or a CLI error.
+pub fn check_ship_url(url: &str) -> Result<(), String> {
+    if url.starts_with("syslog+tls://") {
+        return Err(format!(
+            "`{url}`: syslog+tls is not supported yet (no TLS client, CA or client-certificate support); refusing rather than shipping in clear text"
+        ));
+    }
+    let Some(addr) = url
+        .strip_prefix("relp://")
+        .or_else(|| url.strip_prefix("syslog+tcp://"))
+    else {
+        return Err(format!(
+            "`{url}`: expected relp://HOST:PORT or syslog+tcp://HOST:PORT"
+        ));
+    };
+    let port_ok = addr
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0));
+    if !port_ok || addr.contains('/') || addr.contains('@') {
+        return Err(format!("`{url}`: expected HOST:PORT after the scheme"));
+    }
+    Ok(())
 }
 
 /// `[profiles.<name>]`: a custom sandbox profile. It starts from a built-in
@@ -1148,10 +1226,17 @@ fn read_policy(cx: &mut Cx<'_>, root: &Table<'_, '_>) -> HostPolicy {
     root.deny_unknown(
         cx,
         &[
-            "worker", "egress", "outward", "taint", "routing", "profiles",
+            "worker", "egress", "outward", "taint", "routing", "profiles", "evidence",
         ],
     );
-    let mut policy = HostPolicy::default();
+    let mut evidence = Evidence::default();
+    if let Some(t) = root.table(cx, "evidence") {
+        evidence = read_evidence(cx, &t);
+    }
+    let mut policy = HostPolicy {
+        evidence,
+        ..HostPolicy::default()
+    };
     if let Some(t) = root.table(cx, "profiles") {
         policy.profiles = read_profiles(cx, &t);
     }
@@ -2488,6 +2573,72 @@ fn read_relay_limits(cx: &mut Cx<'_>, r: &Table<'_, '_>) -> RelayLimits {
         );
     }
     limits
+}
+
+/// Most `evidence.ship` URLs (each runs a shipper thread).
+const MAX_SHIP_URLS: usize = 16;
+
+fn read_evidence(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Evidence {
+    t.deny_unknown(cx, &["ship", "on_backlog", "ship_buffer"]);
+    let mut e = Evidence::default();
+    let urls = t.str_array(cx, "ship");
+    if urls.len() > MAX_SHIP_URLS {
+        cx.error(
+            "invalid_value",
+            &t.span,
+            &t.path.key("ship"),
+            format!("at most {MAX_SHIP_URLS} collector URLs"),
+        );
+    }
+    for (url, span, path) in urls.into_iter().take(MAX_SHIP_URLS) {
+        match check_ship_url(&url) {
+            Ok(()) if e.ship.contains(&url) => {
+                cx.error(
+                    "invalid_value",
+                    &span,
+                    &path,
+                    format!("`{url}` is listed twice"),
+                );
+            }
+            Ok(()) => e.ship.push(url),
+            Err(msg) if url.starts_with("syslog+tls://") => {
+                cx.error("ship_url_unsupported", &span, &path, msg)
+                    .help("ship over relp:// to a collector on a trusted network (or a local rsyslog that forwards over TLS)");
+            }
+            Err(msg) => {
+                cx.error("invalid_value", &span, &path, msg);
+            }
+        }
+    }
+    if let Some((v, span)) = t.str(cx, "on_backlog") {
+        match v.as_str() {
+            "record" => e.on_backlog = OnBacklog::Record,
+            "refuse" => e.on_backlog = OnBacklog::Refuse,
+            other => {
+                cx.error(
+                    "invalid_value",
+                    &span,
+                    &t.path.key("on_backlog"),
+                    format!("unknown on_backlog `{other}`"),
+                )
+                .help("expected `record` or `refuse`");
+            }
+        }
+    }
+    if let Some(n) = t.uint(cx, "ship_buffer") {
+        if n == 0 {
+            let span = t.get("ship_buffer").map_or(t.span.clone(), |v| v.span());
+            cx.error(
+                "invalid_value",
+                &span,
+                &t.path.key("ship_buffer"),
+                "ship_buffer must be at least 1 record",
+            );
+        } else {
+            e.ship_buffer = n;
+        }
+    }
+    e
 }
 
 fn read_outward(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Outward {

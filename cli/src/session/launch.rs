@@ -99,6 +99,11 @@ pub(crate) struct GovernedArgs {
     /// `[worker] agent`, when set, must name the same agent.
     #[arg(long, value_name = "NAME", requires = "policy")]
     pub(crate) agent: Option<String>,
+    /// Ship the session's journal to this collector while it runs
+    /// (`relp://HOST:PORT` or `syslog+tcp://HOST:PORT`; repeatable; added
+    /// to the policy's `evidence.ship`).
+    #[arg(long, value_name = "URL", requires = "policy")]
+    pub(crate) ship: Vec<String>,
 }
 
 /// Resolves pinned names from a table and everything else on the host
@@ -538,6 +543,12 @@ pub(crate) fn run(
         Some(a) => a.policy().clone(),
         None => policy,
     };
+    // Collector URLs from the host only; one that cannot be shipped as
+    // asked (syslog+tls) refuses the run before anything is created.
+    let plan = match crate::ship::Plan::new(&policy.evidence, &args.ship) {
+        Ok(p) => p,
+        Err(e) => return setup_failure(e),
+    };
     // The step's exact grant, computed before anything starts: a step that
     // cannot be dispatched refuses the run.
     let grant = match &args.workflow {
@@ -716,6 +727,7 @@ pub(crate) fn run(
             return Err(format!("journal `{}`: {e}", journal_path.display()));
         }
     };
+    let ship_writer = writer.clone();
     let journal = Journal::new(writer, id.clone());
     // From here on, a refusal before the worker starts removes what the
     // session created, so that nothing is left behind and a retry can use
@@ -823,6 +835,19 @@ pub(crate) fn run(
             );
         }
     };
+    // The shippers start with the services, for the session's lifetime.
+    let mut shipping = if plan.is_empty() {
+        None
+    } else {
+        match crate::ship::Shipping::start(&plan, &journal_path, &ship_writer, &id) {
+            Ok(s) => Some(s),
+            Err(e) => return left.refuse(Some(core.journal()), e),
+        }
+    };
+    let hold = shipping
+        .as_ref()
+        .filter(|_| plan.refuses())
+        .map(crate::ship::Shipping::hold);
     let approval_timeout = Duration::from_secs(args.approval_timeout);
     // Whether the worker was launched: until then, a failure is a refusal.
     let mut started = false;
@@ -837,6 +862,7 @@ pub(crate) fn run(
             provider_credentials,
             approval_timeout,
             agent.as_ref().map(|a| a.key.as_slice()),
+            hold,
         )
         .await?;
         let mut sb = sb;
@@ -890,6 +916,9 @@ pub(crate) fn run(
     core.clear_control();
     if !started {
         let e = result.err().unwrap_or_default();
+        if let Some(s) = shipping.take() {
+            let _ = s.finish(Duration::ZERO);
+        }
         return left.refuse(Some(core.journal()), e);
     }
     // A session that failed after the launch did not commit: its stage is
@@ -901,6 +930,12 @@ pub(crate) fn run(
         );
     }
     let anchor = core.journal().close();
+    // After `journal_closed`: the final flush, bounded.
+    if let Some(s) = shipping.take() {
+        for warning in s.finish(crate::ship::FINAL_FLUSH) {
+            eprintln!("palisade: warning: {warning}");
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
     match anchor {
         Ok(a) => {
@@ -969,6 +1004,22 @@ impl Leftovers {
         use std::os::unix::fs::FileTypeExt;
         let with = |suffix: &str| PathBuf::from(format!("{}{suffix}", self.journal.display()));
         let _ = std::fs::remove_file(&self.journal);
+        // The shippers' state files of this journal (`<journal>.ship-*`).
+        if let (Some(parent), Some(name)) = (self.journal.parent(), self.journal.file_name()) {
+            let mut prefix = name.to_os_string();
+            prefix.push(".ship-");
+            let prefix = prefix.to_string_lossy().into_owned();
+            let dir = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
         if self.lock_created {
             let _ = std::fs::remove_file(with(".lock"));
         }
@@ -1196,9 +1247,13 @@ async fn bind_services(
     provider_credentials: bool,
     approval_timeout: Duration,
     placeholder_key: Option<&[u8]>,
+    hold: Option<Arc<std::sync::atomic::AtomicBool>>,
 ) -> Result<Services, String> {
     use std::os::unix::fs::PermissionsExt;
     let mut config = super::proxy_config(policy)?;
+    if let Some(flag) = hold {
+        config = config.with_hold(flag, crate::ship::BACKLOG_REASON);
+    }
     let token = ProxyToken::generate().map_err(|e| format!("cannot make the proxy token: {e}"))?;
     config.token = Some(token.clone());
     let addresses = config.addresses.clone();

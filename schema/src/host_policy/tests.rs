@@ -822,3 +822,55 @@ fn relay_provider_mismatch_is_flagged() {
         vec![]
     );
 }
+
+#[test]
+fn evidence_section_parses_and_refuses_tls_and_bad_values() {
+    // Positive control: the valid section is read as written.
+    let ok = r#"
+[evidence]
+ship = ["relp://127.0.0.1:2514", "syslog+tcp://logs.example:514"]
+on_backlog = "refuse"
+ship_buffer = 50
+"#;
+    let (policy, d) = findings("p.toml", ok);
+    assert!(d.iter().all(|d| !d.is_error()), "{d:?}");
+    let e = policy.unwrap().evidence;
+    assert_eq!(
+        e.ship,
+        ["relp://127.0.0.1:2514", "syslog+tcp://logs.example:514"]
+    );
+    assert_eq!(e.on_backlog, OnBacklog::Refuse);
+    assert_eq!(e.ship_buffer, 50);
+    let (policy, _) = findings("p.toml", "");
+    let e = policy.unwrap().evidence;
+    assert!(e.ship.is_empty());
+    assert_eq!(
+        (e.on_backlog, e.ship_buffer),
+        (OnBacklog::Record, DEFAULT_SHIP_BUFFER)
+    );
+
+    let bad = |text: &str| -> Vec<&'static str> { codes(text).into_iter().map(|c| c.0).collect() };
+    assert_eq!(
+        bad("[evidence]\nship = [\"syslog+tls://logs:6514\"]\n"),
+        ["ship_url_unsupported"]
+    );
+    let tls = errors("[evidence]\nship = [\"syslog+tls://logs:6514\"]\n");
+    assert!(
+        tls[0].message.contains("not supported yet") && tls[0].message.contains("clear text"),
+        "{tls:?}"
+    );
+    assert_eq!(
+        bad("[evidence]\nship = [\"http://logs:80\"]\n"),
+        ["invalid_value"]
+    );
+    assert_eq!(
+        bad("[evidence]\nship = [\"relp://logs\"]\n"),
+        ["invalid_value"]
+    );
+    assert_eq!(
+        bad("[evidence]\non_backlog = \"drop\"\n"),
+        ["invalid_value"]
+    );
+    assert_eq!(bad("[evidence]\nship_buffer = 0\n"), ["invalid_value"]);
+    assert_eq!(bad("[evidence]\nshipp = []\n"), ["unknown_key"]);
+}
