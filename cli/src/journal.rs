@@ -235,11 +235,16 @@ fn verify_cmd(
         Format::Json => println!("{}", report_json(&report)),
         Format::Human => print_report(file, &report),
     }
-    Ok(match report.state() {
+    Ok(exit_code(report.state()))
+}
+
+/// The exit status of a verification verdict: 0 closed, 3 open, 1 invalid.
+fn exit_code(state: JournalState) -> ExitCode {
+    match state {
         JournalState::Closed => ExitCode::SUCCESS,
         JournalState::Open => ExitCode::from(EXIT_NOT_CLOSED),
         JournalState::Invalid => ExitCode::from(EXIT_INVALID),
-    })
+    }
 }
 
 /// Record bytes central verification keeps in memory at most.
@@ -340,11 +345,7 @@ fn verify_collected(
             }
         }
     }
-    Ok(match overall {
-        JournalState::Closed => ExitCode::SUCCESS,
-        JournalState::Open => ExitCode::from(EXIT_NOT_CLOSED),
-        JournalState::Invalid => ExitCode::from(EXIT_INVALID),
-    })
+    Ok(exit_code(overall))
 }
 
 fn state_name(state: JournalState) -> &'static str {
