@@ -12,7 +12,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -79,21 +79,21 @@ struct Backlog {
 }
 
 impl Backlog {
+    // A poisoned count is still the count: the hold must not be skipped
+    // (fail open) because another shipper thread panicked.
     fn enter(&self, refuse: bool) {
-        if let Ok(mut n) = self.gapped.lock() {
-            *n += 1;
-            if refuse {
-                self.hold.store(true, Ordering::SeqCst);
-            }
+        let mut n = self.gapped.lock().unwrap_or_else(PoisonError::into_inner);
+        *n += 1;
+        if refuse {
+            self.hold.store(true, Ordering::SeqCst);
         }
     }
 
     fn leave(&self) {
-        if let Ok(mut n) = self.gapped.lock() {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                self.hold.store(false, Ordering::SeqCst);
-            }
+        let mut n = self.gapped.lock().unwrap_or_else(PoisonError::into_inner);
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            self.hold.store(false, Ordering::SeqCst);
         }
     }
 }
