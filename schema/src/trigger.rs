@@ -17,6 +17,7 @@
 
 mod checks;
 mod discover;
+mod events;
 mod json_schema;
 mod lints;
 mod recurrence;
@@ -35,8 +36,9 @@ use crate::model::{
 };
 
 pub use discover::{TRIGGER_DIR, is_trigger_path};
+pub use events::event_release;
 pub use json_schema::json_schema;
-pub use walk::{event_release, needs_label};
+pub use walk::needs_label;
 
 /// The Hub release a document is checked against. Events and keys that a
 /// release does not know are refused with the release named (never a

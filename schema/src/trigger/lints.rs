@@ -216,11 +216,7 @@ struct Linter<'a> {
 impl<'a> Linter<'a> {
     /// The events the targeted release emits, for a did-you-mean.
     fn release_events(&self) -> Vec<&'static str> {
-        let mut known = M_EVENTS.to_vec();
-        if self.release >= Release::Main {
-            known.push("schedule.tick");
-        }
-        known
+        super::events::emitted_by(self.release).collect()
     }
 
     fn push(&mut self, error: bool, code: &'static str, msg: String, help: &str, p: &Path) {
@@ -308,7 +304,7 @@ impl<'a> Linter<'a> {
             let source = e.source();
             let users = e.filters.as_ref().and_then(|f| f.from_users.as_ref());
             // L13: an event this release does not emit never fires.
-            match event_release(&e.event) {
+            match super::events::first_emitted_in(&e.event) {
                 Some(r) if r <= self.release => {}
                 known => {
                     let why = match known {
@@ -645,79 +641,11 @@ fn reply_available(event: &str) -> bool {
     !(event.ends_with(".push") || event.contains(".action_run_"))
 }
 
-/// The first release that emits `event` (`None`: no release does).
-fn event_release(event: &str) -> Option<Release> {
-    if M_EVENTS.contains(&event) {
-        Some(Release::V0_9_0)
-    } else if event == "schedule.tick" {
-        Some(Release::Main)
-    } else if event == "linear.agent_session"
-        || event
-            .strip_prefix("forgejo.")
-            .is_some_and(|e| FORGEJO_EVENTS.contains(&e))
-    {
-        Some(Release::Unreleased)
-    } else {
-        None
-    }
-}
-
 /// Providers whose events get the automatic unlimited reply (§4.2).
 const CONVERSATIONAL: &[&str] = &["slack", "discord", "linear", "github", "forgejo"];
 
 /// Claude tools that edit files or run commands.
 const CLAUDE_WRITE_TOOLS: &[&str] = &["Bash", "Edit", "Write", "MultiEdit", "NotebookEdit"];
-
-/// The events of Paseo Hub 0.9.0 (M `events.ts`, §3.3–3.4).
-const M_EVENTS: &[&str] = &[
-    "slack.mention",
-    "discord.mention",
-    "manual.run",
-    "github.issue_created",
-    "github.pull_request_created",
-    "github.issue_comment_created",
-    "github.pull_request_comment_created",
-    "github.issue_label_added",
-    "github.pull_request_label_added",
-    "github.issue_comment",
-    "github.issues",
-    "github.pull_request",
-    "github.pull_request_review",
-    "github.pull_request_review_comment",
-    "github.push",
-    "linear.issue_entered_scope",
-    "linear.issue_assigned",
-    "linear.comment_created",
-];
-
-/// Forgejo events of the unreleased pull request (F `events.ts`, §3.5).
-const FORGEJO_EVENTS: &[&str] = &[
-    "issue_created",
-    "pull_request_created",
-    "issue_comment_created",
-    "pull_request_comment_created",
-    "issue_label_added",
-    "pull_request_label_added",
-    "issue_assigned",
-    "pull_request_assigned",
-    "pull_request_review_approved",
-    "pull_request_review_rejected",
-    "pull_request_review_requested",
-    "issue_closed",
-    "issue_reopened",
-    "pull_request_closed",
-    "pull_request_merged",
-    "pull_request_reopened",
-    "pull_request_synchronized",
-    "action_run_failure",
-    "action_run_success",
-    "issue_comment",
-    "issues",
-    "pull_request",
-    "pull_request_review",
-    "pull_request_review_comment",
-    "push",
-];
 
 const WILDCARD_PRINCIPAL: &str = "wildcard_principal";
 const IMPLICIT_MANUAL_WILDCARD: &str = "implicit_manual_wildcard";

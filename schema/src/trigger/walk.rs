@@ -10,6 +10,7 @@ use crate::lazy_path::Lp;
 use crate::model::{Agent, Duration, Filters, MAX_DURATION_MS};
 use crate::yaml::{Node, Value as Y};
 
+use super::events::event_release;
 use super::recurrence;
 use super::{
     Continuation, EventEntry, OutputGrant, Recurrence, Release, Run, RunAgent, Target,
@@ -89,15 +90,6 @@ pub fn needs_label(event: &str) -> bool {
             | "forgejo.issue_label_added"
             | "forgejo.pull_request_label_added"
     )
-}
-
-/// The release that first has an event, when it is later than 0.9.0.
-pub fn event_release(event: &str) -> Release {
-    match event.split('.').next() {
-        Some("schedule") => Release::Main,
-        Some("forgejo") => Release::Unreleased,
-        _ => Release::V0_9_0,
-    }
 }
 
 impl Release {

@@ -566,7 +566,7 @@ fn unknown_event_is_an_error_naming_the_release() {
     );
     assert!(with(&run_at(&d, Release::Unreleased), UNKNOWN_EVENT).is_empty());
     // Positive control: every 0.9.0 event is known.
-    for e in M_EVENTS {
+    for e in crate::trigger::events::emitted_by(Release::V0_9_0) {
         let mut d = clean();
         d.on = vec![entry(e, Some(&["a"]))];
         assert!(with(&run(&d), UNKNOWN_EVENT).is_empty(), "{e}");
