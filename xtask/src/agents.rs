@@ -180,7 +180,14 @@ fn require(program: &str, args: &[&str]) -> Result<(), String> {
 }
 
 /// Whether the package `t` is in `prefix` at its pinned version.
+/// Whether `t` is installed in `prefix` at its pinned version *and* its
+/// executable is there: an interrupted `npm install` can leave the manifest
+/// without the `.bin` link, and that must reinstall, not fail later.
 fn installed(prefix: &Path, t: &Pinned) -> bool {
+    // `exists` follows the link: a dangling `.bin` entry is not installed.
+    if !prefix.join("node_modules/.bin").join(&t.bin).exists() {
+        return false;
+    }
     let manifest = prefix
         .join("node_modules")
         .join(&t.package)
@@ -274,6 +281,34 @@ mod tests {
             default_prefix(Path::new("/opt/src/palisade")),
             Path::new("/opt/src/palisade/target/agents/npm")
         );
+    }
+
+    #[test]
+    fn a_half_installed_agent_is_reinstalled() {
+        let dir =
+            std::env::temp_dir().join(format!("palisade-xtask-agents-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let t = Pinned {
+            package: "@scope/agent".to_owned(),
+            version: "1.2.3".to_owned(),
+            bin: "agent".to_owned(),
+        };
+        let pkg = dir.join("node_modules/@scope/agent");
+        std::fs::create_dir_all(&pkg).unwrap();
+        std::fs::write(pkg.join("package.json"), r#"{"version":"1.2.3"}"#).unwrap();
+        // The manifest alone (an interrupted install): not installed.
+        assert!(!installed(&dir, &t));
+        let bin = dir.join("node_modules/.bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::os::unix::fs::symlink("../@scope/agent/missing.js", bin.join("agent")).unwrap();
+        // A dangling link: not installed.
+        assert!(!installed(&dir, &t));
+        std::fs::write(pkg.join("missing.js"), "").unwrap();
+        // control: manifest and executable, at the pinned version
+        assert!(installed(&dir, &t));
+        std::fs::write(pkg.join("package.json"), r#"{"version":"1.2.4"}"#).unwrap();
+        assert!(!installed(&dir, &t));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
