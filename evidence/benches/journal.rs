@@ -20,13 +20,14 @@
 
 use std::fs::OpenOptions;
 use std::io::Write;
-use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
 
 use palisade_evidence::{
-    Body, Durability, Entry, JournalKey, JournalState, JournalWriter, Kind, SealPolicy, Timestamp,
-    WriterOptions, verify,
+    Body, Durability, JournalKey, JournalState, JournalWriter, Timestamp, verify,
 };
+
+mod common;
+use common::{body_of_len, entry, options};
 
 fn main() {
     let quick = std::env::var_os("PALISADE_BENCH_QUICK").is_some();
@@ -130,32 +131,6 @@ fn emit_to(suite: &str, name: &str, unit: &str, value: f64) {
         "{}",
         serde_json::json!({"suite": suite, "name": name, "unit": unit, "value": (value * 10.0).round() / 10.0})
     );
-}
-
-/// A body whose canonical form is exactly `len` bytes.
-fn body_of_len(len: usize) -> Body {
-    let overhead = r#"{"pad":""}"#.len();
-    let body = Body::from_value(&serde_json::json!({ "pad": "x".repeat(len - overhead) })).unwrap();
-    assert_eq!(body.as_str().len(), len);
-    body
-}
-
-fn entry(body: Body, t: u64) -> Entry {
-    Entry::new(
-        Timestamp(1_000_000 + t / 1000),
-        "session-0001",
-        Kind::EgressConnection,
-        body,
-    )
-}
-
-fn options(durability: Durability) -> WriterOptions {
-    WriterOptions::default()
-        .with_durability(durability)
-        .with_seal(SealPolicy::new(
-            NonZeroU64::new(10_000),
-            NonZeroU64::new(15 * 60 * 1000),
-        ))
 }
 
 fn sample_line_len(dir: &tempfile::TempDir, key: &JournalKey, body: &Body) -> usize {

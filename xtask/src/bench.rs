@@ -19,6 +19,7 @@ mod journal;
 mod observer;
 mod proxy;
 mod report;
+mod ship;
 mod spawn;
 mod staging;
 mod stats;
@@ -36,7 +37,7 @@ use self::stats::{GoalCheck, Row};
 
 /// The suites, in the order they run and appear on the page.
 pub(crate) const SUITES: &[&str] = &[
-    "spawn", "proxy", "journal", "check", "staging", "observer", "git", "agents",
+    "spawn", "proxy", "journal", "ship", "check", "staging", "observer", "git", "agents",
 ];
 
 /// The suites that do not use the `palisade` binary (so a run of only
@@ -154,7 +155,7 @@ impl SuiteResult {
 }
 
 const USAGE: &str = "usage: cargo xtask bench [--quick] [--runs N] [--debug] [SUITE…] \
-                     | bench --render (suites: spawn proxy journal check staging observer git agents)";
+                     | bench --render (suites: spawn proxy journal ship check staging observer git agents)";
 
 /// Entry point of `cargo xtask bench`.
 pub(crate) fn bench(args: &[String]) -> Result<(), String> {
@@ -247,6 +248,7 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
             "spawn" => spawn::run(&ctx),
             "proxy" => proxy::run(&ctx),
             "journal" => journal::run(&ctx),
+            "ship" => ship::run(&ctx),
             "staging" => staging::run(&ctx),
             "observer" => observer::run(&ctx),
             "git" => git::run(&ctx),

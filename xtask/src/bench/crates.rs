@@ -23,6 +23,7 @@ const PACKAGES: &[(&str, &str)] = &[
     ("spawn", "palisade-isolate"),
     ("proxy", "palisade-egress"),
     ("journal", "palisade-evidence"),
+    ("ship", "palisade-evidence"),
     ("check", "palisade-schema"),
     ("check", "palisade-policy"),
     ("staging", "palisade-isolate"),
@@ -35,6 +36,7 @@ const PACKAGES: &[(&str, &str)] = &[
 const DEDICATED: &[(&str, &str, &str)] = &[
     ("palisade-isolate", "staging", "staging"),
     ("palisade-egress", "git_push", "git"),
+    ("palisade-evidence", "ship", "ship"),
 ];
 
 /// Whether `bench` of `package` feeds `suite`.

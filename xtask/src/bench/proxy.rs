@@ -63,8 +63,8 @@ impl Sizes {
 
 /// One way to reach the origin.
 #[derive(Debug)]
-struct Target {
-    name: String,
+pub(crate) struct Target {
+    pub(crate) name: String,
     /// The proxy to CONNECT through; `None` is the direct connection.
     proxy: Option<SocketAddr>,
     /// A `Proxy-Authorization` value to send, if the proxy wants one.
@@ -72,7 +72,7 @@ struct Target {
     /// The `host:port` to CONNECT to (the origin, by a name when one is available).
     connect_to: String,
     /// The proxy process, for RSS and liveness.
-    guard: Option<sys::Guard>,
+    pub(crate) guard: Option<sys::Guard>,
     /// The proxy's RSS before its first idle run: memory a proxy keeps
     /// after tunnels close would hide the cost of the next run's tunnels
     /// if each run were measured from its own start.
@@ -102,7 +102,7 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SuiteResult, String> {
         rss_baseline: None,
         failed: None,
     }];
-    match start_palisade(ctx, &dir, &connect_to, want_fds) {
+    match start_palisade(ctx, &dir, &connect_to, want_fds, "palisade proxy", &[]) {
         Ok(t) => targets.push(t),
         Err(e) => res.unavailable("palisade proxy", e),
     }
@@ -176,7 +176,7 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SuiteResult, String> {
 /// to exactly one IPv4 loopback address is used (Debian maps the host name
 /// to 127.0.1.1); failing both, `localhost`, then the bare address. Every
 /// proxy gets the same name, so each pays one lookup per connection.
-fn origin_host() -> (String, Ipv4Addr) {
+pub(crate) fn origin_host() -> (String, Ipv4Addr) {
     let mut candidates = Vec::new();
     if let Ok(h) = std::env::var("PALISADE_BENCH_ORIGIN_HOST") {
         candidates.push(h);
@@ -216,7 +216,7 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), String> {
 }
 
 /// Starts `argv` with a raised open-file limit, logging to `log`.
-fn spawn_logged(
+pub(crate) fn spawn_logged(
     name: &str,
     argv: &[String],
     log: &Path,
@@ -357,7 +357,17 @@ fn start_floor(ctx: &Ctx, dir: &Path, nofile: u64) -> Result<Target, String> {
     started(FLOOR, guard, port, &log)
 }
 
-fn start_palisade(ctx: &Ctx, dir: &Path, connect_to: &str, nofile: u64) -> Result<Target, String> {
+/// Starts `palisade proxy` on a free loopback port with the generated
+/// policy in `dir`, plus `extra` arguments (the ship suite's `--journal`,
+/// `--key` and `--ship`), named `name` in the results.
+pub(crate) fn start_palisade(
+    ctx: &Ctx,
+    dir: &Path,
+    connect_to: &str,
+    nofile: u64,
+    name: &str,
+    extra: &[String],
+) -> Result<Target, String> {
     let bin = ctx.palisade_with("proxy", "egress")?;
     let policy = dir.join("palisade.toml");
     std::fs::write(&policy, policy_text(connect_to)?)
@@ -368,7 +378,7 @@ fn start_palisade(ctx: &Ctx, dir: &Path, connect_to: &str, nofile: u64) -> Resul
     // it on every CONNECT. It never leaves this file and the request heads.
     let token_file = dir.join("palisade-proxy.token");
     let _ = std::fs::remove_file(&token_file);
-    let argv = [
+    let mut argv = vec![
         bin.display().to_string(),
         "proxy".to_owned(),
         "--policy".to_owned(),
@@ -378,8 +388,9 @@ fn start_palisade(ctx: &Ctx, dir: &Path, connect_to: &str, nofile: u64) -> Resul
         "--token-file".to_owned(),
         token_file.display().to_string(),
     ];
-    let guard = spawn_logged("palisade proxy", &argv, &log, nofile)?;
-    let mut t = started("palisade proxy", guard, port, &log)?;
+    argv.extend_from_slice(extra);
+    let guard = spawn_logged(name, &argv, &log, nofile)?;
+    let mut t = started(name, guard, port, &log)?;
     let token = std::fs::read_to_string(&token_file)
         .map_err(|e| format!("palisade proxy wrote no token file: {e}"))?;
     t.auth = Some(format!("Bearer {}", token.trim()));
@@ -467,7 +478,7 @@ fn ping(s: &mut TcpStream, byte: u8) -> Result<(), String> {
 }
 
 /// A new connection, one echo, close: the latency sample in µs.
-fn echo_once(t: &Target, origin: SocketAddr) -> Result<f64, String> {
+pub(crate) fn echo_once(t: &Target, origin: SocketAddr) -> Result<f64, String> {
     let start = Instant::now();
     let mut s = open(t, origin)?;
     s.write_all(b"E").map_err(|e| format!("write: {e}"))?;
@@ -767,14 +778,14 @@ fn crate_figures(ctx: &Ctx, res: &mut SuiteResult) {
 /// bytes and close. One thread per connection (small stacks), so a thousand
 /// idle tunnels cost it a thousand parked threads and nothing else.
 #[derive(Debug)]
-struct Origin {
-    addr: SocketAddr,
+pub(crate) struct Origin {
+    pub(crate) addr: SocketAddr,
     stop: Arc<AtomicBool>,
     handle: std::thread::JoinHandle<()>,
 }
 
 impl Origin {
-    fn start(ip: Ipv4Addr) -> Result<Self, String> {
+    pub(crate) fn start(ip: Ipv4Addr) -> Result<Self, String> {
         let listener = TcpListener::bind((ip, 0)).map_err(|e| format!("origin bind {ip}: {e}"))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -793,7 +804,7 @@ impl Origin {
         Ok(Self { addr, stop, handle })
     }
 
-    fn stop(self) {
+    pub(crate) fn stop(self) {
         self.stop.store(true, Ordering::SeqCst);
         // Wake the accept loop so it sees the flag.
         let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
