@@ -236,6 +236,10 @@ impl Ctx {
                     backoff = Duration::from_millis(50);
                     last_error = None;
                     if progress.delivered == 0 {
+                        // Idle: the acknowledged point goes to disk.
+                        if let Err(e) = shipper.sync_state() {
+                            break Err(e.to_string());
+                        }
                         if self.past_deadline() {
                             break Err(
                                 "the journal's end was not shipped before the deadline".to_owned()

@@ -301,6 +301,22 @@ fn the_fuzz_harness_runs_over_real_and_damaged_collector_files() {
 /// A RELP server of the test's own on loopback: answers `open`, then each
 /// `syslog` with `answer` (or never, when `None`); returns the port.
 fn fake_relp(answer: Option<&'static str>) -> u16 {
+    fake_relp_after(0, answer)
+}
+
+/// A RELP server that answers `200 OK` to the first `ok` syslog commands
+/// of each connection, then `answer` (`None`: never answers).
+fn fake_relp_after(ok: usize, answer: Option<&'static str>) -> u16 {
+    fake_relp_with(ok, answer, |_| {})
+}
+
+/// [`fake_relp_after`], calling `before_answer(n)` before it answers the
+/// `n`th syslog command (from 1).
+fn fake_relp_with(
+    ok: usize,
+    answer: Option<&'static str>,
+    mut before_answer: impl FnMut(usize) + Send + 'static,
+) -> u16 {
     use std::io::{BufRead, BufReader, Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -309,27 +325,49 @@ fn fake_relp(answer: Option<&'static str>) -> u16 {
             let Ok(stream) = stream else { return };
             let mut out = stream.try_clone().unwrap();
             let mut reader = BufReader::new(stream);
+            let mut answered = 0;
             loop {
                 let mut head = Vec::new();
-                // TXNR SP COMMAND SP DATALEN
+                // TXNR SP COMMAND SP DATALEN (SP DATA) LF
                 let mut fields = Vec::new();
-                for _ in 0..3 {
+                for _ in 0..2 {
                     head.clear();
                     if reader.read_until(b' ', &mut head).unwrap_or(0) == 0 {
                         break;
                     }
                     fields.push(String::from_utf8_lossy(&head).trim().to_owned());
                 }
-                if fields.len() < 3 {
+                if fields.len() < 2 {
                     break;
                 }
-                let len: usize = fields[2].trim().parse().unwrap_or(0);
-                let mut data = vec![0u8; len + 1];
-                if reader.read_exact(&mut data).is_err() {
-                    break;
+                // DATALEN ends at SP, or at LF when it is 0 (no data).
+                let mut len = String::new();
+                let mut byte = [0u8; 1];
+                let mut ended = false;
+                while reader.read_exact(&mut byte).is_ok() {
+                    match byte[0] {
+                        b' ' => break,
+                        b'\n' => {
+                            ended = true;
+                            break;
+                        }
+                        b => len.push(char::from(b)),
+                    }
+                }
+                let len: usize = len.parse().unwrap_or(0);
+                if !ended {
+                    let mut data = vec![0u8; len + 1];
+                    if reader.read_exact(&mut data).is_err() {
+                        break;
+                    }
                 }
                 let rsp = match (fields[1].as_str(), answer) {
                     ("open", _) => "200 OK\nrelp_version=0\ncommands=syslog".to_owned(),
+                    ("syslog", _) if answered < ok => {
+                        answered += 1;
+                        before_answer(answered);
+                        "200 OK".to_owned()
+                    }
                     (_, Some(a)) => a.to_owned(),
                     (_, None) => continue,
                 };
@@ -375,6 +413,132 @@ fn a_record_counts_as_shipped_only_once_acknowledged() {
     let progress = shipper.ship_available().unwrap();
     assert_eq!(progress.delivered, 6);
     assert_eq!(shipper.state().next_seq, 6);
+    // Six acknowledgements, fewer than `persist_every`: the point reaches
+    // the state file when the shipper is dropped (or goes idle in `run`).
+    drop(shipper);
     let again = Shipper::new(&path, url(port), opts()).unwrap();
     assert_eq!(again.state().next_seq, 6, "the state file keeps the point");
+}
+
+#[test]
+fn a_partly_acknowledged_window_keeps_exactly_the_acknowledged_records() {
+    use palisade_evidence::ship::{ShipError, ShipOptions, ShipUrl, Shipper};
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.jsonl");
+    let key = JournalKey::from_bytes([9; 32], 0);
+    let w = JournalWriter::create(&path, &key, &WriterOptions::default(), Timestamp(1)).unwrap();
+    for i in 0..20 {
+        let body = Body::from_value(&serde_json::json!({"i": i})).unwrap();
+        w.append(&Entry::new(Timestamp(2), "s", Kind::EgressConnection, body))
+            .unwrap();
+    }
+    let opts = ShipOptions::default()
+        .with_timeouts(Duration::from_secs(2), Duration::from_millis(500))
+        .with_window(8);
+    for (ok, answer) in [
+        (3, Some("500 queue full")),
+        (11, None),
+        (13, Some("500 no")),
+    ] {
+        let url =
+            ShipUrl::parse(&format!("relp://127.0.0.1:{}", fake_relp_after(ok, answer))).unwrap();
+        let state = Shipper::state_path(&path, &url);
+        let mut shipper = Shipper::new(&path, url.clone(), opts.clone()).unwrap();
+        let err = shipper.ship_available().unwrap_err();
+        assert!(matches!(err, ShipError::Link(_)), "{err}");
+        // The window holds 8 unanswered messages, across batches: the
+        // point is the last answered record, never one sent after it.
+        assert_eq!(shipper.state().next_seq, ok as u64, "ok={ok}");
+        let again = Shipper::new(&path, url, opts.clone()).unwrap();
+        assert_eq!(again.state().next_seq, ok as u64, "persisted, ok={ok}");
+        std::fs::remove_file(state).unwrap();
+    }
+}
+
+#[test]
+fn a_line_being_written_is_shipped_whole_once_complete() {
+    use palisade_evidence::ship::{ShipOptions, ShipUrl, Shipper};
+    use std::io::Write;
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let full = dir.path().join("full.jsonl");
+    let key = JournalKey::from_bytes([9; 32], 0);
+    let w = JournalWriter::create(&full, &key, &WriterOptions::default(), Timestamp(1)).unwrap();
+    for i in 0..30 {
+        let body = Body::from_value(&serde_json::json!({"i": i})).unwrap();
+        w.append(&Entry::new(Timestamp(2), "s", Kind::EgressConnection, body))
+            .unwrap();
+    }
+    w.close(Timestamp(3)).unwrap();
+    drop(w);
+    let bytes = std::fs::read(&full).unwrap();
+    let lines = bytes.iter().filter(|b| **b == b'\n').count() as u64;
+    // The shipped journal stops in the middle of its 6th line, as a
+    // reader racing the writer sees it; the collector's first answer
+    // lets the writer finish.
+    let cut = bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(4)
+        .map(|(i, _)| i + 20)
+        .unwrap();
+    let path = dir.path().join("j.jsonl");
+    std::fs::write(&path, &bytes[..cut]).unwrap();
+    let rest = bytes[cut..].to_vec();
+    let target = path.clone();
+    let mut rest = Some(rest);
+    let port = fake_relp_with(usize::MAX, Some("200 OK"), move |n| {
+        if n == 1 {
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&target)
+                .unwrap();
+            f.write_all(&rest.take().unwrap()).unwrap();
+        }
+    });
+    let url = ShipUrl::parse(&format!("relp://127.0.0.1:{port}")).unwrap();
+    let opts = ShipOptions::default()
+        .with_timeouts(Duration::from_secs(2), Duration::from_secs(5))
+        .with_window(8);
+    let mut shipper = Shipper::new(&path, url, opts).unwrap();
+    let mut shipped = 0;
+    while !shipper.state().done {
+        shipped += shipper.ship_available().unwrap().delivered;
+        assert!(shipped < 1000, "no progress");
+    }
+    assert_eq!(shipper.state().next_seq, lines);
+}
+
+#[test]
+fn the_state_file_lags_the_acknowledged_point_by_less_than_persist_every() {
+    use palisade_evidence::ship::{ShipOptions, ShipUrl, Shipper};
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.jsonl");
+    let key = JournalKey::from_bytes([9; 32], 0);
+    let w = JournalWriter::create(&path, &key, &WriterOptions::default(), Timestamp(1)).unwrap();
+    for i in 0..10 {
+        let body = Body::from_value(&serde_json::json!({"i": i})).unwrap();
+        w.append(&Entry::new(Timestamp(2), "s", Kind::EgressConnection, body))
+            .unwrap();
+    }
+    let url = ShipUrl::parse(&format!("relp://127.0.0.1:{}", fake_relp(Some("200 OK")))).unwrap();
+    let opts = ShipOptions::default()
+        .with_timeouts(Duration::from_secs(2), Duration::from_secs(5))
+        .with_persist_every(4);
+    let mut shipper = Shipper::new(&path, url.clone(), opts.clone()).unwrap();
+    assert_eq!(shipper.ship_available().unwrap().delivered, 11);
+    assert_eq!(shipper.state().next_seq, 11);
+    // Written at 4 and 8 acknowledgements: a crash now resends 3 records.
+    let on_disk = || {
+        Shipper::new(&path, url.clone(), opts.clone())
+            .unwrap()
+            .state()
+            .next_seq
+    };
+    assert_eq!(on_disk(), 8);
+    shipper.sync_state().unwrap();
+    assert_eq!(on_disk(), 11);
 }

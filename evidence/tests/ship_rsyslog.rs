@@ -269,6 +269,7 @@ fn deleting_or_cutting_the_local_journal_after_shipping_is_detected() {
     assert_eq!(cut.failure_kind(), Some(FailureKind::TruncatedBeforeAnchor));
     let err = shipper.ship_available().unwrap_err();
     assert!(matches!(err, ShipError::JournalChanged { .. }), "{err}");
+    drop(shipper);
 
     // The host deletes its journal and starts a fresh one that it closes
     // cleanly: the collector still holds the first journal, open, with

@@ -104,6 +104,10 @@ pub enum LinkError {
     },
 }
 
+/// Queued bytes past which [`Link::send`] writes without waiting for a
+/// [`Link::flush`].
+const FLUSH_AT: usize = 64 * 1024;
+
 /// Connection timeouts.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Timeouts {
@@ -187,31 +191,49 @@ impl Link {
         Ok(link)
     }
 
+    /// Queues one RELP command; it goes out with the next [`Link::flush`]
+    /// (or before waiting for an answer).
     fn send_command(&mut self, command: &str, data: &[u8]) -> Result<(), LinkError> {
         let txnr = self.next_txnr;
         self.next_txnr = if txnr >= 999_999_999 { 1 } else { txnr + 1 };
-        self.out.clear();
         wire::relp_frame(txnr, command, data, &mut self.out);
-        let out = std::mem::take(&mut self.out);
-        let written = self.stream.write_all(&out);
-        self.out = out;
-        written.map_err(|e| self.io(e))?;
         self.pending.push_back(txnr);
-        Ok(())
+        self.flush_if_full()
     }
 
-    /// Sends one syslog message (RELP `syslog` command, or an octet-counted
-    /// frame).
+    /// Queues one syslog message (RELP `syslog` command, or an
+    /// octet-counted frame); it goes out with the next [`Link::flush`].
     pub(crate) fn send(&mut self, msg: &[u8]) -> Result<(), LinkError> {
         if self.relp {
             return self.send_command("syslog", msg);
         }
-        self.out.clear();
         wire::octet_frame(msg, &mut self.out);
-        let out = std::mem::take(&mut self.out);
-        let written = self.stream.write_all(&out);
-        self.out = out;
+        self.flush_if_full()
+    }
+
+    /// Writes what is queued once it passes [`FLUSH_AT`], so the queue
+    /// stays bounded whatever the window.
+    fn flush_if_full(&mut self) -> Result<(), LinkError> {
+        if self.out.len() >= FLUSH_AT {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Writes every queued message to the socket, in one write when it can.
+    pub(crate) fn flush(&mut self) -> Result<(), LinkError> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        let written = self.stream.write_all(&self.out);
+        self.out.clear();
         written.map_err(|e| self.io(e))
+    }
+
+    /// Whether a whole answer was already received, so that
+    /// [`Link::await_response`] returns without reading the socket.
+    pub(crate) fn answer_buffered(&self) -> bool {
+        matches!(wire::parse_relp_frame(&self.buf), Ok(Some(_)))
     }
 
     /// Waits for the answer to the oldest pending command; `Ok` only for a
@@ -228,6 +250,7 @@ impl Link {
 
     /// Waits for the `rsp` to the oldest pending command, whatever its code.
     fn await_rsp(&mut self) -> Result<Vec<u8>, LinkError> {
+        self.flush()?;
         let Some(&expected) = self.pending.front() else {
             return Err(self.protocol("no command awaits an answer"));
         };
@@ -285,6 +308,7 @@ impl Link {
             // librelp answers `close` with an empty `rsp`.
             self.await_rsp()?;
         }
+        self.flush()?;
         self.stream.flush().map_err(|e| self.io(e))
     }
 }

@@ -2,6 +2,7 @@
 //! its sealed lines as they are, from the last acknowledged record on, and
 //! persists that point in `<journal>.ship-<hash of url>`.
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -34,6 +35,12 @@ pub struct ShipOptions {
     pub poll: Duration,
     /// The RFC 5424 HOSTNAME written into every message.
     pub hostname: Hostname,
+    /// While records flow, the acknowledged point is written to the state
+    /// file (with `fsync`) once per this many acknowledged messages; it is
+    /// also written whenever the shipper goes idle, fails, finishes or is
+    /// dropped. A crash loses at most this many acknowledgements, which
+    /// are then sent again (at least once).
+    pub persist_every: usize,
 }
 
 impl Default for ShipOptions {
@@ -46,6 +53,7 @@ impl Default for ShipOptions {
             backoff_max: Duration::from_secs(10),
             poll: Duration::from_millis(50),
             hostname: Hostname::nil(),
+            persist_every: 4096,
         }
     }
 }
@@ -73,6 +81,14 @@ impl ShipOptions {
         self
     }
 
+    /// With the state file written once per `n` acknowledged messages
+    /// while records flow (at least 1).
+    #[must_use]
+    pub fn with_persist_every(mut self, n: usize) -> Self {
+        self.persist_every = n.max(1);
+        self
+    }
+
     /// With these timeouts.
     #[must_use]
     pub fn with_timeouts(mut self, connect: Duration, io: Duration) -> Self {
@@ -82,7 +98,8 @@ impl ShipOptions {
     }
 }
 
-/// Where shipping stands: persisted after every acknowledged batch.
+/// Where shipping stands: the acknowledged point, written to the state file
+/// as [`ShipOptions::persist_every`] says.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct ShipState {
@@ -193,6 +210,9 @@ pub struct Shipper {
     url: ShipUrl,
     state_path: PathBuf,
     state: ShipState,
+    /// Acknowledged messages since the state file was last written; `0`
+    /// when it holds `state`.
+    unpersisted: usize,
     opts: ShipOptions,
     link: Option<Link>,
 }
@@ -247,11 +267,13 @@ impl Shipper {
             state_path,
             state,
             opts,
+            unpersisted: 0,
             link: None,
         })
     }
 
-    /// Where shipping stands (as persisted).
+    /// Where shipping stands: the last acknowledged point (the state file
+    /// may lag it; see [`Shipper::sync_state`]).
     #[must_use]
     pub fn state(&self) -> &ShipState {
         &self.state
@@ -264,7 +286,28 @@ impl Shipper {
         }
     }
 
-    fn persist(&mut self, state: ShipState) -> Result<(), ShipError> {
+    /// Records an acknowledged point, writing the state file once per
+    /// `persist_every` acknowledgements and at the journal's end.
+    fn acked(&mut self, state: ShipState, messages: usize) -> Result<(), ShipError> {
+        self.state = state;
+        self.unpersisted = self.unpersisted.saturating_add(messages.max(1));
+        if self.unpersisted >= self.opts.persist_every || self.state.done {
+            self.sync_state()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the acknowledged point to the state file now (`fsync`, then
+    /// an atomic rename), if it is not there yet. [`Shipper::run`] calls it
+    /// whenever it goes idle and when it returns; dropping a shipper calls
+    /// it too, ignoring errors.
+    ///
+    /// # Errors
+    /// The state file could not be written.
+    pub fn sync_state(&mut self) -> Result<(), ShipError> {
+        if self.unpersisted == 0 {
+            return Ok(());
+        }
         let io = |source| ShipError::Io {
             path: self.state_path.clone(),
             source,
@@ -273,22 +316,24 @@ impl Shipper {
         tmp_name.push(".tmp");
         let tmp = PathBuf::from(tmp_name);
         let mut file = File::create(&tmp).map_err(io)?;
-        file.write_all(state.encode().as_bytes()).map_err(io)?;
+        file.write_all(self.state.encode().as_bytes()).map_err(io)?;
         file.sync_all().map_err(io)?;
         std::fs::rename(&tmp, &self.state_path).map_err(io)?;
-        self.state = state;
+        self.unpersisted = 0;
         Ok(())
     }
 
-    /// Reads up to `window` messages from the journal after `from`.
+    /// Reads the messages of up to `max` records from the journal after
+    /// `from` (a seal brings its anchor along).
     fn read_batch(
         &self,
         reader: &mut BufReader<File>,
         from: &mut ShipState,
-    ) -> Result<Vec<Item>, ShipError> {
-        let mut items = Vec::new();
+        max: usize,
+    ) -> Result<VecDeque<Item>, ShipError> {
+        let mut items = VecDeque::new();
         let mut line = Vec::new();
-        while items.len() < self.opts.window && !from.done {
+        while items.len() < max && !from.done {
             line.clear();
             let limit = (MAX_LINE_LEN + 1) as u64;
             let n = Read::take(&mut *reader, limit)
@@ -304,7 +349,16 @@ impl Shipper {
                         from.offset
                     )));
                 }
-                // The end, or a line still being written: ship it next time.
+                // The end, or a line still being written: step back to
+                // its start, so that the next read (in this pass or the
+                // next) reads it whole, never its tail as a line.
+                let back = i64::try_from(n).unwrap_or(i64::MAX);
+                reader
+                    .seek_relative(-back)
+                    .map_err(|source| ShipError::Io {
+                        path: self.journal.clone(),
+                        source,
+                    })?;
                 break;
             };
             let rec = format::parse_line(body).map_err(|why| {
@@ -340,20 +394,20 @@ impl Shipper {
                 epoch: rec.epoch,
                 mac: rec.mac,
             };
-            let msg = wire::encode_record(body, &self.opts.hostname)
+            let msg = wire::encode_parsed(body, &rec, &self.opts.hostname)
                 .map_err(|e| self.changed(e.to_string()))?;
             from.journal = Some(id);
             from.next_seq = rec.seq.saturating_add(1);
             from.offset = from.offset.saturating_add(line.len() as u64);
             from.done = closed;
             if seal {
-                items.push(Item { msg, commit: None });
-                items.push(Item {
+                items.push_back(Item { msg, commit: None });
+                items.push_back(Item {
                     msg: wire::encode_anchor(&anchor, &self.opts.hostname),
                     commit: Some(from.clone()),
                 });
             } else {
-                items.push(Item {
+                items.push_back(Item {
                     msg,
                     commit: Some(from.clone()),
                 });
@@ -362,10 +416,13 @@ impl Shipper {
         Ok(items)
     }
 
-    /// Ships every complete record the journal holds now, in batches of
-    /// `window`; returns what was delivered. A link failure drops the
-    /// connection (the next call reconnects and resends from the last
-    /// acknowledged batch).
+    /// Ships every complete record the journal holds now, keeping up to
+    /// `window` messages unacknowledged (a sliding window: each answer lets
+    /// the next message go, so the connection never idles between
+    /// batches); returns what was delivered. The acknowledged point is
+    /// persisted every `window` answers and when the window drains. A link
+    /// failure drops the connection (the next call reconnects and resends
+    /// from the last persisted point: at least once).
     ///
     /// # Errors
     /// The collector's failures ([`ShipError::Link`]), the journal's and
@@ -397,19 +454,12 @@ impl Shipper {
         file.seek(SeekFrom::Start(self.state.offset)).map_err(io)?;
         let mut reader = BufReader::with_capacity(1 << 16, file);
         let mut cursor = self.state.clone();
-        loop {
-            let items = self.read_batch(&mut reader, &mut cursor)?;
-            if items.is_empty() {
-                return Ok(progress);
-            }
-            let delivered = self.deliver(&items)?;
-            progress.delivered += delivered;
-            progress.done = self.state.done;
+        let window = self.opts.window.max(1);
+        let mut pending = self.read_batch(&mut reader, &mut cursor, window)?;
+        if pending.is_empty() {
+            return Ok(progress);
         }
-    }
-
-    fn deliver(&mut self, items: &[Item]) -> Result<u64, ShipError> {
-        let link = match self.link.take() {
+        let mut link = match self.link.take() {
             Some(link) => link,
             None => Link::connect(
                 &self.url,
@@ -419,40 +469,82 @@ impl Shipper {
                 },
             )?,
         };
-        let mut link = link;
-        for item in items {
-            link.send(&item.msg)?;
-        }
-        let mut commit = None;
         let mut delivered = 0;
-        if self.url.acknowledged() {
-            for item in items {
-                if let Err(err) = link.await_response() {
-                    // What was acknowledged so far stays acknowledged.
-                    if let Some(state) = commit {
-                        self.persist(state)?;
-                    }
-                    return Err(err.into());
-                }
-                delivered += 1;
-                if let Some(state) = &item.commit {
-                    commit = Some(state.clone());
-                }
-            }
-        } else {
-            delivered = items.len() as u64;
-            commit = items.iter().rev().find_map(|i| i.commit.clone());
+        let shipped = self.stream(
+            &mut link,
+            &mut reader,
+            &mut cursor,
+            &mut pending,
+            &mut delivered,
+        );
+        progress.delivered = delivered;
+        if let Err(err) = shipped {
+            // What was acknowledged stays acknowledged.
+            self.sync_state()?;
+            return Err(err);
         }
-        if let Some(state) = commit {
-            self.persist(state)?;
-        }
+        progress.done = self.state.done;
         if self.state.done {
             // The journal is complete: end the session cleanly.
             link.close()?;
         } else {
             self.link = Some(link);
         }
-        Ok(delivered)
+        Ok(progress)
+    }
+
+    /// The sliding window of [`Shipper::ship_available`]: sends while fewer
+    /// than `window` messages await an answer, reading more of the journal
+    /// as it goes, until everything read is answered.
+    fn stream(
+        &mut self,
+        link: &mut Link,
+        reader: &mut BufReader<File>,
+        cursor: &mut ShipState,
+        pending: &mut VecDeque<Item>,
+        delivered: &mut u64,
+    ) -> Result<(), ShipError> {
+        let window = self.opts.window.max(1);
+        let acknowledged = self.url.acknowledged();
+        // The commit state of each message sent and not yet answered.
+        let mut unanswered: VecDeque<Option<ShipState>> = VecDeque::with_capacity(window);
+        // Answered messages since the last commit state (a record whose
+        // anchor follows it).
+        let mut uncommitted = 0;
+        loop {
+            // Refill before waiting on the socket, not after every answer:
+            // the answers of one read are taken first, so the messages go
+            // out in bursts (a write per segment of answers, not per
+            // answer); and each burst carries the TCP acknowledgement that
+            // lets a collector using Nagle's algorithm (librelp does) send
+            // its next answers, instead of waiting for a delayed ACK.
+            let refill = !link.answer_buffered();
+            while refill && unanswered.len() < window {
+                if pending.is_empty() {
+                    *pending = self.read_batch(reader, cursor, window - unanswered.len())?;
+                }
+                let Some(item) = pending.pop_front() else {
+                    break;
+                };
+                link.send(&item.msg)?;
+                unanswered.push_back(item.commit);
+            }
+            // What the window holds goes out in one write.
+            link.flush()?;
+            let Some(commit) = unanswered.pop_front() else {
+                return Ok(());
+            };
+            // `syslog+tcp` has no answer: written counts as delivered.
+            if acknowledged {
+                link.await_response()?;
+            }
+            *delivered += 1;
+            uncommitted += 1;
+            if let Some(state) = commit {
+                self.acked(state, uncommitted)?;
+                uncommitted = 0;
+            }
+        }
     }
 
     /// Ships until the journal's end was delivered or `stop()` says so,
@@ -471,6 +563,8 @@ impl Shipper {
                 Ok(progress) => {
                     backoff = self.opts.backoff_min;
                     if progress.delivered == 0 {
+                        // Idle: the acknowledged point goes to disk now.
+                        self.sync_state()?;
                         std::thread::sleep(self.opts.poll);
                     }
                 }
@@ -479,10 +573,22 @@ impl Shipper {
                     sleep_unless(backoff, self.opts.poll, stop);
                     backoff = backoff.saturating_mul(2).min(self.opts.backoff_max);
                 }
-                Err(err) => return Err(err),
+                Err(err) => {
+                    // Keep what was acknowledged; the failure is the news.
+                    let _ = self.sync_state();
+                    return Err(err);
+                }
             }
         }
+        self.sync_state()?;
         Ok(self.state.clone())
+    }
+}
+
+impl Drop for Shipper {
+    fn drop(&mut self) {
+        // Best effort: an unwritten point only means records sent again.
+        let _ = self.sync_state();
     }
 }
 

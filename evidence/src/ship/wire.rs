@@ -122,6 +122,19 @@ pub fn encode_record(line: &[u8], host: &Hostname) -> Result<Vec<u8>, WireError>
         return Err(WireError::TooLong);
     }
     let rec = format::parse_line(line).map_err(WireError::NotARecord)?;
+    encode_parsed(line, &rec, host)
+}
+
+/// [`encode_record`] of a line the caller already parsed (the shipper
+/// parses each line once).
+pub(crate) fn encode_parsed(
+    line: &[u8],
+    rec: &format::Parsed<'_>,
+    host: &Hostname,
+) -> Result<Vec<u8>, WireError> {
+    if line.len() > MAX_LINE_LEN {
+        return Err(WireError::TooLong);
+    }
     let journal = std::str::from_utf8(rec.journal).map_err(|_| WireError::NotARecord("id"))?;
     let kind = std::str::from_utf8(rec.kind).map_err(|_| WireError::NotARecord("kind"))?;
     let seq = rec.seq.to_string();
