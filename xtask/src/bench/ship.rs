@@ -3,8 +3,11 @@
 //! configuration `docs/journal.md` gives operators) is the collector.
 //!
 //! - The journal's group commit, with and without a shipper tailing the
-//!   same journal: `palisade-evidence`'s `ship` bench binary alternates the
-//!   two in one process.
+//!   same journal: `palisade-evidence`'s `ship` bench binary alternates, in
+//!   one process, no shipping, shipping to an in-process RELP sink that
+//!   only answers `200` (the floor: what the shipper itself costs), and
+//!   shipping to rsyslog; and how fast a shipper catches up on a finished
+//!   journal, per second and per CPU-second of its thread.
 //! - `palisade proxy`'s new-connection rate with `--journal`, with and
 //!   without `--ship relp://…`, the two proxies alternated round by round,
 //!   sequentially and with concurrent clients. After the rounds the shipped
@@ -48,6 +51,8 @@ const CLIENTS: usize = 4;
 
 const UNSHIPPED: &str = "palisade, no shipping";
 const SHIPPED: &str = "palisade, shipping over relp:// to rsyslog";
+const SINK: &str =
+    "palisade, shipping to a RELP sink that only answers 200 (the collector's floor)";
 
 pub(crate) fn run(ctx: &Ctx) -> Result<SuiteResult, String> {
     let mut res = SuiteResult::default();
@@ -67,7 +72,7 @@ pub(crate) fn run(ctx: &Ctx) -> Result<SuiteResult, String> {
     goals(&mut res);
     res.notes.push(format!(
         "Collector: rsyslogd {} started by the harness on 127.0.0.1 with imrelp, a `Direct` queue and omfile writing `%rawmsg%` (the configuration of docs/journal.md), one instance per part. \
-         Journal: `palisade-evidence`'s `ship` bench binary, group commit with `Durability::Synced`, shipped and unshipped runs alternated (A B, B A) in one process; a shipped run counts only if the shipper ends with every record and `journal_closed` acknowledged. \
+         Journal: `palisade-evidence`'s `ship` bench binary, group commit with `Durability::Synced`; no shipping, shipping to an in-process RELP sink that only answers `200` (the floor of any collector) and shipping to rsyslog rotated each round in one process; a shipped run counts only if the shipper ends with every record and `journal_closed` acknowledged. \
          Proxy: two `palisade proxy --journal` instances, one with `--ship relp://…`, alternated each round; connections/s is connections over wall time, one client, then {CLIENTS} clients at once; the shipped proxy's journal is then checked with `palisade journal verify --from-syslog`. \
          Goal: shipped ≥ {GOAL_RATIO} × unshipped (median of the per-round ratios). Clients, proxy, shipper and rsyslogd share the same {} cores.",
         rsyslog_version(&rsyslogd),
@@ -194,61 +199,93 @@ fn journal_part(ctx: &Ctx, rsyslogd: &Path, dir: &Path, res: &mut SuiteResult) {
         }
         Err(e) => return res.unavailable("palisade journal + shipping", e),
     };
-    for &(prefix, case) in JOURNAL_CASES {
-        let values = |suffix: &str| -> Vec<f64> {
-            figures
-                .iter()
-                .filter(|f| f.name == format!("{prefix}_{suffix}"))
-                .map(|f| f.value)
-                .collect()
-        };
-        pair(res, case, "records/s", &values("no_ship"), &values("ship"));
-    }
-    for (name, case) in [
-        (
-            "drain_after_close_batch16_ms",
-            "shipper drain after close (batches of 16): last ack − journal_closed",
-        ),
-        (
-            "drain_after_close_16_threads_ms",
-            "shipper drain after close (16 threads): last ack − journal_closed",
-        ),
-    ] {
-        let v: Vec<f64> = figures
+    let values = |name: &str| -> Vec<f64> {
+        figures
             .iter()
             .filter(|f| f.name == name)
             .map(|f| f.value)
-            .collect();
-        if let Some(mut row) = Row::new(case, SHIPPED, "ms", Better::Lower, &v) {
-            row.palisade = true;
-            res.rows.push(row);
+            .collect()
+    };
+    for &(prefix, case) in JOURNAL_CASES {
+        pair(
+            res,
+            case,
+            "records/s",
+            &values(&format!("{prefix}_no_ship")),
+            &[
+                (SINK, values(&format!("{prefix}_sink"))),
+                (SHIPPED, values(&format!("{prefix}_ship"))),
+            ],
+        );
+    }
+    for (figure, case, unit, better) in [
+        (
+            "drain_after_close_batch16_{}_ms",
+            "shipper drain after close (batches of 16): last ack − journal_closed",
+            "ms",
+            Better::Lower,
+        ),
+        (
+            "drain_after_close_16_threads_{}_ms",
+            "shipper drain after close (16 threads): last ack − journal_closed",
+            "ms",
+            Better::Lower,
+        ),
+        (
+            "shipper_catch_up_{}",
+            "shipper catching up: a closed journal of 100,000 records shipped from its start",
+            "records/s",
+            Better::Higher,
+        ),
+        (
+            "shipper_catch_up_{}_per_cpu_second",
+            "shipper catching up, per CPU-second of the shipper's thread",
+            "records/cpu-s",
+            Better::Higher,
+        ),
+    ] {
+        for (suffix, subject) in [("sink", SINK), ("ship", SHIPPED)] {
+            let v = values(&figure.replace("{}", suffix));
+            if let Some(mut row) = Row::new(case, subject, unit, better, &v) {
+                row.palisade = true;
+                res.rows.push(row);
+            }
         }
     }
 }
 
-/// Two rows of one case, the unshipped one as the reference, and the
-/// per-round ratios as an extra figure of the shipped row.
-fn pair(res: &mut SuiteResult, case: &str, unit: &str, unshipped: &[f64], shipped: &[f64]) {
-    let (Some(mut base), Some(mut with)) = (
-        Row::new(case, UNSHIPPED, unit, Better::Higher, unshipped),
-        Row::new(case, SHIPPED, unit, Better::Higher, shipped),
-    ) else {
-        return res.unavailable(case, "no figures");
+/// The rows of one case: the unshipped one as the reference, then each
+/// shipped subject with its per-round ratios to it as extra figures.
+fn pair(
+    res: &mut SuiteResult,
+    case: &str,
+    unit: &str,
+    unshipped: &[f64],
+    shipped: &[(&str, Vec<f64>)],
+) {
+    let Some(mut base) = Row::new(case, UNSHIPPED, unit, Better::Higher, unshipped) else {
+        return res.unavailable(case, "no figures without shipping");
     };
     base.palisade = false;
-    with.palisade = true;
-    let ratios: Vec<f64> = shipped
-        .iter()
-        .zip(unshipped)
-        .filter(|(_, u)| **u > 0.0)
-        .map(|(s, u)| s / u)
-        .collect();
-    if let Some(m) = stats::Summary::of(&ratios) {
-        with.extra.push(("round_ratio_median".to_owned(), m.median));
-        with.extra.push(("round_ratio_min".to_owned(), m.min));
-    }
     res.rows.push(base);
-    res.rows.push(with);
+    for (subject, values) in shipped {
+        let Some(mut with) = Row::new(case, subject, unit, Better::Higher, values) else {
+            res.unavailable(&format!("{subject}: {case}"), "no figures");
+            continue;
+        };
+        with.palisade = true;
+        let ratios: Vec<f64> = values
+            .iter()
+            .zip(unshipped)
+            .filter(|(_, u)| **u > 0.0)
+            .map(|(s, u)| s / u)
+            .collect();
+        if let Some(m) = stats::Summary::of(&ratios) {
+            with.extra.push(("round_ratio_median".to_owned(), m.median));
+            with.extra.push(("round_ratio_min".to_owned(), m.min));
+        }
+        res.rows.push(with);
+    }
 }
 
 fn proxy_part(ctx: &Ctx, rsyslogd: &Path, dir: &Path, res: &mut SuiteResult) -> Result<(), String> {
@@ -319,8 +356,22 @@ fn proxy_part(ctx: &Ctx, rsyslogd: &Path, dir: &Path, res: &mut SuiteResult) -> 
             c.push(concurrent(t, origin.addr, per_round)?);
         }
     }
-    pair(res, SEQ_CASE, "connections/s", &seq[0], &seq[1]);
-    pair(res, CONC_CASE, "connections/s", &conc[0], &conc[1]);
+    let [seq_base, seq_ship] = seq;
+    let [conc_base, conc_ship] = conc;
+    pair(
+        res,
+        SEQ_CASE,
+        "connections/s",
+        &seq_base,
+        &[(SHIPPED, seq_ship)],
+    );
+    pair(
+        res,
+        CONC_CASE,
+        "connections/s",
+        &conc_base,
+        &[(SHIPPED, conc_ship)],
+    );
     let connections = rounds * per_round * 2 + ctx.opts.warmup.max(1) * 10;
     // Stop the shipped proxy as an operator would (SIGTERM: it closes its
     // journal and flushes the shipper), then rebuild it from rsyslog's file.
@@ -413,7 +464,12 @@ fn stop(mut t: Target) -> Result<(), String> {
 
 fn goals(res: &mut SuiteResult) {
     let mut goals = Vec::new();
-    for row in res.rows.iter().filter(|r| r.palisade) {
+    // The goal is the issue's: shipping to a local rsyslog.
+    for row in res
+        .rows
+        .iter()
+        .filter(|r| r.palisade && r.subject == SHIPPED)
+    {
         if let Some(&(_, ratio)) = row.extra.iter().find(|(k, _)| k == "round_ratio_median") {
             goals.push(GoalCheck {
                 what: format!("shipped / unshipped, {}", row.case),
@@ -439,7 +495,13 @@ mod tests {
     #[test]
     fn a_pair_keeps_the_unshipped_row_as_the_reference_and_sets_the_goal() {
         let mut res = SuiteResult::default();
-        pair(&mut res, "c", "records/s", &[100.0, 200.0], &[95.0, 150.0]);
+        pair(
+            &mut res,
+            "c",
+            "records/s",
+            &[100.0, 200.0],
+            &[(SHIPPED, vec![95.0, 150.0])],
+        );
         assert_eq!(res.rows.len(), 2);
         assert!(!res.rows[0].palisade && res.rows[1].palisade);
         goals(&mut res);
@@ -448,7 +510,13 @@ mod tests {
         assert!((g.value - 0.85).abs() < 1e-9, "{}", g.value);
         assert!(!g.met());
         let mut ok = SuiteResult::default();
-        pair(&mut ok, "c", "records/s", &[100.0, 200.0], &[99.0, 190.0]);
+        pair(
+            &mut ok,
+            "c",
+            "records/s",
+            &[100.0, 200.0],
+            &[(SHIPPED, vec![99.0, 190.0])],
+        );
         goals(&mut ok);
         assert!(ok.goals[0].met());
     }
@@ -456,7 +524,7 @@ mod tests {
     #[test]
     fn a_case_without_figures_is_reported_not_measured() {
         let mut res = SuiteResult::default();
-        pair(&mut res, "c", "records/s", &[], &[1.0]);
+        pair(&mut res, "c", "records/s", &[], &[(SHIPPED, vec![1.0])]);
         assert!(res.rows.is_empty());
         assert_eq!(res.unavailable.len(), 1);
     }
