@@ -115,16 +115,11 @@ impl Setup {
     /// answered at once, so the answer is looked for first: writing the
     /// request into a closed connection would reset it and lose the answer.
     fn connect(&self, port: u16) -> u16 {
+        // As a real client does: the request is written at once, even
+        // when the proxy refuses on accept.
         let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
         let mut head = [0u8; 12];
-        s.set_read_timeout(Some(Duration::from_millis(150)))
-            .unwrap();
-        let early = s.read(&mut head[..1]);
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        if let Ok(1) = early {
-            s.read_exact(&mut head[1..]).unwrap();
-            return std::str::from_utf8(&head[9..12]).unwrap().parse().unwrap();
-        }
         let origin = self.origin;
         write!(
             s,
@@ -312,6 +307,15 @@ fn a_collector_down_at_start_with_refuse_refuses_new_connections_until_it_is_up(
         std::thread::sleep(Duration::from_millis(30));
     }
     assert_eq!(s.kinds("ship_gap").len(), 1);
+    // A real client sees the refusal, not a reset.
+    let curl = Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "--max-time", "10", "-x"])
+        .arg(format!("http://127.0.0.1:{port}"))
+        .arg(format!("https://127.0.0.1:{}/", s.origin))
+        .output()
+        .expect("curl (apt-get install curl)");
+    let said = String::from_utf8_lossy(&curl.stderr);
+    assert!(said.contains("503"), "curl: {said}");
     eventually(10, "the refusal is journalled as ship_backlog", || {
         s.kinds("egress_connection")
             .iter()

@@ -484,6 +484,10 @@ impl Proxy {
             .as_ref()
             .filter(|h| h.flag.load(Ordering::SeqCst))
             .map(|h| h.code);
+        // Refused before the request was read: the client may already be
+        // writing it, and closing with its bytes unread would reset the
+        // connection and lose the refusal; they are drained after.
+        let mut early = true;
         if !inner.recorder.healthy() {
             refuse(
                 &mut client,
@@ -525,6 +529,7 @@ impl Proxy {
                         )
                         .await;
                     } else {
+                        early = false;
                         self.serve_one(&mut client, &mut rec, signal).await;
                     }
                 }
@@ -534,6 +539,9 @@ impl Proxy {
         let ev = ProxyEvent::Connection(rec);
         ev.trace();
         inner.recorder.record(&ev);
+        if early {
+            drain_briefly(&mut client).await;
+        }
     }
 
     fn rate_limited(&self, now: Instant) -> bool {
@@ -1230,6 +1238,29 @@ async fn unless_shutdown<F: Future>(signal: &mut ShutdownSignal, fut: F) -> Opti
         out = fut => Some(out),
     }
 }
+
+/// After a refusal sent before the request was read: reads and drops what
+/// the client sends until it closes, at most [`DRAIN_BYTES`] for at most
+/// [`DRAIN_TIME`], so that the socket is not closed with unread bytes
+/// (which sends a reset that can overtake the refusal).
+async fn drain_briefly<S: AsyncRead + Unpin>(client: &mut S) {
+    let _ = tokio::time::timeout(DRAIN_TIME, async {
+        let mut chunk = [0u8; 4096];
+        let mut left = DRAIN_BYTES;
+        while left > 0 {
+            match client.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
+}
+
+/// Most bytes [`drain_briefly`] reads.
+const DRAIN_BYTES: usize = 64 * 1024;
+/// Longest [`drain_briefly`] waits.
+const DRAIN_TIME: Duration = Duration::from_secs(1);
 
 /// Answers 503 to a connection whose admission the recorder refused.
 async fn refuse_unrecorded<S>(client: &mut S, rec: &mut ConnectionRecord)
