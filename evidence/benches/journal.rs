@@ -27,7 +27,7 @@ use palisade_evidence::{
 };
 
 mod common;
-use common::{body_of_len, entry, options};
+use common::{body_of_len, entry, options, thread_cpu};
 
 fn main() {
     let quick = std::env::var_os("PALISADE_BENCH_QUICK").is_some();
@@ -105,15 +105,6 @@ fn main() {
             rate,
         );
     }
-}
-
-/// CPU time of the calling thread in seconds (`/proc/thread-self/schedstat`),
-/// so single-threaded figures stay meaningful on a loaded machine.
-fn thread_cpu() -> f64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
-        .map_or(0.0, |ns| ns / 1e9)
 }
 
 fn emit(name: &str, unit: &str, value: f64) {

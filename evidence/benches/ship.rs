@@ -30,7 +30,7 @@ use palisade_evidence::ship::{ShipOptions, ShipUrl, Shipper, wire};
 use palisade_evidence::{Body, Durability, JournalKey, JournalWriter, Timestamp};
 
 mod common;
-use common::{body_of_len, entry, options};
+use common::{body_of_len, entry, options, thread_cpu};
 
 const SUITE: &str = "ship";
 
@@ -293,14 +293,6 @@ fn ship_options() -> ShipOptions {
     ShipOptions::default()
         .with_backoff(Duration::from_millis(50), Duration::from_millis(500))
         .with_timeouts(Duration::from_secs(2), Duration::from_secs(10))
-}
-
-/// CPU time of the calling thread in seconds.
-fn thread_cpu() -> f64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
-        .map_or(0.0, |ns| ns / 1e9)
 }
 
 fn emit(name: &str, unit: &str, value: f64) {

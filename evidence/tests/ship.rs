@@ -387,13 +387,7 @@ fn a_record_counts_as_shipped_only_once_acknowledged() {
     use std::time::Duration;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("j.jsonl");
-    let key = JournalKey::from_bytes([9; 32], 0);
-    let w = JournalWriter::create(&path, &key, &WriterOptions::default(), Timestamp(1)).unwrap();
-    for i in 0..5 {
-        let body = Body::from_value(&serde_json::json!({"i": i})).unwrap();
-        w.append(&Entry::new(Timestamp(2), "s", Kind::EgressConnection, body))
-            .unwrap();
-    }
+    let _w = open_journal_of(&path, 5);
     let opts = || {
         ShipOptions::default()
             .with_timeouts(Duration::from_secs(2), Duration::from_millis(500))
@@ -426,13 +420,7 @@ fn a_partly_acknowledged_window_keeps_exactly_the_acknowledged_records() {
     use std::time::Duration;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("j.jsonl");
-    let key = JournalKey::from_bytes([9; 32], 0);
-    let w = JournalWriter::create(&path, &key, &WriterOptions::default(), Timestamp(1)).unwrap();
-    for i in 0..20 {
-        let body = Body::from_value(&serde_json::json!({"i": i})).unwrap();
-        w.append(&Entry::new(Timestamp(2), "s", Kind::EgressConnection, body))
-            .unwrap();
-    }
+    let _w = open_journal_of(&path, 20);
     let opts = ShipOptions::default()
         .with_timeouts(Duration::from_secs(2), Duration::from_millis(500))
         .with_window(8);
@@ -517,13 +505,7 @@ fn the_state_file_lags_the_acknowledged_point_by_less_than_persist_every() {
     use std::time::Duration;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("j.jsonl");
-    let key = JournalKey::from_bytes([9; 32], 0);
-    let w = JournalWriter::create(&path, &key, &WriterOptions::default(), Timestamp(1)).unwrap();
-    for i in 0..10 {
-        let body = Body::from_value(&serde_json::json!({"i": i})).unwrap();
-        w.append(&Entry::new(Timestamp(2), "s", Kind::EgressConnection, body))
-            .unwrap();
-    }
+    let _w = open_journal_of(&path, 10);
     let url = ShipUrl::parse(&format!("relp://127.0.0.1:{}", fake_relp(Some("200 OK")))).unwrap();
     let opts = ShipOptions::default()
         .with_timeouts(Duration::from_secs(2), Duration::from_secs(5))
@@ -541,4 +523,17 @@ fn the_state_file_lags_the_acknowledged_point_by_less_than_persist_every() {
     assert_eq!(on_disk(), 8);
     shipper.sync_state().unwrap();
     assert_eq!(on_disk(), 11);
+}
+
+/// An open journal at `path` (key `[9; 32]`) holding `journal_opened` and
+/// `n` connection records; the writer is returned to keep it open.
+fn open_journal_of(path: &std::path::Path, n: u64) -> JournalWriter {
+    let key = JournalKey::from_bytes([9; 32], 0);
+    let w = JournalWriter::create(path, &key, &WriterOptions::default(), Timestamp(1)).unwrap();
+    for i in 0..n {
+        let body = Body::from_value(&serde_json::json!({"i": i})).unwrap();
+        w.append(&Entry::new(Timestamp(2), "s", Kind::EgressConnection, body))
+            .unwrap();
+    }
+    w
 }

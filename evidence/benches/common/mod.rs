@@ -29,3 +29,12 @@ pub(crate) fn options(durability: Durability) -> WriterOptions {
             NonZeroU64::new(15 * 60 * 1000),
         ))
 }
+
+/// CPU time of the calling thread in seconds (`/proc/thread-self/schedstat`),
+/// so single-threaded figures stay meaningful on a loaded machine.
+pub(crate) fn thread_cpu() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(0.0, |ns| ns / 1e9)
+}

@@ -285,18 +285,7 @@ struct Session {
 impl Session {
     fn new(bin: &Path, dir: &Path, tree: &Path) -> Result<Self, String> {
         let key = dir.join("journal.key");
-        let out = sys::output_within(
-            Command::new(bin)
-                .args(["journal", "keygen", "--out"])
-                .arg(&key),
-            Duration::from_secs(30),
-        )?;
-        if !out.status.success() {
-            return Err(format!(
-                "palisade journal keygen: {}",
-                sys::first_line(&out.stderr)
-            ));
-        }
+        sys::journal_keygen(bin, &key)?;
         for arm in [Arm::Off, Arm::On] {
             let p = policy_path(dir, arm);
             std::fs::write(&p, policy(arm)).map_err(|e| format!("{}: {e}", p.display()))?;

@@ -296,19 +296,7 @@ fn proxy_part(ctx: &Ctx, rsyslogd: &Path, dir: &Path, res: &mut SuiteResult) -> 
     let origin = Origin::start(origin_ip)?;
     let connect_to = format!("{host}:{}", origin.addr.port());
     let key = dir.join("journal.key");
-    let _ = std::fs::remove_file(&key);
-    let out = sys::output_within(
-        Command::new(&palisade)
-            .args(["journal", "keygen", "--out"])
-            .arg(&key),
-        Duration::from_secs(30),
-    )?;
-    if !out.status.success() {
-        return Err(format!(
-            "palisade journal keygen: {}",
-            sys::first_line(&out.stderr)
-        ));
-    }
+    sys::journal_keygen(&palisade, &key)?;
     let mut targets = Vec::new();
     for (name, ship) in [(UNSHIPPED, false), (SHIPPED, true)] {
         let sub = dir.join(if ship { "shipped" } else { "unshipped" });

@@ -222,6 +222,25 @@ pub(crate) fn wait_listening(
     ))
 }
 
+/// Writes a fresh journal key to `key` with `palisade journal keygen`.
+pub(crate) fn journal_keygen(palisade: &Path, key: &Path) -> Result<(), String> {
+    let _ = std::fs::remove_file(key);
+    let out = output_within(
+        Command::new(palisade)
+            .args(["journal", "keygen", "--out"])
+            .arg(key),
+        Duration::from_secs(30),
+    )?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "palisade journal keygen: {}",
+            first_line(&out.stderr)
+        ))
+    }
+}
+
 /// The last lines of a log file, for error messages.
 pub(crate) fn log_tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
