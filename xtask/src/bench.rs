@@ -273,6 +273,10 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
     } else {
         "results.json"
     });
+    // A partial run with no earlier results to keep would render a page of
+    // its suites alone over the committed one, losing every other suite.
+    let partial = SUITES.iter().any(|s| !suites.contains(s));
+    let clobbers = !quick && partial && !file.is_file();
     let merged = merge_results(&file, &results, &opts)?;
     write(
         &file,
@@ -281,7 +285,14 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
     println!("bench: results in {}", file.display());
 
     // The page and charts: `docs/` for a real run, `target/bench/` for --quick.
-    let docs = if quick {
+    let docs = if quick || clobbers {
+        if clobbers {
+            eprintln!(
+                "bench: {} holds no earlier results, so docs/benchmarks.md is left alone (a page of these suites alone would drop the others); the page of this run is under {}",
+                file.display(),
+                bench_dir.join("docs").display()
+            );
+        }
         bench_dir.join("docs")
     } else {
         root.join("docs")
