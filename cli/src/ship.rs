@@ -143,7 +143,16 @@ impl Shipping {
             };
             let handle = std::thread::Builder::new()
                 .name("palisade-ship".to_owned())
-                .spawn(move || ctx.run(shipper))
+                .spawn(move || {
+                    let watch = ctx.clone();
+                    let result =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ctx.run(shipper)))
+                            .unwrap_or_else(|_| Err("the shipper thread panicked".to_owned()));
+                    if let Err(e) = &result {
+                        watch.failed(e);
+                    }
+                    result
+                })
                 .map_err(|e| format!("cannot start the shipper thread: {e}"))?;
             threads.push((url.as_url(), handle));
         }
@@ -179,6 +188,7 @@ impl Shipping {
     }
 }
 
+#[derive(Clone)]
 struct Ctx {
     url: String,
     writer: JournalWriter,
@@ -223,6 +233,31 @@ impl Ctx {
                 eprintln!("palisade: warning: `{kind}` record not written: {e}");
             }
         }
+    }
+
+    /// A shipper that stopped for good while the journal is still open
+    /// (the journal changed under it, its state file failed, it
+    /// panicked): the stop is journalled (`ship_failed`) and, with
+    /// `on_backlog = "refuse"`, new connections stay refused from then on,
+    /// since nothing will reach the collector any more. After close (the
+    /// final flush) there is nothing to record; [`Shipping::finish`] warns.
+    fn failed(&self, error: &str) {
+        if self.deadline().is_some() {
+            return;
+        }
+        self.backlog.enter(self.refuse);
+        self.record(
+            "ship_failed",
+            &serde_json::json!({
+                "url": self.url,
+                "error": error,
+                "on_backlog": if self.refuse { "refuse" } else { "record" },
+            }),
+        );
+        eprintln!(
+            "palisade: warning: shipping to {} stopped: {error}",
+            self.url
+        );
     }
 
     fn run(self, mut shipper: Shipper) -> Result<(), String> {

@@ -420,3 +420,36 @@ fn palisade_run_ships_the_sessions_journal_and_refuses_tls() {
     );
     assert!(collected.contains("kind=\"journal_closed\""), "{collected}");
 }
+
+#[test]
+fn a_shipper_that_stops_for_good_is_journalled_and_refuse_keeps_refusing() {
+    use palisade_evidence::ship::{ShipUrl, Shipper};
+    let s = setup();
+    let rs = Rsyslog::start(&s.dir.path().join("rs"));
+    let url = format!("relp://127.0.0.1:{}", rs.relp);
+    let (mut child, port) = s.proxy(
+        "[evidence]\non_backlog = \"refuse\"\n",
+        std::slice::from_ref(&url),
+    );
+    // Positive control: shipping works and connections are served.
+    assert_eq!(s.connect(port), 200);
+    let state = Shipper::state_path(&s.journal, &ShipUrl::parse(&url).unwrap());
+    eventually(30, "the shipper wrote its state file", || state.is_file());
+    assert!(s.kinds("ship_failed").is_empty());
+    // The state file can no longer be written (a directory with an entry
+    // stands in its place): the shipper stops at its next idle sync.
+    std::fs::remove_file(&state).unwrap();
+    std::fs::create_dir_all(state.join("blocker")).unwrap();
+    let _ = s.connect(port);
+    eventually(30, &format!("a ship_failed record; {}", s.stderr()), || {
+        !s.kinds("ship_failed").is_empty()
+    });
+    let failed = s.kinds("ship_failed");
+    assert_eq!(failed[0]["body"]["url"], url.as_str());
+    // Nothing reaches the collector any more: new connections stay refused.
+    for _ in 0..3 {
+        assert_eq!(s.connect(port), 503, "a dead shipper must not fail open");
+    }
+    let st = sigterm_and_wait(&mut child);
+    assert!(st.success(), "{st:?}");
+}
