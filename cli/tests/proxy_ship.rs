@@ -323,6 +323,8 @@ fn a_collector_down_at_start_with_refuse_refuses_new_connections_until_it_is_up(
     });
     // Positive control: the same connection succeeds once the collector is up.
     rs.spawn();
+    // The probes keep the journal growing while the backlog drains (each
+    // refusal is a record), as a busy proxy's clients do.
     eventually(30, "served again once the collector is up", || {
         s.connect(port) == 200
     });

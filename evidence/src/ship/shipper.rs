@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
@@ -41,6 +41,12 @@ pub struct ShipOptions {
     /// dropped. A crash loses at most this many acknowledgements, which
     /// are then sent again (at least once).
     pub persist_every: usize,
+    /// How long one [`Shipper::ship_available`] keeps taking new records
+    /// while the journal grows under it. Past it, the pass stops sending
+    /// at the next record boundary, drains its window and returns, so a
+    /// caller that watches the lag (the backlog bound) sees it at least
+    /// this often even when records never stop coming.
+    pub turn: Duration,
 }
 
 impl Default for ShipOptions {
@@ -54,6 +60,7 @@ impl Default for ShipOptions {
             poll: Duration::from_millis(50),
             hostname: Hostname::nil(),
             persist_every: 4096,
+            turn: Duration::from_millis(200),
         }
     }
 }
@@ -86,6 +93,13 @@ impl ShipOptions {
     #[must_use]
     pub fn with_persist_every(mut self, n: usize) -> Self {
         self.persist_every = n.max(1);
+        self
+    }
+
+    /// With this turn: how long one pass takes new records.
+    #[must_use]
+    pub fn with_turn(mut self, turn: Duration) -> Self {
+        self.turn = turn;
         self
     }
 
@@ -416,10 +430,12 @@ impl Shipper {
         Ok(items)
     }
 
-    /// Ships every complete record the journal holds now, keeping up to
+    /// Ships the complete records the journal holds, keeping up to
     /// `window` messages unacknowledged (a sliding window: each answer lets
     /// the next message go, so the connection never idles between
-    /// batches); returns what was delivered. The acknowledged point is
+    /// batches), for at most one [`ShipOptions::turn`] of new records
+    /// (then the window drains and the rest waits for the next pass);
+    /// returns what was delivered. The acknowledged point is
     /// persisted every `window` answers and when the window drains. A link
     /// failure drops the connection (the next call reconnects and resends
     /// from the last persisted point: at least once).
@@ -511,6 +527,12 @@ impl Shipper {
         // Answered messages since the last commit state (a record whose
         // anchor follows it).
         let mut uncommitted = 0;
+        // The turn: past it, no new message goes out once the last one
+        // sent completes its record (a record and its anchor go together,
+        // else the pair would be sent twice); something is always
+        // delivered first, so every pass makes progress.
+        let until = Instant::now() + self.opts.turn;
+        let mut at_boundary = true;
         loop {
             // Refill before waiting on the socket, not after every answer:
             // the answers of one read are taken first, so the messages go
@@ -519,7 +541,8 @@ impl Shipper {
             // lets a collector using Nagle's algorithm (librelp does) send
             // its next answers, instead of waiting for a delayed ACK.
             let refill = !link.answer_buffered();
-            while refill && unanswered.len() < window {
+            let turn_over = *delivered > 0 && Instant::now() >= until;
+            while refill && unanswered.len() < window && !(turn_over && at_boundary) {
                 if pending.is_empty() {
                     *pending = self.read_batch(reader, cursor, window - unanswered.len())?;
                 }
@@ -527,6 +550,7 @@ impl Shipper {
                     break;
                 };
                 link.send(&item.msg)?;
+                at_boundary = item.commit.is_some();
                 unanswered.push_back(item.commit);
             }
             // What the window holds goes out in one write.
