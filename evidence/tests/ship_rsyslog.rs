@@ -13,12 +13,13 @@
     reason = "tests"
 )]
 
+use std::net::TcpStream;
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use palisade_evidence::ship::{ShipError, ShipOptions, ShipUrl, Shipper};
+use palisade_evidence::ship::{ShipError, ShipOptions, ShipStream, ShipUrl, Shipper, TlsConnector};
 use palisade_evidence::{
     Anchor, Body, Entry, FailureKind, JournalKey, JournalState, JournalWriter, Kind, SealPolicy,
     Timestamp, WriterOptions, verify_reader,
@@ -68,8 +69,8 @@ fn ship_opts() -> ShipOptions {
         .with_window(16)
 }
 
-fn ship_to_end(journal: &Path, url: ShipUrl) {
-    let mut shipper = Shipper::new(journal, url, ship_opts()).unwrap();
+fn ship_to_end(journal: &Path, url: ShipUrl, opts: ShipOptions) {
+    let mut shipper = Shipper::new(journal, url, opts).unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     let state = shipper.run(&|| Instant::now() > deadline).unwrap();
     assert!(state.done, "shipping did not finish: {state:?}");
@@ -81,7 +82,7 @@ fn records_arrive_over_relp_and_verify_from_rsyslogs_file() {
     let rs = Rsyslog::start(dir.path());
     let journal = dir.path().join("run.jsonl");
     let last = write_journal(&journal, 200, true);
-    ship_to_end(&journal, rs.relp_url());
+    ship_to_end(&journal, rs.relp_url(), ship_opts());
     // Acknowledged means written: read at once, no waiting.
     let report = rs.collected(&key());
     assert_eq!(report.journals.len(), 1, "{report:?}");
@@ -97,7 +98,7 @@ fn records_arrive_over_relp_and_verify_from_rsyslogs_file() {
     // At least once, deterministically: forget the state and ship it all
     // again; every record is then a duplicate, and removed.
     std::fs::remove_file(Shipper::state_path(&journal, &rs.relp_url())).unwrap();
-    ship_to_end(&journal, rs.relp_url());
+    ship_to_end(&journal, rs.relp_url(), ship_opts());
     let report = rs.collected(&key());
     let j = &report.journals[0];
     assert_eq!(j.duplicates, last.seq + 1);
@@ -110,8 +111,12 @@ fn records_arrive_over_syslog_tcp() {
     let rs = Rsyslog::start(dir.path());
     let journal = dir.path().join("run.jsonl");
     let last = write_journal(&journal, 120, true);
-    ship_to_end(&journal, rs.tcp_url());
-    // No acknowledgement: wait until rsyslog wrote what was sent.
+    ship_to_end(&journal, rs.tcp_url(), ship_opts());
+    wait_all_closed(&rs, &last);
+}
+
+/// No acknowledgement: waits until rsyslog wrote all that was sent.
+fn wait_all_closed(rs: &Rsyslog, last: &Anchor) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let report = rs.collected(&key());
@@ -126,6 +131,41 @@ fn records_arrive_over_syslog_tcp() {
         assert!(Instant::now() < deadline, "not all arrived: {report:?}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A "TLS client" that records the host it is asked to verify and passes
+/// the socket through, so rsyslog's plain imtcp can read what it carries.
+/// (Real TLS is the CLI's: `cli/tests/proxy_ship.rs` ships through rustls
+/// to rsyslog's gtls driver.)
+#[derive(Debug, Default)]
+struct Passthrough {
+    hosts: Mutex<Vec<String>>,
+}
+
+impl TlsConnector for Passthrough {
+    fn connect(&self, host: &str, tcp: TcpStream) -> std::io::Result<Box<dyn ShipStream>> {
+        self.hosts.lock().unwrap().push(host.to_owned());
+        Ok(Box::new(tcp))
+    }
+}
+
+#[test]
+fn a_syslog_tls_url_ships_only_through_the_callers_tls_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let rs = Rsyslog::start(dir.path());
+    let journal = dir.path().join("run.jsonl");
+    let last = write_journal(&journal, 60, true);
+    let url = ShipUrl::parse(&format!("syslog+tls://127.0.0.1:{}/", rs.tcp)).unwrap();
+    assert_eq!(url.host(), "127.0.0.1");
+    // No TLS client: refused before anything is sent, never clear text.
+    let err = Shipper::new(&journal, url.clone(), ship_opts()).unwrap_err();
+    assert!(matches!(err, ShipError::NoTls { .. }), "{err}");
+    assert!(!rs.out().exists(), "nothing reached the collector");
+    // Positive control: with one, every connection goes through it.
+    let tls = Arc::new(Passthrough::default());
+    ship_to_end(&journal, url, ship_opts().with_tls(tls.clone()));
+    wait_all_closed(&rs, &last);
+    assert_eq!(*tls.hosts.lock().unwrap(), ["127.0.0.1"]);
 }
 
 #[test]
@@ -277,7 +317,7 @@ fn deleting_or_cutting_the_local_journal_after_shipping_is_detected() {
     std::fs::remove_file(&journal).unwrap();
     std::fs::remove_file(Shipper::state_path(&journal, &rs.relp_url())).unwrap();
     write_journal(&journal, 3, true);
-    ship_to_end(&journal, rs.relp_url());
+    ship_to_end(&journal, rs.relp_url(), ship_opts());
     let report = rs.collected(&key());
     assert_eq!(report.journals.len(), 2);
     let states: Vec<_> = report

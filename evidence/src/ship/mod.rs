@@ -13,13 +13,13 @@
 //! - [`Shipper`]: the local journal is the spool; it ships the complete
 //!   lines from the last acknowledged record on (persisted next to the
 //!   journal in `<journal>.ship-<hash of url>`), over RELP (acknowledged)
-//!   or `syslog+tcp` (unacknowledged), retrying an outage with backoff. It
-//!   reads the journal as lines and needs no key. `syslog+tls` is not
-//!   supported yet.
+//!   or `syslog+tcp` / `syslog+tls` (unacknowledged), retrying an outage
+//!   with backoff. It reads the journal as lines and needs no key. TLS is
+//!   the caller's: a [`TlsConnector`] given in [`ShipOptions::tls`].
 //!
 //! The only IO of this module is in [`Shipper`]: reading the journal,
 //! writing its state file, and one blocking `std::net` connection to the
-//! collector.
+//! collector (wrapped by the caller's [`TlsConnector`] for `syslog+tls`).
 
 mod collect;
 mod net;
@@ -27,6 +27,6 @@ mod shipper;
 pub mod wire;
 
 pub use collect::{CentralReport, Collector, Fork, KEPT_OTHER_LINES, OtherLine, RebuiltJournal};
-pub use net::{LinkError, ShipUrl, UrlError};
+pub use net::{LinkError, ShipStream, ShipUrl, TlsConnector, UrlError};
 pub use shipper::{Progress, ShipError, ShipOptions, ShipState, Shipper};
 pub use wire::{Hostname, MAX_MESSAGE_LEN, NotShipped, Shipped, parse_message};

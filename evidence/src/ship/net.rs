@@ -1,10 +1,11 @@
-//! The collector links: RELP (acknowledged) and plain TCP syslog
-//! (RFC 6587 octet counting, unacknowledged), blocking over
-//! `std::net::TcpStream` with timeouts.
+//! The collector links: RELP (acknowledged) and TCP syslog (RFC 6587
+//! octet counting, unacknowledged; in clear or through a caller's
+//! [`TlsConnector`]), blocking over `std::net::TcpStream` with timeouts.
 
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::wire::{self, MAX_RELP_RESPONSE};
@@ -25,6 +26,43 @@ pub enum ShipUrl {
         /// `host:port`.
         addr: String,
     },
+    /// `syslog+tls://host:port`: the same messages and framing as
+    /// `syslog+tcp` (RFC 5425), inside TLS. This crate has no TLS: the
+    /// caller supplies the handshake ([`crate::ship::ShipOptions::with_tls`]),
+    /// and a shipper for this URL without one is refused.
+    SyslogTls {
+        /// `host:port`.
+        addr: String,
+    },
+}
+
+/// A connected stream to a collector, as a [`TlsConnector`] returns it.
+pub trait ShipStream: Read + Write + Send {
+    /// Ends the connection cleanly once everything was written (for TLS,
+    /// sends `close_notify`). The default does nothing.
+    ///
+    /// # Errors
+    /// Writing the goodbye failed.
+    fn finish(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl ShipStream for TcpStream {}
+
+/// The TLS client of `syslog+tls://` collectors, supplied by the caller
+/// (the `palisade` CLI uses rustls with the host's CA and client
+/// certificate), so that this crate stays free of TLS and of key files.
+pub trait TlsConnector: std::fmt::Debug + Send + Sync {
+    /// Wraps `tcp`, already connected to `host` (the URL's host, without
+    /// brackets: the name or address to verify) and with the shipper's
+    /// read and write timeouts, and completes the handshake before
+    /// returning: a collector whose certificate does not verify is an
+    /// error here, before any record is sent.
+    ///
+    /// # Errors
+    /// The handshake failed or the certificate did not verify.
+    fn connect(&self, host: &str, tcp: TcpStream) -> std::io::Result<Box<dyn ShipStream>>;
 }
 
 /// Why a URL is not a ship destination.
@@ -33,8 +71,8 @@ pub enum ShipUrl {
 pub struct UrlError(String);
 
 impl ShipUrl {
-    /// Parses `relp://host:port` or `syslog+tcp://host:port`.
-    /// (`syslog+tls://` is not supported yet.)
+    /// Parses `relp://host:port`, `syslog+tcp://host:port` or
+    /// `syslog+tls://host:port`.
     ///
     /// # Errors
     /// Any other scheme or a missing port.
@@ -53,9 +91,7 @@ impl ShipUrl {
         match scheme {
             "relp" => Ok(Self::Relp { addr }),
             "syslog+tcp" => Ok(Self::SyslogTcp { addr }),
-            "syslog+tls" => Err(UrlError(format!(
-                "`{url}`: syslog+tls is not supported yet; use relp:// or syslog+tcp://"
-            ))),
+            "syslog+tls" => Ok(Self::SyslogTls { addr }),
             other => Err(UrlError(format!("`{url}`: unknown scheme `{other}`"))),
         }
     }
@@ -66,13 +102,31 @@ impl ShipUrl {
         match self {
             Self::Relp { addr } => format!("relp://{addr}"),
             Self::SyslogTcp { addr } => format!("syslog+tcp://{addr}"),
+            Self::SyslogTls { addr } => format!("syslog+tls://{addr}"),
         }
     }
 
     fn addr(&self) -> &str {
         match self {
-            Self::Relp { addr } | Self::SyslogTcp { addr } => addr,
+            Self::Relp { addr } | Self::SyslogTcp { addr } | Self::SyslogTls { addr } => addr,
         }
+    }
+
+    /// The host part of the address, brackets of an IPv6 literal removed:
+    /// the name a TLS client verifies the collector's certificate for.
+    #[must_use]
+    pub fn host(&self) -> &str {
+        let addr = self.addr();
+        let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+        host.strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host)
+    }
+
+    /// Whether the link runs inside TLS (`syslog+tls://`).
+    #[must_use]
+    pub fn tls(&self) -> bool {
+        matches!(self, Self::SyslogTls { .. })
     }
 
     /// Whether the collector acknowledges each message.
@@ -115,10 +169,19 @@ pub(crate) struct Timeouts {
     pub(crate) io: Duration,
 }
 
+/// The stream under a [`Link`]: the socket or the caller's TLS session.
+struct Conn(Box<dyn ShipStream>);
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Conn")
+    }
+}
+
 /// One open connection to a collector.
 #[derive(Debug)]
 pub(crate) struct Link {
-    stream: TcpStream,
+    stream: Conn,
     addr: String,
     relp: bool,
     next_txnr: u32,
@@ -143,8 +206,13 @@ impl Link {
         }
     }
 
-    /// Connects (and, for RELP, opens the session).
-    pub(crate) fn connect(url: &ShipUrl, timeouts: Timeouts) -> Result<Self, LinkError> {
+    /// Connects (through `tls` for `syslog+tls://`, whose handshake is
+    /// done when this returns) and, for RELP, opens the session.
+    pub(crate) fn connect(
+        url: &ShipUrl,
+        timeouts: Timeouts,
+        tls: Option<&Arc<dyn TlsConnector>>,
+    ) -> Result<Self, LinkError> {
         let addr = url.addr().to_owned();
         let io = |source| LinkError::Io {
             addr: addr.clone(),
@@ -167,8 +235,17 @@ impl Link {
         stream.set_read_timeout(Some(timeouts.io)).map_err(io)?;
         stream.set_write_timeout(Some(timeouts.io)).map_err(io)?;
         stream.set_nodelay(true).map_err(io)?;
+        let stream: Box<dyn ShipStream> = if url.tls() {
+            let tls = tls.ok_or_else(|| LinkError::Protocol {
+                addr: addr.clone(),
+                detail: "syslog+tls needs a TLS connector".to_owned(),
+            })?;
+            tls.connect(url.host(), stream).map_err(io)?
+        } else {
+            Box::new(stream)
+        };
         let mut link = Self {
-            stream,
+            stream: Conn(stream),
             addr,
             relp: url.acknowledged(),
             next_txnr: 1,
@@ -225,7 +302,12 @@ impl Link {
         if self.out.is_empty() {
             return Ok(());
         }
-        let written = self.stream.write_all(&self.out);
+        // `flush` pushes what a TLS session still holds onto the socket.
+        let written = self
+            .stream
+            .0
+            .write_all(&self.out)
+            .and_then(|()| self.stream.0.flush());
         self.out.clear();
         written.map_err(|e| self.io(e))
     }
@@ -282,7 +364,7 @@ impl Link {
                         return Err(self.protocol("RELP response too long"));
                     }
                     let n = loop {
-                        match self.stream.read(&mut chunk) {
+                        match self.stream.0.read(&mut chunk) {
                             Ok(n) => break n,
                             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                             Err(e) => return Err(self.io(e)),
@@ -298,7 +380,8 @@ impl Link {
         }
     }
 
-    /// Flushes (TCP) or closes the RELP session cleanly.
+    /// Flushes (TCP), closes the RELP session cleanly, and ends the
+    /// stream ([`ShipStream::finish`]).
     pub(crate) fn close(mut self) -> Result<(), LinkError> {
         if self.relp {
             while !self.pending.is_empty() {
@@ -309,6 +392,7 @@ impl Link {
             self.await_rsp()?;
         }
         self.flush()?;
-        self.stream.flush().map_err(|e| self.io(e))
+        let ended = self.stream.0.flush().and_then(|()| self.stream.0.finish());
+        ended.map_err(|e| self.io(e))
     }
 }

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
@@ -14,7 +15,7 @@ use crate::format::{self, JournalId};
 use crate::record::Kind;
 use crate::verify::{Anchor, MAX_LINE_LEN};
 
-use super::net::{Link, LinkError, ShipUrl, Timeouts};
+use super::net::{Link, LinkError, ShipUrl, Timeouts, TlsConnector};
 use super::wire::{self, Hostname};
 
 /// How the shipper connects, batches and retries.
@@ -47,6 +48,9 @@ pub struct ShipOptions {
     /// caller that watches the lag (the backlog bound) sees it at least
     /// this often even when records never stop coming.
     pub turn: Duration,
+    /// The TLS client of `syslog+tls://` URLs; [`Shipper::new`] refuses
+    /// such a URL without one (never shipped in clear text).
+    pub tls: Option<Arc<dyn TlsConnector>>,
 }
 
 impl Default for ShipOptions {
@@ -61,6 +65,7 @@ impl Default for ShipOptions {
             hostname: Hostname::nil(),
             persist_every: 4096,
             turn: Duration::from_millis(200),
+            tls: None,
         }
     }
 }
@@ -100,6 +105,13 @@ impl ShipOptions {
     #[must_use]
     pub fn with_turn(mut self, turn: Duration) -> Self {
         self.turn = turn;
+        self
+    }
+
+    /// With this TLS client for `syslog+tls://` URLs.
+    #[must_use]
+    pub fn with_tls(mut self, tls: Arc<dyn TlsConnector>) -> Self {
+        self.tls = Some(tls);
         self
     }
 
@@ -196,6 +208,13 @@ pub enum ShipError {
         /// The state file.
         path: PathBuf,
     },
+    /// A `syslog+tls://` URL with no [`ShipOptions::tls`]: refused rather
+    /// than shipped in clear text.
+    #[error("{url}: no TLS client configured (a CA to verify the collector is required)")]
+    NoTls {
+        /// The URL.
+        url: String,
+    },
 }
 
 /// What one pass shipped.
@@ -246,8 +265,12 @@ impl Shipper {
     /// A shipper for `journal`, resuming from its state file if there is one.
     ///
     /// # Errors
-    /// A state file that cannot be read or is not one this shipper writes.
+    /// A state file that cannot be read or is not one this shipper writes;
+    /// a `syslog+tls://` URL without [`ShipOptions::tls`].
     pub fn new(journal: &Path, url: ShipUrl, opts: ShipOptions) -> Result<Self, ShipError> {
+        if url.tls() && opts.tls.is_none() {
+            return Err(ShipError::NoTls { url: url.as_url() });
+        }
         let state_path = Self::state_path(journal, &url);
         // Read at most one byte past the longest state a shipper writes.
         let read = File::open(&state_path).and_then(|file| {
@@ -483,6 +506,7 @@ impl Shipper {
                     connect: self.opts.connect_timeout,
                     io: self.opts.io_timeout,
                 },
+                self.opts.tls.as_ref(),
             )?,
         };
         let mut delivered = 0;
