@@ -685,8 +685,8 @@ pub const CODES: &[CodeDoc] = &[
         summary: "No taint source is enabled.",
     },
     CodeDoc {
-        code: "ship_url_unsupported",
-        summary: "An evidence.ship URL whose transport palisade does not support yet (syslog+tls).",
+        code: "ship_tls_ca_missing",
+        summary: "A syslog+tls evidence.ship URL without evidence.tls_ca.",
     },
     CodeDoc {
         code: "suppression_without_reason",

@@ -79,8 +79,8 @@ pub struct HostPolicy {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Evidence {
-    /// `ship`: collector URLs, `relp://HOST:PORT` or `syslog+tcp://HOST:PORT`
-    /// (`syslog+tls://` is refused: not supported yet).
+    /// `ship`: collector URLs, `relp://HOST:PORT`, `syslog+tcp://HOST:PORT`
+    /// or `syslog+tls://HOST:PORT` (the latter only with `tls_ca`).
     pub ship: Vec<String>,
     /// `on_backlog`: what happens once a shipper lags more than
     /// `ship_buffer` records.
@@ -88,6 +88,16 @@ pub struct Evidence {
     /// `ship_buffer`: how many sealed records a shipper may lag behind
     /// the journal before the gap is recorded (`ship_gap`).
     pub ship_buffer: u64,
+    /// `tls_ca`: the PEM CA certificates that verify a `syslog+tls://`
+    /// collector (absolute path on the host). The only trust anchors:
+    /// there are no public roots. Required by any `syslog+tls://` URL.
+    pub tls_ca: Option<String>,
+    /// `tls_cert`: the PEM client certificate chain presented to a
+    /// `syslog+tls://` collector; only together with `tls_key`.
+    pub tls_cert: Option<String>,
+    /// `tls_key`: the PEM private key of `tls_cert`, a file other users
+    /// cannot read (checked when shipping starts).
+    pub tls_key: Option<String>,
 }
 
 /// The default `evidence.ship_buffer`.
@@ -99,6 +109,9 @@ impl Default for Evidence {
             ship: Vec::new(),
             on_backlog: OnBacklog::Record,
             ship_buffer: DEFAULT_SHIP_BUFFER,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -114,30 +127,27 @@ pub enum OnBacklog {
     Refuse,
 }
 
-/// Checks a collector URL's form: `relp://HOST:PORT` or
-/// `syslog+tcp://HOST:PORT`. `syslog+tls://` is refused (TLS is not
-/// supported yet, and a TLS URL must never be shipped in clear text).
+/// Checks a collector URL's form: `relp://HOST:PORT`,
+/// `syslog+tcp://HOST:PORT` or `syslog+tls://HOST:PORT`. (Whether a TLS
+/// URL has its CA is [`Evidence::tls_ca`]'s business.)
 ///
 /// ```
 /// use palisade_schema::host_policy::check_ship_url;
 /// assert!(check_ship_url("relp://127.0.0.1:2514").is_ok());
-/// assert!(check_ship_url("syslog+tls://logs:6514").is_err());
+/// assert!(check_ship_url("syslog+tls://logs:6514").is_ok());
+/// assert!(check_ship_url("https://logs:443").is_err());
 /// ```
 ///
 /// # Errors
 /// The reason, for a diagnostic or a CLI error.
 pub fn check_ship_url(url: &str) -> Result<(), String> {
-    if url.starts_with("syslog+tls://") {
-        return Err(format!(
-            "`{url}`: syslog+tls is not supported yet (no TLS client, CA or client-certificate support); refusing rather than shipping in clear text"
-        ));
-    }
     let Some(addr) = url
         .strip_prefix("relp://")
         .or_else(|| url.strip_prefix("syslog+tcp://"))
+        .or_else(|| url.strip_prefix("syslog+tls://"))
     else {
         return Err(format!(
-            "`{url}`: expected relp://HOST:PORT or syslog+tcp://HOST:PORT"
+            "`{url}`: expected relp://HOST:PORT, syslog+tcp://HOST:PORT or syslog+tls://HOST:PORT"
         ));
     };
     let port_ok = addr
@@ -2579,7 +2589,17 @@ fn read_relay_limits(cx: &mut Cx<'_>, r: &Table<'_, '_>) -> RelayLimits {
 const MAX_SHIP_URLS: usize = 16;
 
 fn read_evidence(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Evidence {
-    t.deny_unknown(cx, &["ship", "on_backlog", "ship_buffer"]);
+    t.deny_unknown(
+        cx,
+        &[
+            "ship",
+            "on_backlog",
+            "ship_buffer",
+            "tls_ca",
+            "tls_cert",
+            "tls_key",
+        ],
+    );
     let mut e = Evidence::default();
     let urls = t.str_array(cx, "ship");
     if urls.len() > MAX_SHIP_URLS {
@@ -2590,7 +2610,11 @@ fn read_evidence(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Evidence {
             format!("at most {MAX_SHIP_URLS} collector URLs"),
         );
     }
+    let mut tls_urls = Vec::new();
     for (url, span, path) in urls.into_iter().take(MAX_SHIP_URLS) {
+        if url.starts_with("syslog+tls://") {
+            tls_urls.push((url.clone(), span.clone(), path.clone()));
+        }
         match check_ship_url(&url) {
             Ok(()) if e.ship.contains(&url) => {
                 cx.error(
@@ -2601,10 +2625,6 @@ fn read_evidence(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Evidence {
                 );
             }
             Ok(()) => e.ship.push(url),
-            Err(msg) if url.starts_with("syslog+tls://") => {
-                cx.error("ship_url_unsupported", &span, &path, msg)
-                    .help("ship over relp:// to a collector on a trusted network (or a local rsyslog that forwards over TLS)");
-            }
             Err(msg) => {
                 cx.error("invalid_value", &span, &path, msg);
             }
@@ -2623,6 +2643,38 @@ fn read_evidence(cx: &mut Cx<'_>, t: &Table<'_, '_>) -> Evidence {
                 )
                 .help("expected `record` or `refuse`");
             }
+        }
+    }
+    let mut tls_path = |key: &str| {
+        let (text, span) = t.str(cx, key)?;
+        check_abs(cx, &text, &span, &t.path.key(key)).then_some(text)
+    };
+    e.tls_ca = tls_path("tls_ca");
+    e.tls_cert = tls_path("tls_cert");
+    e.tls_key = tls_path("tls_key");
+    if e.tls_cert.is_some() != e.tls_key.is_some() {
+        let (given, missing) = if e.tls_cert.is_some() {
+            ("tls_cert", "tls_key")
+        } else {
+            ("tls_key", "tls_cert")
+        };
+        let span = t.get(given).map_or(t.span.clone(), |v| v.span());
+        cx.error(
+            "invalid_value",
+            &span,
+            &t.path.key(given),
+            format!("`{given}` without `{missing}`: a client certificate needs its key"),
+        );
+    }
+    if e.tls_ca.is_none() {
+        for (url, span, path) in tls_urls {
+            cx.error(
+                "ship_tls_ca_missing",
+                &span,
+                &path,
+                format!("`{url}`: syslog+tls needs `tls_ca`, the CA that signed the collector's certificate; refusing rather than trusting any certificate or shipping in clear text"),
+            )
+            .help("set `tls_ca = \"/etc/palisade/collector-ca.pem\"` in [evidence]");
         }
     }
     if let Some(n) = t.uint(cx, "ship_buffer") {

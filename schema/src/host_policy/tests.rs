@@ -824,7 +824,7 @@ fn relay_provider_mismatch_is_flagged() {
 }
 
 #[test]
-fn evidence_section_parses_and_refuses_tls_and_bad_values() {
+fn evidence_section_parses_and_refuses_tls_without_its_ca_and_bad_values() {
     // Positive control: the valid section is read as written.
     let ok = r#"
 [evidence]
@@ -852,13 +852,38 @@ ship_buffer = 50
     let bad = |text: &str| -> Vec<&'static str> { codes(text).into_iter().map(|c| c.0).collect() };
     assert_eq!(
         bad("[evidence]\nship = [\"syslog+tls://logs:6514\"]\n"),
-        ["ship_url_unsupported"]
+        ["ship_tls_ca_missing"]
     );
     let tls = errors("[evidence]\nship = [\"syslog+tls://logs:6514\"]\n");
     assert!(
-        tls[0].message.contains("not supported yet") && tls[0].message.contains("clear text"),
+        tls[0].message.contains("tls_ca") && tls[0].message.contains("clear text"),
         "{tls:?}"
     );
+    // Positive control: with its CA (and a client certificate) it parses.
+    let (policy, diags) = findings(
+        "p.toml",
+        "[evidence]\nship = [\"syslog+tls://logs:6514\"]\ntls_ca = \"/etc/ca.pem\"\ntls_cert = \"/etc/c.pem\"\ntls_key = \"/etc/c.key\"\n",
+    );
+    assert!(diags.is_empty(), "{diags:?}");
+    let e = policy.unwrap().evidence;
+    assert_eq!(e.ship, ["syslog+tls://logs:6514"]);
+    assert_eq!(
+        (
+            e.tls_ca.as_deref(),
+            e.tls_cert.as_deref(),
+            e.tls_key.as_deref()
+        ),
+        (Some("/etc/ca.pem"), Some("/etc/c.pem"), Some("/etc/c.key"))
+    );
+    assert_eq!(
+        bad("[evidence]\ntls_ca = \"/e/ca.pem\"\ntls_cert = \"/e/c.pem\"\n"),
+        ["invalid_value"]
+    );
+    assert_eq!(
+        bad("[evidence]\ntls_ca = \"/e/ca.pem\"\ntls_key = \"/e/c.key\"\n"),
+        ["invalid_value"]
+    );
+    assert_eq!(bad("[evidence]\ntls_ca = \"ca.pem\"\n"), ["invalid_path"]);
     assert_eq!(
         bad("[evidence]\nship = [\"http://logs:80\"]\n"),
         ["invalid_value"]
