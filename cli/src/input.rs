@@ -47,6 +47,8 @@ pub(crate) enum Kind {
     Session,
     /// A PEM certificate bundle (`--upstream-ca`, `--relay-ca`).
     Certificates,
+    /// A PEM private key (`evidence.tls_key`).
+    PrivateKey,
     /// A journal: streamed, never read whole; only its lines are bounded.
     Journal,
 }
@@ -67,6 +69,7 @@ impl Kind {
             Self::Marks => "marks file",
             Self::Session => "session file",
             Self::Certificates => "certificate file",
+            Self::PrivateKey => "private key file",
             Self::Journal => "journal",
         }
     }
@@ -81,6 +84,7 @@ impl Kind {
             Self::Event | Self::Marks | Self::Certificates => MIB,
             Self::Bundle | Self::Session => 16 * MIB,
             Self::Key | Self::Anchor => 4 * KIB,
+            Self::PrivateKey => 64 * KIB,
             Self::Journal => palisade_evidence::MAX_LINE_LEN as u64,
         }
     }

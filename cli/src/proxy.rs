@@ -49,7 +49,8 @@ pub(crate) struct Args {
     #[arg(long)]
     marks: Option<PathBuf>,
     /// Ship the journal's records and anchors to this collector while the
-    /// proxy runs (`relp://HOST:PORT` or `syslog+tcp://HOST:PORT`;
+    /// proxy runs (`relp://HOST:PORT`, `syslog+tcp://HOST:PORT` or
+    /// `syslog+tls://HOST:PORT` with the policy's `evidence.tls_ca`;
     /// repeatable; added to the policy's `evidence.ship`). Needs `--journal`.
     #[arg(long, value_name = "URL")]
     ship: Vec<String>,

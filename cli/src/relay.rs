@@ -58,7 +58,7 @@ fn placeholder_format(explicit: &str) -> Result<PlaceholderFormat, String> {
     }
 }
 
-fn read_roots(path: &std::path::Path) -> Result<rustls::RootCertStore, String> {
+pub(crate) fn read_roots(path: &std::path::Path) -> Result<rustls::RootCertStore, String> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject as _;
     let mut roots = rustls::RootCertStore::empty();

@@ -9,6 +9,10 @@
 //! the proxy refuses new connections (`ship_backlog`) until every shipper
 //! is back under the bound (`ship_resumed`). At close, after
 //! `journal_closed`, each shipper gets a final flush with a deadline.
+//! `syslog+tls://` goes through [`tls::RustlsShip`], with the policy's
+//! `tls_ca` (required) and client certificate.
+
+mod tls;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,7 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use palisade_evidence::ship::{Hostname, ShipError, ShipOptions, ShipUrl, Shipper};
+use palisade_evidence::ship::{Hostname, ShipError, ShipOptions, ShipUrl, Shipper, TlsConnector};
 use palisade_evidence::{Body, Entry, JournalWriter, Kind, Timestamp};
 use palisade_schema::host_policy::{Evidence, OnBacklog, check_ship_url};
 
@@ -37,12 +41,16 @@ pub(crate) struct Plan {
     urls: Vec<ShipUrl>,
     bound: u64,
     on_backlog: OnBacklog,
+    /// The TLS client, loaded when a URL is `syslog+tls://`.
+    tls: Option<Arc<dyn TlsConnector>>,
 }
 
 impl Plan {
     /// The policy's `[evidence]` plus `--ship` URLs (duplicates once).
-    /// A URL palisade cannot ship to as asked (`syslog+tls://`) is an
-    /// error: refused, never shipped in clear text.
+    /// A `syslog+tls://` URL loads the policy's `tls_ca` (and client
+    /// certificate) now, so that a missing CA, an unreadable file or a
+    /// key other users can read refuses the start: never shipped in
+    /// clear text, never to an unverified collector.
     pub(crate) fn new(policy: &Evidence, cli: &[String]) -> Result<Self, String> {
         let mut urls: Vec<ShipUrl> = Vec::new();
         for text in policy.ship.iter().chain(cli) {
@@ -52,10 +60,30 @@ impl Plan {
                 urls.push(url);
             }
         }
+        let tls = match urls.iter().find(|u| u.tls()) {
+            None => None,
+            Some(url) => {
+                let ca = policy.tls_ca.as_deref().ok_or_else(|| {
+                    format!(
+                        "--ship / evidence.ship `{}`: syslog+tls needs `tls_ca` in the host policy's [evidence] (the CA that signed the collector's certificate); refusing rather than trusting any certificate or shipping in clear text",
+                        url.as_url()
+                    )
+                })?;
+                let client = policy
+                    .tls_cert
+                    .as_deref()
+                    .zip(policy.tls_key.as_deref())
+                    .map(|(c, k)| (Path::new(c), Path::new(k)));
+                let connector: Arc<dyn TlsConnector> =
+                    Arc::new(tls::RustlsShip::load(Path::new(ca), client)?);
+                Some(connector)
+            }
+        };
         Ok(Self {
             urls,
             bound: policy.ship_buffer.max(1),
             on_backlog: policy.on_backlog,
+            tls,
         })
     }
 
@@ -124,10 +152,13 @@ impl Shipping {
     ) -> Result<Self, String> {
         let closing = Arc::new(Mutex::new(None));
         let backlog = Arc::new(Backlog::default());
-        let opts = ShipOptions::default()
+        let mut opts = ShipOptions::default()
             .with_hostname(hostname())
             .with_backoff(Duration::from_millis(50), BACKOFF_MAX)
             .with_timeouts(Duration::from_secs(2), Duration::from_secs(10));
+        if let Some(tls) = &plan.tls {
+            opts = opts.with_tls(Arc::clone(tls));
+        }
         let mut threads = Vec::new();
         for url in &plan.urls {
             let shipper = Shipper::new(journal, url.clone(), opts.clone())

@@ -3,7 +3,9 @@
 //! `evidence/tests/common/rsyslog.rs`): what the proxy journals is shipped
 //! and verifies centrally (`journal verify --from-syslog`); a SIGKILLed
 //! proxy's shipped part verifies as open, never clean; a collector down at
-//! start follows `on_backlog`; `palisade run --ship` ships a session.
+//! start follows `on_backlog`; `palisade run --ship` ships a session;
+//! `syslog+tls://` ships through rustls to rsyslog's gtls driver (Debian
+//! `rsyslog-gnutls`), and only to a collector the configured CA signed.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -197,6 +199,31 @@ fn eventually(secs: u64, what: &str, cond: impl Fn() -> bool) {
     }
 }
 
+/// Runs a start that must be refused: its output once it exits. A start
+/// that is not refused (it listens instead) is killed and fails the test
+/// here rather than hanging it.
+fn refused_start(cmd: &mut Command) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() >= deadline {
+            child.kill().unwrap();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "not refused: still running after 30 s; stdout: {}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
 fn collected_lines(rs: &Rsyslog) -> usize {
     std::fs::read_to_string(rs.out())
         .map(|t| t.lines().count())
@@ -336,11 +363,11 @@ fn a_collector_down_at_start_with_refuse_refuses_new_connections_until_it_is_up(
 }
 
 #[test]
-fn a_tls_collector_url_is_refused_at_start_naming_what_is_missing() {
+fn a_tls_collector_url_without_its_ca_is_refused_at_start() {
     let s = setup();
     let policy = s.dir.path().join("palisade.toml");
     std::fs::write(&policy, "[egress]\nallow_addresses = [\"127.0.0.0/8\"]\n").unwrap();
-    let run = |url: &str| {
+    let out = refused_start(
         Command::new(env!("CARGO_BIN_EXE_palisade"))
             .args(["proxy", "--no-auth", "--listen", "127.0.0.1:0", "--policy"])
             .arg(&policy)
@@ -348,23 +375,245 @@ fn a_tls_collector_url_is_refused_at_start_naming_what_is_missing() {
             .arg(&s.journal)
             .arg("--key")
             .arg(&s.key_path)
-            .args(["--ship", url])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    };
-    let out = run("syslog+tls://127.0.0.1:6514");
+            .args(["--ship", "syslog+tls://127.0.0.1:6514"]),
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        err.contains("syslog+tls is not supported") && err.contains("TLS"),
+        err.contains("syslog+tls needs `tls_ca`") && err.contains("clear text"),
         "{err}"
     );
     assert!(!s.journal.exists(), "refused before the journal is created");
-    // Positive control: the same start with a relp:// URL listens (and is
-    // then stopped: its stdout's first line is the listening event).
-    let rs = Rsyslog::start(&s.dir.path().join("rs"));
-    let (mut child, port) = s.proxy("", &[format!("relp://127.0.0.1:{}", rs.relp)]);
+    // Positive control: with its CA the same start listens (and is then
+    // stopped); the TLS tests below ship through it.
+    let pki = Pki::new(s.dir.path());
+    let (mut child, port) = s.proxy(
+        &pki.evidence(&pki.ca, true),
+        &["syslog+tls://127.0.0.1:6514".to_owned()],
+    );
+    assert_eq!(s.connect(port), 200);
+    assert!(sigterm_and_wait(&mut child).success());
+}
+
+/// Test certificates (rcgen): the collector's CA with the collector's
+/// certificate (for `127.0.0.1`) and a client certificate, and another CA
+/// that signed neither.
+struct Pki {
+    ca: PathBuf,
+    other_ca: PathBuf,
+    server_cert: PathBuf,
+    server_key: PathBuf,
+    client_cert: PathBuf,
+    client_key: PathBuf,
+}
+
+fn test_ca(name: &str) -> rcgen::CertifiedIssuer<'static, rcgen::KeyPair> {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::CrlSign,
+    ];
+    rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap()).unwrap()
+}
+
+fn write_private(path: &Path, text: &str) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+}
+
+impl Pki {
+    fn new(dir: &Path) -> Self {
+        let dir = dir.join("pki");
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = test_ca("palisade test collector CA");
+        let other = test_ca("palisade test other CA");
+        let leaf = |names: Vec<String>, usage: rcgen::ExtendedKeyUsagePurpose| {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let mut params = rcgen::CertificateParams::new(names).unwrap();
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, "palisade test");
+            params.extended_key_usages = vec![usage];
+            let cert = params.signed_by(&key, &ca).unwrap();
+            (cert.pem(), key.serialize_pem())
+        };
+        let (server_pem, server_key_pem) = leaf(
+            vec!["127.0.0.1".to_owned(), "localhost".to_owned()],
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+        );
+        let (client_pem, client_key_pem) = leaf(
+            vec!["worker-host.example".to_owned()],
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+        );
+        let me = Self {
+            ca: dir.join("ca.pem"),
+            other_ca: dir.join("other-ca.pem"),
+            server_cert: dir.join("server.pem"),
+            server_key: dir.join("server.key"),
+            client_cert: dir.join("client.pem"),
+            client_key: dir.join("client.key"),
+        };
+        std::fs::write(&me.ca, ca.pem()).unwrap();
+        std::fs::write(&me.other_ca, other.pem()).unwrap();
+        std::fs::write(&me.server_cert, server_pem).unwrap();
+        write_private(&me.server_key, &server_key_pem);
+        std::fs::write(&me.client_cert, client_pem).unwrap();
+        write_private(&me.client_key, &client_key_pem);
+        me
+    }
+
+    fn gtls(&self) -> rsyslog::Gtls {
+        rsyslog::Gtls {
+            ca: self.ca.clone(),
+            cert: self.server_cert.clone(),
+            key: self.server_key.clone(),
+        }
+    }
+
+    /// The policy's `[evidence]` trusting `ca`, with the client
+    /// certificate or without; a gap is recorded past one record.
+    fn evidence(&self, ca: &Path, client: bool) -> String {
+        let mut e = format!(
+            "[evidence]\nship_buffer = 1\ntls_ca = \"{}\"\n",
+            ca.display()
+        );
+        if client {
+            e.push_str(&format!(
+                "tls_cert = \"{}\"\ntls_key = \"{}\"\n",
+                self.client_cert.display(),
+                self.client_key.display()
+            ));
+        }
+        e
+    }
+}
+
+#[test]
+fn proxy_ships_over_tls_to_rsyslog_and_the_collectors_copy_verifies_closed() {
+    let s = setup();
+    let pki = Pki::new(s.dir.path());
+    let rs = Rsyslog::start_tls(&s.dir.path().join("rs"), pki.gtls());
+    let url = format!("syslog+tls://127.0.0.1:{}", rs.tls);
+    let (mut child, port) = s.proxy(&pki.evidence(&pki.ca, true), &[url]);
+    for _ in 0..5 {
+        assert_eq!(s.connect(port), 200);
+    }
+    let st = sigterm_and_wait(&mut child);
+    assert!(st.success(), "{st:?}: {}", s.stderr());
+    assert!(!s.stderr().contains("warning"), "{}", s.stderr());
+    let last_seq = s.records().last().unwrap()["seq"].as_u64().unwrap();
+    // No acknowledgement: wait until rsyslog wrote what was sent.
+    eventually(20, "journal_closed reaches the collector", || {
+        std::fs::read_to_string(rs.out())
+            .is_ok_and(|t| t.contains(&format!("seq=\"{last_seq}\" kind=\"journal_closed\"")))
+    });
+    let (code, out) = s.verify_central(&rs.out());
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains("NOT CLOSED"), "{out}");
+}
+
+/// Starts the proxy shipping to `rs`'s TLS port with `evidence`, makes
+/// connections until a `ship_gap` is recorded, and returns its `error`.
+/// Nothing counted as shipped: the gap starts at the first record.
+fn tls_refused(rs: &Rsyslog, evidence: &str) -> String {
+    let s = setup();
+    let url = format!("syslog+tls://127.0.0.1:{}", rs.tls);
+    let (mut child, port) = s.proxy(evidence, &[url]);
+    for _ in 0..3 {
+        assert_eq!(s.connect(port), 200, "on_backlog = record keeps serving");
+    }
+    eventually(30, &format!("a ship_gap record; {}", s.stderr()), || {
+        !s.kinds("ship_gap").is_empty()
+    });
+    assert!(sigterm_and_wait(&mut child).success());
+    let gap = &s.kinds("ship_gap")[0]["body"];
+    assert_eq!(gap["from_seq"], 0, "a record counted as shipped: {gap}");
+    gap["error"].as_str().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn a_tls_collector_is_refused_unless_palisades_ca_signed_it_and_it_accepted_the_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let rs = Rsyslog::start_tls(&dir.path().join("rs"), pki.gtls());
+    // A collector whose certificate the configured CA did not sign.
+    let err = tls_refused(&rs, &pki.evidence(&pki.other_ca, true));
+    assert!(
+        err.contains("invalid peer certificate: UnknownIssuer"),
+        "{err}"
+    );
+    assert_eq!(collected_lines(&rs), 0, "nothing was sent to it");
+    // The collector refuses a client without a certificate (TLS 1.3 says
+    // so only after the client's handshake): an error, never records
+    // written into a refused session and counted as shipped.
+    let err = tls_refused(&rs, &pki.evidence(&pki.ca, false));
+    assert!(
+        err.contains("closed the connection after the handshake"),
+        "{err}"
+    );
+    assert_eq!(collected_lines(&rs), 0, "nothing was accepted");
+    // Positive control: the right CA and the client certificate ship.
+    let s = setup();
+    let url = format!("syslog+tls://127.0.0.1:{}", rs.tls);
+    let (mut child, port) = s.proxy(&pki.evidence(&pki.ca, true), &[url]);
+    assert_eq!(s.connect(port), 200);
+    eventually(30, "records reach the collector", || {
+        collected_lines(&rs) >= 2
+    });
+    assert!(sigterm_and_wait(&mut child).success());
+    assert!(s.kinds("ship_gap").is_empty(), "{:?}", s.kinds("ship_gap"));
+}
+
+#[test]
+fn a_tls_client_key_other_users_can_read_refuses_the_start() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let s = setup();
+    let pki = Pki::new(s.dir.path());
+    let url = "syslog+tls://127.0.0.1:6514".to_owned();
+    std::fs::set_permissions(&pki.client_key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let policy = s.dir.path().join("palisade.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[egress]\nallow_addresses = [\"127.0.0.0/8\"]\n{}",
+            pki.evidence(&pki.ca, true)
+        ),
+    )
+    .unwrap();
+    let out = refused_start(
+        Command::new(env!("CARGO_BIN_EXE_palisade"))
+            .args(["proxy", "--no-auth", "--listen", "127.0.0.1:0", "--policy"])
+            .arg(&policy)
+            .arg("--journal")
+            .arg(&s.journal)
+            .arg("--key")
+            .arg(&s.key_path)
+            .args(["--ship", &url]),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("accessible by other users (mode 644)"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("PRIVATE KEY"),
+        "the key's content is never shown: {err}"
+    );
+    assert!(!s.journal.exists(), "refused before the journal is created");
+    // Positive control: the same key, readable by its owner only.
+    std::fs::set_permissions(&pki.client_key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (mut child, port) = s.proxy(&pki.evidence(&pki.ca, true), &[url]);
     assert_eq!(s.connect(port), 200);
     assert!(sigterm_and_wait(&mut child).success());
 }
@@ -377,7 +626,7 @@ fn is_root() -> bool {
 }
 
 #[test]
-fn palisade_run_ships_the_sessions_journal_and_refuses_tls() {
+fn palisade_run_ships_the_sessions_journal_and_refuses_tls_without_its_ca() {
     // A governed session needs root (as CI runs it); under CI a missing
     // prerequisite is a failure, never a silent pass.
     if !is_root() {
@@ -405,7 +654,7 @@ fn palisade_run_ships_the_sessions_journal_and_refuses_tls() {
     let out = run("syslog+tls://127.0.0.1:6514");
     assert_eq!(out.status.code(), Some(125));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("syslog+tls is not supported"), "{err}");
+    assert!(err.contains("syslog+tls needs `tls_ca`"), "{err}");
     assert!(!s.journal.exists());
     // Positive control: relp:// to a real collector ships the session.
     let rs = Rsyslog::start(&s.dir.path().join("rs"));

@@ -100,8 +100,9 @@ pub(crate) struct GovernedArgs {
     #[arg(long, value_name = "NAME", requires = "policy")]
     pub(crate) agent: Option<String>,
     /// Ship the session's journal to this collector while it runs
-    /// (`relp://HOST:PORT` or `syslog+tcp://HOST:PORT`; repeatable; added
-    /// to the policy's `evidence.ship`).
+    /// (`relp://HOST:PORT`, `syslog+tcp://HOST:PORT` or
+    /// `syslog+tls://HOST:PORT` with the policy's `evidence.tls_ca`;
+    /// repeatable; added to the policy's `evidence.ship`).
     #[arg(long, value_name = "URL", requires = "policy")]
     pub(crate) ship: Vec<String>,
 }
@@ -543,8 +544,9 @@ pub(crate) fn run(
         Some(a) => a.policy().clone(),
         None => policy,
     };
-    // Collector URLs from the host only; one that cannot be shipped as
-    // asked (syslog+tls) refuses the run before anything is created.
+    // Collector URLs and TLS files from the host only; a syslog+tls URL
+    // without its CA, or with a key other users can read, refuses the run
+    // before anything is created.
     let plan = match crate::ship::Plan::new(&policy.evidence, &args.ship) {
         Ok(p) => p,
         Err(e) => return setup_failure(e),
