@@ -228,6 +228,31 @@ pub(crate) fn read_into(
     Ok(())
 }
 
+/// Reads a secret input of `kind` (a key) into a zeroizing buffer
+/// preallocated to the limit (no reallocation leaves key bytes behind),
+/// refusing a file group or others can read: the mode of the opened file,
+/// not of whatever the path names later. `what` names it in the error,
+/// which never holds the content.
+pub(crate) fn read_private(
+    path: &Path,
+    kind: Kind,
+    what: &str,
+) -> Result<zeroize::Zeroizing<Vec<u8>>, String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let opened = open(path, kind)?;
+    let mode = opened.meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "{what} {} is accessible by other users (mode {mode:o}); run chmod 600",
+            path.display()
+        ));
+    }
+    let cap = usize::try_from(kind.limit()).unwrap_or(0).saturating_add(1);
+    let mut bytes = zeroize::Zeroizing::new(Vec::with_capacity(cap));
+    read_into(&opened, path, kind, &mut bytes)?;
+    Ok(bytes)
+}
+
 /// Reads a whole input of `kind`.
 pub(crate) fn read(path: &Path, kind: Kind) -> Result<Vec<u8>, String> {
     read_with(path, kind, Links::Follow)

@@ -7,7 +7,7 @@
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::num::NonZeroU64;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -189,20 +189,7 @@ fn keygen(out: &Path) -> Result<ExitCode, String> {
 
 /// Loads a journal key file, refusing one other users can read.
 pub(crate) fn read_key(path: &Path) -> Result<JournalKey, String> {
-    let kind = input::Kind::Key;
-    let opened = input::open(path, kind)?;
-    // The mode of the opened file, not of whatever the path names later.
-    let mode = opened.meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(format!(
-            "key file {} is accessible by other users (mode {mode:o}); run chmod 600",
-            path.display()
-        ));
-    }
-    // Preallocated to the limit: no reallocation leaves key bytes behind.
-    let cap = usize::try_from(kind.limit()).unwrap_or(0).saturating_add(1);
-    let mut bytes = zeroize::Zeroizing::new(Vec::with_capacity(cap));
-    input::read_into(&opened, path, kind, &mut bytes)?;
+    let bytes = input::read_private(path, input::Kind::Key, "key file")?;
     let text = std::str::from_utf8(&bytes)
         .map_err(|_| format!("input_not_utf8: key file `{}` is not UTF-8", path.display()))?;
     JournalKey::from_text(text).map_err(|e| format!("key `{}`: {e}", path.display()))

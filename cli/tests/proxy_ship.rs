@@ -71,9 +71,9 @@ fn setup() -> Setup {
 }
 
 impl Setup {
-    /// Starts `palisade proxy` with `evidence` as the policy's section and
-    /// `ship` as `--ship` URLs; returns the child and its port.
-    fn proxy(&self, evidence: &str, ship: &[String]) -> (Child, u16) {
+    /// `palisade proxy` with `evidence` as the policy's section and `ship`
+    /// as `--ship` URLs.
+    fn proxy_command(&self, evidence: &str, ship: &[String]) -> Command {
         let policy = self.dir.path().join("palisade.toml");
         std::fs::write(
             &policy,
@@ -90,7 +90,13 @@ impl Setup {
         for url in ship {
             cmd.arg("--ship").arg(url);
         }
-        let mut child = cmd
+        cmd
+    }
+
+    /// Starts [`Setup::proxy_command`]; returns the child and its port.
+    fn proxy(&self, evidence: &str, ship: &[String]) -> (Child, u16) {
+        let mut child = self
+            .proxy_command(evidence, ship)
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(self.dir.path().join("proxy.stderr")).unwrap())
             .spawn()
@@ -365,18 +371,8 @@ fn a_collector_down_at_start_with_refuse_refuses_new_connections_until_it_is_up(
 #[test]
 fn a_tls_collector_url_without_its_ca_is_refused_at_start() {
     let s = setup();
-    let policy = s.dir.path().join("palisade.toml");
-    std::fs::write(&policy, "[egress]\nallow_addresses = [\"127.0.0.0/8\"]\n").unwrap();
-    let out = refused_start(
-        Command::new(env!("CARGO_BIN_EXE_palisade"))
-            .args(["proxy", "--no-auth", "--listen", "127.0.0.1:0", "--policy"])
-            .arg(&policy)
-            .arg("--journal")
-            .arg(&s.journal)
-            .arg("--key")
-            .arg(&s.key_path)
-            .args(["--ship", "syslog+tls://127.0.0.1:6514"]),
-    );
+    let url = "syslog+tls://127.0.0.1:6514".to_owned();
+    let out = refused_start(&mut s.proxy_command("", std::slice::from_ref(&url)));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
@@ -387,10 +383,7 @@ fn a_tls_collector_url_without_its_ca_is_refused_at_start() {
     // Positive control: with its CA the same start listens (and is then
     // stopped); the TLS tests below ship through it.
     let pki = Pki::new(s.dir.path());
-    let (mut child, port) = s.proxy(
-        &pki.evidence(&pki.ca, true),
-        &["syslog+tls://127.0.0.1:6514".to_owned()],
-    );
+    let (mut child, port) = s.proxy(&pki.evidence(&pki.ca, true), &[url]);
     assert_eq!(s.connect(port), 200);
     assert!(sigterm_and_wait(&mut child).success());
 }
@@ -581,24 +574,8 @@ fn a_tls_client_key_other_users_can_read_refuses_the_start() {
     let pki = Pki::new(s.dir.path());
     let url = "syslog+tls://127.0.0.1:6514".to_owned();
     std::fs::set_permissions(&pki.client_key, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let policy = s.dir.path().join("palisade.toml");
-    std::fs::write(
-        &policy,
-        format!(
-            "[egress]\nallow_addresses = [\"127.0.0.0/8\"]\n{}",
-            pki.evidence(&pki.ca, true)
-        ),
-    )
-    .unwrap();
     let out = refused_start(
-        Command::new(env!("CARGO_BIN_EXE_palisade"))
-            .args(["proxy", "--no-auth", "--listen", "127.0.0.1:0", "--policy"])
-            .arg(&policy)
-            .arg("--journal")
-            .arg(&s.journal)
-            .arg("--key")
-            .arg(&s.key_path)
-            .args(["--ship", &url]),
+        &mut s.proxy_command(&pki.evidence(&pki.ca, true), std::slice::from_ref(&url)),
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());

@@ -6,7 +6,6 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,19 +73,7 @@ fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
 /// The client key, refused when other users can read it. The error names
 /// the file and its mode, never its content.
 fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    let kind = input::Kind::PrivateKey;
-    let opened = input::open(path, kind)?;
-    // The mode of the opened file, not of whatever the path names later.
-    let mode = opened.meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(format!(
-            "evidence.tls_key {} is accessible by other users (mode {mode:o}); run chmod 600",
-            path.display()
-        ));
-    }
-    let cap = usize::try_from(kind.limit()).unwrap_or(0).saturating_add(1);
-    let mut pem = zeroize::Zeroizing::new(Vec::with_capacity(cap));
-    input::read_into(&opened, path, kind, &mut pem)?;
+    let pem = input::read_private(path, input::Kind::PrivateKey, "evidence.tls_key")?;
     PrivateKeyDer::from_pem_slice(&pem).map_err(|_| {
         format!(
             "evidence.tls_key {} holds no PEM private key (PKCS#8, PKCS#1 or SEC1)",

@@ -114,6 +114,14 @@ impl ShipUrl {
 
     /// The host part of the address, brackets of an IPv6 literal removed:
     /// the name a TLS client verifies the collector's certificate for.
+    ///
+    /// ```
+    /// use palisade_evidence::ship::ShipUrl;
+    /// let url = ShipUrl::parse("syslog+tls://[::1]:6514").unwrap();
+    /// assert_eq!(url.host(), "::1");
+    /// let url = ShipUrl::parse("syslog+tls://logs.example.net:6514/").unwrap();
+    /// assert_eq!((url.host(), url.tls()), ("logs.example.net", true));
+    /// ```
     #[must_use]
     pub fn host(&self) -> &str {
         let addr = self.addr();
