@@ -158,6 +158,14 @@ pub mod __fuzz {
             }
             rest = rest.get(used..).unwrap_or_default();
         }
+        // A URL that parses keeps its form: it normalizes to itself, and
+        // its host (the name TLS verifies) is part of its address.
+        if let Ok(Ok(url)) = std::str::from_utf8(data).map(crate::ship::ShipUrl::parse) {
+            let again = crate::ship::ShipUrl::parse(&url.as_url());
+            if again.as_ref() != Ok(&url) || !url.as_url().contains(url.host()) {
+                std::process::abort();
+            }
+        }
     }
 
     /// Recomputes the MAC of every line that parses, chaining as a writer
