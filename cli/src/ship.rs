@@ -69,11 +69,18 @@ impl Plan {
                         url.as_url()
                     )
                 })?;
-                let client = policy
-                    .tls_cert
-                    .as_deref()
-                    .zip(policy.tls_key.as_deref())
-                    .map(|(c, k)| (Path::new(c), Path::new(k)));
+                let client = match (policy.tls_cert.as_deref(), policy.tls_key.as_deref()) {
+                    (Some(c), Some(k)) => Some((Path::new(c), Path::new(k))),
+                    (None, None) => None,
+                    // The schema refuses it too; never connect without
+                    // the certificate the operator configured.
+                    _ => {
+                        return Err(
+                            "evidence.tls_cert and evidence.tls_key go together: one is missing"
+                                .to_owned(),
+                        );
+                    }
+                };
                 let connector: Arc<dyn TlsConnector> =
                     Arc::new(tls::RustlsShip::load(Path::new(ca), client)?);
                 Some(connector)

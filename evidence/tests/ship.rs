@@ -585,3 +585,92 @@ fn a_pass_returns_after_its_turn_while_the_journal_keeps_growing() {
     }
     drop(w);
 }
+
+/// A `syslog+tcp` collector whose first connection is closed by the
+/// collector after `close_after` of silence; every later connection is
+/// read to its end. Everything received, all connections together.
+fn closing_tcp_collector(
+    close_after: std::time::Duration,
+) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
+    use std::io::Read as _;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = std::sync::Arc::clone(&got);
+    std::thread::spawn(move || {
+        for (n, s) in l.incoming().enumerate() {
+            let Ok(mut s) = s else { return };
+            let sink = std::sync::Arc::clone(&sink);
+            std::thread::spawn(move || {
+                if n == 0 {
+                    s.set_read_timeout(Some(close_after)).unwrap();
+                }
+                let mut buf = [0u8; 4096];
+                while let Ok(k) = s.read(&mut buf) {
+                    if k == 0 {
+                        break;
+                    }
+                    sink.lock().unwrap().extend_from_slice(&buf[..k]);
+                }
+                // Dropped: the collector closes its side.
+            });
+        }
+    });
+    (port, got)
+}
+
+#[test]
+fn records_written_into_a_connection_the_collector_closed_are_sent_again() {
+    use palisade_evidence::ship::{ShipOptions, ShipUrl, Shipper};
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j.jsonl");
+    let key = JournalKey::from_bytes([9; 32], 0);
+    let w = JournalWriter::create(&path, &key, &WriterOptions::default(), Timestamp(1)).unwrap();
+    let append = |i: u64| {
+        let body = Body::from_value(&serde_json::json!({"i": i})).unwrap();
+        w.append(&Entry::new(
+            Timestamp(2 + i),
+            "s",
+            Kind::EgressConnection,
+            body,
+        ))
+        .unwrap();
+    };
+    for i in 0..5 {
+        append(i);
+    }
+    let (port, got) = closing_tcp_collector(Duration::from_millis(200));
+    let url = ShipUrl::parse(&format!("syslog+tcp://127.0.0.1:{port}")).unwrap();
+    let opts = ShipOptions::default()
+        .with_timeouts(Duration::from_secs(2), Duration::from_secs(5))
+        .with_confirm_after(Duration::from_millis(50));
+    let mut shipper = Shipper::new(&path, url, opts).unwrap();
+    // Passes until `cond`, as a caller's loop makes them (hang guard).
+    let mut pass_until = |what: &str, cond: &dyn Fn(&Shipper) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !cond(&shipper) {
+            assert!(Instant::now() < deadline, "not within 30 s: {what}");
+            let _ = shipper.ship_available();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // Positive control: on an open connection, written and confirmed.
+    pass_until("the first records confirmed", &|s| s.state().next_seq == 6);
+    // The collector closes the idle connection; then more records come.
+    std::thread::sleep(Duration::from_millis(500));
+    for i in 5..10 {
+        append(i);
+    }
+    let last = w.anchor().unwrap().seq;
+    pass_until("every record confirmed", &|s| {
+        s.state().next_seq == last + 1
+    });
+    let got = String::from_utf8_lossy(&got.lock().unwrap()).into_owned();
+    for seq in 0..=last {
+        assert!(
+            got.contains(&format!("seq=\"{seq}\"")),
+            "seq {seq} lost: {got}"
+        );
+    }
+}

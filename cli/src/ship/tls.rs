@@ -8,20 +8,26 @@ use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use palisade_evidence::ship::{ShipStream, TlsConnector};
+use palisade_evidence::ship::{FINISH_WAIT, ShipStream, TlsConnector};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 use crate::input;
 
-/// How long, after a TLS 1.3 handshake, the client waits for the
-/// collector to refuse its certificate (or its lack of one). TLS 1.3 ends
-/// the client's handshake before the server checked the client; without
-/// this wait, messages written into a refused session would count as
-/// shipped (the transport has no acknowledgement). Once per connection.
-const CLIENT_AUTH_VERDICT: Duration = Duration::from_millis(300);
+/// The least time, after a TLS 1.3 handshake, the client waits for the
+/// collector to refuse its certificate (or its lack of one); it waits
+/// twice the handshake's duration when that is longer, at most
+/// [`VERDICT_MAX`]. TLS 1.3 ends the client's handshake before the server
+/// checked the client. A later refusal is still caught: the shipper
+/// counts a message as shipped only once the connection was found open
+/// a while after it was written (`ShipOptions::confirm_after`); this wait
+/// only spares sending the first messages twice.
+const VERDICT_MIN: Duration = Duration::from_millis(300);
+
+/// The longest wait for the collector's verdict on the client.
+const VERDICT_MAX: Duration = Duration::from_secs(3);
 
 /// The rustls client of one `[evidence]` TLS configuration.
 #[derive(Debug)]
@@ -101,10 +107,67 @@ impl Write for TlsStream {
     }
 }
 
+fn closed(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::ConnectionAborted, what.to_owned())
+}
+
 impl ShipStream for TlsStream {
+    fn check_open(&mut self) -> io::Result<()> {
+        let rustls::StreamOwned { conn, sock } = &mut self.0;
+        sock.set_nonblocking(true)?;
+        let read = loop {
+            match conn.read_tls(sock) {
+                Ok(0) => break Err(closed("the collector closed the connection")),
+                Ok(_) => {
+                    if let Err(e) = conn.process_new_packets() {
+                        break Err(io::Error::new(io::ErrorKind::InvalidData, e));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        sock.set_nonblocking(false)?;
+        read?;
+        let mut probe = [0u8; 1];
+        match conn.reader().read(&mut probe) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+            Ok(0) => Err(closed("the collector ended the TLS session")),
+            Ok(_) => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the collector sent data on a syslog connection",
+            )),
+            Err(e) => Err(closed(&format!("the collector closed the connection: {e}"))),
+        }
+    }
+
     fn finish(&mut self) -> io::Result<()> {
         self.0.conn.send_close_notify();
-        self.0.flush()
+        self.0.flush()?;
+        self.0.sock.shutdown(std::net::Shutdown::Write)?;
+        let deadline = Instant::now() + FINISH_WAIT;
+        let mut sink = [0u8; 512];
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the collector did not close the TLS session",
+                ));
+            }
+            self.0.sock.set_read_timeout(Some(left))?;
+            match self.0.read(&mut sink) {
+                // Its close_notify, or its end of the stream without one:
+                // everything before it was read.
+                Ok(0) => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // An alert (a refusal), a reset, a timeout.
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
 
@@ -118,26 +181,53 @@ impl TlsConnector for RustlsShip {
         })?;
         let mut conn = rustls::ClientConnection::new(Arc::clone(&self.config), name)
             .map_err(io::Error::other)?;
+        // One deadline for the whole handshake (the socket's timeout is per
+        // read: a collector trickling bytes would hold the shipper).
+        let io_timeout = tcp.read_timeout()?;
+        let started = Instant::now();
+        let deadline = started + io_timeout.unwrap_or(Duration::from_secs(10));
         while conn.is_handshaking() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the TLS handshake with the collector did not end in time",
+                ));
+            }
+            tcp.set_read_timeout(Some(left))?;
             conn.complete_io(&mut tcp)?;
         }
+        tcp.set_read_timeout(io_timeout)?;
         if conn.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3) {
-            await_client_auth_verdict(&mut conn, &mut tcp)?;
+            let wait = started
+                .elapsed()
+                .saturating_mul(2)
+                .clamp(VERDICT_MIN, VERDICT_MAX);
+            await_client_auth_verdict(&mut conn, &mut tcp, wait)?;
         }
         Ok(Box::new(TlsStream(rustls::StreamOwned::new(conn, tcp))))
     }
 }
 
-/// Reads what the collector sends within [`CLIENT_AUTH_VERDICT`] of the
-/// handshake: an alert refusing the client certificate is an error here,
-/// before any record is written; silence (or a session ticket) is consent.
+/// Reads what the collector sends within `wait` of the handshake: an
+/// alert refusing the client certificate, or a close, is an error here,
+/// before any record is written; silence (or a session ticket) lets the
+/// first records go (still to be confirmed, see [`VERDICT_MIN`]).
 fn await_client_auth_verdict(
     conn: &mut rustls::ClientConnection,
     tcp: &mut TcpStream,
+    wait: Duration,
 ) -> io::Result<()> {
     let io_timeout = tcp.read_timeout()?;
-    tcp.set_read_timeout(Some(CLIENT_AUTH_VERDICT))?;
+    let deadline = Instant::now() + wait;
     let verdict = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break Ok(());
+        }
+        if let Err(e) = tcp.set_read_timeout(Some(left)) {
+            break Err(e);
+        }
         match conn.complete_io(tcp) {
             // Session tickets: read on until silence. `(0, 0)`: the end
             // of the stream, or plaintext waiting (both seen below).

@@ -27,6 +27,6 @@ mod shipper;
 pub mod wire;
 
 pub use collect::{CentralReport, Collector, Fork, KEPT_OTHER_LINES, OtherLine, RebuiltJournal};
-pub use net::{LinkError, ShipStream, ShipUrl, TlsConnector, UrlError};
+pub use net::{FINISH_WAIT, LinkError, ShipStream, ShipUrl, TlsConnector, UrlError};
 pub use shipper::{Progress, ShipError, ShipOptions, ShipState, Shipper};
 pub use wire::{Hostname, MAX_MESSAGE_LEN, NotShipped, Shipped, parse_message};

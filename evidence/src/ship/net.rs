@@ -37,18 +37,73 @@ pub enum ShipUrl {
 }
 
 /// A connected stream to a collector, as a [`TlsConnector`] returns it.
+/// Without acknowledgements, these two are all the shipper learns of
+/// what the collector did with its messages.
 pub trait ShipStream: Read + Write + Send {
-    /// Ends the connection cleanly once everything was written (for TLS,
-    /// sends `close_notify`). The default does nothing.
+    /// Without blocking: an error if the collector closed the connection,
+    /// refused it (a TLS alert) or sent anything (a syslog collector
+    /// sends nothing); `Ok` while it is open and silent.
     ///
     /// # Errors
-    /// Writing the goodbye failed.
-    fn finish(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    /// The connection is closed, refused, or carries unexpected data.
+    fn check_open(&mut self) -> std::io::Result<()>;
+
+    /// Ends the connection once everything was written: the goodbye (TLS
+    /// `close_notify`), the end of the writing side, then waits (briefly)
+    /// for the collector to close its side, which it does once it read
+    /// everything. `Ok` only for that clean end.
+    ///
+    /// # Errors
+    /// The goodbye failed, or the collector reset or refused the
+    /// connection, or did not close it in time.
+    fn finish(&mut self) -> std::io::Result<()>;
 }
 
-impl ShipStream for TcpStream {}
+/// How long [`ShipStream::finish`] waits for the collector's side to close.
+pub const FINISH_WAIT: Duration = Duration::from_secs(2);
+
+impl ShipStream for TcpStream {
+    fn check_open(&mut self) -> std::io::Result<()> {
+        self.set_nonblocking(true)?;
+        let mut probe = [0u8; 1];
+        let peeked = self.peek(&mut probe);
+        self.set_nonblocking(false)?;
+        match peeked {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
+            Err(e) => Err(e),
+            Ok(0) => Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "the collector closed the connection",
+            )),
+            Ok(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "the collector sent data on a syslog connection",
+            )),
+        }
+    }
+
+    fn finish(&mut self) -> std::io::Result<()> {
+        self.shutdown(std::net::Shutdown::Write)?;
+        let wait = self
+            .read_timeout()?
+            .map_or(FINISH_WAIT, |t| t.min(FINISH_WAIT));
+        self.set_read_timeout(Some(wait))?;
+        let mut sink = [0u8; 512];
+        // At most 64 KiB of whatever the collector still sends.
+        for _ in 0..128 {
+            match self.read(&mut sink) {
+                Ok(0) => return Ok(()),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "the collector kept sending data while the connection closed",
+        ))
+    }
+}
 
 /// The TLS client of `syslog+tls://` collectors, supplied by the caller
 /// (the `palisade` CLI uses rustls with the host's CA and client
@@ -81,13 +136,17 @@ impl ShipUrl {
             .split_once("://")
             .ok_or_else(|| UrlError(format!("`{url}` has no scheme")))?;
         let addr = rest.strip_suffix('/').unwrap_or(rest);
-        let port_ok = addr
+        let host_port = addr
             .rsplit_once(':')
-            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
-        if !port_ok || addr.contains('/') || addr.contains('@') {
+            .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
+            .filter(|&(host, port)| !host.is_empty() && port > 0);
+        let Some((host, port)) = host_port.filter(|_| !addr.contains('/') && !addr.contains('@'))
+        else {
             return Err(UrlError(format!("`{url}`: expected {scheme}://host:port")));
-        }
-        let addr = addr.to_owned();
+        };
+        // One form per collector (host names are case-insensitive, `06514`
+        // is `6514`): one shipper and one state file each.
+        let addr = format!("{}:{port}", host.to_ascii_lowercase());
         match scheme {
             "relp" => Ok(Self::Relp { addr }),
             "syslog+tcp" => Ok(Self::SyslogTcp { addr }),
@@ -96,7 +155,8 @@ impl ShipUrl {
         }
     }
 
-    /// The URL as given to [`ShipUrl::parse`] (normalized).
+    /// The URL as given to [`ShipUrl::parse`], normalized: no trailing
+    /// `/`, the host in lower case, the port without leading zeros.
     #[must_use]
     pub fn as_url(&self) -> String {
         match self {
@@ -119,8 +179,9 @@ impl ShipUrl {
     /// use palisade_evidence::ship::ShipUrl;
     /// let url = ShipUrl::parse("syslog+tls://[::1]:6514").unwrap();
     /// assert_eq!(url.host(), "::1");
-    /// let url = ShipUrl::parse("syslog+tls://logs.example.net:6514/").unwrap();
+    /// let url = ShipUrl::parse("syslog+tls://Logs.Example.NET:06514/").unwrap();
     /// assert_eq!((url.host(), url.tls()), ("logs.example.net", true));
+    /// assert_eq!(url.as_url(), "syslog+tls://logs.example.net:6514");
     /// ```
     #[must_use]
     pub fn host(&self) -> &str {
@@ -388,8 +449,16 @@ impl Link {
         }
     }
 
-    /// Flushes (TCP), closes the RELP session cleanly, and ends the
-    /// stream ([`ShipStream::finish`]).
+    /// Without acknowledgements: whether the collector still holds the
+    /// connection open ([`ShipStream::check_open`]).
+    pub(crate) fn check_open(&mut self) -> Result<(), LinkError> {
+        let open = self.stream.0.check_open();
+        open.map_err(|e| self.io(e))
+    }
+
+    /// Closes the RELP session cleanly (every answer awaited), or flushes
+    /// and ends a syslog stream ([`ShipStream::finish`]: `Ok` only once
+    /// the collector closed its side too).
     pub(crate) fn close(mut self) -> Result<(), LinkError> {
         if self.relp {
             while !self.pending.is_empty() {
@@ -398,6 +467,10 @@ impl Link {
             self.send_command("close", &[])?;
             // librelp answers `close` with an empty `rsp`.
             self.await_rsp()?;
+            self.flush()?;
+            // Everything was acknowledged: how the socket ends is moot.
+            let _ = self.stream.0.finish();
+            return Ok(());
         }
         self.flush()?;
         let ended = self.stream.0.flush().and_then(|()| self.stream.0.finish());

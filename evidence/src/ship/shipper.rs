@@ -51,6 +51,12 @@ pub struct ShipOptions {
     /// The TLS client of `syslog+tls://` URLs; [`Shipper::new`] refuses
     /// such a URL without one (never shipped in clear text).
     pub tls: Option<Arc<dyn TlsConnector>>,
+    /// Without acknowledgements (`syslog+tcp`, `syslog+tls`), how long a
+    /// message must have been written, on a connection found still open
+    /// afterwards, before it counts as shipped. A collector that closes
+    /// or refuses the connection within it makes the shipper send those
+    /// messages again on a new one (at least once).
+    pub confirm_after: Duration,
 }
 
 impl Default for ShipOptions {
@@ -66,6 +72,7 @@ impl Default for ShipOptions {
             persist_every: 4096,
             turn: Duration::from_millis(200),
             tls: None,
+            confirm_after: Duration::from_secs(1),
         }
     }
 }
@@ -112,6 +119,13 @@ impl ShipOptions {
     #[must_use]
     pub fn with_tls(mut self, tls: Arc<dyn TlsConnector>) -> Self {
         self.tls = Some(tls);
+        self
+    }
+
+    /// With this confirmation delay for links without acknowledgements.
+    #[must_use]
+    pub fn with_confirm_after(mut self, wait: Duration) -> Self {
+        self.confirm_after = wait;
         self
     }
 
@@ -248,6 +262,10 @@ pub struct Shipper {
     unpersisted: usize,
     opts: ShipOptions,
     link: Option<Link>,
+    /// Without acknowledgements: the points written on the open link and
+    /// not yet confirmed ([`ShipOptions::confirm_after`]), oldest first,
+    /// with when they were written and how many messages each covers.
+    unconfirmed: VecDeque<(Instant, ShipState, usize)>,
 }
 
 impl Shipper {
@@ -306,6 +324,7 @@ impl Shipper {
             opts,
             unpersisted: 0,
             link: None,
+            unconfirmed: VecDeque::new(),
         })
     }
 
@@ -325,6 +344,47 @@ impl Shipper {
 
     /// Records an acknowledged point, writing the state file once per
     /// `persist_every` acknowledgements and at the journal's end.
+    /// Without acknowledgements: counts what was written at least
+    /// `confirm_after` ago as shipped if the link is still open; forgets
+    /// everything unconfirmed (to be sent again) if it is not, or if the
+    /// link is gone. After the journal's end, closes the link cleanly
+    /// first: a clean close confirms all.
+    fn confirm(&mut self) -> Result<(), ShipError> {
+        let Some(last) = self.unconfirmed.back() else {
+            return Ok(());
+        };
+        let Some(link) = self.link.as_mut() else {
+            self.unconfirmed.clear();
+            return Ok(());
+        };
+        if last.1.done {
+            let closed = self.link.take().map(Link::close);
+            if let Some(Err(err)) = closed {
+                self.unconfirmed.clear();
+                return Err(err.into());
+            }
+            while let Some((_, state, n)) = self.unconfirmed.pop_front() {
+                self.acked(state, n)?;
+            }
+            return Ok(());
+        }
+        if let Err(err) = link.check_open() {
+            self.link = None;
+            self.unconfirmed.clear();
+            return Err(err.into());
+        }
+        let now = Instant::now();
+        while let Some(&(at, ..)) = self.unconfirmed.front() {
+            if now.saturating_duration_since(at) < self.opts.confirm_after {
+                break;
+            }
+            if let Some((_, state, n)) = self.unconfirmed.pop_front() {
+                self.acked(state, n)?;
+            }
+        }
+        Ok(())
+    }
+
     fn acked(&mut self, state: ShipState, messages: usize) -> Result<(), ShipError> {
         self.state = state;
         self.unpersisted = self.unpersisted.saturating_add(messages.max(1));
@@ -474,6 +534,22 @@ impl Shipper {
         if self.state.done {
             return Ok(progress);
         }
+        if !self.url.acknowledged() {
+            self.confirm()?;
+            progress.done = self.state.done;
+            if self.state.done {
+                return Ok(progress);
+            }
+        }
+        // Where the next message starts: after what was written and awaits
+        // confirmation, else after what was shipped.
+        let start = self
+            .unconfirmed
+            .back()
+            .map_or_else(|| self.state.clone(), |(_, state, _)| state.clone());
+        if start.done {
+            return Ok(progress);
+        }
         let io = |source| ShipError::Io {
             path: self.journal.clone(),
             source,
@@ -483,16 +559,16 @@ impl Shipper {
         if !meta.is_file() {
             return Err(self.changed("not a regular file".to_owned()));
         }
-        if meta.len() < self.state.offset {
+        if meta.len() < start.offset {
             return Err(self.changed(format!(
                 "the journal is {} bytes, shorter than the {} bytes already shipped: truncated or replaced",
                 meta.len(),
-                self.state.offset
+                start.offset
             )));
         }
-        file.seek(SeekFrom::Start(self.state.offset)).map_err(io)?;
+        file.seek(SeekFrom::Start(start.offset)).map_err(io)?;
         let mut reader = BufReader::with_capacity(1 << 16, file);
-        let mut cursor = self.state.clone();
+        let mut cursor = start;
         let window = self.opts.window.max(1);
         let mut pending = self.read_batch(&mut reader, &mut cursor, window)?;
         if pending.is_empty() {
@@ -519,7 +595,9 @@ impl Shipper {
         );
         progress.delivered = delivered;
         if let Err(err) = shipped {
-            // What was acknowledged stays acknowledged.
+            // What was acknowledged stays acknowledged; what was only
+            // written is sent again.
+            self.unconfirmed.clear();
             self.sync_state()?;
             return Err(err);
         }
@@ -582,14 +660,19 @@ impl Shipper {
             let Some(commit) = unanswered.pop_front() else {
                 return Ok(());
             };
-            // `syslog+tcp` has no answer: written counts as delivered.
+            // No answer without RELP: written awaits confirmation.
             if acknowledged {
                 link.await_response()?;
             }
             *delivered += 1;
             uncommitted += 1;
             if let Some(state) = commit {
-                self.acked(state, uncommitted)?;
+                if acknowledged {
+                    self.acked(state, uncommitted)?;
+                } else {
+                    self.unconfirmed
+                        .push_back((Instant::now(), state, uncommitted));
+                }
                 uncommitted = 0;
             }
         }
