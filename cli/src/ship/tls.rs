@@ -63,17 +63,7 @@ impl RustlsShip {
 }
 
 fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let pem = input::read(path, input::Kind::Certificates)?;
-    let chain = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("evidence.tls_cert {}: {e}", path.display()))?;
-    if chain.is_empty() {
-        return Err(format!(
-            "evidence.tls_cert {} holds no certificate",
-            path.display()
-        ));
-    }
-    Ok(chain)
+    input::read_certificates(path).map_err(|e| format!("evidence.tls_cert {e}"))
 }
 
 /// The client key, refused when other users can read it. The error names
@@ -114,32 +104,7 @@ fn closed(what: &str) -> io::Error {
 impl ShipStream for TlsStream {
     fn check_open(&mut self) -> io::Result<()> {
         let rustls::StreamOwned { conn, sock } = &mut self.0;
-        sock.set_nonblocking(true)?;
-        let read = loop {
-            match conn.read_tls(sock) {
-                Ok(0) => break Err(closed("the collector closed the connection")),
-                Ok(_) => {
-                    if let Err(e) = conn.process_new_packets() {
-                        break Err(io::Error::new(io::ErrorKind::InvalidData, e));
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => break Err(e),
-            }
-        };
-        sock.set_nonblocking(false)?;
-        read?;
-        let mut probe = [0u8; 1];
-        match conn.reader().read(&mut probe) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
-            Ok(0) => Err(closed("the collector ended the TLS session")),
-            Ok(_) => Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "the collector sent data on a syslog connection",
-            )),
-            Err(e) => Err(closed(&format!("the collector closed the connection: {e}"))),
-        }
+        read_collector(conn, sock, None, "")
     }
 
     fn finish(&mut self) -> io::Result<()> {
@@ -203,36 +168,59 @@ impl TlsConnector for RustlsShip {
                 .elapsed()
                 .saturating_mul(2)
                 .clamp(VERDICT_MIN, VERDICT_MAX);
-            await_client_auth_verdict(&mut conn, &mut tcp, wait)?;
+            // The collector's verdict on the client: an alert refusing
+            // its certificate, or a close, is an error here, before any
+            // record is written; silence (or a session ticket) lets the
+            // first records go (still to be confirmed, see VERDICT_MIN).
+            read_collector(
+                &mut conn,
+                &mut tcp,
+                Some(Instant::now() + wait),
+                " after the handshake (client certificate refused?)",
+            )?;
         }
         Ok(Box::new(TlsStream(rustls::StreamOwned::new(conn, tcp))))
     }
 }
 
-/// Reads what the collector sends within `wait` of the handshake: an
-/// alert refusing the client certificate, or a close, is an error here,
-/// before any record is written; silence (or a session ticket) lets the
-/// first records go (still to be confirmed, see [`VERDICT_MIN`]).
-fn await_client_auth_verdict(
+/// Reads and processes what the collector sent: without blocking
+/// (`until` is `None`), or until `until` passes in silence. An error for
+/// an alert (a refusal), a reset, or the end of the stream; then for what
+/// the session holds: its end (`close_notify`) or data (a syslog
+/// collector sends none). `Ok` while it is open and silent. `when` is
+/// added to the messages about an end.
+fn read_collector(
     conn: &mut rustls::ClientConnection,
-    tcp: &mut TcpStream,
-    wait: Duration,
+    sock: &mut TcpStream,
+    until: Option<Instant>,
+    when: &str,
 ) -> io::Result<()> {
-    let io_timeout = tcp.read_timeout()?;
-    let deadline = Instant::now() + wait;
-    let verdict = loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break Ok(());
+    let io_timeout = sock.read_timeout()?;
+    if until.is_none() {
+        sock.set_nonblocking(true)?;
+    }
+    let read = loop {
+        if let Some(until) = until {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break Ok(());
+            }
+            if let Err(e) = sock.set_read_timeout(Some(left)) {
+                break Err(e);
+            }
         }
-        if let Err(e) = tcp.set_read_timeout(Some(left)) {
-            break Err(e);
-        }
-        match conn.complete_io(tcp) {
-            // Session tickets: read on until silence. `(0, 0)`: the end
-            // of the stream, or plaintext waiting (both seen below).
-            Ok((0, 0)) => break Ok(()),
-            Ok(_) => {}
+        match conn.read_tls(sock) {
+            Ok(0) => {
+                break Err(closed(&format!(
+                    "the collector closed the connection{when}"
+                )));
+            }
+            // Session tickets, or an alert.
+            Ok(_) => {
+                if let Err(e) = conn.process_new_packets() {
+                    break Err(io::Error::new(io::ErrorKind::InvalidData, e));
+                }
+            }
             Err(e)
                 if matches!(
                     e.kind(),
@@ -241,29 +229,28 @@ fn await_client_auth_verdict(
             {
                 break Ok(());
             }
-            // An alert: the collector refused the certificate.
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => break Err(e),
         }
     };
-    tcp.set_read_timeout(io_timeout)?;
-    verdict?;
+    if until.is_none() {
+        sock.set_nonblocking(false)?;
+    } else {
+        sock.set_read_timeout(io_timeout)?;
+    }
+    read?;
     let mut probe = [0u8; 1];
     match conn.reader().read(&mut probe) {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
-        // Plaintext from the collector is not syslog over TLS.
-        Ok(n) if n > 0 => Err(io::Error::new(
+        Ok(0) => Err(closed(&format!(
+            "the collector ended the TLS session{when}"
+        ))),
+        Ok(_) => Err(io::Error::new(
             io::ErrorKind::InvalidData,
             "the collector sent data on a syslog connection",
         )),
-        Ok(_) => Err(io::Error::new(
-            io::ErrorKind::ConnectionAborted,
-            "the collector ended the TLS session after the handshake (client certificate refused?)",
-        )),
-        Err(e) => Err(io::Error::new(
-            io::ErrorKind::ConnectionAborted,
-            format!(
-                "the collector closed the connection after the handshake (client certificate refused?): {e}"
-            ),
-        )),
+        Err(e) => Err(closed(&format!(
+            "the collector closed the connection{when}: {e}"
+        ))),
     }
 }

@@ -547,9 +547,6 @@ impl Shipper {
             .unconfirmed
             .back()
             .map_or_else(|| self.state.clone(), |(_, state, _)| state.clone());
-        if start.done {
-            return Ok(progress);
-        }
         let io = |source| ShipError::Io {
             path: self.journal.clone(),
             source,
