@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::wire::{self, MAX_RELP_RESPONSE};
 
@@ -84,13 +84,19 @@ impl ShipStream for TcpStream {
 
     fn finish(&mut self) -> std::io::Result<()> {
         self.shutdown(std::net::Shutdown::Write)?;
-        let wait = self
-            .read_timeout()?
-            .map_or(FINISH_WAIT, |t| t.min(FINISH_WAIT));
-        self.set_read_timeout(Some(wait))?;
+        // One deadline for the whole wait: a collector trickling bytes
+        // cannot stretch it read by read.
+        let deadline = Instant::now() + FINISH_WAIT;
         let mut sink = [0u8; 512];
-        // At most 64 KiB of whatever the collector still sends.
-        for _ in 0..128 {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the collector did not close the connection",
+                ));
+            }
+            self.set_read_timeout(Some(left))?;
             match self.read(&mut sink) {
                 Ok(0) => return Ok(()),
                 Ok(_) => {}
@@ -98,10 +104,6 @@ impl ShipStream for TcpStream {
                 Err(e) => return Err(e),
             }
         }
-        Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "the collector kept sending data while the connection closed",
-        ))
     }
 }
 
