@@ -253,6 +253,26 @@ pub(crate) fn read_private(
     Ok(bytes)
 }
 
+/// Reads a PEM certificate file (`--upstream-ca`, `--relay-ca`,
+/// `evidence.tls_ca`, `evidence.tls_cert`): its certificates in order.
+///
+/// # Errors
+/// The read's, a PEM block that does not decode, or no certificate.
+pub(crate) fn read_certificates(
+    path: &Path,
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let pem = read(path, Kind::Certificates)?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{} holds no certificate", path.display()));
+    }
+    Ok(certs)
+}
+
 /// Reads a whole input of `kind`.
 pub(crate) fn read(path: &Path, kind: Kind) -> Result<Vec<u8>, String> {
     read_with(path, kind, Links::Follow)

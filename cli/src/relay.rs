@@ -59,18 +59,11 @@ fn placeholder_format(explicit: &str) -> Result<PlaceholderFormat, String> {
 }
 
 pub(crate) fn read_roots(path: &std::path::Path) -> Result<rustls::RootCertStore, String> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject as _;
     let mut roots = rustls::RootCertStore::empty();
-    let pem = crate::input::read(path, crate::input::Kind::Certificates)?;
-    for cert in CertificateDer::pem_slice_iter(&pem) {
-        let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
+    for cert in crate::input::read_certificates(path)? {
         roots
             .add(cert)
             .map_err(|e| format!("{}: unusable certificate: {e}", path.display()))?;
-    }
-    if roots.is_empty() {
-        return Err(format!("{} holds no certificate", path.display()));
     }
     Ok(roots)
 }

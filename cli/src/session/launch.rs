@@ -196,23 +196,7 @@ pub(crate) fn random_id() -> Result<String, String> {
 }
 
 fn load_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    let pem = crate::input::read(path, crate::input::Kind::Certificates)?;
-    for c in CertificateDer::pem_slice_iter(&pem) {
-        let c = c.map_err(|e| format!("--relay-ca `{}`: {e}", path.display()))?;
-        roots
-            .add(c)
-            .map_err(|e| format!("--relay-ca `{}`: {e}", path.display()))?;
-    }
-    if roots.is_empty() {
-        return Err(format!(
-            "--relay-ca `{}` holds no certificate",
-            path.display()
-        ));
-    }
-    Ok(roots)
+    crate::relay::read_roots(path).map_err(|e| format!("--relay-ca {e}"))
 }
 
 /// The shape of a relay's placeholder: credential-shaped for known providers.
